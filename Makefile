@@ -1,0 +1,35 @@
+# Two commands do all the set-up: `make demo` and `make test` (each creates .venv if missing).
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# The stamp is keyed on the dependency list: editing pyproject.toml re-installs, otherwise setup costs seconds.
+STAMP := $(VENV)/.stamp-$(shell sha256sum pyproject.toml | cut -c1-16)
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export HF_HUB_OFFLINE := 1
+
+.PHONY: venv demo test test-slow bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.stamp-*
+	@touch $@
+
+demo: venv
+	$(BIN)/mrqa demo $(DEMO_ARGS)
+
+test: venv
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-slow: venv
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/mrqa bench all
+
+clean:
+	rm -rf $(VENV) data

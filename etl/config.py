@@ -1,0 +1,57 @@
+"""Where data lives: one base directory, MRQA_HOME (default ./data), overridable by env or argument.
+
+Layout (DESIGN.md §2): warehouse.duckdb, lance/, raw/ (content-addressed fetched bodies), images/,
+exports/, models/, reports/.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SQL_DIR = REPO_ROOT / "sql"
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+
+    @classmethod
+    def from_env(cls, home: str | os.PathLike | None = None) -> "Paths":
+        base = home if home is not None else os.environ.get("MRQA_HOME", "data")
+        return cls(Path(base).expanduser().resolve())
+
+    @property
+    def warehouse(self) -> Path:
+        return self.home / "warehouse.duckdb"
+
+    @property
+    def lance(self) -> str:
+        # a URI: LanceDB accepts s3://... too (MRQA_LANCE_URI overrides)
+        return os.environ.get("MRQA_LANCE_URI", str(self.home / "lance"))
+
+    @property
+    def raw(self) -> Path:
+        return self.home / "raw"
+
+    @property
+    def images(self) -> Path:
+        return self.home / "images"
+
+    @property
+    def exports(self) -> Path:
+        return self.home / "exports"
+
+    @property
+    def models(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def reports(self) -> Path:
+        return self.home / "reports"
+
+    def ensure(self) -> "Paths":
+        for p in (self.home, self.raw, self.images, self.exports, self.models, self.reports):
+            p.mkdir(parents=True, exist_ok=True)
+        return self

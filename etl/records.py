@@ -1,0 +1,39 @@
+"""The record type that flows from sources (parser, RecipeQA importer, sample kitchen) to the loader."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StepRecord:
+    step_idx: int                     # 0 = intro
+    title: str
+    body: str
+    images: list[str] = field(default_factory=list)   # image URLs (or file names for RecipeQA)
+    n_videos: int = 0
+
+
+@dataclass
+class RecipeRecord:
+    recipe_id: str                    # page slug; RecipeQA uses the same slug
+    url: str | None
+    title: str | None
+    author: str | None = None
+    category: str | None = None
+    channel: str | None = None
+    license: str | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RecipeRecord":
+        d = dict(d)
+        d["steps"] = [StepRecord(**s) for s in d.get("steps", [])]
+        return cls(**d)
+
+
+def image_id(recipe_id: str, step_idx: int, ord_: int) -> str:
+    """RecipeQA naming: <recipe_id>_<step_idx>_<ord>.jpg"""
+    return f"{recipe_id}_{step_idx}_{ord_}.jpg"

@@ -1,0 +1,142 @@
+"""The DuckDB warehouse: connection, a tiny ordered migration runner, upserts, rejects, SQL tests.
+
+Schema files live in sql/schema/ and are applied in the order of sql/migrations.txt, each once,
+recorded in `schema_version` with its checksum. View files (name contains `_v_`) are
+re-applied when they change; any other applied file that changed is refused with an error.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from etl.config import SQL_DIR, Paths
+
+log = logging.getLogger(__name__)
+
+
+class SchemaError(RuntimeError):
+    pass
+
+
+def utcnow() -> datetime:
+    """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
+    order = (sql_dir / "migrations.txt").read_text().splitlines()
+    names = [ln.strip() for ln in order if ln.strip() and not ln.lstrip().startswith("#")]
+    files = [sql_dir / "schema" / n for n in names]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise SchemaError(f"sql/migrations.txt names files that do not exist: {missing}")
+    return files
+
+
+def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
+    """Apply pending schema files in declared order; returns the names applied now."""
+    files = migration_files(sql_dir)
+    con.execute((sql_dir / "schema" / files[0].name).read_text())  # schema_version itself
+    applied = {v: (name, sha) for v, name, sha in
+               con.execute("SELECT version, file_name, sha256 FROM schema_version").fetchall()}
+    done: list[str] = []
+    for version, path in enumerate(files, start=1):
+        text = path.read_text()
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        if version in applied:
+            name, old_sha = applied[version]
+            if name != path.name:
+                raise SchemaError(f"schema version {version} was {name}, now {path.name}: "
+                                  "append new files to sql/migrations.txt instead of reordering")
+            if old_sha == sha:
+                continue
+            if "_v_" not in path.name:
+                raise SchemaError(f"{path.name} changed after it was applied; add a new migration "
+                                  "file instead (or rebuild the warehouse)")
+        con.execute("BEGIN")
+        try:
+            con.execute(text)
+            con.execute("INSERT OR REPLACE INTO schema_version VALUES (?, ?, ?, ?)",
+                        [version, path.name, sha, utcnow()])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        done.append(path.name)
+    if done:
+        log.info("warehouse: applied %d schema file(s): %s", len(done), ", ".join(done))
+    return done
+
+
+def connect(paths: Paths | None = None, read_only: bool = False,
+            database: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (and migrate, unless read-only) the warehouse of MRQA_HOME, or an explicit file."""
+    if database is None:
+        paths = (paths or Paths.from_env()).ensure()
+        database = paths.warehouse
+    if str(database) != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(database), read_only=read_only)
+    except duckdb.IOException as e:
+        if "lock" in str(e).lower():
+            raise SchemaError(f"{database} is open read-write in another process (DuckDB allows one "
+                              "writer). Stop that process, or open it read-only.") from e
+        raise
+    if not read_only:
+        migrate(con)
+    return con
+
+
+def upsert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[dict],
+           key: Sequence[str] | None = None) -> int:
+    """Insert-or-replace rows (dicts with the same keys) into `table`; returns the row count.
+
+    Uses the table's primary key (INSERT OR REPLACE), so loads are idempotent.
+    """
+    if not rows:
+        return 0
+    cols = list(rows[0].keys())
+    placeholders = ", ".join("?" for _ in cols)
+    sql = f"INSERT OR REPLACE INTO {table} ({', '.join(cols)}) VALUES ({placeholders})"
+    con.executemany(sql, [[r[c] for c in cols] for r in rows])
+    return len(rows)
+
+
+def record_reject(con: duckdb.DuckDBPyConnection, stage: str, key: str, reason: str,
+                  detail: str | None = None) -> None:
+    """Record a dropped/quarantined item. Idempotent on (stage, key, reason)."""
+    con.execute("INSERT OR REPLACE INTO rejects VALUES (?, ?, ?, ?, ?)",
+                [stage, key, reason, (detail or "")[:2000] or None, utcnow()])
+
+
+def clear_rejects(con: duckdb.DuckDBPyConnection, stage: str, keys: Iterable[str]) -> None:
+    """Forget earlier rejects of `keys` at `stage` (called when an item is re-processed)."""
+    keys = list(keys)
+    if keys:
+        con.execute("DELETE FROM rejects WHERE stage = ? AND list_contains(?, key)", [stage, keys])
+
+
+def sql_tests(sql_dir: Path = SQL_DIR) -> list[Path]:
+    return sorted((sql_dir / "tests").glob("*.sql"))
+
+
+def run_sql_tests(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> dict[str, int]:
+    """Run every data test (a query that must return zero rows); returns {name: failing_rows}."""
+    return {p.stem: len(con.execute(p.read_text()).fetchall()) for p in sql_tests(sql_dir)}
+
+
+def table_fingerprint(con: duckdb.DuckDBPyConnection, table: str,
+                      exclude: Sequence[str] = ()) -> str:
+    """A content hash of a table (order-independent), ignoring columns such as timestamps."""
+    cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in exclude]
+    rows = con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY ALL").fetchall()
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(repr(r).encode())
+    return h.hexdigest()
