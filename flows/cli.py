@@ -122,13 +122,477 @@ def status_cmd():
 # ----------------------------------------------------------------------------- ingest (issue 2)
 
 
+@app.command("parse")
+def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or a URL to fetch."),
+              url: Optional[str] = typer.Option(None, "--url", help="The page's URL when PAGE is a file "
+                                                "(resolves relative image links; default og:url)."),
+              allow_host: list[str] = typer.Option([], "--allow-host", help="Extra host allowed for URLs."),
+              allow_private: bool = typer.Option(False, "--allow-private",
+                                                 help="Allow private/loopback addresses (local sample site).")):
+    """Parse one instructables recipe page and print it as JSON (recipe, steps, step image URLs)."""
+    from etl.http_fetch import FetchConfig, Fetcher
+    from etl.parse import ParseError, parse_page
+    if page.startswith(("http://", "https://")):
+        res = Fetcher(FetchConfig(allow_hosts=tuple(allow_host), allow_private=allow_private,
+                                  delay_s=0)).fetch(page, kind="page")
+        if not res.ok:
+            _fail(f"could not fetch {page}: {res.reason} ({res.detail})")
+        html, url = res.body, url or page
+    else:
+        path = Path(page)
+        if not path.is_file():
+            _fail(f"{page} is neither a file nor an http(s) URL")
+        html = path.read_bytes()
+    try:
+        rec = parse_page(html, url)
+    except ParseError as e:
+        _fail(f"{page}: {e.reason}: {e.detail}")
+    _echo_json(rec.to_json())
+
+
+@ingest_app.command("instructables")
+def ingest_instructables_cmd(
+        listing: Optional[str] = typer.Option(None, "--listing", help="Category or channel listing URL "
+                                              "(follows channel links and rel=next pagination)."),
+        urls: Optional[Path] = typer.Option(None, "--urls", help="File with one recipe URL per line."),
+        sitemap: Optional[str] = typer.Option(None, "--sitemap", help="Sitemap (or sitemap index) URL."),
+        rescrape: bool = typer.Option(False, "--rescrape", help="Refetch recipes with missing/partial "
+                                      "steps or images (conditional GET) and retry failed images."),
+        stale_days: Optional[float] = typer.Option(None, "--stale-days", help="With --rescrape: also "
+                                                   "refresh pages fetched more than this many days ago."),
+        allow_host: list[str] = typer.Option([], "--allow-host", help="Extra allowed host (repeatable); "
+                                             "an explicitly named host may be private."),
+        allow_private: bool = typer.Option(False, "--allow-private", help="Allow private/loopback "
+                                           "addresses (the local sample site)."),
+        delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
+        workers: int = typer.Option(4, "--workers", help="Download threads."),
+        max_pages: Optional[int] = typer.Option(None, "--max-pages", help="Stop after this many recipe pages."),
+        source: str = typer.Option("instructables", "--source", help="recipes.source value "
+                                   "(instructables, or sample for the sample kitchen)."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars.")):
+    """Crawl recipe pages and step images into the warehouse (resumable; prints a summary).
+
+    Example: mrqa ingest instructables --listing http://127.0.0.1:8000/cooking/ --allow-private
+    --source sample --delay 0
+    """
+    if not (listing or urls or sitemap or rescrape):
+        _fail("give --listing URL, --sitemap URL, --urls FILE or --rescrape")
+    if urls is not None and not urls.is_file():
+        _fail(f"--urls {urls}: no such file")
+    if workers < 1 or delay < 0:
+        _fail("--workers must be >= 1 and --delay >= 0")
+    from flows.ingest import ingest_instructables
+    summary = ingest_instructables(listing=listing, urls_file=urls, sitemap=sitemap, rescrape=rescrape,
+                                   allow_hosts=list(allow_host), allow_private=allow_private,
+                                   source=source, delay_s=delay, workers=workers, max_pages=max_pages,
+                                   stale_days=stale_days, progress=not no_progress)
+    _echo_json(summary)
+
+
+@bench_app.command("parse")
+def bench_parse_cmd(pages: list[Path] = typer.Argument(None, help="HTML files or directories "
+                                                        "(default: the shared fixture page)."),
+                    seconds: float = typer.Option(2.0, "--seconds", help="Timing per backend.")):
+    """Parse throughput (pages/s) with bs4's lxml backend (default) vs html.parser, in one run."""
+    from etl.config import REPO_ROOT
+    from etl.parse import DEFAULT_BACKEND, ParseError, bench_parse
+    files: list[Path] = []
+    for p in pages or [REPO_ROOT.parent / "shared" / "fixtures" / "instructables"]:
+        files += sorted(p.rglob("*.html")) if p.is_dir() else [p]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        _fail("no HTML pages found; pass page files or directories")
+    try:
+        rates = bench_parse([(f.read_bytes(), None) for f in files], min_seconds=seconds)
+    except ParseError as e:
+        _fail(f"a benchmark page is not a recipe page: {e}")
+    other = [b for b in rates if b != DEFAULT_BACKEND][0]
+    typer.echo(f"parse: {rates[DEFAULT_BACKEND]:,.1f} pages/s ({DEFAULT_BACKEND}, default) vs "
+               f"{rates[other]:,.1f} pages/s ({other}): ratio {rates[DEFAULT_BACKEND] / rates[other]:.2f}x "
+               f"over {len(files)} page(s)")
+
+
 # ----------------------------------------------------------------------------- sample kitchen (issue 3)
+
+
+# ----------------------------------------------------------------------------- recipeqa import (issue 2, importer)
+
+
+@ingest_app.command("recipeqa")
+def ingest_recipeqa_cmd(
+        files: list[Path] = typer.Argument(..., help="RecipeQA JSON files (train.json val.json test.json)."),
+        images: Optional[Path] = typer.Option(None, "--images", help="RecipeQA images directory "
+                                              "(images-qa/ or a flat folder of <recipe>_<step>_<k>.jpg); "
+                                              "files are mapped in place, never copied."),
+        method: str = typer.Option("arrow", "--method", help="Bulk load method: arrow | executemany.")):
+    """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
+    from flows.import_recipeqa import import_recipeqa_flow
+    if method not in ("arrow", "executemany"):
+        _fail("--method must be arrow or executemany")
+    summary = import_recipeqa_flow([str(f) for f in files], str(images) if images else None, method,
+                                   raise_on_error=False)
+    if "error" in summary:
+        _fail(f"{summary['error']}. Nothing was loaded; fix or remove that record and run again.")
+    _echo_json(summary)
+
+
+@bench_app.command("import")
+def bench_import_cmd(
+        file: Optional[Path] = typer.Option(None, "--file", help="RecipeQA JSON to synthesise records "
+                                            "from (default: ../shared/fixtures/recipeqa/val_sample.json)."),
+        n: int = typer.Option(20000, "--records", help="Number of synthetic records to load."),
+        n_baseline: int = typer.Option(1000, "--baseline-records",
+                                       help="Records loaded with the (slow) executemany baseline.")):
+    """RecipeQA import throughput (records/s): Arrow bulk insert vs executemany, in one run."""
+    from etl.config import REPO_ROOT
+    from etl.recipeqa import RecipeQAFormatError, bench_import, read_recipeqa
+    src = file or REPO_ROOT.parent / "shared" / "fixtures" / "recipeqa" / "val_sample.json"
+    try:
+        records = read_recipeqa([src])
+    except RecipeQAFormatError as e:
+        _fail(str(e))
+    r = bench_import(records, n, n_baseline)
+    typer.echo(f"import: {r['arrow_records_per_s']:,.0f} records/s (arrow, {r['records']} records, "
+               f"{r['recipes']} recipes) vs {r['executemany_records_per_s']:,.0f} records/s "
+               f"(executemany, {r['executemany_records']} records): ratio {r['ratio_arrow_vs_executemany']}x")
+    _echo_json(r)
 
 
 # ----------------------------------------------------------------------------- cleaning (issue 4)
 
 
 # ----------------------------------------------------------------------------- features (issue 5)
+
+encoder_app = typer.Typer(no_args_is_help=True, help="Image/text encoders (feature spaces): train the "
+                                                     "default, register real open_clip weights, list, evaluate.")
+app.add_typer(encoder_app, name="encoder")
+
+
+@encoder_app.command("train")
+def encoder_train_cmd(
+        epochs: int = typer.Option(8, "--epochs", help="Passes over the train steps."),
+        batch_size: int = typer.Option(256, "--batch-size", help="Pairs per contrastive batch."),
+        seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
+                                                 "(default: the architecture's, 64)."),
+        lr: float = typer.Option(2e-3, "--lr", help="Peak AdamW learning rate."),
+        workers: int = typer.Option(2, "--workers", help="Image decode workers."),
+        max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
+                                                help="Use at most this many train steps (quick runs).")):
+    """Train the default encoder (mrqa-tiny-clip) on the train split's (step image, step text) pairs."""
+    from features.encoder_train import TrainConfig, TrainingDataError, train_encoder
+    from etl.warehouse import connect
+    if epochs < 1 or batch_size < 2:
+        _fail("--epochs must be >= 1 and --batch-size >= 2")
+    try:
+        res = train_encoder(connect(), cfg=TrainConfig(epochs=epochs, batch_size=batch_size, seed=seed,
+                                                       image_size=image_size, lr=lr, num_workers=workers,
+                                                       max_train_pairs=max_steps))
+    except TrainingDataError as e:
+        _fail(str(e))
+    _echo_json(res)
+
+
+@encoder_app.command("add")
+def encoder_add_cmd(
+        clip_model: str = typer.Option("ViT-B-32", "--clip-model", help="open_clip architecture name."),
+        pretrained: str = typer.Option(..., "--pretrained", help="Weights: a local file or an open_clip "
+                                       "tag (resolved from the HF cache; set HF_HUB_OFFLINE=1 offline)."),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="Override input size.")):
+    """Register an open_clip model with real weights as an encoder (prints its encoder_id)."""
+    from etl.warehouse import connect
+    from features.encoders import EncoderUnavailable, register_pretrained_encoder
+    try:
+        typer.echo(register_pretrained_encoder(connect(), clip_model, pretrained, image_size))
+    except EncoderUnavailable as e:
+        _fail(str(e))
+
+
+@encoder_app.command("list")
+def encoder_list_cmd():
+    """Registered encoders with kind, dimension and validation metrics."""
+    from etl.warehouse import connect
+    from features.encoders import list_encoders
+    rows = list_encoders(connect())
+    if not rows:
+        typer.echo("no encoders; run `mrqa encoder train`")
+    for r in rows:
+        m = r["metrics"]
+        typer.echo(f"{r['encoder_id']}  {r['kind']:10s} dim={r['dim']:<4d} {r['created_at']:%Y-%m-%d %H:%M}"
+                   + (f"  val i2t R@1={m.get('i2t_r@1')} R@10={m.get('i2t_r@10')}" if m.get("n_pairs") else ""))
+
+
+@encoder_app.command("eval")
+def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id "
+                                                            "(default: the latest)."),
+                     split: str = typer.Option("val", "--split", help="Pairs of this split."),
+                     max_pairs: int = typer.Option(1000, "--max-pairs", help="Seeded sample size."),
+                     workers: int = typer.Option(2, "--workers", help="Image decode workers.")):
+    """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.encoder_train import evaluate_retrieval
+    from features.encoders import EncoderUnavailable, load_encoder
+    from features.image_data import image_items
+    paths = Paths.from_env()
+    con = connect(paths)
+    try:
+        enc = load_encoder(con, encoder, paths=paths)
+    except EncoderUnavailable as e:
+        _fail(str(e))
+    m = evaluate_retrieval(enc, image_items(con, paths, split=split), max_pairs, num_workers=workers)
+    if m.get("n_pairs", 0) < 2:
+        _fail(f"fewer than 2 {split} pairs with images; ingest recipes first")
+    typer.echo(f"encoder {enc.encoder_id} on {m['n_pairs']} {split} pairs")
+    for k in (1, 10):
+        typer.echo(f"  R@{k:<3d} image->text {m[f'i2t_r@{k}']:.3f}   text->image {m[f't2i_r@{k}']:.3f}"
+                   f"   chance {m[f'chance_r@{k}']:.3f}")
+
+
+@app.command("embed")
+def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the "
+                                                     "latest; trains the default when none exists)."),
+              k: int = typer.Option(100, "--k", help="Neighbours per image in the neighbours table."),
+              workers: int = typer.Option(2, "--workers", help="Image decode workers (0 = in-process)."),
+              batch_size: int = typer.Option(128, "--batch-size", help="Images per encoder batch."),
+              method: str = typer.Option("auto", "--neighbours", help="auto | ann | exact."),
+              no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
+                                            "encoder when none is registered."),
+              no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect.")):
+    """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
+    from features.encoders import EncoderUnavailable
+    if method not in ("auto", "ann", "exact") or k < 1:
+        _fail("--neighbours must be auto, ann or exact, and --k >= 1")
+    try:
+        if no_prefect:
+            from flows.embed import run_embed
+            res = run_embed(encoder, not no_train, k, workers, batch_size, method)
+        else:
+            from flows.embed import embed_flow
+            res = embed_flow(encoder, not no_train, k, workers, batch_size, method)
+    except (EncoderUnavailable, LookupError) as e:
+        _fail(str(e))
+    _echo_json(res)
+
+
+@bench_app.command("embed")
+def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="Registered encoder_id "
+                                                           "(default: the latest)."),
+                    clip_model: Optional[str] = typer.Option(None, "--clip-model", help="Time this open_clip "
+                                                             "architecture (random weights) instead."),
+                    image_size: Optional[int] = typer.Option(None, "--image-size", help="With --clip-model."),
+                    n: int = typer.Option(1024, "--n", help="Images (warehouse images, else synthetic JPEGs)."),
+                    batch_size: int = typer.Option(128, "--batch-size", help="Images per batch."),
+                    workers: int = typer.Option(2, "--workers", help="Decode workers vs 0 in the same run."),
+                    synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic 256px JPEGs.")):
+    """Embedding images/s: end to end (workers vs 0), model only, batched vs one image at a time."""
+    import tempfile
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.bench import bench_embed, synthetic_jpegs
+    from features.encoders import (Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder,
+                                   pick_device)
+    from features.image_data import image_items
+    paths = Paths.from_env()
+    con = connect(paths)
+    try:
+        if clip_model:
+            dev = pick_device()
+            model, pre, tok = build_model(clip_model, None, dev, image_size)
+            enc = Encoder(f"{clip_model}-random", clip_model, model, pre, tok, dev, embed_dim(model))
+        else:
+            enc = load_encoder(con, encoder, paths=paths)
+    except EncoderUnavailable as e:
+        _fail(str(e))
+    files = [] if synthetic else [it.path for it in image_items(con, paths)][:n]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = "warehouse"
+        if len(files) < min(n, 256):
+            files, source = synthetic_jpegs(Path(tmp), n), "synthetic 256px JPEGs"
+        res = bench_embed(enc, files, batch_size, workers)
+    res["source"] = source
+    _echo_json(res)
+
+
+def _bench_ann(n, dim, k, queries, encoder, seed):
+    import numpy as np
+    from features.bench import bench_ann, clustered_vectors
+    from features.store import FeatureStore
+    source = "synthetic clustered"
+    if encoder or n is None:
+        from etl.warehouse import connect
+        from features.encoders import latest_encoder_id
+        enc = encoder or latest_encoder_id(connect())
+        rows = FeatureStore().image_rows(enc) if enc else None
+        if rows is not None and rows.num_rows >= 4096:
+            d = rows.schema.field("vector").type.list_size
+            vecs = rows["vector"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+            _, groups = np.unique(np.array(rows["recipe_id"].to_pylist(), dtype=object), return_inverse=True)
+            return {"source": f"store ({enc})", **bench_ann(vecs, groups, k, queries, seed=seed)}
+        if encoder:
+            _fail(f"encoder {encoder} has fewer than 4096 image vectors; omit --encoder for synthetic data")
+    n = n or 20000
+    vecs = clustered_vectors(n, dim, seed)
+    groups = np.arange(n) // 4            # 4 images per "recipe"
+    return {"source": source, **bench_ann(vecs, groups, k, queries, seed=seed)}
+
+
+@bench_app.command("ann")
+def bench_ann_cmd(n: Optional[int] = typer.Option(None, "--n", help="Synthetic clustered vectors "
+                                                  "(default: the store's vectors if >= 4096, else 20000)."),
+                  dim: int = typer.Option(256, "--dim", help="Synthetic dimension."),
+                  k: int = typer.Option(100, "--k", help="Neighbours per query."),
+                  queries: int = typer.Option(1000, "--queries", help="Query sample size."),
+                  encoder: Optional[str] = typer.Option(None, "--encoder", help="Use this encoder's vectors."),
+                  seed: int = typer.Option(0, "--seed", help="Seed of data and query sample.")):
+    """recall@K and q/s of IVF_HNSW_SQ and IVF_PQ (nprobes/refine sweep) vs exact search, same run."""
+    res = _bench_ann(n, dim, k, queries, encoder, seed)
+    for c in res["configs"]:
+        c["q_s_vs_exact_torch"] = round(c["q_s"] / res["exact_torch_q_s"], 3)
+        c["q_s_vs_exact_numpy"] = round(c["q_s"] / res["exact_numpy_q_s"], 3)
+    _echo_json(res)
+
+
+bench_app.command("knn", help="Alias of `bench ann` (issue 5 names it `bench knn`).")(bench_ann_cmd)
+
+
+# ----------------------------------------------------------------------------- generation (issue 6)
+
+@app.command("generate")
+def generate_cmd(
+        task: Optional[str] = typer.Option(None, "--task", help="visual_cloze | visual_coherence | "
+                                           "visual_ordering | textual_cloze"),
+        knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
+        preset: Optional[str] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style reference"),
+        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task + the presets."),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
+        encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
+        k3_mode: str = typer.Option("coin", "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
+                                    "question) | all | balanced (closer-distractor count uniform 0..3)."),
+        k: Optional[int] = typer.Option(None, "--k", help="Neighbours used for m_d/s_d and candidates (default 100)."),
+        ratio: Optional[float] = typer.Option(None, "--questions-per-step", help="Knob 1: at most "
+                                              "floor(#steps * ratio) questions per recipe."),
+        extra_removal: Optional[bool] = typer.Option(None, "--extra-removal/--no-extra-removal",
+                                                     help="Knob 1: also remove a random other step."),
+        ball_lo: Optional[float] = typer.Option(None, "--ball-lo-sd", help="Knob 2: lower ball bound "
+                                                "m_d + x*s_d (omit for distance 0)."),
+        ball_hi: Optional[float] = typer.Option(None, "--ball-hi-sd", help="Knob 2: upper ball bound m_d + x*s_d."),
+        n_constrained: Optional[int] = typer.Option(None, "--k3-constrained", help="Knob 3 (coin/all): "
+                                                    "distractors closer to the question than the answer."),
+        k3_prob: Optional[float] = typer.Option(None, "--k3-prob", help="Knob 3 coin probability (paper 0.5)."),
+        weight_power: Optional[float] = typer.Option(None, "--ordering-weight-power", help="Ordering: "
+                                                     "wrong orderings drawn with weight S**power.")):
+    """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
+    from features.knobs import TASKS
+    from flows.generate import generate_flow
+    overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
+                                         ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
+                                         ("k3_n_constrained", n_constrained), ("k3_prob", k3_prob),
+                                         ("ordering_weight_power", weight_power)) if v is not None}
+    if ball_lo is not None:
+        overrides["ball_lo_sd"] = ball_lo
+    if all_:
+        if task or knobs or preset or overrides:
+            _fail("--all generates the paper settings; leave out --task/--knobs/--preset and parameters")
+        kw = {"all": True}
+    else:
+        if task not in TASKS:
+            _fail(f"--task must be one of {', '.join(TASKS)} (or use --all)")
+        if preset and knobs:
+            _fail("give either --knobs or --preset, not both")
+        if preset:
+            kw = {"all": False, "task_name": task, "preset": preset}
+        else:
+            try:
+                kv = tuple(int(x) for x in (knobs or "").split(","))
+                assert len(kv) == 3
+            except (ValueError, AssertionError):
+                _fail("--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0")
+            kw = {"all": False, "task_name": task, "knobs": kv, "k3_mode": k3_mode}
+    try:
+        summary = generate_flow(seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
+    except (ValueError, LookupError) as e:
+        _fail(str(e))
+    for s in summary["datasets"]:
+        typer.echo(f"{s['dataset_id']:32s} {s['n_questions']:>7,d} questions {s['n_recipes']:>6,d} recipes "
+                   f"{s['seconds']:6.2f}s  positions {s['answer_positions']}  "
+                   f"distance-probe {s['distance_probe_accuracy']}  skipped {s['skips'] or '-'}")
+    typer.echo(f"{summary['n_datasets']} dataset(s), {summary['n_questions']:,d} questions in "
+               f"{summary['seconds']:.1f}s (RecipeQA: 7,986 visual cloze questions from 5,684 recipes; "
+               "Meta-RecipeQA: 8K-22K per task; ours scale with the corpus)")
+
+
+@app.command("datasets")
+def datasets_cmd(fmt: str = typer.Option("table", "--format", help="table | json")):
+    """List generated datasets with question/recipe counts and skips."""
+    from etl.warehouse import connect
+    con = connect()
+    rows = con.execute("""SELECT dataset_id, task, coalesce(preset, concat(knob1, '-', knob2, '-', knob3)),
+                          seed, encoder_id, n_questions, n_recipes,
+                          json_extract(params, '$.skips'), content_sha256
+                          FROM datasets ORDER BY task, dataset_id""").fetchall()
+    if fmt == "json":
+        _echo_json([dict(zip(["dataset_id", "task", "knobs", "seed", "encoder_id", "n_questions",
+                              "n_recipes", "skips", "content_sha256"], r)) for r in rows])
+        return
+    if not rows:
+        typer.echo("no datasets; run `mrqa generate --all`")
+    for r in rows:
+        typer.echo(f"{r[0]:36s} {r[1]:17s} {r[2]:10s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
+                   f"skips={r[7]}")
+
+
+@app.command("export")
+def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id to export."),
+               all_: bool = typer.Option(False, "--all", help="Export every dataset."),
+               fmt: str = typer.Option("parquet", "--format", help="parquet | recipeqa-json"),
+               out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
+                                                  "(default MRQA_HOME/exports/<dataset or all>)."),
+               with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
+                                                 "and title vectors of the exported splits."),
+               images: bool = typer.Option(True, "--images/--no-images", help="recipeqa-json: copy "
+                                           "the referenced images (RecipeQA layout).")):
+    """Export datasets as hive-partitioned Parquet or RecipeQA JSON."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.export import export_parquet, export_recipeqa_json
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    if all_ == bool(dataset):
+        _fail("give exactly one of --dataset ID or --all")
+    if dataset and dataset not in known:
+        _fail(f"no dataset {dataset!r}; `mrqa datasets` lists them")
+    ids = known if all_ else [dataset]
+    if not ids:
+        _fail("no datasets to export; run `mrqa generate --all` first")
+    out = out or paths.exports / ("all" if all_ else dataset)
+    if fmt == "parquet":
+        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance)
+    elif fmt == "recipeqa-json":
+        res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
+    else:
+        _fail("--format must be parquet or recipeqa-json")
+    _echo_json(res)
+
+
+@bench_app.command("generate")
+def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synthetic recipes (20000 = target)."),
+                       dim: int = typer.Option(128, "--dim", help="Vector dimension (default encoder: 128)."),
+                       k: int = typer.Option(100, "--k", help="Neighbours per image."),
+                       bench_home: Optional[Path] = typer.Option(None, "--bench-home", help="Where the "
+                                                                 "synthetic world lives (default MRQA_HOME/bench/generate-N).")):
+    """Time `generate --all` on a synthetic world (neighbours precomputed) and set-based SQL ball
+    filtering vs a per-question Python loop."""
+    from etl.config import Paths
+    from features.generate_bench import bench_generate
+    home = bench_home or Paths.from_env().home / "bench" / f"generate-{recipes}-d{dim}-k{k}"
+    res = bench_generate(home, recipes, dim=dim, k=k)
+    for s in res["datasets"]:
+        typer.echo(f"{s['dataset_id']:32s} {s['n_questions']:>7,d} q {s['seconds']:7.2f}s")
+    for line in res["lines"]:
+        typer.echo(line)
+
 
 
 # ----------------------------------------------------------------------------- demo

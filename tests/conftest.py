@@ -37,3 +37,12 @@ def con(paths):
     c = connect(paths)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """One temporary Prefect server for the whole session (STACK_NOTES.md: ~10 s to start)."""
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect_home")))
+    from prefect.testing.utilities import prefect_test_harness
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

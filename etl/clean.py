@@ -1,0 +1,220 @@
+"""Cleaning + tokenizing the warehouse's steps, re-runnable from the raw columns.
+
+`clean_corpus(con, paths)`:
+1. reads every recipe that is ok or was rejected by an earlier clean (raw text, videos, images);
+2. cleans titles/bodies with the rules of etl.clean_rules (counted per rule), in worker processes;
+3. trains the Punkt sentence model on the cleaned corpus if none is stored (or when asked);
+4. filters recipes (etl.filters): rejected ones get recipes.status='rejected' + status_reason and a
+   row in `rejects` (stage clean); their raw text stays;
+5. tokenizes kept steps (sentences -> NLTK words -> OOV repair, repairs cached per token type) and
+   replaces their `step_tokens`; vocabulary figures before/after repair go to `vocab_stats`.
+Running it twice changes nothing (the output is a function of the raw columns and the Punkt model).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+from tqdm import tqdm
+
+from etl.clean_rules import clean_text, clean_title
+from etl.config import Paths
+from etl.filters import DEFAULT_FILTERS, RecipeView, StepView, filter_recipe
+from etl.repair import Repairer
+from etl.tokenize import load_punkt, punkt_from_json, punkt_to_json, save_punkt, tokenize_text, train_punkt
+from etl.warehouse import clear_rejects, record_reject, utcnow
+
+log = logging.getLogger(__name__)
+CLEAN_REASONS = ("non_food", "non_english", "too_few_steps", "too_many_steps", "video_only")
+
+
+@dataclass
+class CleanConfig:
+    workers: int = 2                   # processes for cleaning/tokenizing (1 = in-process)
+    chunk_recipes: int = 200
+    retrain_punkt: bool = False
+    punkt_train_chars: int = 2_000_000
+    repair: bool = True
+    top_oov: int = 30
+
+
+# ----------------------------------------------------------------------------- pure per-step work
+
+def clean_step(title_raw: str | None, body_raw: str | None, counts: Counter) -> tuple[str, str]:
+    return clean_title(title_raw or "", counts) or "", clean_text(body_raw or "", counts=counts) or ""
+
+
+def pipeline_tokens(text: str, punkt, repairer: Repairer | None) -> tuple[list[list[str]], list[list[str]]]:
+    """Cleaned text -> (tokens per sentence before repair, after repair)."""
+    before = tokenize_text(text, punkt)
+    if repairer is None:
+        return before, before
+    return before, [repairer.repair_tokens(s) for s in before]
+
+
+_W: dict = {}
+
+
+def _init_worker(punkt_json: dict | None, repair: bool) -> None:
+    _W["punkt"] = punkt_from_json(punkt_json) if punkt_json else None
+    _W["repairer"] = Repairer() if repair else None
+
+
+def _clean_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter]:
+    counts: Counter = Counter()
+    out = [(rid, idx, *clean_step(t, b, counts)) for rid, idx, t, b in rows]
+    return out, counts
+
+
+def _tokenize_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter, Counter]:
+    """rows of (recipe_id, step_idx, title, body) -> token rows + before/after token counters."""
+    punkt, rep = _W["punkt"], _W["repairer"]
+    out, before_c, after_c = [], Counter(), Counter()
+    for rid, idx, title, body in rows:
+        for fld, text in (("title", title), ("body", body)):
+            before, after = pipeline_tokens(text, punkt, rep)
+            for k, (b, a) in enumerate(zip(before, after)):
+                before_c.update(b)
+                after_c.update(a)
+                out.append((rid, idx, fld, k, a))
+    return out, before_c, after_c
+
+
+def _chunks(xs: list, n: int) -> list[list]:
+    return [xs[i:i + n] for i in range(0, len(xs), n)]
+
+
+def _map(fn, chunks, workers: int, init_args: tuple, desc: str):
+    if workers <= 1 or len(chunks) <= 1:
+        _init_worker(*init_args)
+        yield from (fn(c) for c in tqdm(chunks, desc=desc, leave=False, disable=len(chunks) < 5))
+        return
+    ctx = mp.get_context("fork")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=init_args) as pool:
+        yield from tqdm(pool.imap(fn, chunks), total=len(chunks), desc=desc, leave=False,
+                        disable=len(chunks) < 5)
+
+
+# ----------------------------------------------------------------------------- warehouse IO
+
+def _read(con: duckdb.DuckDBPyConnection, recipe_ids: list[str] | None):
+    where = "(r.status = 'ok' OR (r.status = 'rejected' AND list_contains(?, r.status_reason)))"
+    params: list = [list(CLEAN_REASONS)]
+    if recipe_ids is not None:
+        where += " AND list_contains(?, r.recipe_id)"
+        params.append(recipe_ids)
+    recipes = con.execute(f"SELECT recipe_id, title, category FROM recipes r WHERE {where} "
+                          "ORDER BY recipe_id", params).fetchall()
+    steps = con.execute(f"""
+        SELECT s.recipe_id, s.step_idx, s.title_raw, s.body_raw, s.n_videos,
+               (SELECT count(*) FROM images i WHERE i.recipe_id = s.recipe_id
+                  AND i.step_idx = s.step_idx) AS n_images
+        FROM steps s JOIN recipes r USING (recipe_id) WHERE {where}
+        ORDER BY s.recipe_id, s.step_idx""", params).fetchall()
+    return recipes, steps
+
+
+def _write(con, done_ids: list[str], step_rows: list[tuple], token_rows: list[tuple],
+           rejected: dict[str, str], details: dict[str, str]) -> None:
+    staged_steps = pa.table({  # noqa: F841 (scanned by DuckDB)
+        "recipe_id": [r[0] for r in step_rows], "step_idx": pa.array([r[1] for r in step_rows], pa.int32()),
+        "title": [r[2] for r in step_rows], "body": [r[3] for r in step_rows]})
+    staged_tokens = pa.table({  # noqa: F841
+        "recipe_id": [r[0] for r in token_rows], "step_idx": pa.array([r[1] for r in token_rows], pa.int32()),
+        "field": [r[2] for r in token_rows], "sentence_idx": pa.array([r[3] for r in token_rows], pa.int32()),
+        "tokens": pa.array([list(r[4]) for r in token_rows], pa.list_(pa.string()))})
+    kept = [r for r in done_ids if r not in rejected]
+    con.execute("BEGIN")
+    try:
+        con.execute("""UPDATE steps SET title = st.title, body = st.body FROM staged_steps st
+                       WHERE steps.recipe_id = st.recipe_id AND steps.step_idx = st.step_idx""")
+        con.execute("DELETE FROM step_tokens WHERE list_contains(?, recipe_id)", [done_ids])
+        con.execute("INSERT INTO step_tokens SELECT recipe_id, step_idx, field, sentence_idx, tokens "
+                    "FROM staged_tokens")
+        clear_rejects(con, "clean", done_ids)
+        if kept:
+            con.execute("UPDATE recipes SET status = 'ok', status_reason = NULL "
+                        "WHERE list_contains(?, recipe_id) AND status = 'rejected'", [kept])
+        for rid, reason in rejected.items():
+            con.execute("UPDATE recipes SET status = 'rejected', status_reason = ? WHERE recipe_id = ?",
+                        [reason, rid])
+            record_reject(con, "clean", rid, reason, details.get(rid))
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
+# ----------------------------------------------------------------------------- the stage
+
+@dataclass
+class CleanResult:
+    summary: dict
+    before: Counter = field(default_factory=Counter)
+    after: Counter = field(default_factory=Counter)
+
+
+def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
+                 config: CleanConfig | None = None, recipe_ids: list[str] | None = None,
+                 filters=DEFAULT_FILTERS) -> CleanResult:
+    cfg = config or CleanConfig()
+    paths = (paths or Paths.from_env()).ensure()
+    t0 = time.perf_counter()
+    recipes, steps = _read(con, recipe_ids)
+    n_chars = sum(len(s[2] or "") + len(s[3] or "") for s in steps)
+    # 1. clean
+    rule_counts: Counter = Counter()
+    cleaned: list[tuple] = []
+    for rows, counts in _map(_clean_chunk, _chunks([s[:4] for s in steps], 2000), cfg.workers,
+                             (None, False), "clean"):
+        cleaned.extend(rows)
+        rule_counts.update(counts)
+    # 2. Punkt
+    punkt = None if cfg.retrain_punkt else load_punkt(paths.models)
+    trained = False
+    if punkt is None:
+        punkt = train_punkt((b for *_, b in cleaned), cfg.punkt_train_chars)
+        save_punkt(punkt, paths.models, {"trained_at": str(utcnow()), "n_steps": len(cleaned)})
+        trained = True
+    # 3. filters
+    by_recipe: dict[str, list[StepView]] = {}
+    for (rid, idx, title, body), s in zip(cleaned, steps):
+        by_recipe.setdefault(rid, []).append(StepView(idx, title, body, s[4], s[5]))
+    rejected, details = {}, {}
+    for rid, title, category in recipes:
+        view = RecipeView(rid, clean_title(title or ""), category, by_recipe.get(rid, []))
+        keep, reason = filter_recipe(view, filters)
+        if not keep:
+            rejected[rid] = reason
+            details[rid] = f"{len(view.steps)} steps; category={category!r}; title={title!r}"
+    # 4. tokens for kept recipes
+    keep_rows = [c for c in cleaned if c[0] not in rejected]
+    token_rows: list[tuple] = []
+    before, after = Counter(), Counter()
+    for rows, b, a in _map(_tokenize_chunk, _chunks(keep_rows, 1000), cfg.workers,
+                           (punkt_to_json(punkt), cfg.repair), "tokenize"):
+        token_rows.extend(rows)
+        before.update(b)
+        after.update(a)
+    done_ids = [r[0] for r in recipes]
+    _write(con, done_ids, cleaned, token_rows, rejected, details)
+    dt = time.perf_counter() - t0
+    from etl.vocab import store_vocab_stats, vocab_figures
+    vb, va = vocab_figures(before, cfg.top_oov), vocab_figures(after, cfg.top_oov)
+    store_vocab_stats(con, "clean", vb, va)
+    summary = {
+        "recipes": len(recipes), "steps": len(steps), "kept": len(recipes) - len(rejected),
+        "rejected": dict(Counter(rejected.values())), "rule_changes": dict(sorted(rule_counts.items())),
+        "sentences": len(token_rows), "tokens": sum(after.values()),
+        "punkt": "trained" if trained else "loaded", "chars": n_chars, "seconds": round(dt, 2),
+        "chars_per_s": round(n_chars / dt) if dt else None,
+        "vocab_before": {k: v for k, v in vb.items() if k != "top_oov"},
+        "vocab_after": {k: v for k, v in va.items() if k != "top_oov"},
+    }
+    log.info("clean: %s", summary)
+    return CleanResult(summary, before, after)

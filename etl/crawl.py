@@ -1,0 +1,477 @@
+"""The instructables crawler: discovery, recipe pages, step images, crawl log, re-scrape.
+
+Network IO runs in a thread pool (one keep-alive session per thread, one per-host rate limiter);
+the DuckDB connection is used only from the calling thread. Every URL's outcome lands in the
+`pages` crawl log; every failed recipe or image lands in `rejects` with a reason, so a crawl
+killed at any point and restarted ends with the same warehouse:
+- a recipe page with a 200 in `pages` and its raw body on disk is not fetched again (`cached`);
+- a page that failed for good (404, robots, size, type...) is not retried; transient failures are;
+- images still `pending` are downloaded (to a temp file, renamed when complete and decoded).
+
+Re-scrape (`rescrape_targets`) selects recipes with missing steps, images not ok, transient
+failures, or pages older than `stale_days`, and refetches them with conditional GET.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import duckdb
+from bs4 import BeautifulSoup
+from PIL import Image
+from tqdm import tqdm
+
+from etl.config import Paths
+from etl.http_fetch import FetchConfig, Fetcher, FetchResult
+from etl.load import load_recipe, mark_recipe
+from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url
+from etl.records import RecipeRecord
+from etl.robots import RobotsCache
+from etl.warehouse import clear_rejects, record_reject, upsert, utcnow
+
+log = logging.getLogger(__name__)
+
+PERMANENT = {"http_404", "http_error", "too_large", "bad_content_type", "robots_disallowed",
+             "host_not_allowed", "parse_error", "no_steps"}
+TRANSIENT = {"retries_exhausted", "truncated"}
+IMAGE_STATUS = {"http_404": "missing", "retries_exhausted": "missing", "http_error": "missing",
+                "host_not_allowed": "missing", "robots_disallowed": "missing",
+                "truncated": "broken", "too_large": "broken", "bad_content_type": "broken",
+                "image_decode_error": "broken"}
+NOT_RECIPES = {"cooking", "craft", "workshop", "living", "outside", "teachers", "circuits",
+               "member", "search", "about", "contact", "sitemap", "create", "contest", "projects",
+               "tag", "how-to-write-a-great-instructable", "index.html"}
+IMAGE_BATCH = 500
+
+
+@dataclass
+class CrawlConfig:
+    source: str = "instructables"
+    workers: int = 4
+    max_pages: int | None = None
+    respect_robots: bool = True
+    stale_days: float | None = None          # re-scrape: refresh pages older than this
+    progress: bool = True
+    fetch: FetchConfig = field(default_factory=FetchConfig)
+
+
+@dataclass
+class PageOutcome:
+    url: str
+    recipe_id: str
+    fetch: FetchResult | None = None
+    record: RecipeRecord | None = None
+    reason: str | None = None
+    detail: str | None = None
+    body_sha256: str | None = None
+    from_cache: bool = False
+
+
+class Crawler:
+    def __init__(self, con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
+                 config: CrawlConfig | None = None):
+        self.con = con
+        self.paths = (paths or Paths.from_env()).ensure()
+        self.config = config or CrawlConfig()
+        self.fetcher = Fetcher(self.config.fetch)
+        self.robots = RobotsCache(self.fetcher)
+        self.counts: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+    def summary(self) -> dict:
+        out = {k: self.counts.get(k, 0) for k in (
+            "discovered", "fetched", "cached", "not_modified", "parsed", "loaded",
+            "images_ok", "images_cached", "images_missing", "images_broken")}
+        out["rejected"] = dict(sorted(self.rejected.items()))
+        return out
+
+    # ------------------------------------------------------------------------ raw store
+    def raw_path(self, sha: str) -> Path:
+        return self.paths.raw / sha[:2] / sha[2:]
+
+    def store_raw(self, body: bytes) -> str:
+        sha = hashlib.sha256(body).hexdigest()
+        p = self.raw_path(sha)
+        if not p.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(p.name + ".part")
+            tmp.write_bytes(body)
+            tmp.replace(p)
+        return sha
+
+    def _cached_body(self, row) -> bytes | None:
+        if row is None or not row[3]:
+            return None
+        p = self.raw_path(row[3])
+        return p.read_bytes() if p.exists() else None
+
+    def _page_row(self, url: str):
+        return self.con.execute("SELECT http_status, etag, last_modified, body_sha256, error, fetched_at "
+                                "FROM pages WHERE url = ?", [url]).fetchone()
+
+    def _log_pages(self, rows: list[dict]) -> None:
+        upsert(self.con, "pages", rows)
+
+    @staticmethod
+    def _page_log_row(url: str, kind: str, res: FetchResult | None, sha: str | None,
+                      n_bytes: int | None, error: str | None, status: int | None = None) -> dict:
+        return {"url": url, "kind": kind, "fetched_at": utcnow(),
+                "http_status": status if status is not None else (res.status if res else None),
+                "etag": res.etag if res else None, "last_modified": res.last_modified if res else None,
+                "body_sha256": sha, "n_bytes": n_bytes, "error": error}
+
+    # ------------------------------------------------------------------------ small fetch (discovery)
+    def fetch_document(self, url: str, kind: str) -> bytes | None:
+        """Fetch a listing/sitemap with conditional GET against the crawl log; None on failure."""
+        gate = self._gate(url)
+        if gate:
+            self._reject("ingest", url, gate[0], gate[1])
+            self._log_pages([self._page_log_row(url, kind, None, None, None, f"{gate[0]}: {gate[1]}")])
+            return None
+        row = self._page_row(url)
+        cached = self._cached_body(row)
+        res = self.fetcher.fetch(url, kind=kind, etag=row[1] if cached is not None else None,
+                                 last_modified=row[2] if cached is not None else None)
+        self._log_robots()
+        if res.not_modified and cached is not None:
+            self.counts["not_modified"] += 1
+            self._log_pages([{**self._page_log_row(url, kind, res, row[3], len(cached), None), "http_status": 200}])
+            return cached
+        if not res.ok:
+            self._reject("ingest", url, res.reason, res.detail)
+            self._log_pages([self._page_log_row(url, kind, res, None, None, f"{res.reason}: {res.detail}")])
+            return None
+        self.counts["fetched"] += 1
+        sha = self.store_raw(res.body)
+        self._log_pages([self._page_log_row(url, kind, res, sha, res.n_bytes, None)])
+        clear_rejects(self.con, "ingest", [url])
+        return res.body
+
+    def _gate(self, url: str) -> tuple[str, str] | None:
+        """(reason, detail) when the URL must not be fetched: host allow-list first, then robots.txt."""
+        why = self.fetcher.policy.check(url)
+        if why:
+            return "host_not_allowed", why
+        if self.config.respect_robots and not self.robots.allowed(url):
+            return "robots_disallowed", "robots.txt disallows this URL"
+        return None
+
+    def _log_robots(self) -> None:
+        while self.robots.fetched:
+            res = self.robots.fetched.pop()
+            sha = self.store_raw(res.body) if res.ok and res.body is not None else None
+            self._log_pages([self._page_log_row(res.url, "robots", res, sha, res.n_bytes or None,
+                                                None if res.ok else f"{res.reason}: {res.detail}")])
+
+    # ------------------------------------------------------------------------ discovery
+    def discover_listing(self, start_url: str, limit: int | None = None) -> list[str]:
+        """Recipe URLs from a category page (-> channel listings) or a channel listing, following
+        rel=next pagination. Order: as listed; duplicates dropped."""
+        category = (urlsplit(start_url).path.strip("/").split("/") or [""])[0]
+        channel_re = re.compile(rf"^/{re.escape(category)}/[^/]+/projects/?$") if category else None
+        queue, seen, recipes = [start_url], {start_url}, {}
+        while queue and (limit is None or len(recipes) < limit):
+            url = queue.pop(0)
+            body = self.fetch_document(url, "listing")
+            if body is None:
+                continue
+            soup = BeautifulSoup(body, DEFAULT_BACKEND)
+            found = [urljoin(url, a["href"]) for a in soup.select("a.ible-title[href]")]
+            for u in found:
+                rid = recipe_id_from_url(u)
+                if rid and rid not in recipes:
+                    recipes[rid] = _strip_query(u)
+            more = []
+            if not found and channel_re is not None:   # a category page: follow channel listings
+                more = [urljoin(url, a["href"]) for a in soup.find_all("a", href=True)
+                        if channel_re.match(urlsplit(urljoin(url, a["href"])).path)]
+            nxt = soup.select_one("a[rel~=next][href], link[rel~=next][href]")
+            if nxt is not None:
+                more.insert(0, urljoin(url, nxt["href"]))
+            for u in more:
+                if u not in seen:
+                    seen.add(u)
+                    queue.append(u)
+        urls = list(recipes.values())
+        self.counts["discovered"] += len(urls)
+        log.info("listing %s: %d recipe URL(s)", start_url, len(urls))
+        return urls[:limit] if limit else urls
+
+    def discover_sitemap(self, sitemap_url: str, limit: int | None = None) -> list[str]:
+        """Recipe URLs from a sitemap (or sitemap index), <loc>s resolved against the sitemap URL."""
+        from lxml import etree
+        todo, done, recipes = [sitemap_url], set(), {}
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, recover=True)
+        while todo:
+            url = todo.pop(0)
+            if url in done:
+                continue
+            done.add(url)
+            body = self.fetch_document(url, "sitemap")
+            if body is None:
+                continue
+            try:
+                root = etree.fromstring(body, parser)
+            except etree.XMLSyntaxError as e:
+                self._reject("ingest", url, "parse_error", f"sitemap XML: {e}")
+                continue
+            if root is None:
+                self._reject("ingest", url, "parse_error", "sitemap is not XML")
+                continue
+            locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
+            if etree.QName(root).localname == "sitemapindex":
+                todo.extend(locs)
+                continue
+            for u in locs:
+                if is_recipe_url(u):
+                    recipes.setdefault(recipe_id_from_url(u), _strip_query(u))
+        urls = list(recipes.values())
+        self.counts["discovered"] += len(urls)
+        log.info("sitemap %s: %d recipe URL(s)", sitemap_url, len(urls))
+        return urls[:limit] if limit else urls
+
+    def read_url_file(self, path: Path, limit: int | None = None) -> list[str]:
+        """One URL per line; blank lines and #comments ignored; duplicates (by slug) dropped."""
+        recipes: dict[str, str] = {}
+        for ln in Path(path).read_text().splitlines():
+            ln = ln.strip()
+            if not ln or ln.startswith("#"):
+                continue
+            rid = recipe_id_from_url(ln)
+            if rid:
+                recipes.setdefault(rid, ln)
+        urls = list(recipes.values())
+        self.counts["discovered"] += len(urls)
+        return urls[:limit] if limit else urls
+
+    def rescrape_targets(self, source: str | None = None) -> list[str]:
+        """URLs of recipes whose steps or images are missing/partial, transient failures, or stale pages."""
+        stale = self.config.stale_days
+        rows = self.con.execute(f"""
+            SELECT r.url FROM recipes r LEFT JOIN pages p ON p.url = r.url
+            WHERE r.url IS NOT NULL AND (? IS NULL OR r.source = ?) AND (
+                  (r.status = 'rejected' AND r.status_reason IN ('retries_exhausted', 'truncated'))
+               OR (r.status <> 'rejected' AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.recipe_id = r.recipe_id))
+               OR EXISTS (SELECT 1 FROM steps s WHERE s.recipe_id = r.recipe_id
+                          AND coalesce(s.title_raw, '') = '' AND coalesce(s.body_raw, '') = '')
+               OR EXISTS (SELECT 1 FROM images i WHERE i.recipe_id = r.recipe_id AND i.status <> 'ok')
+               OR {'FALSE' if stale is None else f"coalesce(p.fetched_at, TIMESTAMP '1970-01-01') < now()::TIMESTAMP - INTERVAL {float(stale) * 86400} SECOND"})
+            ORDER BY r.recipe_id""", [source, source]).fetchall()
+        urls = [r[0] for r in rows]
+        self.counts["discovered"] += len(urls)
+        return urls
+
+    # ------------------------------------------------------------------------ recipe pages
+    def crawl_pages(self, urls: Iterable[str], rescrape: bool = False) -> dict:
+        """Fetch, parse and load recipe pages. Returns the running summary."""
+        urls = list(dict.fromkeys(urls))
+        if self.config.max_pages is not None:
+            urls = urls[: self.config.max_pages]
+        existing = {r[0]: (r[1], r[2]) for r in self.con.execute(
+            "SELECT recipe_id, source, split FROM recipes").fetchall()}
+        todo: list[tuple[str, str, bytes | None, tuple | None]] = []
+        for url in urls:
+            rid = recipe_id_from_url(url)
+            if not rid:
+                self._reject("ingest", url, "parse_error", "URL has no recipe slug")
+                continue
+            row = self._page_row(url)
+            if row is not None and not rescrape:
+                err = (row[4] or "").split(":")[0]
+                if row[0] == 200 and row[3] and err == "":
+                    done = self.con.execute("SELECT count(*) FROM recipes WHERE recipe_id = ? AND "
+                                            "content_sha256 IS NOT NULL AND status <> 'rejected'",
+                                            [rid]).fetchone()[0]
+                    body = None if done else self._cached_body(row)
+                    if done or body is not None:
+                        self.counts["cached"] += 1
+                        if done:
+                            continue
+                        todo.append((url, rid, body, row))
+                        continue
+                elif err in PERMANENT:
+                    self.counts["cached"] += 1
+                    continue
+            todo.append((url, rid, None, row if rescrape else None))
+        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="page") as pool:
+            futs = [pool.submit(self._page_job, url, rid, body, row) for url, rid, body, row in todo]
+            bar = tqdm(as_completed(futs), total=len(futs), desc="pages", unit="page",
+                       disable=not self.config.progress, leave=False)
+            for fut in bar:
+                self._record_page(fut.result(), existing)
+        self._log_robots()
+        return self.summary()
+
+    def _page_job(self, url: str, rid: str, cached: bytes | None, row) -> PageOutcome:
+        """Worker thread: fetch (or take the cached body), store raw, parse. No DB access."""
+        out = PageOutcome(url=url, recipe_id=rid)
+        body = cached
+        if body is not None:
+            out.from_cache = True
+        else:
+            gate = self._gate(url)
+            if gate:
+                out.reason, out.detail = gate
+                return out
+            old = self._cached_body(row) if row is not None else None
+            res = self.fetcher.fetch(url, kind="page", etag=row[1] if old is not None else None,
+                                     last_modified=row[2] if old is not None else None)
+            out.fetch = res
+            if res.not_modified and old is not None:
+                body, out.from_cache = old, True
+            elif not res.ok:
+                out.reason, out.detail = res.reason, res.detail
+                return out
+            else:
+                body = res.body
+        out.body_sha256 = self.store_raw(body)
+        try:
+            out.record = parse_page(body, url=url)
+        except ParseError as e:
+            out.reason, out.detail = e.reason, e.detail
+        return out
+
+    def _record_page(self, out: PageOutcome, existing: dict) -> None:
+        """Main thread: write the outcome to the warehouse (recipe first, crawl log last)."""
+        res = out.fetch
+        if res is not None and res.ok:
+            self.counts["not_modified" if res.not_modified else "fetched"] += 1
+        src, split = existing.get(out.recipe_id, (self.config.source, None))
+        if out.record is not None:
+            self.counts["parsed"] += 1
+            load_recipe(self.con, out.record, source=src, split=split)
+            clear_rejects(self.con, "ingest", [out.recipe_id])
+            self.counts["loaded"] += 1
+        else:
+            mark_recipe(self.con, out.recipe_id, src, out.url, "rejected", out.reason)
+            self._reject("ingest", out.recipe_id, out.reason, f"{out.url}: {out.detail}")
+        if out.from_cache and res is None:
+            return   # resumed from the crawl log: its row is already there
+        ok_fetch = out.body_sha256 is not None
+        self._log_pages([self._page_log_row(
+            out.url, "page", res, out.body_sha256, None if not ok_fetch else self.raw_path(out.body_sha256).stat().st_size,
+            None if ok_fetch else f"{out.reason}: {out.detail}",
+            status=200 if ok_fetch else None)])
+
+    # ------------------------------------------------------------------------ images
+    def download_images(self, recipe_ids: Iterable[str] | None = None, retry_failed: bool = False) -> dict:
+        """Download pending (and, with retry_failed, missing/broken) images of this source's recipes."""
+        statuses = ["pending"] + (["missing", "broken"] if retry_failed else [])
+        ids = None if recipe_ids is None else list(recipe_ids)
+        rows = self.con.execute("""
+            SELECT i.image_id, i.recipe_id, i.url FROM images i JOIN recipes r USING (recipe_id)
+            WHERE list_contains(?, i.status) AND i.url IS NOT NULL AND r.source = ?
+              AND (? IS NULL OR list_contains(?, i.recipe_id))
+            ORDER BY i.image_id""", [statuses, self.config.source, ids, ids]).fetchall()
+        if not rows:
+            return self.summary()
+        updates, page_rows = [], []
+        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="img") as pool:
+            futs = [pool.submit(self._image_job, iid, rid, url) for iid, rid, url in rows]
+            bar = tqdm(as_completed(futs), total=len(futs), desc="images", unit="img",
+                       disable=not self.config.progress, leave=False)
+            for fut in bar:
+                upd, page_row = fut.result()
+                updates.append(upd)
+                page_rows.append(page_row)
+                if len(updates) >= IMAGE_BATCH:
+                    self._flush_images(updates, page_rows)
+        self._flush_images(updates, page_rows)
+        self._log_robots()
+        return self.summary()
+
+    def _image_job(self, iid: str, rid: str, url: str) -> tuple[dict, dict]:
+        dest = self.paths.images / rid / iid
+        upd = {"image_id": iid, "path": None, "sha256": None, "width": None, "height": None,
+               "status": "ok", "status_reason": None}
+        gate = self._gate(url)
+        if gate:
+            upd.update(status="missing", status_reason=gate[0])
+            upd["detail"] = gate[1]
+            return upd, self._page_log_row(url, "image", None, None, None, f"{gate[0]}: {gate[1]}")
+        res = self.fetcher.fetch(url, kind="image", dest=dest)
+        if res.ok:
+            data = dest.read_bytes()
+            sha = hashlib.sha256(data).hexdigest()
+            try:
+                upd["width"], upd["height"] = decode_check(data)
+            except Exception as e:  # noqa: BLE001 - any decoder failure means a broken image
+                dest.unlink(missing_ok=True)
+                upd.update(status="broken", status_reason="image_decode_error")
+                upd["detail"] = f"{type(e).__name__}: {e}"
+                return upd, self._page_log_row(url, "image", res, sha, len(data), f"image_decode_error: {e}")
+            upd.update(path=_rel(dest, self.paths.home), sha256=sha)
+            return upd, self._page_log_row(url, "image", res, sha, len(data), None)
+        upd.update(status=IMAGE_STATUS.get(res.reason, "missing"), status_reason=res.reason)
+        upd["detail"] = res.detail
+        return upd, self._page_log_row(url, "image", res, None, None, f"{res.reason}: {res.detail}")
+
+    def _flush_images(self, updates: list[dict], page_rows: list[dict]) -> None:
+        if not updates:
+            return
+        self.con.execute("BEGIN")
+        try:
+            self.con.executemany(
+                "UPDATE images SET path = ?, sha256 = ?, width = ?, height = ?, status = ?, "
+                "status_reason = ? WHERE image_id = ?",
+                [[u["path"], u["sha256"], u["width"], u["height"], u["status"], u["status_reason"],
+                  u["image_id"]] for u in updates])
+            ok = [u["image_id"] for u in updates if u["status"] == "ok"]
+            clear_rejects(self.con, "images", ok)
+            for u in updates:
+                if u["status"] != "ok":
+                    self._reject("images", u["image_id"], u["status_reason"], u.get("detail"))
+            self._log_pages(page_rows)
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        for u in updates:
+            self.counts[f"images_{u['status']}"] += 1
+        updates.clear()
+        page_rows.clear()
+
+    def _reject(self, stage: str, key: str, reason: str, detail: str | None) -> None:
+        record_reject(self.con, stage, key, reason, detail)
+        self.rejected[f"{stage}/{reason}"] += 1
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def decode_check(data: bytes) -> tuple[int, int]:
+    """Pillow verify() then a full decode (verify alone misses truncated JPEG data). Returns size."""
+    with Image.open(io.BytesIO(data)) as im:
+        im.verify()
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        return im.size
+
+
+def is_recipe_url(url: str) -> bool:
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if parts and parts[0] == "id":
+        parts = parts[1:]
+    return len(parts) == 1 and parts[0].lower() not in NOT_RECIPES and "." not in parts[0]
+
+
+def _strip_query(url: str) -> str:
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.netloc}{p.path}"
+
+
+def _rel(path: Path, home: Path) -> str:
+    try:
+        return str(path.relative_to(home))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,265 @@
+"""Parse an instructables recipe page into a RecipeRecord.
+
+Markup handled, in order of preference:
+1. 2024 server HTML: `div.article-body > section.step` (ids `intro`, `stepsupplies`, `step1..N`),
+   `h2.step-title`, `div.step-body`, images only from `<noscript><div class="no-js-photoset"><img>`
+   (avatars and "more by the author" thumbnails live in the same intro section but outside the
+   photoset, so they are never step images);
+2. older markup (`/id/<Slug>/` era): the same sections with images in `.photoset`/`.mediaset`;
+3. JSON-LD `HowTo` when no step sections exist (step 0 = name + description).
+
+Step 0 is the intro, later steps follow document order. Step titles lose the template prefix the
+site adds ("Step 3: ", "Introduction: "); everything else is kept raw for the cleaner. Image URLs
+are resolved against the page URL with query string and fragment stripped, deduplicated per step.
+"""
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from bs4 import BeautifulSoup, NavigableString, Tag
+
+from etl.records import RecipeRecord, StepRecord
+
+DEFAULT_BACKEND = "lxml"   # `mrqa bench parse`: ~1.3x html.parser end to end on the fixture page
+BLOCK_TAGS = {"p", "div", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote",
+              "tr", "table", "section", "br", "hr", "dd", "dt", "figure", "figcaption"}
+SKIP_TAGS = {"script", "style", "noscript", "template", "iframe", "video"}
+TITLE_PREFIX = re.compile(r"^\s*(?:Step\s+\d+|Introduction)\s*:\s*", re.IGNORECASE)
+SITE_TITLE_SUFFIX = re.compile(r"\s*:\s*\d+\s+Steps.*$|\s*-\s*Instructables\s*$")
+
+
+class ParseError(ValueError):
+    """A page that yields no recipe; `reason` is `parse_error` or `no_steps`."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+# ----------------------------------------------------------------------------- public API
+
+def parse_page(html: str | bytes, url: str | None = None,
+               backend: str = DEFAULT_BACKEND) -> RecipeRecord:
+    """Parse one recipe page. `url` is where it was fetched (resolves relative image links)."""
+    if not html or not (html.strip() if isinstance(html, str) else html.strip()):
+        raise ParseError("parse_error", "empty document")
+    try:
+        soup = BeautifulSoup(html, backend)
+    except Exception as e:  # noqa: BLE001 - any parser failure is a parse_error
+        raise ParseError("parse_error", f"{type(e).__name__}: {e}") from e
+    ld = _json_ld(soup)
+    page_url = url or _canonical_url(soup)
+    recipe_id = recipe_id_from_url(page_url) if page_url else None
+    if not recipe_id:
+        raise ParseError("parse_error", "cannot tell the recipe slug (no URL and no og:url/canonical)")
+    howto = ld.get("HowTo", {})
+    title = (_text(soup.select_one("h1.header-title")) or _meta(soup, "og:title")
+             or howto.get("name") or _site_title(soup))
+    steps = _steps_from_sections(soup, page_url) or _steps_from_howto(howto, page_url)
+    if not steps:
+        raise ParseError("no_steps", f"no step sections and no JSON-LD HowTo steps in {page_url}")
+    return RecipeRecord(recipe_id=recipe_id, url=page_url, title=title or None,
+                        author=_author(soup, ld), category=_category(soup),
+                        channel=_channel(soup), license=_license(soup), steps=steps)
+
+
+def recipe_id_from_url(url: str) -> str | None:
+    """`https://www.instructables.com/Egg-Drop/` and `/id/Egg-Drop/` -> `Egg-Drop`."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if parts and parts[0] == "id":
+        parts = parts[1:]
+    return parts[0] if parts else None
+
+
+def normalise_image_url(src: str, base: str | None) -> str:
+    """Resolve against the page and drop query string and fragment (`?auto=webp&width=600`)."""
+    absolute = urljoin(base, src.strip()) if base else src.strip()
+    s = urlsplit(absolute)
+    return urlunsplit((s.scheme, s.netloc, s.path, "", ""))
+
+
+# ----------------------------------------------------------------------------- steps
+
+def _steps_from_sections(soup: BeautifulSoup, base: str | None) -> list[StepRecord]:
+    # find_all with class_ instead of CSS selectors: same result, ~2x faster on real pages
+    article = soup.find("div", class_="article-body")
+    sections = article.find_all("section", class_="step", recursive=False) if article else []
+    sections = sections or soup.find_all("section", class_="step")
+    steps = []
+    for idx, sec in enumerate(sections):
+        title = TITLE_PREFIX.sub("", _text(sec.find(class_="step-title")) or "", count=1)
+        body_el = sec.find("div", class_="step-body")
+        body = block_text(body_el) if body_el is not None else ""
+        imgs = [img for box in sec.find_all(class_="no-js-photoset") for img in box.find_all("img")]
+        urls: list[str] = []
+        for img in imgs or _old_photoset_imgs(sec):
+            src = img.get("src") or img.get("data-src")
+            if not src or src.startswith("data:"):
+                continue
+            u = normalise_image_url(src, base)
+            if u not in urls:
+                urls.append(u)
+        n_videos = len(sec.find_all(["iframe", "video"]))
+        steps.append(StepRecord(step_idx=idx, title=title.strip(), body=body, images=urls,
+                                n_videos=n_videos))
+    return steps
+
+
+def _old_photoset_imgs(sec: Tag) -> list[Tag]:
+    # pre-2020 markup: <div class="photoset"> with <img src|data-src>; never avatars/promoted items
+    return [img for box in sec.find_all(class_=("photoset", "mediaset")) for img in box.find_all("img")
+            if "pixel.png" not in (img.get("src") or "")]
+
+
+def _steps_from_howto(howto: dict, base: str | None) -> list[StepRecord]:
+    raw = howto.get("step") or []
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not raw:
+        return []
+    steps = [StepRecord(0, (howto.get("name") or "").strip(), (howto.get("description") or "").strip(),
+                        _ld_images(howto.get("image"), base))]
+    for i, s in enumerate((s for s in raw if isinstance(s, dict)), start=1):
+        steps.append(StepRecord(i, (s.get("name") or "").strip(), _lines(s.get("text") or ""),
+                                _ld_images(s.get("image"), base)))
+    return steps
+
+
+def _ld_images(value, base: str | None) -> list[str]:
+    if not value:
+        return []
+    items = value if isinstance(value, list) else [value]
+    urls = []
+    for it in items:
+        src = it.get("url") if isinstance(it, dict) else it
+        if isinstance(src, str) and src.strip():
+            u = normalise_image_url(src, base)
+            if u not in urls:
+                urls.append(u)
+    return urls
+
+
+# ----------------------------------------------------------------------------- text
+
+def block_text(el: Tag) -> str:
+    """Visible text of an element, one line per block element, whitespace collapsed per line."""
+    out: list[str] = []
+
+    def walk(node: Tag) -> None:
+        for child in node.children:
+            if isinstance(child, NavigableString):
+                if type(child) is NavigableString:  # skips comments, CDATA, doctype
+                    out.append(str(child))
+            elif isinstance(child, Tag) and child.name not in SKIP_TAGS:
+                block = child.name in BLOCK_TAGS
+                if block:
+                    out.append("\n")
+                walk(child)
+                if block:
+                    out.append("\n")
+
+    walk(el)
+    return _lines("".join(out))
+
+
+def _lines(text: str) -> str:
+    lines = (" ".join(ln.split()) for ln in text.replace("\r", "\n").split("\n"))
+    return "\n".join(ln for ln in lines if ln)
+
+
+def _text(el: Tag | None) -> str | None:
+    if el is None:
+        return None
+    t = " ".join(el.get_text(" ").split())
+    return t or None
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def _meta(soup: BeautifulSoup, prop: str) -> str | None:
+    el = soup.find("meta", attrs={"property": prop}) or soup.find("meta", attrs={"name": prop})
+    content = el.get("content") if el else None
+    return content.strip() if content and content.strip() else None
+
+
+def _canonical_url(soup: BeautifulSoup) -> str | None:
+    link = soup.find("link", rel="canonical")
+    return (link.get("href") if link else None) or _meta(soup, "og:url")
+
+
+def _site_title(soup: BeautifulSoup) -> str | None:
+    t = _text(soup.title)
+    return SITE_TITLE_SUFFIX.sub("", t) if t else None
+
+
+def _author(soup: BeautifulSoup, ld: dict) -> str | None:
+    for a in soup.select("a[rel~=author]"):
+        if "avatar" in (a.get("class") or []) or "more-link" in (a.get("class") or []):
+            continue
+        name = _text(a)
+        if name:
+            return name
+    person = ld.get("Article", {}).get("contributor") or ld.get("HowTo", {}).get("author")
+    return person.get("name") if isinstance(person, dict) else None
+
+
+def _category(soup: BeautifulSoup) -> str | None:
+    cat = _meta(soup, "category")
+    if cat:
+        return cat
+    a = soup.select_one("a.category[href]")
+    return a["href"].strip("/").split("/")[0] or None if a else None
+
+
+def _channel(soup: BeautifulSoup) -> str | None:
+    ch = _meta(soup, "channel")
+    if ch:
+        return ch
+    a = soup.select_one("a.channel[href]")   # /cooking/<channel>/projects/
+    parts = [p for p in a["href"].split("/") if p] if a else []
+    return parts[1] if len(parts) >= 2 else None
+
+
+def _license(soup: BeautifulSoup) -> str | None:
+    btn = soup.select_one(".license-btn[data-url]")
+    if btn:
+        return btn["data-url"].strip() or None
+    a = soup.find("a", rel="license")
+    return a.get("href") if a else None
+
+
+def _json_ld(soup: BeautifulSoup) -> dict[str, dict]:
+    """JSON-LD objects by @type (first of each type wins); malformed blocks are ignored."""
+    found: dict[str, dict] = {}
+    for script in soup.find_all("script", type="application/ld+json"):
+        try:
+            data = json.loads(script.string or "")
+        except (json.JSONDecodeError, TypeError):
+            continue
+        items = data if isinstance(data, list) else data.get("@graph", [data]) if isinstance(data, dict) else []
+        for obj in items:
+            if isinstance(obj, dict) and isinstance(obj.get("@type"), str):
+                found.setdefault(obj["@type"], obj)
+    return found
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+def bench_parse(pages: list[tuple[str | bytes, str | None]], backends=("lxml", "html.parser"),
+                min_seconds: float = 2.0) -> dict[str, float]:
+    """Pages per second of `parse_page` for each bs4 backend, each timed for >= min_seconds
+    over the same pages (a warm-up pass first)."""
+    import time
+    rates = {}
+    for backend in backends:
+        for html, url in pages:   # warm-up (and proof the backend parses every page)
+            parse_page(html, url, backend=backend)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < min_seconds:
+            for html, url in pages:
+                parse_page(html, url, backend=backend)
+                n += 1
+        rates[backend] = n / (time.perf_counter() - t0)
+    return rates

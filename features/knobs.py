@@ -1,0 +1,159 @@
+"""Knob settings as data: the paper's binary presets, the parameters behind them, dataset ids.
+
+DESIGN.md §7. A dataset is (task, knobs, params, seed, encoder). `KnobParams` holds the underlying
+parameters; `KnobParams.preset(task, k1, k2, k3)` gives the paper's values, `recipeqa_preset(task)`
+the biased RecipeQA-style reference. Deterministic randomness helpers (stable 64-bit keys and a
+vectorised splitmix64 stream) live here too, so every random decision is a function of
+(seed, task, recipe/question) and never of iteration order.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
+TASK_CODES = {"visual_cloze": "vc", "visual_coherence": "vcoh", "visual_ordering": "vord",
+              "textual_cloze": "tc"}
+K3_MODES = ("off", "coin", "all", "balanced")
+N_CHOICES = 4
+
+
+@dataclass(frozen=True)
+class KnobParams:
+    """Everything that defines a dataset besides task, seed and encoder.
+
+    knob1 / knob2 / knob3 are the paper's labels (None for the RecipeQA-style preset); the
+    fields below them are what the generator actually uses, so users can go past two levels.
+    """
+    knob1: int | None = 0
+    knob2: int | None = 0
+    knob3: int | None = 0
+    preset: str | None = None            # None (knob dataset) | "recipeqa"
+    # knob 1 -- overlap between the questions of a recipe
+    min_steps: int = 5                   # recipes need this many eligible (non-intro, with item) steps
+    questions_per_step: float = 0.5      # at most floor(n_steps * ratio) questions per recipe
+    remove_answer_step: bool = True      # the correct answer's step leaves the pool after a question
+    extra_step_removal: bool = False     # k1=1: one random other step of the question leaves too
+    # knob 2 -- distance of distractors from the correct answer (ball in units of s_d around m_d)
+    distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset)
+    k: int = 100                         # neighbours used for m_d, s_d and as candidates
+    ball_lo_sd: float | None = None      # None: lower bound is distance 0
+    ball_hi_sd: float = -1.0
+    ordering_weight_power: float = 0.0   # ordering: wrong orderings drawn with weight S**power
+    # knob 3 -- distance of distractors from the question
+    k3_mode: str = "off"                 # off | coin (paper, p=k3_prob) | all | balanced
+    k3_prob: float = 0.5
+    k3_n_constrained: int = 1            # distractors closer to the question than the answer (coin/all)
+
+    @classmethod
+    def preset_for(cls, task: str, k1: int, k2: int, k3: int, k3_mode: str = "coin",
+                   **overrides) -> "KnobParams":
+        """The paper's binary setting (k1, k2, k3) with `overrides` on the underlying parameters."""
+        for name, v in (("k1", k1), ("k2", k2), ("k3", k3)):
+            if v not in (0, 1):
+                raise ValueError(f"{name} must be 0 or 1, got {v!r}")
+        if task == "visual_ordering" and k3:
+            raise ValueError("knob 3 is not defined for visual_ordering (DESIGN.md §7); use k3=0")
+        if k3 and k3_mode not in ("coin", "all", "balanced"):
+            raise ValueError(f"--k3-mode must be coin, all or balanced, got {k3_mode!r}")
+        p = cls(knob1=k1, knob2=k2, knob3=k3,
+                questions_per_step=1 / 3 if k1 else 1 / 2,
+                extra_step_removal=bool(k1),
+                ball_lo_sd=None if k2 == 0 else -1.0,
+                ball_hi_sd=-1.0 if k2 == 0 else 1.0,
+                ordering_weight_power=float(k2),
+                k3_mode=k3_mode if k3 else "off")
+        return replace(p, **overrides) if overrides else p
+
+    @classmethod
+    def recipeqa_preset(cls, **overrides) -> "KnobParams":
+        """RecipeQA-style reference: steps reused across questions, random far distractors."""
+        p = cls(knob1=None, knob2=None, knob3=None, preset="recipeqa", min_steps=4,
+                questions_per_step=0.5, remove_answer_step=False, extra_step_removal=False,
+                distractors="random_far", ordering_weight_power=0.0, k3_mode="off")
+        return replace(p, **overrides) if overrides else p
+
+    def validate(self, task: str) -> None:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; one of {', '.join(TASKS)}")
+        if self.k3_mode not in K3_MODES:
+            raise ValueError(f"k3_mode must be one of {K3_MODES}, got {self.k3_mode!r}")
+        if task == "visual_ordering" and self.k3_mode != "off":
+            raise ValueError("knob 3 is not defined for visual_ordering (DESIGN.md §7)")
+        if not 0 < self.questions_per_step <= 1:
+            raise ValueError("questions_per_step must be in (0, 1]")
+        if self.distractors not in ("ball", "random_far"):
+            raise ValueError("distractors must be ball or random_far")
+        if self.k < 3:
+            raise ValueError("k must be at least 3 (three distractors)")
+        if self.ball_lo_sd is not None and self.ball_lo_sd >= self.ball_hi_sd:
+            raise ValueError("ball_lo_sd must be below ball_hi_sd")
+        if not 0 <= self.k3_n_constrained <= N_CHOICES - 1:
+            raise ValueError("k3_n_constrained must be in 0..3")
+        if self.min_steps < 4:
+            raise ValueError("min_steps must be at least 4 (a question shows 4 steps)")
+
+    @property
+    def knobs_label(self) -> str:
+        """Hive partition value: `k1-k2-k3` or the preset name."""
+        if self.preset:
+            return self.preset
+        return f"{self.knob1}-{self.knob2}-{self.knob3}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str:
+    """Deterministic id: `vc-k010-s0-<enc8>`; a `-p<hash6>` suffix when the underlying
+    parameters differ from the paper preset of those knob values (or from the recipeqa preset)."""
+    code = TASK_CODES[task]
+    enc8 = hashlib.sha256(encoder_id.encode()).hexdigest()[:8]
+    if params.preset:
+        base, ref = f"{code}-{params.preset}", KnobParams.recipeqa_preset()
+    else:
+        base = f"{code}-k{params.knob1}{params.knob2}{params.knob3}"
+        ref = KnobParams.preset_for(task, params.knob1, params.knob2, params.knob3)
+    did = f"{base}-s{seed}-{enc8}"
+    if params != ref:
+        h = hashlib.sha256(json.dumps(params.to_json(), sort_keys=True).encode()).hexdigest()[:6]
+        did += f"-p{h}"
+    return did
+
+
+# ----------------------------------------------------------------------------- deterministic randomness
+
+_MASK = (1 << 64) - 1
+
+
+def stable_key(*parts) -> int:
+    """A 64-bit key from the parts (sha256): the same on every machine and Python version."""
+    h = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:8], "big")
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """Vectorised splitmix64 finaliser on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def uniforms(keys: np.ndarray, stream: int, n: int = 1) -> np.ndarray:
+    """Uniforms in [0, 1), shape (len(keys), n): a pure function of (key, stream, column)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    base = splitmix64(keys ^ np.uint64(stream * 0x9E3779B1 & _MASK))
+    cols = np.arange(n, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        z = splitmix64(base[:, None] + cols * np.uint64(0xD1B54A32D192ED03))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def recipe_rng(seed: int, task: str, variant: str, recipe_id: str) -> np.random.Generator:
+    """Per-recipe generator: results never depend on the order recipes are visited in."""
+    return np.random.default_rng([seed & _MASK, stable_key(task, variant, recipe_id)])

@@ -1,0 +1,86 @@
+"""Prefect flow `embed`: encoder (train the default if missing) -> image and step-text vectors in
+LanceDB (incremental) -> indexes -> the `neighbours` table.
+
+Thin wrapper over features/ (encoders, encoder_train, embedding, store, neighbours).
+"""
+from __future__ import annotations
+
+import logging
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from etl.config import Paths
+from etl.warehouse import connect
+from features.embedding import EmbedConfig, embed_images, embed_step_texts
+from features.encoder_train import TrainConfig, train_encoder
+from features.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
+from features.neighbours import build_neighbour_table
+from features.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+
+log = logging.getLogger(__name__)
+
+
+@task(cache_policy=NO_CACHE)
+def resolve_encoder_task(con, paths: Paths, encoder_id: str | None, train_if_missing: bool) -> str:
+    encoder_id = encoder_id or latest_encoder_id(con)
+    if encoder_id is None:
+        if not train_if_missing:
+            raise EncoderUnavailable("no encoder registered; run `mrqa encoder train`")
+        encoder_id = train_encoder(con, paths, TrainConfig())["encoder_id"]
+    return encoder_id
+
+
+@task(cache_policy=NO_CACHE)
+def embed_images_task(con, store, encoder, paths, cfg) -> dict:
+    return embed_images(con, store, encoder, paths, cfg)
+
+
+@task(cache_policy=NO_CACHE)
+def embed_texts_task(con, store, encoder) -> dict:
+    return embed_step_texts(con, store, encoder)
+
+
+@task(cache_policy=NO_CACHE)
+def index_task(store, encoder_id: str) -> dict:
+    return {"images": store.finish_writes(IMAGE_TABLE, encoder_id),
+            "texts": store.finish_writes(TEXT_TABLE, encoder_id)}
+
+
+@task(cache_policy=NO_CACHE)
+def neighbours_task(con, store, encoder_id: str, k: int, method: str) -> dict:
+    return build_neighbour_table(con, store, encoder_id, k=k, method=method)
+
+
+def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
+              num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
+              device: str | None = None, tasks: bool = False) -> dict:
+    """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks)."""
+    call = (lambda t, *a: t(*a)) if tasks else (lambda t, *a: t.fn(*a))
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    try:
+        store = FeatureStore(paths.lance)
+        encoder_id = call(resolve_encoder_task, con, paths, encoder_id, train_if_missing)
+        encoder = load_encoder(con, encoder_id, device=device, paths=paths)
+        cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers)
+        summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
+        summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
+        summary.update(call(embed_texts_task, con, store, encoder))
+        summary["indexes"] = call(index_task, store, encoder_id)
+        if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
+                "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchone()[0]:
+            summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
+        else:
+            summary["neighbours"] = "unchanged (no new or deleted image vectors)"
+        return summary
+    finally:
+        con.close()
+
+
+@flow(name="embed", log_prints=True)
+def embed_flow(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
+               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto") -> dict:
+    """Embed new images and step texts with an encoder and rebuild its neighbour table."""
+    return run_embed(encoder_id, train_if_missing, k, num_workers, batch_size, neighbour_method,
+                     tasks=True)

@@ -1,0 +1,52 @@
+"""Prefect flow: generate Meta-RecipeQA datasets (3 visual tasks x knob settings, textual cloze,
+RecipeQA-style presets) from the warehouse + feature store. Thin over features/generate.py."""
+from __future__ import annotations
+
+import logging
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from etl.config import Paths
+from etl.warehouse import connect
+from features.generate import generate_datasets, generation_settings
+from features.knobs import KnobParams
+
+log = logging.getLogger(__name__)
+
+
+@task(name="generate-datasets", cache_policy=NO_CACHE)
+def generate_task(settings: list[tuple[str, KnobParams]], seed: int, encoder_id: str | None) -> list[dict]:
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    try:
+        return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance)
+    finally:
+        con.close()
+
+
+@flow(name="generate")
+def generate_flow(all: bool = True, seed: int = 0, encoder_id: str | None = None,
+                  task_name: str | None = None, knobs: tuple[int, int, int] | None = None,
+                  preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None) -> dict:
+    """Generate datasets: every setting (`all`), one knob setting (`task_name` + `knobs`), or a
+    preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}."""
+    if all and not (task_name or knobs or preset):
+        settings = generation_settings()
+    else:
+        if task_name is None:
+            raise ValueError("task_name is required unless all=True")
+        if preset == "recipeqa":
+            settings = [(task_name, KnobParams.recipeqa_preset(**(overrides or {})))]
+        elif preset:
+            raise ValueError(f"unknown preset {preset!r} (only 'recipeqa')")
+        else:
+            k1, k2, k3 = knobs or (0, 0, 0)
+            settings = [(task_name, KnobParams.preset_for(task_name, k1, k2, k3, k3_mode=k3_mode,
+                                                          **(overrides or {})))]
+    for t, p in settings:
+        p.validate(t)
+    summaries = generate_task(settings, seed, encoder_id)
+    return {"datasets": summaries, "n_datasets": len(summaries),
+            "n_questions": sum(s["n_questions"] for s in summaries),
+            "seconds": round(sum(s["seconds"] for s in summaries), 3)}

@@ -1,0 +1,38 @@
+"""Prefect flow: import RecipeQA JSON files (thin wrapper over etl.recipeqa.import_recipeqa)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from etl.config import Paths
+from etl.recipeqa import RecipeQAFormatError, import_recipeqa
+from etl.warehouse import connect
+
+
+@task(name="import-recipeqa-files", cache_policy=NO_CACHE)
+def import_files(files: list[str], images_dir: str | None, method: str) -> dict:
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    try:
+        return import_recipeqa(con, files, Path(images_dir) if images_dir else None,
+                               home=paths.home, method=method)
+    except RecipeQAFormatError as e:
+        return {"error": str(e), "loaded": False}
+    finally:
+        con.close()
+
+
+@flow(name="import-recipeqa")
+def import_recipeqa_flow(files: list[str], images_dir: str | None = None, method: str = "arrow",
+                         raise_on_error: bool = True) -> dict:
+    """Validate every file first, then load recipes, steps, images and original questions at once.
+
+    A bad file loads nothing: the flow fails (or, with raise_on_error=False, returns
+    {"error": message, "loaded": False} so the CLI can print a clean message).
+    """
+    summary = import_files(files, images_dir, method)
+    if "error" in summary and raise_on_error:
+        raise RecipeQAFormatError(summary["error"])
+    return summary

@@ -1,0 +1,113 @@
+"""Prefect flow: crawl instructables-shaped sites into the warehouse.
+
+discover (listing / sitemap / URL file / re-scrape targets) -> recipe pages -> step images.
+Only the network tasks retry; the crawl is resumable, so a retried task skips finished work.
+Plain logic lives in etl/crawl.py; this file only wires it.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from etl.config import Paths
+from etl.crawl import CrawlConfig, Crawler
+from etl.http_fetch import FetchConfig
+from etl.warehouse import connect
+
+log = logging.getLogger(__name__)
+
+
+def _crawler(config: CrawlConfig) -> Crawler:
+    paths = Paths.from_env().ensure()
+    return Crawler(connect(paths), paths, config)
+
+
+def _finish(c: Crawler) -> dict:
+    s = c.summary()
+    c.close()
+    c.con.close()
+    return s
+
+
+# ----------------------------------------------------------------------------- extract (network IO)
+
+@task(name="discover-recipe-urls", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def discover_urls(config: CrawlConfig, listing: str | None, urls_file: str | None,
+                  sitemap: str | None, rescrape: bool) -> tuple[list[str], dict]:
+    c = _crawler(config)
+    try:
+        urls: list[str] = []
+        if listing:
+            urls += c.discover_listing(listing, limit=config.max_pages)
+        if sitemap:
+            urls += c.discover_sitemap(sitemap, limit=config.max_pages)
+        if urls_file:
+            urls += c.read_url_file(Path(urls_file), limit=config.max_pages)
+        if rescrape:
+            urls += c.rescrape_targets(source=config.source)
+        return list(dict.fromkeys(urls)), c.summary()
+    finally:
+        _finish(c)
+
+
+@task(name="crawl-recipe-pages", retries=1, retry_delay_seconds=10, cache_policy=NO_CACHE)
+def crawl_pages(config: CrawlConfig, urls: list[str], rescrape: bool) -> dict:
+    c = _crawler(config)
+    try:
+        c.crawl_pages(urls, rescrape=rescrape)
+    finally:
+        summary = _finish(c)
+    return summary
+
+
+@task(name="download-step-images", retries=1, retry_delay_seconds=10, cache_policy=NO_CACHE)
+def download_images(config: CrawlConfig, rescrape: bool) -> dict:
+    c = _crawler(config)
+    try:
+        c.download_images(retry_failed=rescrape)
+    finally:
+        summary = _finish(c)
+    return summary
+
+
+def merge_summaries(*parts: dict) -> dict:
+    total: Counter = Counter()
+    rejected: Counter = Counter()
+    for p in parts:
+        rejected.update(p.get("rejected", {}))
+        total.update({k: v for k, v in p.items() if k != "rejected"})
+    return {**dict(total), "rejected": dict(sorted(rejected.items()))}
+
+
+# ----------------------------------------------------------------------------- flow
+
+@flow(name="ingest-instructables", log_prints=True)
+def ingest_instructables(listing: str | None = None, urls_file: Path | None = None,
+                         sitemap: str | None = None, rescrape: bool = False,
+                         allow_hosts: list[str] = (), allow_private: bool = False,
+                         source: str = "instructables", delay_s: float = 1.0, workers: int = 4,
+                         max_pages: int | None = None, stale_days: float | None = None,
+                         progress: bool = True) -> dict:
+    """Discover recipe URLs, fetch and load their pages, download their step images.
+
+    Returns a summary: discovered, fetched, cached, not_modified, parsed, loaded, images_* and
+    rejected counts by `stage/reason` for this run.
+    """
+    if not (listing or urls_file or sitemap or rescrape):
+        raise ValueError("give a listing URL, a sitemap URL, a URL file, or rescrape=True")
+    config = CrawlConfig(source=source, workers=workers, max_pages=max_pages, stale_days=stale_days,
+                         progress=progress,
+                         fetch=FetchConfig(allow_hosts=tuple(allow_hosts), allow_private=allow_private,
+                                           delay_s=delay_s))
+    urls, s_discover = discover_urls(config, listing, str(urls_file) if urls_file else None,
+                                     sitemap, rescrape)
+    s_pages = crawl_pages(config, urls, rescrape)
+    s_images = download_images(config, rescrape)
+    summary = merge_summaries(s_discover, s_pages, s_images)
+    summary["discovered"] = len(urls)
+    log.info("ingest summary: %s", summary)
+    return summary

@@ -1,0 +1,246 @@
+"""The crawler against a real HTTP server on 127.0.0.1 that injects 429/5xx/slow/truncated faults."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from etl.config import Paths
+from etl.crawl import CrawlConfig, Crawler
+from etl.http_fetch import FetchConfig, Fetcher, HostPolicy
+from etl.sample.server import FaultConfig, SiteServer
+from etl.warehouse import connect, table_fingerprint
+
+from site_builder import build_site, recipe_html
+
+REPO = Path(__file__).resolve().parents[2]
+FAULTS = FaultConfig(fail_rate=0.1, rate_limit_rate=0.1, slow_rate=0.05, slow_seconds=0.2,
+                     truncate_rate=0.1, retry_after_seconds=0.2, max_faults_per_url=2, seed=3)
+TIMESTAMPS = {"recipes": ["fetched_at"], "pages": ["fetched_at"], "rejects": ["at"],
+              "steps": [], "images": []}
+
+
+def _config(**kw) -> CrawlConfig:
+    fetch = dict(allow_private=True, delay_s=0.0, backoff_s=0.02, timeout_s=5)
+    fetch.update(kw.pop("fetch", {}))
+    kw = {"source": "sample", "workers": 3, "progress": False, **kw}
+    return CrawlConfig(fetch=FetchConfig(**fetch), **kw)
+
+
+def _crawl(con, paths, listing: str, **kw) -> dict:
+    c = Crawler(con, paths, _config(**kw))
+    try:
+        c.crawl_pages(c.discover_listing(listing))
+        c.download_images()
+        return c.summary()
+    finally:
+        c.close()
+
+
+def _fingerprints(con) -> dict:
+    return {t: table_fingerprint(con, t, exclude=ex) for t, ex in TIMESTAMPS.items()}
+
+
+def test_crawl_with_faults_ends_ingested_or_rejected(tmp_path, paths, con):
+    truth = build_site(tmp_path / "site")
+    with SiteServer(tmp_path / "site", faults=FAULTS) as srv:
+        summary = _crawl(con, paths, srv.url + "/cooking/")
+        stats = dict(srv.stats)
+    assert all(stats[k] > 0 for k in ("429", "5xx", "truncated")), stats
+    recipes = dict(con.execute("SELECT recipe_id, coalesce(status_reason, status) FROM recipes").fetchall())
+    assert recipes == {**{r: "ok" for r in truth.recipes_ok}, **truth.recipes_rejected}
+    steps = dict(con.execute("SELECT recipe_id, count(*) FROM steps GROUP BY 1").fetchall())
+    assert steps == truth.recipes_ok
+    rejects = set(con.execute("SELECT key, reason FROM rejects WHERE stage = 'ingest'").fetchall())
+    assert rejects == set(truth.recipes_rejected.items())
+    images = dict(con.execute("SELECT image_id, status FROM images").fetchall())
+    assert images == truth.images
+    bad = dict(con.execute("SELECT key, reason FROM rejects WHERE stage = 'images'").fetchall())
+    assert bad == {i: ("http_404" if s == "missing" else "image_decode_error")
+                   for i, s in truth.images.items() if s != "ok"}
+    # step image URLs: path-only src resolved against the page, query string stripped, in order
+    rows = con.execute("SELECT recipe_id, step_idx, url FROM images ORDER BY recipe_id, step_idx, ord").fetchall()
+    for rid, step, url in rows:
+        assert url.startswith(srv.url + "/ORIG/") and "?" not in url
+        assert url[len(srv.url):] in truth.step_images[f"{rid}/{step}"]
+    ok = con.execute("SELECT path, sha256, width FROM images WHERE status = 'ok'").fetchall()
+    assert all((paths.home / p).is_file() and len(s) == 64 and w == 24 for p, s, w in ok)
+    assert not any(paths.images.rglob(".part-*"))
+    # every fetched page is in the crawl log and stored content-addressed
+    for sha, in con.execute("SELECT body_sha256 FROM pages WHERE kind <> 'image' AND body_sha256 IS NOT NULL").fetchall():
+        assert (paths.raw / sha[:2] / sha[2:]).is_file()
+    assert summary["images_ok"] == sum(s == "ok" for s in truth.images.values())
+    assert summary["rejected"]["ingest/http_404"] == 1
+
+
+def test_second_run_is_cached_and_idempotent(tmp_path, paths, con):
+    build_site(tmp_path / "site", n_recipes=3)
+    with SiteServer(tmp_path / "site") as srv:
+        _crawl(con, paths, srv.url + "/cooking/")
+        before = _fingerprints(con)
+        served = srv.stats["served"]
+        again = _crawl(con, paths, srv.url + "/cooking/")
+        # only robots.txt is fetched again; listings answer 304, pages and images are skipped
+        assert srv.stats["served"] == served + 1 and srv.requests_by_path["/robots.txt"] == 2
+        assert srv.stats["not_modified"] > 0
+    assert again["fetched"] == 0 and again["cached"] == 6 and again["images_ok"] == 0
+    assert _fingerprints(con) == before
+
+
+KILLED_CRAWL = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+    from test_crawl import _crawl
+    from etl.config import Paths
+    from etl.warehouse import connect
+    paths = Paths.from_env({home!r}).ensure()
+    _crawl(connect(paths), paths, {listing!r}, workers=1, fetch=dict(delay_s=0.03))
+""")
+
+
+def test_killed_crawl_restarts_to_the_same_warehouse(tmp_path):
+    build_site(tmp_path / "site", n_recipes=8)
+    ref_paths = Paths.from_env(tmp_path / "ref").ensure()
+    run_paths = Paths.from_env(tmp_path / "run").ensure()
+    with SiteServer(tmp_path / "site", faults=FAULTS) as srv:
+        listing = srv.url + "/cooking/"
+        ref = connect(ref_paths)
+        _crawl(ref, ref_paths, listing)
+        total = sum(srv.requests_by_path.values())
+        start = total
+        script = KILLED_CRAWL.format(repo=str(REPO), tests=str(Path(__file__).parent),
+                                     home=str(run_paths.home), listing=listing)
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        deadline = time.time() + 60
+        while sum(srv.requests_by_path.values()) - start < total // 2 and time.time() < deadline:
+            assert proc.poll() is None, "the crawl finished before it could be killed"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        con = connect(run_paths)
+        partial = con.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchone()[0]
+        n_ok = ref.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchone()[0]
+        assert partial < n_ok                                       # it really stopped mid-way
+        resumed = _crawl(con, run_paths, listing)
+        assert resumed["cached"] > 0
+        assert _fingerprints(con) == _fingerprints(ref)
+        raw = lambda p: sorted(str(f.relative_to(p.raw)) for f in p.raw.rglob("*") if f.is_file())  # noqa: E731
+        assert raw(run_paths) == raw(ref_paths)
+
+
+def test_loopback_refused_by_default_allowed_explicitly(tmp_path, paths, con):
+    build_site(tmp_path / "site", n_recipes=1, plant_failures=False)
+    with SiteServer(tmp_path / "site") as srv:
+        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_private=False))
+        assert summary["rejected"] == {"ingest/host_not_allowed": 1}   # robots + listing never fetched
+        assert sum(srv.requests_by_path.values()) == 0
+        host = srv.url.split("//")[1]
+        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_private=False,
+                                                                     allow_hosts=(host,)))
+        assert summary["loaded"] == 1
+
+
+def test_host_policy():
+    p = HostPolicy()
+    assert p.check("https://www.instructables.com/X/") is None
+    assert "private" in p.check("http://127.0.0.1:8000/X/")
+    assert "private" in p.check("http://10.1.2.3/X/")
+    assert "allow-list" in p.check("https://example.com/X/")
+    assert "scheme" in p.check("file:///etc/passwd")
+    assert HostPolicy(allow_private=True).check("http://localhost:1/") is None
+    assert HostPolicy(allow_hosts=["127.0.0.1"]).check("http://127.0.0.1:5/") is None
+
+
+def test_retry_after_is_honoured_and_retries_exhaust(tmp_path):
+    site = tmp_path / "site"
+    build_site(site, n_recipes=1, plant_failures=False)
+    cfg = FetchConfig(allow_private=True, delay_s=0, backoff_s=0.01, retries=3)
+    with SiteServer(site, faults=FaultConfig(rate_limit_rate=1.0, retry_after_seconds=0.3,
+                                             max_faults_per_url=1)) as srv:
+        t = time.monotonic()
+        res = Fetcher(cfg).fetch(srv.url + "/Test-Recipe-000/")
+        assert res.ok and res.attempts == 2 and time.monotonic() - t >= 0.3
+    with SiteServer(site, faults=FaultConfig(fail_rate=1.0, max_faults_per_url=99,
+                                             retry_after_seconds=0.05)) as srv:
+        res = Fetcher(cfg).fetch(srv.url + "/Test-Recipe-000/")
+        assert res.reason == "retries_exhausted" and res.attempts == 4 and srv.stats["5xx"] == 4
+    with SiteServer(site, faults=FaultConfig(truncate_rate=1.0, max_faults_per_url=99)) as srv:
+        res = Fetcher(cfg).fetch(srv.url + "/Test-Recipe-000/")
+        assert res.reason == "truncated" and res.body is None
+
+
+def test_size_and_content_type_limits(tmp_path, paths, con):
+    site = tmp_path / "site"
+    build_site(site, n_recipes=2, plant_failures=False)
+    (site / "Plain-Text").mkdir()
+    (site / "notes.txt").write_text("not a page")
+    big = recipe_html("Big-One", "Big", "bread", [("i", "x" * 50_000, []), ("s", "y", [])])
+    (site / "Big-One").mkdir()
+    (site / "Big-One" / "index.html").write_text(big)
+    with SiteServer(site) as srv:
+        urls = tmp_path / "urls.txt"
+        urls.write_text(f"# test list\n{srv.url}/Test-Recipe-000/\n\n{srv.url}/Big-One/\n{srv.url}/notes.txt\n")
+        c = Crawler(con, paths, _config(fetch=dict(max_page_bytes=20_000, max_image_bytes=400)))
+        c.crawl_pages(c.read_url_file(urls))
+        c.download_images()
+        c.close()
+    rej = dict(con.execute("SELECT key, reason FROM rejects WHERE stage = 'ingest'").fetchall())
+    assert rej == {"Big-One": "too_large", "notes.txt": "bad_content_type"}
+    statuses = {r for r, in con.execute("SELECT status_reason FROM images WHERE status <> 'ok'").fetchall()}
+    assert statuses <= {"too_large"} and con.execute(
+        "SELECT count(*) FROM images WHERE status = 'broken'").fetchone()[0] > 0
+
+
+def test_sitemap_discovery_and_robots(tmp_path, paths, con):
+    truth = build_site(tmp_path / "site")
+    with SiteServer(tmp_path / "site") as srv:
+        c = Crawler(con, paths, _config())
+        urls = c.discover_sitemap(srv.url + "/sitemap.xml")
+        assert {u[len(srv.url) + 1:-1] for u in urls} == set(truth.recipes_ok) | set(truth.recipes_rejected)
+        assert c.robots.sitemaps(srv.url + "/") == [srv.url + "/sitemap.xml"]
+        assert not c.robots.allowed(srv.url + "/member/Tester/")
+        c.close()
+
+
+def test_rescrape_fills_missing_images_with_conditional_get(tmp_path, paths, con):
+    site = tmp_path / "site"
+    truth = build_site(site, n_recipes=2)
+    missing = [i for i, s in truth.images.items() if s != "ok"]
+    with SiteServer(site) as srv:
+        _crawl(con, paths, srv.url + "/cooking/")
+        assert con.execute("SELECT count(*) FROM images WHERE status <> 'ok'").fetchone()[0] == 2
+        # the site owner fixes the two images; a re-scrape refetches only the affected recipe
+        for iid in missing:
+            url = con.execute("SELECT url FROM images WHERE image_id = ?", [iid]).fetchone()[0]
+            dest = site / url[len(srv.url) + 1:]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes((site / con.execute(
+                "SELECT url FROM images WHERE status = 'ok' LIMIT 1").fetchone()[0][len(srv.url) + 1:]).read_bytes())
+        c = Crawler(con, paths, _config())
+        targets = c.rescrape_targets(source="sample")
+        assert targets == [srv.url + "/Test-Recipe-000/"]
+        not_modified = srv.stats["not_modified"]
+        c.crawl_pages(targets, rescrape=True)
+        c.download_images(retry_failed=True)
+        c.close()
+        assert srv.stats["not_modified"] == not_modified + 1     # page revalidated, not re-downloaded
+    assert con.execute("SELECT count(*) FROM images WHERE status <> 'ok'").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM rejects WHERE stage = 'images'").fetchone()[0] == 0
+    assert Crawler(con, paths, _config()).rescrape_targets(source="sample") == []
+
+
+def test_delay_is_a_per_host_rate_limit(tmp_path):
+    build_site(tmp_path / "site", n_recipes=1, plant_failures=False)
+    with SiteServer(tmp_path / "site") as srv:
+        f = Fetcher(FetchConfig(allow_private=True, delay_s=0.1))
+        t = time.monotonic()
+        for _ in range(4):
+            assert f.fetch(srv.url + "/Test-Recipe-000/").ok
+        assert time.monotonic() - t >= 0.3

@@ -1,0 +1,68 @@
+"""The sample-site server (contract C2): layout mapping, validators, 304s, deterministic faults."""
+from __future__ import annotations
+
+import requests
+
+from etl.sample.server import FaultConfig, SiteServer
+
+
+def _site(tmp_path):
+    (tmp_path / "Soup").mkdir()
+    (tmp_path / "Soup" / "index.html").write_text("<html>soup</html>")
+    (tmp_path / "ORIG" / "A").mkdir(parents=True)
+    (tmp_path / "ORIG" / "A" / "x.jpg").write_bytes(b"\xff\xd8jpegish")
+    (tmp_path / "robots.txt").write_text("User-agent: *\nDisallow: /member/\n")
+    (tmp_path / "sitemap.xml").write_text("<urlset/>")
+    return tmp_path
+
+
+def test_layout_types_and_conditional_get(tmp_path):
+    with SiteServer(_site(tmp_path)) as srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        r = requests.get(srv.url + "/Soup/?utm=1")
+        assert r.status_code == 200 and r.text == "<html>soup</html>"
+        assert r.headers["Content-Type"].startswith("text/html")
+        assert requests.get(srv.url + "/ORIG/A/x.jpg").headers["Content-Type"] == "image/jpeg"
+        assert requests.get(srv.url + "/robots.txt").headers["Content-Type"].startswith("text/plain")
+        assert requests.get(srv.url + "/sitemap.xml").headers["Content-Type"] == "application/xml"
+        assert requests.get(srv.url + "/Nope/").status_code == 404
+        assert requests.get(srv.url + "/%2e%2e/%2e%2e/etc/passwd").status_code == 404
+        etag, lm = r.headers["ETag"], r.headers["Last-Modified"]
+        assert requests.get(srv.url + "/Soup/", headers={"If-None-Match": etag}).status_code == 304
+        assert requests.get(srv.url + "/Soup/", headers={"If-Modified-Since": lm}).status_code == 304
+        assert requests.get(srv.url + "/Soup/", headers={"If-None-Match": '"other"'}).status_code == 200
+        assert srv.stats["not_modified"] == 2 and srv.stats["not_found"] == 2
+
+
+def test_faults_are_deterministic_and_transient(tmp_path):
+    cfg = FaultConfig(fail_rate=0.25, rate_limit_rate=0.25, truncate_rate=0.25,
+                      retry_after_seconds=0.5, max_faults_per_url=2, seed=7)
+    assert [cfg.decide("/Soup/", a) for a in range(20)] == [cfg.decide("/Soup/", a) for a in range(20)]
+    with SiteServer(_site(tmp_path), faults=cfg) as srv:
+        codes = []
+        for _ in range(6):
+            try:
+                r = requests.get(srv.url + "/Soup/", timeout=5)
+                codes.append(r.status_code)
+                if r.status_code == 429:
+                    assert r.headers["Retry-After"] == "0.5"
+            except requests.exceptions.RequestException:
+                codes.append("cut")
+        faults = [c for c in codes if c != 200]
+        assert len(faults) <= 2 and codes[-1] == 200      # at most max_faults_per_url, then healthy
+        assert srv.stats["429"] + srv.stats["5xx"] + srv.stats["truncated"] == len(faults)
+
+
+def test_every_fault_kind_fires(tmp_path):
+    cfg = FaultConfig(fail_rate=0.2, rate_limit_rate=0.2, slow_rate=0.2, slow_seconds=0.05,
+                      truncate_rate=0.2, max_faults_per_url=1, seed=1)
+    site = _site(tmp_path)
+    for i in range(40):
+        (site / f"p{i}.html").write_text("x" * 100)
+    with SiteServer(site, faults=cfg) as srv:
+        for i in range(40):
+            try:
+                requests.get(f"{srv.url}/p{i}.html", timeout=5)
+            except requests.exceptions.RequestException:
+                pass
+        assert all(srv.stats[k] > 0 for k in ("429", "5xx", "slow", "truncated", "served"))

@@ -1,0 +1,110 @@
+"""The default encoder: trained on the train split only, deterministic, measurably better than chance;
+real-weights registration and its errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from etl.config import Paths
+from etl.warehouse import connect
+from features.encoder_train import TrainConfig, evaluate_retrieval, load_manifest, train_encoder
+from features.encoders import (EncoderUnavailable, latest_encoder_id, list_encoders, load_encoder,
+                               register_pretrained_encoder, resolve_pretrained)
+from features.image_data import image_items
+from toy_kitchen import build_toy_warehouse
+
+CFG = TrainConfig(epochs=4, batch_size=48, lr=3e-3, warmup_steps=3, seed=7, eval_max_pairs=200)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    paths = Paths.from_env(tmp_path_factory.mktemp("enc") / "home").ensure()
+    con = connect(paths)
+    build_toy_warehouse(con, paths, n_recipes=40, steps=5, images_per_step=2, seed=1)
+    res = train_encoder(con, paths, CFG)
+    yield paths, con, res
+    con.close()
+
+
+def test_trained_encoder_is_registered_with_checkpoint_and_config(trained):
+    paths, con, res = trained
+    assert latest_encoder_id(con) == res["encoder_id"]
+    row = list_encoders(con)[-1]
+    assert row["kind"] == "trained" and row["train_split"] == "train" and row["dim"] == 128
+    assert res["encoder_id"].startswith("mrqa-tiny-clip-") and row["weights_sha256"][:12] in res["encoder_id"]
+    d = paths.models / "encoders" / res["encoder_id"]
+    assert (d / "model.safetensors").is_file()
+    cfg = json.loads((d / "open_clip_config.json").read_text())
+    assert cfg["model_cfg"]["vision_cfg"]["image_size"] == 64
+    assert not row["checkpoint_path"].startswith("/")      # relative to MRQA_HOME
+
+
+def test_training_saw_no_val_or_test_image(trained):
+    paths, con, res = trained
+    manifest = load_manifest(paths, list_encoders(con)[-1]["checkpoint_path"])
+    seen = set(manifest["train_image_ids"])
+    heldout = {r[0] for r in con.execute(
+        "SELECT image_id FROM images JOIN recipes USING (recipe_id) WHERE split <> 'train'").fetchall()}
+    train = {r[0] for r in con.execute(
+        "SELECT image_id FROM images JOIN recipes USING (recipe_id) WHERE split = 'train'").fetchall()}
+    assert heldout and seen
+    assert seen.isdisjoint(heldout)
+    assert seen == train                                       # every readable train image was used
+
+
+def test_encoder_learns_image_text_link_far_above_chance(trained):
+    _, _, res = trained
+    m = res["metrics"]
+    assert m["n_pairs"] >= 20
+    assert m["i2t_r@10"] > 2 * m["chance_r@10"] and m["t2i_r@10"] > 2 * m["chance_r@10"]
+    assert m["i2t_r@1"] > 3 * m["chance_r@1"]
+    assert m["train_loss_per_epoch"][-1] < m["train_loss_per_epoch"][0]
+
+
+def test_reloaded_encoder_gives_same_vectors_and_metrics(trained):
+    paths, con, res = trained
+    enc = load_encoder(con, res["encoder_id"], paths=paths)
+    assert enc.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    m = evaluate_retrieval(enc, image_items(con, paths, split="val"), max_pairs=200, seed=CFG.seed)
+    for key in ("i2t_r@1", "t2i_r@10"):
+        assert m[key] == pytest.approx(res["metrics"][key], abs=0.02)
+    v = enc.encode_texts(["Add the red circle", "Add the blue square"])
+    assert v.shape == (2, 128) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-4)
+
+
+def test_training_is_deterministic(trained, tmp_path):
+    paths, con, res = trained
+    again = train_encoder(con, paths, TrainConfig(**{**CFG.__dict__, "epochs": 1}))
+    again2 = train_encoder(con, paths, TrainConfig(**{**CFG.__dict__, "epochs": 1}))
+    assert again["encoder_id"] == again2["encoder_id"] != res["encoder_id"]
+
+
+def test_real_weights_from_a_local_file(trained):
+    paths, con, res = trained
+    ckpt = paths.models / "encoders" / res["encoder_id"] / "model.safetensors"
+    eid = register_pretrained_encoder(con, "mrqa-tiny-clip", str(ckpt), paths=paths)
+    row = [r for r in list_encoders(con) if r["encoder_id"] == eid][0]
+    assert row["kind"] == "pretrained" and row["pretrained"] == str(ckpt)
+    assert eid.split("-")[-2] == res["encoder_id"].split("-")[-2]   # same weights hash
+    enc = load_encoder(con, eid, paths=paths)
+    assert enc.encode_texts(["x"]).shape == (1, 128)
+
+
+def test_unavailable_weights_give_a_clear_error(monkeypatch, tmp_path, con):
+    import huggingface_hub.constants as hc
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(EncoderUnavailable, match="not available.*--pretrained /path"):
+        resolve_pretrained("ViT-B-32", "openai")
+    with pytest.raises(EncoderUnavailable, match="neither an existing file nor a known tag"):
+        resolve_pretrained("ViT-B-32", str(tmp_path / "nope.safetensors"))
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not weights")
+    with pytest.raises(EncoderUnavailable, match="could not load"):
+        register_pretrained_encoder(con, "mrqa-tiny-clip", str(bad))
+    with pytest.raises(EncoderUnavailable, match="no encoder registered"):
+        load_encoder(con)
