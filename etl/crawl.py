@@ -31,11 +31,12 @@ from tqdm import tqdm
 
 from etl.config import Paths
 from etl.http_fetch import FetchConfig, Fetcher, FetchResult
-from etl.load import load_recipe, mark_recipe
+from etl.bulk import load_recipes, reject_rows, update_rows, upsert_rows
+from etl.load import mark_recipe
 from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url
 from etl.records import RecipeRecord
 from etl.robots import RobotsCache
-from etl.warehouse import clear_rejects, record_reject, upsert, utcnow
+from etl.warehouse import clear_rejects, record_reject, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ NOT_RECIPES = {"cooking", "craft", "workshop", "living", "outside", "teachers", 
                "member", "search", "about", "contact", "sitemap", "create", "contest", "projects",
                "tag", "how-to-write-a-great-instructable", "index.html"}
 IMAGE_BATCH = 500
+PAGE_BATCH = 50
 
 
 @dataclass
@@ -117,11 +119,12 @@ class Crawler:
         return p.read_bytes() if p.exists() else None
 
     def _page_row(self, url: str):
-        return self.con.execute("SELECT http_status, etag, last_modified, body_sha256, error, fetched_at "
-                                "FROM pages WHERE url = ?", [url]).fetchone()
+        rows = self.con.execute("SELECT http_status, etag, last_modified, body_sha256, error, fetched_at "
+                                "FROM pages WHERE url = ?", [url]).fetchall()
+        return rows[0] if rows else None
 
     def _log_pages(self, rows: list[dict]) -> None:
-        upsert(self.con, "pages", rows)
+        upsert_rows(self.con, "pages", rows)
 
     @staticmethod
     def _page_log_row(url: str, kind: str, res: FetchResult | None, sha: str | None,
@@ -280,19 +283,26 @@ class Crawler:
             urls = urls[: self.config.max_pages]
         existing = {r[0]: (r[1], r[2]) for r in self.con.execute(
             "SELECT recipe_id, source, split FROM recipes").fetchall()}
+        logged = {r[0]: r[1:] for r in self.con.execute(
+            "SELECT url, http_status, etag, last_modified, body_sha256, error FROM pages "
+            "WHERE list_contains(?, url)", [urls]).fetchall()}
+        loaded = {r[0] for r in self.con.execute(
+            "SELECT recipe_id FROM recipes WHERE content_sha256 IS NOT NULL AND status <> 'rejected'").fetchall()}
         todo: list[tuple[str, str, bytes | None, tuple | None]] = []
+        slugs: set[str] = set()
         for url in urls:
             rid = recipe_id_from_url(url)
             if not rid:
                 self._reject("ingest", url, "parse_error", "URL has no recipe slug")
                 continue
-            row = self._page_row(url)
+            if rid in slugs:
+                continue
+            slugs.add(rid)
+            row = logged.get(url)
             if row is not None and not rescrape:
                 err = (row[4] or "").split(":")[0]
                 if row[0] == 200 and row[3] and err == "":
-                    done = self.con.execute("SELECT count(*) FROM recipes WHERE recipe_id = ? AND "
-                                            "content_sha256 IS NOT NULL AND status <> 'rejected'",
-                                            [rid]).fetchone()[0]
+                    done = rid in loaded
                     body = None if done else self._cached_body(row)
                     if done or body is not None:
                         self.counts["cached"] += 1
@@ -308,8 +318,12 @@ class Crawler:
             futs = [pool.submit(self._page_job, url, rid, body, row) for url, rid, body, row in todo]
             bar = tqdm(as_completed(futs), total=len(futs), desc="pages", unit="page",
                        disable=not self.config.progress, leave=False)
+            batch: list[PageOutcome] = []
             for fut in bar:
-                self._record_page(fut.result(), existing)
+                batch.append(fut.result())
+                if len(batch) >= PAGE_BATCH:
+                    self._flush_pages(batch, existing)
+            self._flush_pages(batch, existing)
         self._log_robots()
         return self.summary()
 
@@ -342,27 +356,48 @@ class Crawler:
             out.reason, out.detail = e.reason, e.detail
         return out
 
-    def _record_page(self, out: PageOutcome, existing: dict) -> None:
-        """Main thread: write the outcome to the warehouse (recipe first, crawl log last)."""
-        res = out.fetch
-        if res is not None and res.ok:
-            self.counts["not_modified" if res.not_modified else "fetched"] += 1
-        src, split = existing.get(out.recipe_id, (self.config.source, None))
-        if out.record is not None:
-            self.counts["parsed"] += 1
-            load_recipe(self.con, out.record, source=src, split=split)
-            clear_rejects(self.con, "ingest", [out.recipe_id])
-            self.counts["loaded"] += 1
-        else:
-            mark_recipe(self.con, out.recipe_id, src, out.url, "rejected", out.reason)
-            self._reject("ingest", out.recipe_id, out.reason, f"{out.url}: {out.detail}")
-        if out.from_cache and res is None:
-            return   # resumed from the crawl log: its row is already there
-        ok_fetch = out.body_sha256 is not None
-        self._log_pages([self._page_log_row(
-            out.url, "page", res, out.body_sha256, None if not ok_fetch else self.raw_path(out.body_sha256).stat().st_size,
-            None if ok_fetch else f"{out.reason}: {out.detail}",
-            status=200 if ok_fetch else None)])
+    def _flush_pages(self, outs: list[PageOutcome], existing: dict) -> None:
+        """Main thread: write a batch of outcomes in one transaction (recipes and crawl log together,
+        so a kill leaves either both or neither)."""
+        if not outs:
+            return
+        loaded, rejected, log_rows = [], [], []
+        for out in outs:
+            src, split = existing.get(out.recipe_id, (self.config.source, None))
+            if out.record is not None:
+                loaded.append((out.record, src, split))
+            else:
+                rejected.append((out, src))
+            res = out.fetch
+            if out.from_cache and res is None:
+                continue   # resumed from the crawl log: its row is already there
+            ok_fetch = out.body_sha256 is not None
+            log_rows.append(self._page_log_row(
+                out.url, "page", res, out.body_sha256,
+                self.raw_path(out.body_sha256).stat().st_size if ok_fetch else None,
+                None if ok_fetch else f"{out.reason}: {out.detail}", status=200 if ok_fetch else None))
+        self.con.execute("BEGIN")
+        try:
+            load_recipes(self.con, loaded)
+            clear_rejects(self.con, "ingest", [rec.recipe_id for rec, _, _ in loaded])
+            for out, src in rejected:
+                mark_recipe(self.con, out.recipe_id, src, out.url, "rejected", out.reason)
+            upsert_rows(self.con, "rejects", reject_rows("ingest", [
+                (out.recipe_id, out.reason, f"{out.url}: {out.detail}") for out, _ in rejected]))
+            upsert_rows(self.con, "pages", log_rows)
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        for out in outs:
+            res = out.fetch
+            if res is not None and res.ok:
+                self.counts["not_modified" if res.not_modified else "fetched"] += 1
+        self.counts["parsed"] += len(loaded)
+        self.counts["loaded"] += len(loaded)
+        for out, _ in rejected:
+            self.rejected[f"ingest/{out.reason}"] += 1
+        outs.clear()
 
     # ------------------------------------------------------------------------ images
     def download_images(self, recipe_ids: Iterable[str] | None = None, retry_failed: bool = False) -> dict:
@@ -420,25 +455,23 @@ class Crawler:
     def _flush_images(self, updates: list[dict], page_rows: list[dict]) -> None:
         if not updates:
             return
+        cols = ("image_id", "path", "sha256", "width", "height", "status", "status_reason")
+        bad = [u for u in updates if u["status"] != "ok"]
         self.con.execute("BEGIN")
         try:
-            self.con.executemany(
-                "UPDATE images SET path = ?, sha256 = ?, width = ?, height = ?, status = ?, "
-                "status_reason = ? WHERE image_id = ?",
-                [[u["path"], u["sha256"], u["width"], u["height"], u["status"], u["status_reason"],
-                  u["image_id"]] for u in updates])
-            ok = [u["image_id"] for u in updates if u["status"] == "ok"]
-            clear_rejects(self.con, "images", ok)
-            for u in updates:
-                if u["status"] != "ok":
-                    self._reject("images", u["image_id"], u["status_reason"], u.get("detail"))
-            self._log_pages(page_rows)
+            update_rows(self.con, "images", "image_id", [{c: u[c] for c in cols} for u in updates])
+            clear_rejects(self.con, "images", [u["image_id"] for u in updates if u["status"] == "ok"])
+            upsert_rows(self.con, "rejects", reject_rows("images", [
+                (u["image_id"], u["status_reason"], u.get("detail")) for u in bad]))
+            upsert_rows(self.con, "pages", page_rows)
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
             raise
         for u in updates:
             self.counts[f"images_{u['status']}"] += 1
+        for u in bad:
+            self.rejected[f"images/{u['status_reason']}"] += 1
         updates.clear()
         page_rows.clear()
 

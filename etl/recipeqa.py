@@ -360,17 +360,19 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
                       "status": "pending", "status_reason": None})
     rids = [r["recipe_id"] for r in r_rows]
     tasks = sorted({q["task"] for q in q_rows})
+    staged_ids = pa.table({"recipe_id": rids})  # noqa: F841 (scanned by DuckDB by name)
+    in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"   # a hash join, not a list scan
     con.execute("BEGIN")
     try:
         _insert(con, "recipes", r_rows, RECIPE_COLS, method)
-        con.execute("DELETE FROM steps WHERE list_contains(?, recipe_id)", [rids])
+        con.execute(f"DELETE FROM steps WHERE {in_ids}")
         _insert(con, "steps", s_rows, STEP_COLS, method, conflict="")
         keep = {r["image_id"] for r in i_rows}
-        stale = [i for (i,) in con.execute(
-            "SELECT image_id FROM images WHERE list_contains(?, recipe_id)", [rids]).fetchall()
-            if i not in keep]
+        stale = [i for (i,) in con.execute(f"SELECT image_id FROM images WHERE {in_ids}").fetchall()
+                 if i not in keep]
         if stale:
-            con.execute("DELETE FROM images WHERE list_contains(?, image_id)", [stale])
+            staged_stale = pa.table({"image_id": stale})  # noqa: F841
+            con.execute("DELETE FROM images WHERE image_id IN (SELECT image_id FROM staged_stale)")
         # without an images dir, keep whatever an earlier import mapped (only add new rows)
         _insert(con, "images", i_rows, IMAGE_COLS, method,
                 conflict="OR REPLACE" if images_dir is not None else "OR IGNORE")
@@ -381,8 +383,8 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
     except Exception:
         con.execute("ROLLBACK")
         raise
-    by_status = dict(con.execute("SELECT status, count(*) FROM images WHERE list_contains(?, recipe_id) "
-                                 "GROUP BY status ORDER BY status", [rids]).fetchall())
+    by_status = dict(con.execute(f"SELECT status, count(*) FROM images WHERE {in_ids} "
+                                 "GROUP BY status ORDER BY status").fetchall())
     return {"records": len(records), "recipes": len(r_rows), "steps": len(s_rows),
             "images": len(i_rows), "images_by_status": by_status, "questions": len(q_rows),
             "datasets": [dataset_id(t) for t in tasks]}

@@ -57,7 +57,7 @@ class RepairConfig:
     short_part_zipf: tuple = (0.0, 6.0, 5.5, 4.0)   # ... parts of 0/1/2/3 letters need more
     min_part_len: int = 1          # 'a' and 'i' only (short_part_zipf[1] keeps other letters out)
     max_parts: int = 3
-    max_cost: float = 6.5          # mean cost per part (9 - zipf) a split may have
+    max_cost: float = 6.0          # mean cost per part (9 - zipf) a split may have
     min_unit_zipf: float = 3.5     # a dictionary word after a number counts as a unit at this frequency
     camel_min_zipf: float = 1.5    # camelCase parts need only be known words
     glue_max_zipf: float = 3.5     # dictionary entries rarer than this may be split at 'the'/'and'/'of'
@@ -131,6 +131,8 @@ class Repairer:
             parts = self._camel(tok)
             if parts:
                 return parts
+        if tok[0].isupper():
+            return (tok,)   # a capitalised unknown word is most likely a name ('Dartssnake')
         cuts = self._segment(low)
         if cuts:
             return _split_at(tok, cuts)
@@ -188,7 +190,8 @@ class Repairer:
                 if len(w) < cfg.min_part_len or (len(w) == 1 and w not in ("a", "i")):
                     continue
                 z = self.zipf(w)
-                if z < (cfg.short_part_zipf[len(w)] if len(w) < 4 else cfg.min_part_zipf):
+                if z < (cfg.short_part_zipf[len(w)] if len(w) < 4 else cfg.min_part_zipf) \
+                        and not (len(w) > 1 and w in UNITS and j == 0):   # 'tspsalt', 'tbspbutter'
                     continue
                 cand = (prev[0] + 9.0 - z, prev[1] + 1, prev[2] + [i])
                 if best[i] is None or cand[0] < best[i][0]:

@@ -148,7 +148,7 @@ def train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
             opt.step()
             with torch.no_grad():
                 model.logit_scale.clamp_(0, math.log(100))
-            epoch_loss.append(float(loss))
+            epoch_loss.append(float(loss.detach()))
             step += 1
             bar.update(1)
             bar.set_postfix(epoch=epoch, loss=f"{epoch_loss[-1]:.3f}")

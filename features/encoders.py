@@ -171,9 +171,9 @@ def get_encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | N
 
 def latest_encoder_id(con: duckdb.DuckDBPyConnection) -> str | None:
     """The most recently registered encoder (None when there is none)."""
-    row = con.execute("SELECT encoder_id FROM encoders ORDER BY created_at DESC, encoder_id DESC "
-                      "LIMIT 1").fetchone()
-    return row[0] if row else None
+    rows = con.execute("SELECT encoder_id FROM encoders ORDER BY created_at DESC, encoder_id DESC "
+                       "LIMIT 1").fetchall()
+    return rows[0][0] if rows else None
 
 
 def load_encoder(con: duckdb.DuckDBPyConnection, encoder_id: str | None = None,

@@ -38,7 +38,7 @@ def load_query(name: str) -> str:
     path = QUERIES / f"{name}.sql"
     if not path.exists():
         raise FileNotFoundError(f"no query {path}")
-    return path.read_text()
+    return path.read_text().strip().rstrip(";")
 
 
 def _r(x) -> float:
@@ -440,6 +440,7 @@ def _coherence(con, ds: GeneratedDataset, qs: _QuestionBatch, sp: Space, dk: dic
                      "c1": [sp.item_ids[x] for x in qs.items[:, 0]],
                      "c2": [sp.item_ids[x] for x in qs.items[:, 1]],
                      "c3": [sp.item_ids[x] for x in qs.items[:, 2]],
+                     "c1v": _fixed_list(v[:, 0]), "c2v": _fixed_list(v[:, 1]), "c3v": _fixed_list(v[:, 2]),
                      "qsum": _fixed_list(qsum), "min_pair": min_pair.astype(np.float64),
                      "cs1": cs[:, 0].astype(np.float64), "cs2": cs[:, 1].astype(np.float64),
                      "cs3": cs[:, 2].astype(np.float64), "ss1": ss[:, 0].astype(np.float64),
@@ -473,7 +474,7 @@ def _emit_coherence(ds, qs, sp, i, foreign, pos, extra, min_pair, heads, foreign
     rows = list(qs.items[i])
     rows.insert(int(pos), foreign)
     vv = sp.vecs[rows]
-    loo = [float(_cos_dist(vv[j][None], np.delete(vv, j, axis=0).sum(0)[None])[0]) for j in range(4)]
+    loo = _cos_dist(vv, vv.sum(0)[None] - vv)          # each image vs the mean of the other three
     labels = _labels(sp, rows)
     ds.add(qs.sk[i], qs.qids[i], labels, list(labels), int(pos),
            {**extra, "foreign_item": sp.item_ids[foreign], "foreign_recipe_id": sp.recipe_ids[foreign],
@@ -622,6 +623,25 @@ def generation_settings(all_settings: bool = True) -> list[tuple[str, KnobParams
             out.append((task, KnobParams.preset_for(task, k1, k2, k3)))
         out.append((task, KnobParams.recipeqa_preset()))
     return out
+
+
+def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = None,
+                 preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None,
+                 all_settings: bool = False) -> list[tuple[str, KnobParams]]:
+    """The (task, params) list of a request; raises ValueError with a clear message on bad input."""
+    if all_settings:
+        return generation_settings()
+    if task not in FAMILIES:
+        raise ValueError(f"task must be one of {', '.join(FAMILIES)}")
+    if preset == "recipeqa":
+        params = KnobParams.recipeqa_preset(**(overrides or {}))
+    elif preset:
+        raise ValueError(f"unknown preset {preset!r} (only 'recipeqa')")
+    else:
+        k1, k2, k3 = knobs or (0, 0, 0)
+        params = KnobParams.preset_for(task, k1, k2, k3, k3_mode=k3_mode, **(overrides or {}))
+    params.validate(task)
+    return [(task, params)]
 
 
 def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, KnobParams]],

@@ -41,31 +41,33 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
         rid = f"synthetic-recipe-{r:06d}"
         rr = np.random.default_rng([seed, stable_key("recipe", rid)])
         n_steps = int(rr.integers(5, 13)) if r % 10 else int(rr.integers(3, 5))   # some too short
-        style = rr.normal(size=dim) * 0.6
+        sd = 1.0 / np.sqrt(dim)                     # noise terms have a norm of about their factor
+        style = rr.normal(size=dim) * sd * 0.9
         recipes.append((rid, "sample", f"/{rid}/", f"Recipe {r}", "cooking", f"channel-{r % 5}",
                         assign_split(rid)))
         kinds = rr.choice(len(KINDS), size=n_steps, replace=True)
         for s in range(n_steps):
             title = KINDS[kinds[s]] if s else "Intro"
             steps.append((rid, s, title, f"Body of step {s} of {rid}."))
-            txt_rows.append((f"{rid}_{s}_title", rid, s, centers[kinds[s]] * 1.2 + style * 0.5
-                             + rr.normal(size=dim) * 0.5))
+            txt_rows.append((f"{rid}_{s}_title", rid, s, centers[kinds[s]] + style * 0.5
+                             + rr.normal(size=dim) * sd * 0.6))
             n_img = int(rr.integers(images_per_step[0], images_per_step[1] + 1))
-            base = centers[kinds[s]] + style + rr.normal(size=dim) * 0.4
+            base = centers[kinds[s]] + style + rr.normal(size=dim) * sd * 0.7
             for o in range(n_img):
                 iid = f"{rid}_{s}_{o}.jpg"
                 ok = rr.random() > 0.03
                 images.append((iid, rid, s, o, f"/img/{iid}", f"images/{rid}/{iid}",
-                               "ok" if ok else "missing"))
+                               "ok" if ok else "missing", f"{stable_key(iid):016x}" if ok else None,
+                               None if ok else "http_404"))
                 if ok:
-                    img_vec_rows.append((iid, rid, s, base + rr.normal(size=dim) * 0.25))
-    con.executemany("""INSERT OR REPLACE INTO recipes (recipe_id, source, url, title, category, channel,
-                       split, status, fetched_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'ok', ?)""",
-                    [list(r) + [utcnow()] for r in recipes])
-    con.executemany("INSERT OR REPLACE INTO steps (recipe_id, step_idx, title_raw, body_raw, title, body) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [[a, b, c, d, c, d] for a, b, c, d in steps])
-    con.executemany("INSERT OR REPLACE INTO images (image_id, recipe_id, step_idx, ord, url, path, status) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)", [list(i) for i in images])
+                    img_vec_rows.append((iid, rid, s, base + rr.normal(size=dim) * sd * 0.4))
+    now = utcnow()
+    _insert(con, "recipes", ["recipe_id", "source", "url", "title", "category", "channel", "split"],
+            recipes, extra="'ok', TIMESTAMP '" + now.isoformat(sep=" ") + "'", extra_cols="status, fetched_at")
+    _insert(con, "steps", ["recipe_id", "step_idx", "title_raw", "body_raw"], steps,
+            extra="title_raw, body_raw", extra_cols="title, body")
+    _insert(con, "images", ["image_id", "recipe_id", "step_idx", "ord", "url", "path", "status", "sha256",
+                            "status_reason"], images)
     con.execute("""INSERT OR REPLACE INTO encoders (encoder_id, kind, model_name, weights_sha256,
                    preprocess_sha256, dim, created_at) VALUES (?, 'synthetic', 'synthetic', 'x', 'x', ?, ?)""",
                 [encoder_id, dim, utcnow()])
@@ -91,6 +93,16 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
     return {"recipes": len(recipes), "steps": len(steps), "images": len(images),
             "image_vectors": len(img_vec_rows), "title_vectors": len(txt_rows), "neighbours": n_nb,
             "encoder_id": encoder_id}
+
+
+def _insert(con, table: str, cols: list[str], rows: list[tuple], extra: str = "", extra_cols: str = "") -> None:
+    """Bulk insert-or-replace through Arrow (executemany is row-at-a-time)."""
+    tbl = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
+    con.register("syn_rows", tbl)
+    sel = ", ".join(cols) + (f", {extra}" if extra else "")
+    names = ", ".join(cols) + (f", {extra_cols}" if extra_cols else "")
+    con.execute(f"INSERT OR REPLACE INTO {table} ({names}) SELECT {sel} FROM syn_rows")
+    con.unregister("syn_rows")
 
 
 def build_neighbours(con, store, encoder_id: str, k: int) -> int:

@@ -214,6 +214,73 @@ def bench_parse_cmd(pages: list[Path] = typer.Argument(None, help="HTML files or
 
 # ----------------------------------------------------------------------------- sample kitchen (issue 3)
 
+@sample_app.command("build")
+def sample_build_cmd(
+        recipes: int = typer.Option(1000, "--recipes", "-n", min=1, help="Number of recipes (20000 = RecipeQA scale)."),
+        seed: int = typer.Option(0, "--seed", help="Seed: same recipes + seed give byte-identical files."),
+        out: Path = typer.Option(Path("data/sample"), "--out", help="Output folder (site/, ground_truth.jsonl, "
+                                                                    "manifest.json); an earlier build there is replaced."),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Worker processes (default: CPU count)."),
+        image_size: int = typer.Option(128, "--image-size", min=32, max=512, help="Image side in pixels."),
+        no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar.")):
+    """Generate the sample kitchen: a deterministic recipe site with images, noise and ground truth."""
+    from etl.sample.generate import build_sample
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; give a folder")
+    r = build_sample(out, recipes, seed, workers=workers, image_size=image_size, progress=not no_progress)
+    c = r["counts"]
+    typer.echo(f"built {recipes:,} recipes ({c.get('pages', 0):,} pages, {c['image_files']:,} images, "
+               f"{c['bytes'] / 1e6:.1f} MB) into {out}/site in {r['seconds']:.1f}s with {r['workers']} worker(s)")
+    typer.echo(f"speed: {r['recipes_per_s']:,.1f} recipes/s, {r['images_per_s']:,.1f} images/s")
+    typer.echo("planted: " + ", ".join(f"{k[9:]}={v}" for k, v in c.items() if k.startswith("expected_"))
+               + f"; images missing={c.get('images_missing', 0)} broken={c.get('images_broken', 0)}; "
+               f"noise instances={c.get('noise', 0)}")
+    typer.echo(f"content sha256: {r['content_sha256']}")
+
+
+@sample_app.command("serve")
+def sample_serve_cmd(
+        out: Path = typer.Argument(..., help="A build folder (with site/) or the site folder itself."),
+        port: int = typer.Option(8000, "--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0 = any free)."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+        fail_rate: float = typer.Option(0.0, "--fail-rate", min=0.0, max=1.0, help="Share of requests answered 500/503."),
+        rate_limit_rate: float = typer.Option(0.0, "--rate-limit-rate", min=0.0, max=1.0,
+                                              help="Share answered 429 with Retry-After."),
+        slow_rate: float = typer.Option(0.0, "--slow-rate", min=0.0, max=1.0, help="Share delayed by --slow-seconds."),
+        slow_seconds: float = typer.Option(1.0, "--slow-seconds", min=0.0, help="Delay of a slow response."),
+        truncate_rate: float = typer.Option(0.0, "--truncate-rate", min=0.0, max=1.0, help="Share with a cut body."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the (deterministic, transient) fault decisions.")):
+    """Serve a built sample kitchen over HTTP until Ctrl-C (prints the URL)."""
+    from etl.sample.server import FaultConfig, serve
+    site = out / "site" if (out / "site").is_dir() else out
+    if not (site / "robots.txt").is_file():
+        _fail(f"{out} is not a sample kitchen build (no site/robots.txt); run `mrqa sample build --out {out}` first")
+    if fail_rate + rate_limit_rate + slow_rate + truncate_rate > 1.0:
+        _fail("the fault rates add up to more than 1")
+    faults = FaultConfig(fail_rate=fail_rate, rate_limit_rate=rate_limit_rate, slow_rate=slow_rate,
+                         slow_seconds=slow_seconds, truncate_rate=truncate_rate, seed=seed)
+    try:
+        serve(site, host=host, port=port, faults=faults)
+    except OSError as e:
+        _fail(f"cannot listen on {host}:{port}: {e}; choose another --port")
+
+
+@bench_app.command("sample")
+def bench_sample_cmd(
+        recipes: int = typer.Option(300, "--recipes", "-n", min=1, help="Recipes per build."),
+        workers: int = typer.Option(2, "--workers", "-w", min=2, help="Worker count compared with 1 worker."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the sample.")):
+    """Time `sample build` with 1 worker vs N workers (same output hash); prints recipes/s, images/s, ratio."""
+    from etl.sample.generate import bench_sample
+    r = bench_sample(recipes, seed, workers=(1, workers))
+    for w, x in r["runs"].items():
+        typer.echo(f"workers={w}: {recipes} recipes, {x['images']:,} images in {x['seconds']:.2f}s -> "
+                   f"{x['recipes_per_s']:,.1f} recipes/s, {x['images_per_s']:,.1f} images/s")
+    typer.echo(f"speed-up {workers} workers vs 1: {r['speedup']:.2f}x; identical output: {r['same_hash']}")
+    if not r["same_hash"]:
+        _fail("the builds differ between worker counts (determinism bug)", code=1)
+
+
 
 # ----------------------------------------------------------------------------- recipeqa import (issue 2, importer)
 
@@ -259,6 +326,68 @@ def bench_import_cmd(
 
 
 # ----------------------------------------------------------------------------- cleaning (issue 4)
+
+
+@app.command("clean")
+def clean_cmd(workers: int = typer.Option(2, "--workers", help="Worker processes (1 = in-process)."),
+              retrain_punkt: bool = typer.Option(False, "--retrain-punkt",
+                                                 help="Retrain the Punkt sentence model on the corpus."),
+              no_repair: bool = typer.Option(False, "--no-repair", help="Store tokens without OOV repair.")):
+    """Clean all steps from raw text, reject non-recipes (rejects, stage clean), store step_tokens."""
+    from flows.clean import clean_flow
+    _echo_json(clean_flow(workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair))
+
+
+@app.command("tokenize")
+def tokenize_cmd(text: str = typer.Argument(..., help="Raw text (may hold HTML, Unicode junk, fused words)."),
+                 title: bool = typer.Option(False, "--title", help="Clean it as a step title (drops 'Step 3:')."),
+                 no_repair: bool = typer.Option(False, "--no-repair", help="Skip OOV repair.")):
+    """Print the JSON list of token lists (one per sentence) the pipeline would store for TEXT."""
+    from etl.clean_rules import clean_text, clean_title
+    from etl.config import Paths
+    from etl.repair import Repairer
+    from etl.tokenize import load_punkt, tokenize_text, untrained_punkt
+    punkt = load_punkt(Paths.from_env().models) or untrained_punkt()
+    cleaned = clean_title(text) if title else clean_text(text)
+    sents = tokenize_text(cleaned, punkt)
+    if not no_repair:
+        rep = Repairer()
+        sents = [rep.repair_tokens(s) for s in sents]
+    typer.echo(json.dumps(sents, ensure_ascii=False))
+
+
+@app.command("vocab-report")
+def vocab_report_cmd(
+        ground_truth: Optional[Path] = typer.Option(None, "--ground-truth", help="A sample kitchen "
+                                                    "ground_truth.jsonl: also score repairs and noise removal."),
+        top: int = typer.Option(30, "--top", help="How many top OOV types to list.")):
+    """Vocabulary quality before/after OOV repair (stored in vocab_stats); optionally repair accuracy."""
+    from etl.config import Paths
+    from etl.vocab import evaluate_on_ground_truth, vocab_report
+    from etl.warehouse import connect
+    out = {}
+    if Paths.from_env().warehouse.exists():
+        out = vocab_report(connect(), top=top)
+    if ground_truth is not None:
+        if not ground_truth.is_file():
+            _fail(f"{ground_truth}: no such file (build one with etl.sample.generate.build_sample)")
+        out["ground_truth"] = evaluate_on_ground_truth(ground_truth)
+    if not out:
+        _fail("no warehouse yet: run `mrqa clean` first, or pass --ground-truth")
+    _echo_json(out)
+
+
+@bench_app.command("clean")
+def bench_clean_cmd(
+        recipes: int = typer.Option(600, "--recipes", help="Sample kitchen recipes to generate."),
+        target_chars: int = typer.Option(5_000_000, "--chars", help="Corpus size: the sample text is "
+                                         "repeated with renamed words up to this many characters."),
+        seed: int = typer.Option(11, "--seed", help="Sample kitchen seed."),
+        workers: int = typer.Option(2, "--workers", help="Worker processes for the pipeline run.")):
+    """Clean+tokenize+repair throughput (chars/s) vs the plain single-process path, and repair
+    precision/recall against the sample kitchen's ground truth."""
+    from etl.clean import bench_clean
+    _echo_json(bench_clean(recipes, target_chars, seed, workers))
 
 
 # ----------------------------------------------------------------------------- features (issue 5)
@@ -509,6 +638,12 @@ def generate_cmd(
             except (ValueError, AssertionError):
                 _fail("--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0")
             kw = {"all": False, "task_name": task, "knobs": kv, "k3_mode": k3_mode}
+    from features.generate import settings_for
+    try:
+        settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode", "coin"),
+                     overrides or None, all_settings=kw["all"])
+    except (ValueError, TypeError) as e:
+        _fail(str(e))
     try:
         summary = generate_flow(seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
     except (ValueError, LookupError) as e:
@@ -596,6 +731,20 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
 
 
 # ----------------------------------------------------------------------------- demo
+
+@app.command("demo")
+def demo_cmd(recipes: int = typer.Option(1000, "--recipes", min=5, help="Sample kitchen size."),
+             seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
+             workers: Optional[int] = typer.Option(None, "--workers", help="Build processes "
+                                                   "(default: all cores)."),
+             summary_json: Optional[Path] = typer.Option(None, "--summary-json",
+                                                         help="Also write the summary here.")):
+    """Run the whole pipeline on the embedded sample kitchen and print a summary."""
+    from flows.demo import demo_flow
+    summary = demo_flow(recipes=recipes, seed=seed, workers=workers)
+    if summary_json:
+        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+    _echo_json(summary)
 
 
 def main() -> None:

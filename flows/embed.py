@@ -69,7 +69,7 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
         summary.update(call(embed_texts_task, con, store, encoder))
         summary["indexes"] = call(index_task, store, encoder_id)
         if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
-                "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchone()[0]:
+                "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]:
             summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
         else:
             summary["neighbours"] = "unchanged (no new or deleted image vectors)"

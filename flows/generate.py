@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.generate import generate_datasets, generation_settings
+from features.generate import generate_datasets, settings_for
 from features.knobs import KnobParams
 
 log = logging.getLogger(__name__)
@@ -31,21 +31,8 @@ def generate_flow(all: bool = True, seed: int = 0, encoder_id: str | None = None
                   preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None) -> dict:
     """Generate datasets: every setting (`all`), one knob setting (`task_name` + `knobs`), or a
     preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}."""
-    if all and not (task_name or knobs or preset):
-        settings = generation_settings()
-    else:
-        if task_name is None:
-            raise ValueError("task_name is required unless all=True")
-        if preset == "recipeqa":
-            settings = [(task_name, KnobParams.recipeqa_preset(**(overrides or {})))]
-        elif preset:
-            raise ValueError(f"unknown preset {preset!r} (only 'recipeqa')")
-        else:
-            k1, k2, k3 = knobs or (0, 0, 0)
-            settings = [(task_name, KnobParams.preset_for(task_name, k1, k2, k3, k3_mode=k3_mode,
-                                                          **(overrides or {})))]
-    for t, p in settings:
-        p.validate(t)
+    settings = settings_for(task_name, knobs, preset, k3_mode, overrides,
+                            all_settings=all and not (task_name or knobs or preset))
     summaries = generate_task(settings, seed, encoder_id)
     return {"datasets": summaries, "n_datasets": len(summaries),
             "n_questions": sum(s["n_questions"] for s in summaries),

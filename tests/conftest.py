@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests run with --import-mode=importlib (so tests/etl/ never shadows the etl package); shared test
+# helpers (site_builder.py, toy_kitchen.py) are importable by name from these folders.
+for _helpers in (REPO / "tests" / "etl", REPO / "tests" / "features"):
+    sys.path.insert(0, str(_helpers))
 SHARED = Path(os.environ.get("MRQA_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "fixtures"
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 @pytest.fixture

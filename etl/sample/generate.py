@@ -248,3 +248,22 @@ def _counts(plans: list[RecipePlan]) -> dict:
             for im in s.images:
                 c[f"images_{im.expected}"] += 1
     return dict(sorted(c.items()))
+
+
+def bench_sample(n_recipes: int = 300, seed: int = 0, workers: tuple[int, ...] = (1, 2),
+                 root: Path | None = None) -> dict:
+    """Build the same sample with each worker count (into temporary folders, deleted after);
+    returns {workers: summary} plus the speed-up of the last over the first and whether the
+    content hashes agree (they must: the output does not depend on the worker count)."""
+    import tempfile
+    results = {}
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        for w in workers:
+            r = build_sample(Path(tmp) / f"w{w}", n_recipes, seed, workers=w, progress=False)
+            results[w] = {k: r[k] for k in ("seconds", "recipes_per_s", "images_per_s", "content_sha256")}
+            results[w]["images"] = r["counts"]["image_files"]
+            shutil.rmtree(Path(tmp) / f"w{w}")
+    first, last = results[workers[0]], results[workers[-1]]
+    return {"n_recipes": n_recipes, "runs": results,
+            "speedup": round(first["seconds"] / last["seconds"], 2),
+            "same_hash": len({r["content_sha256"] for r in results.values()}) == 1}

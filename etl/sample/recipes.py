@@ -96,8 +96,11 @@ def _join(names: list[str]) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1]
 
 
+_SMALL = {"the", "and", "of", "a", "in", "to", "into", "with", "on"}
+
+
 def _titlecase(s: str) -> str:
-    return " ".join(w[:1].upper() + w[1:] for w in s.split())
+    return " ".join(w if (k and w in _SMALL) else w[:1].upper() + w[1:] for k, w in enumerate(s.split()))
 
 
 def _qty(rng: random.Random, ing: V.Ingredient) -> str:
@@ -229,7 +232,9 @@ def _sentences(rng, verb: str, names: list[str], vessel: str, tool: str, mixture
                                                           "knead", "roll", "fold") else names
     fill = {"ings": _join([V.ING[x].plural if x in V.ING else x for x in shown]),
             "vessel": vessel, "tool": tool, "time": rng.choice([2, 3, 5, 10, 15, 20, 25, 30, 45]),
-            "temp": rng.choice([325, 350, 375, 400, 425]), "qty": rng.choice([2, 3, 4])}
+            "temp": rng.choice([325, 350, 375, 400, 425]),
+            "qty": rng.choice([2, 3, 4]) if all(V.ING[x].unit == "count" for x in shown if x in V.ING)
+            and all(x in V.ING for x in shown) else "the"}
     sents = [s.format(**fill) for s in rng.sample(a.sentences, min(n, len(a.sentences)))]
     if rng.random() < 0.45:
         sents.append(rng.choice(FILLERS))
@@ -275,7 +280,7 @@ def _food_recipe(rng, index: int, defect: str | None) -> tuple[str, str, list[St
     final = sim[-1]
     intro_dep = {"kind": "food", "action": "serve", "state": final["items"][0]["state"], "vessel": final["vessel"],
                  "tool": "none", "items": final["items"]}
-    intro_text = [f"This {title.lower()} is one of my favourites. It takes about {rng.choice([20, 30, 45, 60, 90])} "
+    intro_text = [f"This {title} is one of my favourites. It takes about {rng.choice([20, 30, 45, 60, 90])} "
                   f"minutes and serves {rng.choice([2, 4, 6, 8])}.", rng.choice(FILLERS)]
     steps.append(StepPlan(0, title, intro_text, {"ingredients": sorted(ings), "action": "serve",
                                                  "state": intro_dep["state"], "vessel": final["vessel"], "tool": "none"},

@@ -58,6 +58,7 @@ class FaultConfig:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"     # keep-alive: every response carries Content-Length
+    disable_nagle_algorithm = True    # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
     server: "_Server"
 
     def log_message(self, format, *args):  # noqa: A002 - silence the default stderr log

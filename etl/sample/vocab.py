@@ -174,7 +174,7 @@ ACTIONS: dict[str, Action] = {a.verb: a for a in [
            ("Melt the {ings} in a {vessel} over low heat.", "Heat the {ings} for {time} minutes, stirring, until melted.")),
     Action("boil", "boiled", ("stock pot",), ("ladle",), ("*",),
            ("Boil the {ing}", "Bring to a Boil"),
-           ("Bring {qty} cups of water to a boil and add the {ings}.", "Boil the {ings} for {time} minutes.")),
+           ("Bring a large pot of water to a boil and add the {ings}.", "Boil the {ings} for {time} minutes.")),
     Action("simmer", "simmered", ("stock pot",), ("ladle",), ("mixture",),
            ("Simmer", "Let It Simmer"),
            ("Reduce the heat and simmer for {time} minutes.", "Let the {ings} simmer gently, stirring now and then."), True),

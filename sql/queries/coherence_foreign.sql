@@ -1,5 +1,5 @@
 -- Knobs 2 and 3 for visual coherence, set-based: one foreign image per question.
--- Inputs: gen_coherence(qid, qkey, c1, c2, c3 (the coherent item ids), qsum (sum of their unit
+-- Inputs: gen_coherence(qid, qkey, c1, c2, c3 (the coherent item ids), c1v..c3v (their vectors), qsum (sum of their unit
 --   vectors), min_pair (smallest pairwise distance among them), cs1..cs3 (c_i . (c_j + c_k)),
 --   ss1..ss3 (|c_j + c_k|^2), mode ('none' | 'paper' | 'rank'), target_rank); gen_knn_stats; gen_items.
 -- Knob 2: candidates from the union of the three coherent images' K nearest neighbours, m_d and
@@ -13,8 +13,11 @@
 WITH questions AS (
     SELECT * FROM gen_coherence
 ),
+question_meta AS (
+    SELECT qid, qkey, mode, target_rank, min_pair FROM gen_coherence
+),
 anchors AS (
-    SELECT qid, unnest([c1, c2, c3]) AS anchor_id FROM questions
+    SELECT qid, unnest([c1, c2, c3]) AS anchor_id FROM gen_coherence
 ),
 union_rows AS (
     SELECT a.qid, a.anchor_id, k.rank, k.cand_id, k.cand_recipe_id, k.distance
@@ -43,28 +46,33 @@ ball AS (
     JOIN union_stats s USING (qid)
 ),
 in_ball AS (
-    SELECT * FROM ball WHERE distance > ball_lo AND distance < ball_hi
+    SELECT b.*, q.qkey, q.mode, q.target_rank, q.min_pair, hash(q.qkey, b.cand_id) AS pick_key,
+           count(*) OVER (PARTITION BY b.qid) AS n_cands
+    FROM ball b
+    JOIN question_meta q USING (qid)
+    WHERE b.distance > b.ball_lo AND b.distance < b.ball_hi
+),
+to_score AS (
+    -- without a knob-3 rule only the first pick is needed: score just that one
+    SELECT * FROM in_ball
+    QUALIFY mode <> 'none' OR row_number() OVER (PARTITION BY qid ORDER BY pick_key, cand_id) = 1
 ),
 dots AS (
-    SELECT b.*, q.qkey, q.mode, q.target_rank, q.min_pair,
+    SELECT b.*,
            array_cosine_distance(f.vec, q.qsum) AS dist_q,
-           array_inner_product(f.vec, v1.vec) AS f1,
-           array_inner_product(f.vec, v2.vec) AS f2,
-           array_inner_product(f.vec, v3.vec) AS f3,
+           array_inner_product(f.vec, q.c1v) AS f1,
+           array_inner_product(f.vec, q.c2v) AS f2,
+           array_inner_product(f.vec, q.c3v) AS f3,
            q.cs1, q.cs2, q.cs3, q.ss1, q.ss2, q.ss3
-    FROM in_ball b
+    FROM to_score b
     JOIN questions q USING (qid)
     JOIN gen_items f ON f.item_id = b.cand_id
-    JOIN gen_items v1 ON v1.item_id = q.c1
-    JOIN gen_items v2 ON v2.item_id = q.c2
-    JOIN gen_items v3 ON v3.item_id = q.c3
 ),
 scored AS (
     SELECT *,
            CAST(1 - (cs1 + f1) / sqrt(ss1 + 2 * (f2 + f3) + 1) > dist_q AS INTEGER)
          + CAST(1 - (cs2 + f2) / sqrt(ss2 + 2 * (f1 + f3) + 1) > dist_q AS INTEGER)
-         + CAST(1 - (cs3 + f3) / sqrt(ss3 + 2 * (f1 + f2) + 1) > dist_q AS INTEGER) AS foreign_rank,
-           hash(qkey, cand_id) AS pick_key
+         + CAST(1 - (cs3 + f3) / sqrt(ss3 + 2 * (f1 + f2) + 1) > dist_q AS INTEGER) AS foreign_rank
     FROM dots
 ),
 eligible AS (
@@ -76,8 +84,7 @@ eligible AS (
 ),
 final AS (
     SELECT qid, cand_id, cand_recipe_id, anchor_id, distance, m_d, s_d, ball_lo, ball_hi, dist_q,
-           min_pair, foreign_rank, is_eligible, pick_key,
-           count(*) OVER (PARTITION BY qid) AS n_cands,
+           min_pair, foreign_rank, is_eligible, pick_key, n_cands,
            count(*) FILTER (WHERE is_eligible) OVER (PARTITION BY qid) AS n_eligible
     FROM eligible
     QUALIFY row_number() OVER (PARTITION BY qid ORDER BY is_eligible DESC, pick_key, cand_id) = 1

@@ -17,7 +17,8 @@ from etl.http_fetch import FetchConfig, Fetcher, HostPolicy
 from etl.sample.server import FaultConfig, SiteServer
 from etl.warehouse import connect, table_fingerprint
 
-from site_builder import build_site, recipe_html
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # site_builder.py next to this file
+from site_builder import build_site, recipe_html  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = FaultConfig(fail_rate=0.1, rate_limit_rate=0.1, slow_rate=0.05, slow_seconds=0.2,

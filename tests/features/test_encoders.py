@@ -16,14 +16,16 @@ from features.encoders import (EncoderUnavailable, latest_encoder_id, list_encod
 from features.image_data import image_items
 from toy_kitchen import build_toy_warehouse
 
-CFG = TrainConfig(epochs=4, batch_size=48, lr=3e-3, warmup_steps=3, seed=7, eval_max_pairs=200)
+# 32 px keeps the test fast on a busy 2-core machine; colours and shapes stay visible
+CFG = TrainConfig(epochs=8, batch_size=30, lr=3e-3, warmup_steps=4, seed=7, eval_max_pairs=200,
+                  image_size=32)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     paths = Paths.from_env(tmp_path_factory.mktemp("enc") / "home").ensure()
     con = connect(paths)
-    build_toy_warehouse(con, paths, n_recipes=40, steps=5, images_per_step=2, seed=1)
+    build_toy_warehouse(con, paths, n_recipes=30, steps=5, images_per_step=1, seed=1)
     res = train_encoder(con, paths, CFG)
     yield paths, con, res
     con.close()
@@ -38,7 +40,7 @@ def test_trained_encoder_is_registered_with_checkpoint_and_config(trained):
     d = paths.models / "encoders" / res["encoder_id"]
     assert (d / "model.safetensors").is_file()
     cfg = json.loads((d / "open_clip_config.json").read_text())
-    assert cfg["model_cfg"]["vision_cfg"]["image_size"] == 64
+    assert cfg["model_cfg"]["vision_cfg"]["image_size"] == 32
     assert not row["checkpoint_path"].startswith("/")      # relative to MRQA_HOME
 
 
@@ -77,8 +79,8 @@ def test_reloaded_encoder_gives_same_vectors_and_metrics(trained):
 
 def test_training_is_deterministic(trained, tmp_path):
     paths, con, res = trained
-    again = train_encoder(con, paths, TrainConfig(**{**CFG.__dict__, "epochs": 1}))
-    again2 = train_encoder(con, paths, TrainConfig(**{**CFG.__dict__, "epochs": 1}))
+    quick = TrainConfig(**{**CFG.__dict__, "epochs": 1, "max_train_pairs": 40, "eval_max_pairs": 10})
+    again, again2 = train_encoder(con, paths, quick), train_encoder(con, paths, quick)
     assert again["encoder_id"] == again2["encoder_id"] != res["encoder_id"]
 
 

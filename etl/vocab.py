@@ -1,0 +1,197 @@
+"""Vocabulary quality and repair accuracy.
+
+- `vocab_figures(counter)`: word types/tokens and the share of types and of occurrences in the
+  dictionary (wordfreq English 'large'; word = token with a letter, lower-cased), top OOV types.
+- `store_vocab_stats` / `read_vocab_stats`: the `vocab_stats` table.
+- `vocab_report(con)`: recompute before/after figures from the warehouse's cleaned steps.
+- `evaluate_on_ground_truth(path)`: on a sample kitchen ground_truth.jsonl (contract C3), precision
+  and recall of fused-word and number/unit repairs, removal rate of every planted noise kind, and
+  over-splitting of the rare real words.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from etl.repair import Repairer
+from etl.warehouse import utcnow
+
+DICTIONARY = "wordfreq-en-large"
+REPAIR_KINDS = ("fused_word", "number_unit")
+
+
+def is_word(tok: str) -> bool:
+    return any(ch.isalpha() for ch in tok)
+
+
+def vocab_figures(counts: Counter, top: int = 30, repairer: Repairer | None = None) -> dict:
+    rep = repairer or Repairer()
+    words: Counter = Counter()
+    for t, n in counts.items():
+        if is_word(t):
+            words[t.lower()] += n
+    in_types = sum(1 for w in words if rep.in_dictionary(w))
+    in_tokens = sum(n for w, n in words.items() if rep.in_dictionary(w))
+    total = sum(words.values())
+    oov = [(w, n) for w, n in words.most_common() if not rep.in_dictionary(w)][:top]
+    return {"n_word_types": len(words), "n_word_tokens": total,
+            "types_in_dict_share": round(in_types / len(words), 4) if words else None,
+            "tokens_in_dict_share": round(in_tokens / total, 4) if total else None,
+            "top_oov": oov}
+
+
+def store_vocab_stats(con, scope: str, before: dict, after: dict) -> None:
+    now = utcnow()
+    for phase, f in (("before_repair", before), ("after_repair", after)):
+        con.execute("INSERT OR REPLACE INTO vocab_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [scope, phase, DICTIONARY, f["n_word_types"], f["n_word_tokens"],
+                     f["types_in_dict_share"], f["tokens_in_dict_share"],
+                     json.dumps(f["top_oov"]), now])
+
+
+def read_vocab_stats(con, scope: str) -> dict[str, dict]:
+    rows = con.execute("SELECT phase, n_word_types, n_word_tokens, types_in_dict_share, "
+                       "tokens_in_dict_share, top_oov FROM vocab_stats WHERE scope = ?", [scope]).fetchall()
+    return {r[0]: {"n_word_types": r[1], "n_word_tokens": r[2], "types_in_dict_share": r[3],
+                   "tokens_in_dict_share": r[4], "top_oov": json.loads(r[5])} for r in rows}
+
+
+def vocab_report(con, paths=None, top: int = 30) -> dict:
+    """Recompute before/after repair figures from the cleaned steps of ok recipes; store as 'report'."""
+    from etl.config import Paths
+    from etl.tokenize import load_punkt, tokenize_text, untrained_punkt
+    paths = paths or Paths.from_env()
+    punkt = load_punkt(paths.models) or untrained_punkt()
+    rep = Repairer()
+    before, after = Counter(), Counter()
+    for title, body in con.execute("SELECT s.title, s.body FROM steps s JOIN recipes r USING (recipe_id) "
+                                   "WHERE r.status = 'ok'").fetchall():
+        for text in (title, body):
+            for sent in tokenize_text(text or "", punkt):
+                before.update(sent)
+                after.update(rep.repair_tokens(sent))
+    vb, va = vocab_figures(before, top, rep), vocab_figures(after, top, rep)
+    store_vocab_stats(con, "report", vb, va)
+    return {"dictionary": DICTIONARY, "before_repair": vb, "after_repair": va}
+
+
+# ----------------------------------------------------------------------------- ground truth
+
+def _ws(s: str) -> str:
+    return " ".join(s.split())
+
+
+def _same_repair(r: str, f: str, R: str, F: str) -> bool:
+    """Does our repair of token R into F perform the planted repair r -> f? R may hold more than r
+    ('1/2cups' for '2cups') or less when the word tokenizer split a clitic off ('youdo' for 'youdon')."""
+    if r in R and R.replace(r, f, 1) == F:
+        return True
+    return len(R) < len(r) and r.startswith(R) and f.startswith(F) and r[len(R):] == f[len(F):]
+
+
+def _match(planted: list[tuple[str, str]], ours: list[tuple[str, str]]) -> int:
+    """Planted (raw, fixed) instances matched by our token repairs (raw token, repaired text)."""
+    left = list(ours)
+    hit = 0
+    for r, f in planted:
+        for k, (R, F) in enumerate(left):
+            if _same_repair(r, f, R, F):
+                hit += 1
+                del left[k]
+                break
+    return hit
+
+
+def evaluate_on_ground_truth(path: Path, punkt=None, repairer: Repairer | None = None,
+                             max_examples: int = 10) -> dict:
+    """Run clean -> tokenize -> repair on every step's raw text of a ground_truth.jsonl and score it."""
+    from etl.clean_rules import clean_text, clean_title
+    from etl.tokenize import tokenize_text, train_punkt
+    rep = repairer or Repairer()
+    recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    # the pipeline stores tokens only for recipes it keeps: score the ones expected to be kept
+    recs = [r for r in recs if (r.get("expected") or {}).get("stage") is None]
+    if punkt is None:
+        punkt = train_punkt(clean_text(s["body_raw"]) for r in recs for s in r["steps"])
+    stats = {k: Counter() for k in REPAIR_KINDS}
+    removed: dict[str, Counter] = {}
+    fp_examples, fn_examples = [], []
+    n_ours = 0
+    token_exact = steps = 0
+    rare_words = set()
+    try:
+        from etl.sample.vocab import RARE_WORDS
+        rare_words = {w for r in RARE_WORDS for w in r.split()}
+    except ImportError:
+        pass
+    rare_seen = rare_split = 0
+    fp_by_kind: Counter = Counter()
+    for r in recs:
+        for s in r["steps"]:
+            steps += 1
+            title = clean_title(s["title_raw"])
+            body = clean_text(s["body_raw"])
+            # noise kinds removed?
+            for n in s["noise"]:
+                kind = n["kind"]
+                if kind in REPAIR_KINDS:
+                    continue
+                text = title if n.get("field") == "title" else body
+                raw = n["raw"]
+                if kind == "step_number":
+                    ok = _ws(title) == _ws(s["title_clean"])
+                elif kind == "unicode":
+                    ok = raw.strip() == "" and raw != "\u200b" or raw not in text
+                else:
+                    ok = raw.strip() not in text
+                removed.setdefault(kind, Counter())["ok" if ok else "left"] += 1
+            # token repairs
+            ours, toks = [], []
+            for text in (title, body):
+                for sent in tokenize_text(text, punkt):
+                    for t in sent:
+                        parts = rep.repair_token(t)
+                        toks.extend(parts)
+                        if len(parts) > 1:
+                            ours.append((t, " ".join(parts)))
+                        if t in rare_words:
+                            rare_seen += 1
+                            rare_split += len(parts) > 1
+            gold_toks = [t for text in (s["title_clean"], s["body_clean"])
+                         for sent in tokenize_text(text, punkt) for t in sent]
+            token_exact += toks == gold_toks
+            n_ours += len(ours)
+            remaining = list(ours)
+            for kind in REPAIR_KINDS:
+                planted = [(n["raw"], n["fixed"]) for n in s["noise"] if n["kind"] == kind]
+                hit = _match(planted, remaining)
+                stats[kind]["planted"] += len(planted)
+                stats[kind]["hit"] += hit
+                if hit < len(planted) and len(fn_examples) < max_examples:
+                    fn_examples.append({"planted": planted, "ours": ours})
+            all_planted = [(n["raw"], n["fixed"]) for n in s["noise"] if n["kind"] in REPAIR_KINDS]
+            for R, F in ours:
+                if not any(_same_repair(r, f, R, F) for r, f in all_planted):
+                    # a wrong split is attributed to a kind by its shape (a digit = number_unit)
+                    fp_by_kind["number_unit" if any(c.isdigit() for c in R) else "fused_word"] += 1
+                    if len(fp_examples) < max_examples:
+                        fp_examples.append([R, F])
+    out = {"recipes": len(recs), "steps": steps, "repairs_made": n_ours}
+    fp = sum(fp_by_kind.values())
+    total_hit = sum(stats[k]["hit"] for k in REPAIR_KINDS)
+    for k in REPAIR_KINDS:
+        p = stats[k]["planted"]
+        out[k] = {"planted": p, "repaired": stats[k]["hit"],
+                  "recall": round(stats[k]["hit"] / p, 4) if p else None}
+    out["precision"] = round(total_hit / (total_hit + fp), 4) if total_hit + fp else None
+    for k in REPAIR_KINDS:
+        tp = stats[k]["hit"]
+        fpk = fp_by_kind[k]
+        out[k]["precision"] = round(tp / (tp + fpk), 4) if tp + fpk else None
+    out["noise_removed"] = {k: round(c["ok"] / (c["ok"] + c["left"]), 4) for k, c in sorted(removed.items())}
+    out["steps_tokens_equal_gold"] = round(token_exact / steps, 4) if steps else None
+    out["rare_words"] = {"seen": rare_seen, "split": rare_split}
+    out["false_positive_examples"] = fp_examples
+    out["missed_examples"] = fn_examples[:max_examples]
+    return out

@@ -1,0 +1,36 @@
+"""`mrqa sample build|serve` and `mrqa bench sample` through the real Typer app."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+runner = CliRunner()
+
+
+def test_sample_build_prints_speed_and_hash(tmp_path):
+    out = tmp_path / "kitchen"
+    r = runner.invoke(app, ["sample", "build", "--recipes", "12", "--seed", "3", "--out", str(out),
+                            "--workers", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"[\d.]+ recipes/s, [\d,.]+ images/s", r.output)
+    sha = re.search(r"content sha256: ([0-9a-f]{64})", r.output).group(1)
+    assert json.loads((out / "manifest.json").read_text())["content_sha256"] == sha
+
+
+def test_sample_serve_refuses_a_folder_that_is_not_a_build(tmp_path):
+    r = runner.invoke(app, ["sample", "serve", str(tmp_path), "--port", "0"])
+    assert r.exit_code == 2
+    assert "not a sample kitchen build" in r.output
+
+
+@pytest.mark.bench
+def test_bench_sample(tmp_path):
+    r = runner.invoke(app, ["bench", "sample", "--recipes", "60"])
+    assert r.exit_code == 0, r.output
+    print(r.output)
+    assert "identical output: True" in r.output

@@ -1,0 +1,67 @@
+"""The embed stage end to end on a toy warehouse: vectors, rejects, incrementality, neighbours."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from etl.warehouse import run_sql_tests
+from features.encoder_train import TrainConfig, train_encoder
+from features.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+from flows.embed import embed_flow, run_embed
+
+_spec = importlib.util.spec_from_file_location(
+    "toy_kitchen", Path(__file__).resolve().parent.parent / "features" / "toy_kitchen.py")
+toy_kitchen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(toy_kitchen)
+
+
+@pytest.fixture
+def warehouse(paths, con):
+    toy_kitchen.build_toy_warehouse(con, paths, n_recipes=12, steps=3, images_per_step=2, seed=2)
+    # one truncated JPEG and one missing file: rejected, never a crash
+    bad = paths.images / "Toy-Recipe-0" / "Toy-Recipe-0_1_0.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])
+    (paths.images / "Toy-Recipe-1" / "Toy-Recipe-1_2_1.jpg").unlink()
+    enc = train_encoder(con, paths, TrainConfig(epochs=1, batch_size=16, image_size=32,
+                                                eval_max_pairs=20))["encoder_id"]
+    return con, enc
+
+
+def test_embed_is_incremental_rejects_bad_images_and_builds_neighbours(paths, warehouse,
+                                                                       prefect_harness):
+    con, enc = warehouse
+    con.close()  # run_embed opens the warehouse itself (one writer)
+    first = run_embed(enc, k=5, num_workers=0, batch_size=8)
+    assert first["images_total"] == 72 and first["images_encoded"] == 70
+    assert first["images_rejected"] == 2
+    store = FeatureStore(paths.lance)
+    ids, mat = store.image_vectors(enc)
+    assert len(ids) == 70 and mat.shape == (70, 128)
+    tids, tmat = store.text_vectors(enc, "title")
+    assert len(tids) == 36 and tids[0].endswith("_title")
+    assert len(store.text_vectors(enc, "body")[0]) == 36
+
+    from etl.warehouse import connect
+    con = connect(paths)
+    rejects = dict(con.execute("SELECT key, reason FROM rejects WHERE stage = 'embed'").fetchall())
+    assert rejects == {"Toy-Recipe-0_1_0.jpg": "image_decode_error",
+                       "Toy-Recipe-1_2_1.jpg": "missing_file"}
+    n_nb = con.execute("SELECT count(*) FROM neighbours WHERE encoder_id = ?", [enc]).fetchall()[0][0]
+    assert n_nb == 70 * 5
+    assert run_sql_tests(con)["neighbours_same_split_other_recipe"] == 0
+    # add recipes: only theirs are encoded, the index/table stays queryable
+    toy_kitchen.build_toy_warehouse(con, paths, n_recipes=3, steps=3, images_per_step=1, seed=9,
+                                    prefix="New-Recipe")
+    con.close()
+    again = embed_flow(encoder_id=None, k=5, num_workers=0, batch_size=8)     # the Prefect flow
+    assert again["encoder_id"] == enc
+    assert again["images_encoded"] == 9 and again["images_already"] == 70
+    assert again["images_known_bad"] == 2 and again["texts_encoded"] == 18
+    assert len(store.image_vectors(enc)[0]) == 79
+    # unchanged corpus: nothing encoded, neighbours left as they are
+    third = run_embed(enc, k=5, num_workers=0, batch_size=8)
+    assert third["images_encoded"] == 0 and third["texts_encoded"] == 0
+    assert third["neighbours"].startswith("unchanged")
+

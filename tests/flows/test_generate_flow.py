@@ -1,0 +1,52 @@
+"""The generate flow (real Prefect run) and the CLI commands of issue 6."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+ENC = "synthetic-enc-0001"
+
+
+def _world(con, paths):
+    from features.synthetic import build_world
+    build_world(con, paths.lance, n_recipes=24, seed=2, dim=16, k=50)
+
+
+def test_generate_flow_and_cli(paths, con, prefect_harness, tmp_path):
+    from flows.generate import generate_flow
+    _world(con, paths)
+    con.close()
+    res = generate_flow(all=False, seed=0, task_name="visual_cloze", knobs=(0, 1, 0))
+    assert res["n_datasets"] == 1 and res["n_questions"] > 0
+    ds = res["datasets"][0]
+    assert ds["dataset_id"].startswith("vc-k010-s0-") and ds["encoder_id"] == ENC
+    runner = CliRunner()
+    r = runner.invoke(app, ["generate", "--task", "visual_ordering", "--knobs", "0,0,0", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    assert "vord-k000-s3-" in r.output
+    r = runner.invoke(app, ["datasets", "--format", "json"])
+    listed = {d["dataset_id"]: d for d in json.loads(r.output)}
+    assert ds["dataset_id"] in listed and listed[ds["dataset_id"]]["n_questions"] == ds["n_questions"]
+    out = tmp_path / "exp"
+    r = runner.invoke(app, ["export", "--dataset", ds["dataset_id"], "--format", "parquet", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert list((out / "questions").rglob("*.parquet"))
+    r = runner.invoke(app, ["export", "--all", "--format", "recipeqa-json", "--out", str(tmp_path / "rq"),
+                            "--no-images"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["records"]
+
+
+def test_cli_bad_input_is_a_clear_error(paths):
+    runner = CliRunner()
+    for args, needle in ((["generate", "--task", "nope", "--knobs", "0,0,0"], "--task must be"),
+                         (["generate", "--task", "visual_cloze", "--knobs", "0,2"], "--knobs must be"),
+                         (["generate", "--task", "visual_ordering", "--knobs", "0,0,1"], "not defined"),
+                         (["generate", "--all", "--task", "visual_cloze"], "--all"),
+                         (["export", "--dataset", "missing"], "no dataset")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert needle in r.output, (args, r.output)
