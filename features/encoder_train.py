@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainConfig:
     model_name: str = TINY_MODEL
-    epochs: int = 8
+    epochs: int = 5
     batch_size: int = 256
     lr: float = 2e-3
     weight_decay: float = 0.05

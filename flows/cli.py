@@ -399,7 +399,7 @@ app.add_typer(encoder_app, name="encoder")
 
 @encoder_app.command("train")
 def encoder_train_cmd(
-        epochs: int = typer.Option(8, "--epochs", help="Passes over the train steps."),
+        epochs: int = typer.Option(5, "--epochs", help="Passes over the train steps."),
         batch_size: int = typer.Option(256, "--batch-size", help="Pairs per contrastive batch."),
         seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
