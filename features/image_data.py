@@ -94,6 +94,8 @@ def image_loader(files: Sequence[Path], preprocess: Callable, image_size: int,
                       shuffle=False, num_workers=num_workers,
                       pin_memory=torch.cuda.is_available(),
                       persistent_workers=False,
+                      # fork after LanceDB started its runtime may deadlock: forkserver workers
+                      multiprocessing_context="forkserver" if num_workers > 0 else None,
                       prefetch_factor=4 if num_workers > 0 else None)
 
 

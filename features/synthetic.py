@@ -24,6 +24,9 @@ KINDS = ["Gather Ingredients", "Chop the Onions", "Mix the Batter", "Melt the Bu
          "Slice the Bread", "Grate the Cheese", "Simmer", "Cool Down", "Serve", "Enjoy!",
          "Prepare the Pan", "Roll Out", "Garnish"]
 
+STYLES = ["", "Carefully", "Quickly", "Again", "Well", "Gently", "Slowly", "for a While", "Thoroughly",
+          "Now", "First", "Then", "Twice", "Lightly", "by Hand", "in Batches"]
+
 
 def _unit(m: np.ndarray) -> np.ndarray:
     return (m / np.linalg.norm(m, axis=1, keepdims=True)).astype(np.float32)
@@ -47,7 +50,7 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
                         assign_split(rid)))
         kinds = rr.choice(len(KINDS), size=n_steps, replace=True)
         for s in range(n_steps):
-            title = KINDS[kinds[s]] if s else "Intro"
+            title = f"{KINDS[kinds[s]]} {STYLES[int(rr.integers(len(STYLES)))]}".strip() if s else "Intro"
             steps.append((rid, s, title, f"Body of step {s} of {rid}."))
             txt_rows.append((f"{rid}_{s}_title", rid, s, centers[kinds[s]] + style * 0.5
                              + rr.normal(size=dim) * sd * 0.6))

@@ -54,9 +54,11 @@ forced AS (
     SELECT * FROM ranked WHERE is_closer AND rank_in_group <= n_closer
 ),
 rest AS (
+    -- the first 3 of the rest by key lie within the first 6 rows of each group (n_closer <= 3)
     SELECT *, row_number() OVER (PARTITION BY qid ORDER BY pick_key, cand_id) AS rank_in_rest
     FROM ranked
-    WHERE NOT (is_closer AND rank_in_group <= n_closer)
+    WHERE rank_in_group <= 6
+      AND NOT (is_closer AND rank_in_group <= n_closer)
       AND NOT (exact AND is_closer)
 ),
 final AS (

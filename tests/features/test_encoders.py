@@ -110,3 +110,15 @@ def test_unavailable_weights_give_a_clear_error(monkeypatch, tmp_path, con):
         register_pretrained_encoder(con, "mrqa-tiny-clip", str(bad))
     with pytest.raises(EncoderUnavailable, match="no encoder registered"):
         load_encoder(con)
+
+
+def test_cli_reports_unavailable_weights_without_traceback(monkeypatch, tmp_path, paths):
+    import huggingface_hub.constants as hc
+    from typer.testing import CliRunner
+    from flows.cli import app
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    res = CliRunner().invoke(app, ["encoder", "add", "--clip-model", "ViT-B-32", "--pretrained", "openai"])
+    assert res.exit_code == 2 and "not available" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["encoder", "eval"])
+    assert res.exit_code == 2 and "no encoder registered" in res.output
