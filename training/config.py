@@ -1,0 +1,78 @@
+"""Configuration dataclasses of the GM3C trainer, with the paper's appendix defaults.
+
+`ModelConfig` is what a checkpoint needs to rebuild the network (nanoGPT's model args);
+`TrainConfig` is how it was trained. `tiny()` variants are for tests and CPU demos.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+SCORERS = ("transformer", "bidaf", "impatient", "hasty")
+TEXT_FEATURES = ("tokens", "vectors")
+VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
+
+
+@dataclass
+class ModelConfig:
+    """GM3C: modality encoders (BiLSTM hidden 256 -> 512-d features) + a scoring function."""
+    scorer: str = "transformer"        # transformer (HTRN) | bidaf | impatient | hasty
+    text_features: str = "tokens"      # tokens (learned embeddings + BiLSTM per step) | vectors
+    vocab_size: int = 0                # tokens: filled from the dataset's vocabulary
+    text_dim: int = 0                  # vectors: dimension of the precomputed step-text vectors
+    image_dim: int = 0                 # dimension of the frozen image vectors
+    emb_dim: int = 100                 # word embeddings (tokens)
+    lstm_hidden: int = 256             # paper: BiLSTM hidden 256 (features are 2 x 256 = 512 wide)
+    n_layers: int = 4                  # transformer scorer: 4 layers, 512 wide, 8 heads
+    d_model: int = 512
+    n_heads: int = 8
+    dropout: float = 0.1
+    max_positions: int = 64            # CLS + steps + SEP + query items
+
+    def validate(self) -> None:
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, got {self.scorer!r}")
+        if self.text_features not in TEXT_FEATURES:
+            raise ValueError(f"text features must be tokens or vectors, got {self.text_features!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError("d_model must be a multiple of n_heads")
+
+    @classmethod
+    def tiny(cls, **kw) -> "ModelConfig":
+        return replace(cls(emb_dim=16, lstm_hidden=16, n_layers=1, d_model=32, n_heads=2, dropout=0.0), **kw)
+
+
+@dataclass
+class TrainConfig:
+    """Adam 5e-4, cross-entropy over the choices, early stopping on validation accuracy."""
+    lr: float = 5e-4
+    batch_size: int = 32
+    max_epochs: int = 30
+    patience: int = 3                  # epochs without a better val accuracy before stopping
+    max_steps_per_recipe: int = 20     # context steps kept (the first N)
+    max_tokens_per_step: int = 60      # tokens kept per step (title + body)
+    min_token_freq: int = 2            # vocabulary: train-split tokens seen at least this often
+    max_vocab: int = 20000
+    seed: int = 0
+    device: str = "auto"               # auto: cuda when available, else cpu
+    amp: bool = True                   # fp16 autocast + GradScaler on CUDA (ignored on CPU)
+    grad_clip: float = 5.0
+    max_train_questions: int | None = None   # cap (tiny runs / benchmarks)
+
+    @classmethod
+    def tiny(cls, **kw) -> "TrainConfig":
+        return replace(cls(batch_size=16, max_epochs=3, patience=2, max_steps_per_recipe=12,
+                           max_tokens_per_step=16, min_token_freq=1), **kw)
+
+
+def to_dict(cfg) -> dict:
+    return asdict(cfg)
+
+
+@dataclass
+class RunSpec:
+    """One training run: which dataset, where it lives, how to train."""
+    dataset_id: str
+    export_dir: str
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run_id: str | None = None

@@ -1,0 +1,280 @@
+"""Load an exported Meta-RecipeQA dataset (Parquet, features/export.py) into tensors for GM3C.
+
+    ds = load_qa_dataset(export_dir, "vc-k010-s0-...", text_features="tokens")
+    batch = ds.batch("train", np.arange(16))      # dict of tensors, see `QADataset.batch`
+
+Context = the recipe's steps (first `max_steps`), each as title + body text: token ids
+(`tokens`: vocabulary from the TRAIN split's steps, min frequency, <pad>=0, <unk>=1) or a
+precomputed step-text vector (`vectors`: body vectors from the feature store, else the export's
+title vectors). Queries, one per choice (the paper's construction): cloze = the question images
+with @placeholder replaced by the choice; coherence = the question minus the choice's image;
+ordering = the choice's image sequence. Image vectors come from OUT/image_vectors.parquet (export
+--with-vectors) or, when absent, from LanceDB (features.store). Questions whose images have no
+vector are dropped and counted in `dropped` (never silently).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import torch
+
+from training.config import VISUAL_TASKS
+
+log = logging.getLogger(__name__)
+PLACEHOLDER = "@placeholder"
+PAD, UNK = 0, 1
+_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+
+
+class DatasetError(ValueError):
+    """The export or dataset cannot be used (missing, empty, unsupported task)."""
+
+
+def tokenize(text: str | None) -> list[str]:
+    """Lower-cased word/punctuation tokens (the same rule for vocabulary and lookup)."""
+    return _TOKEN.findall((text or "").lower())
+
+
+@dataclass
+class Split:
+    qids: list[str]
+    recipe_row: np.ndarray          # (Q,) row of the recipe in the context tensors
+    query: np.ndarray               # (Q, C, M) rows of the image matrix (0 = padding)
+    answer: np.ndarray              # (Q,)
+    target_ctx: np.ndarray          # (Q,) context position of the cloze placeholder's step (-1: n/a)
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+
+@dataclass
+class QADataset:
+    dataset_id: str
+    task: str
+    encoder_id: str
+    dataset_hash: str
+    text_features: str
+    splits: dict[str, Split]
+    images: torch.Tensor            # (N + 1, d_img) float32, row 0 = zeros
+    ctx: torch.Tensor               # tokens: (R, S, T) int64 ; vectors: (R, S, d_text) float32
+    ctx_len: torch.Tensor           # (R,) number of steps
+    vocab: list[str] | None
+    knobs: str = ""
+    dropped: dict[str, int] = field(default_factory=dict)
+    text_source: str = ""
+
+    @property
+    def image_dim(self) -> int:
+        return int(self.images.shape[1])
+
+    @property
+    def text_dim(self) -> int:
+        return int(self.ctx.shape[-1]) if self.text_features == "vectors" else 0
+
+    def batch(self, split: str, idx: np.ndarray, device: torch.device | str = "cpu") -> dict:
+        """Tensors of questions `idx` of `split`: ctx (B, S, ...), ctx_mask (B, S) True = real step,
+        query (B, C, M, d_img), query_mask (B, C, M), answer (B,), target_ctx (B,)."""
+        sp = self.splits[split]
+        rows = torch.as_tensor(sp.recipe_row[idx])
+        q = torch.as_tensor(sp.query[idx])
+        s_max = int(self.ctx_len[rows].max())
+        ctx = self.ctx[rows][:, :s_max]
+        ctx_mask = torch.arange(s_max)[None, :] < self.ctx_len[rows][:, None]
+        out = {"ctx": ctx, "ctx_mask": ctx_mask, "query": self.images[q], "query_mask": q > 0,
+               "answer": torch.as_tensor(sp.answer[idx]), "target_ctx": torch.as_tensor(sp.target_ctx[idx])}
+        return {k: v.to(device) for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------- reading the export
+
+def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
+    qdir = export_dir / "questions"
+    if not qdir.is_dir():
+        raise DatasetError(f"{export_dir} is not a Parquet export (no questions/); run "
+                           "`mrqa export --all --with-vectors`")
+    glob = (qdir / "**" / "*.parquet").as_posix()
+    cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
+                      f"question_step_ids, encoder_id FROM read_parquet('{glob}', hive_partitioning = true) "
+                      f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    if not rows:
+        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet('{glob}', "
+                                           "hive_partitioning = true) ORDER BY 1").fetchall()]
+        raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: {', '.join(known) or 'none'})")
+    return rows
+
+
+def dataset_hash(rows: list[dict]) -> str:
+    """sha256 over what defines the questions (qid, split, question, choices, answer, encoder)."""
+    h = hashlib.sha256()
+    for r in sorted(rows, key=lambda r: r["qid"]):
+        h.update(json.dumps([r["qid"], r["split"], list(r["question"]), list(r["choice_list"]),
+                             int(r["answer"]), r["encoder_id"]]).encode())
+    return h.hexdigest()
+
+
+def list_datasets(export_dir: Path) -> list[dict]:
+    """Datasets of an export: dataset_id, task, knobs, n_questions."""
+    glob = (Path(export_dir) / "questions" / "**" / "*.parquet").as_posix()
+    con = duckdb.connect()
+    cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
+                      f"read_parquet('{glob}', hive_partitioning = true) GROUP BY 1 ORDER BY 2, 3, 1")
+    return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
+
+
+def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
+    f = export_dir / "image_vectors.parquet"
+    if f.exists():
+        ids, vecs = zip(*con.execute(f"SELECT image_id, vector FROM read_parquet('{f.as_posix()}') "
+                                     "WHERE encoder_id = ? ORDER BY image_id", [encoder_id]).fetchall() or [((), ())])
+        if ids and ids[0]:
+            return dict(zip(ids, np.asarray(vecs, dtype=np.float32)))
+    from features.store import FeatureStore
+    ids, mat = FeatureStore(lance_uri).image_vectors(encoder_id)
+    if not len(ids):
+        raise DatasetError(f"no image vectors for encoder {encoder_id}: export with --with-vectors "
+                           "or point MRQA_HOME at the feature store that made the dataset")
+    return dict(zip(ids, np.asarray(mat, dtype=np.float32)))
+
+
+def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
+    """Step-text vectors keyed by (recipe_id, step_idx): store body vectors, else export titles."""
+    try:
+        from features.store import FeatureStore
+        ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
+        if len(ids):
+            return {(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1])): v for i, v in
+                    zip(ids, np.asarray(mat, np.float32))}, "store:body"
+    except Exception as e:                                   # no store here: fall back to the export
+        log.info("no body vectors in the feature store (%s); trying the export's title vectors", e)
+    f = export_dir / "text_vectors.parquet"
+    if f.exists():
+        rows = con.execute(f"SELECT item_id, vector FROM read_parquet('{f.as_posix()}') WHERE encoder_id = ?",
+                           [encoder_id]).fetchall()
+        if rows:
+            return {(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1])): np.asarray(v, np.float32)
+                    for i, v in rows}, "export:title"
+    raise DatasetError(f"no step-text vectors for encoder {encoder_id}; use --text-features tokens")
+
+
+# ----------------------------------------------------------------------------- building tensors
+
+def build_vocab(texts: list[str], min_freq: int, max_size: int) -> list[str]:
+    counts = Counter(t for text in texts for t in tokenize(text))
+    words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+    return ["<pad>", "<unk>"] + words[: max_size - 2]
+
+
+def _queries(task: str, r: dict) -> list[list[str]]:
+    q, choices = list(r["question"]), list(r["choice_list"])
+    if task == "visual_cloze":
+        return [[c if x == PLACEHOLDER else x for x in q] for c in choices]
+    if task == "visual_coherence":
+        return [q[:i] + q[i + 1:] for i in range(len(q))]
+    return [json.loads(c) for c in choices]
+
+
+def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str = "tokens",
+                    vocab: list[str] | None = None, max_steps: int = 20, max_tokens: int = 60,
+                    min_token_freq: int = 2, max_vocab: int = 20000, lance_uri: str | None = None,
+                    max_train_questions: int | None = None) -> QADataset:
+    """The dataset's questions per split with image queries and recipe contexts as tensors.
+    `vocab` (from a checkpoint) replaces building one from the train split."""
+    export_dir = Path(export_dir)
+    con = duckdb.connect()
+    rows = _questions(con, export_dir, dataset_id)
+    task, encoder_id = rows[0]["task"], rows[0]["encoder_id"]
+    if task not in VISUAL_TASKS:
+        raise DatasetError(f"task {task} is not supported by the trainer (visual tasks only: "
+                           f"{', '.join(VISUAL_TASKS)})")
+    d_hash = dataset_hash(rows)
+    steps_f = export_dir / "steps.parquet"
+    if not steps_f.exists():
+        raise DatasetError(f"{steps_f} missing; re-run `mrqa export`")
+    steps: dict[str, list[tuple[int, str, str]]] = {}
+    split_of: dict[str, str] = {}
+    for rid, split, idx, title, body in con.execute(
+            f"SELECT recipe_id, split, step_idx, title, body FROM read_parquet('{steps_f.as_posix()}') "
+            "ORDER BY recipe_id, step_idx").fetchall():
+        steps.setdefault(rid, []).append((idx, title or "", body or ""))
+        split_of[rid] = split
+    image_vecs = _image_vectors(con, export_dir, encoder_id, lance_uri)
+
+    used = sorted({r["recipe_id"] for r in rows})
+    missing = [rid for rid in used if rid not in steps]
+    if missing:
+        raise DatasetError(f"{len(missing)} recipes of {dataset_id} have no steps in {steps_f} (e.g. {missing[0]})")
+    rrow = {rid: i for i, rid in enumerate(used)}
+    n_steps = [min(len(steps[rid]), max_steps) for rid in used]
+    s_max = max(n_steps)
+    text_source = "tokens"
+    if text_features == "tokens":
+        if vocab is None:
+            vocab = build_vocab([f"{t} {b}" for rid, st in steps.items() if split_of[rid] == "train"
+                                 for _, t, b in st], min_token_freq, max_vocab)
+        index = {w: i for i, w in enumerate(vocab)}
+        ctx = torch.zeros(len(used), s_max, max_tokens, dtype=torch.long)
+        for rid in used:
+            for s, (_, t, b) in enumerate(steps[rid][:max_steps]):
+                ids = [index.get(w, UNK) for w in tokenize(f"{t} {b}")][:max_tokens] or [UNK]
+                ctx[rrow[rid], s, :len(ids)] = torch.tensor(ids)
+    elif text_features == "vectors":
+        tvec, text_source = _text_vectors(con, export_dir, encoder_id, lance_uri)
+        dim = len(next(iter(tvec.values())))
+        ctx = torch.zeros(len(used), s_max, dim)
+        for rid in used:
+            for s, (idx, _, _) in enumerate(steps[rid][:max_steps]):
+                v = tvec.get((rid, idx))
+                if v is not None:
+                    ctx[rrow[rid], s] = torch.from_numpy(v)
+        vocab = None
+    else:
+        raise DatasetError("text features must be tokens or vectors")
+
+    img_ids = sorted({i for r in rows for q in _queries(task, r) for i in q if i in image_vecs})
+    img_row = {iid: k + 1 for k, iid in enumerate(img_ids)}
+    dim = len(next(iter(image_vecs.values())))
+    images = torch.zeros(len(img_ids) + 1, dim)
+    if img_ids:
+        images[1:] = torch.from_numpy(np.stack([image_vecs[i] for i in img_ids]))
+
+    by_split: dict[str, list] = {}
+    dropped: dict[str, int] = {}
+    for r in rows:
+        queries = _queries(task, r)
+        if any(i not in img_row for q in queries for i in q):
+            dropped["missing_image_vector"] = dropped.get("missing_image_vector", 0) + 1
+            continue
+        target = -1
+        if task == "visual_cloze":
+            p = list(r["question"]).index(PLACEHOLDER)
+            step = int(r["question_step_ids"][p])
+            pos = [i for i, (idx, _, _) in enumerate(steps[r["recipe_id"]][:max_steps]) if idx == step]
+            target = pos[0] if pos else -1
+        by_split.setdefault(r["split"], []).append(
+            (r["qid"], rrow[r["recipe_id"]], [[img_row[i] for i in q] for q in queries], int(r["answer"]), target))
+    if max_train_questions and len(by_split.get("train", [])) > max_train_questions:
+        dropped["train_cap"] = len(by_split["train"]) - max_train_questions
+        by_split["train"] = by_split["train"][:max_train_questions]
+    splits = {}
+    for name, items in by_split.items():
+        m = max(len(q) for it in items for q in it[2])
+        query = np.zeros((len(items), len(items[0][2]), m), dtype=np.int64)
+        for k, it in enumerate(items):
+            for c, q in enumerate(it[2]):
+                query[k, c, :len(q)] = q
+        splits[name] = Split([it[0] for it in items], np.array([it[1] for it in items], np.int64), query,
+                             np.array([it[3] for it in items], np.int64), np.array([it[4] for it in items], np.int64))
+    if dropped.get("missing_image_vector"):
+        log.warning("%s: dropped %d questions whose images have no vector", dataset_id, dropped["missing_image_vector"])
+    return QADataset(dataset_id, task, encoder_id, d_hash, text_features, splits, images, ctx,
+                     torch.tensor(n_steps), vocab, knobs=rows[0]["knobs"], dropped=dropped, text_source=text_source)

@@ -1,0 +1,227 @@
+"""GM3C: modality encoders + a scoring function (DESIGN.md §9), built from a `ModelConfig`.
+
+Encoders: each context step -> a 2h-d feature (tokens: embeddings + BiLSTM, mean over tokens; or a
+projected step-text vector), then a BiLSTM across steps. Query images (frozen vectors) -> projected
+-> BiLSTM across the query sequence. One query per choice; the scorer gives each (context, query)
+pair a score; cross-entropy over the choices.
+
+Scorers: `transformer` (HTRN: [CLS, steps..., SEP, query...] -> encoder -> CLS -> FC), `bidaf`
+(bi-directional attention flow between steps and query items, modelling BiLSTM, pooled -> FC),
+`impatient` (Impatient Reader: attention over the steps re-read at every query item with a
+recurrent read state, cosine score against the query), `hasty` (context-free: query only -> FC).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from training.config import ModelConfig
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(x.dtype)
+    return (x * m).sum(dim) / m.sum(dim).clamp(min=1)
+
+
+class BiLSTM(nn.Module):
+    def __init__(self, d_in: int, hidden: int):
+        super().__init__()
+        self.rnn = nn.LSTM(d_in, hidden, batch_first=True, bidirectional=True)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        return out
+
+
+class StepEncoder(nn.Module):
+    """Context: one feature per step, then a BiLSTM across the recipe's steps."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h2 = 2 * cfg.lstm_hidden
+        self.tokens = cfg.text_features == "tokens"
+        if self.tokens:
+            self.emb = nn.Embedding(cfg.vocab_size, cfg.emb_dim, padding_idx=0)
+            self.word_rnn = BiLSTM(cfg.emb_dim, cfg.lstm_hidden)
+        else:
+            self.proj = nn.Linear(cfg.text_dim, h2)
+        self.step_rnn = BiLSTM(h2, cfg.lstm_hidden)
+
+    def forward(self, ctx: torch.Tensor, ctx_mask: torch.Tensor) -> torch.Tensor:
+        if self.tokens:
+            b, s, t = ctx.shape
+            flat = ctx.reshape(b * s, t)
+            tok_mask = flat > 0
+            tok_mask[:, 0] |= True                            # empty (padding) steps: one pad token
+            words = self.word_rnn(self.emb(flat), tok_mask)
+            feats = masked_mean(words, tok_mask, 1).reshape(b, s, -1)
+        else:
+            feats = torch.tanh(self.proj(ctx))
+        return self.step_rnn(feats, ctx_mask)
+
+
+class QueryEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.proj = nn.Linear(cfg.image_dim, 2 * cfg.lstm_hidden)
+        self.rnn = BiLSTM(2 * cfg.lstm_hidden, cfg.lstm_hidden)
+
+    def forward(self, q: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
+        return self.rnn(torch.tanh(self.proj(q)), q_mask)
+
+
+# ----------------------------------------------------------------------------- scorers
+
+class Block(nn.Module):
+    """Pre-LN transformer block that can return its attention weights (mean over heads)."""
+
+    def __init__(self, d: int, heads: int, dropout: float):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, dropout=dropout, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+
+    def forward(self, x, pad_mask, need_weights: bool = False):
+        h = self.ln1(x)
+        a, w = self.attn(h, h, h, key_padding_mask=pad_mask, need_weights=need_weights,
+                         average_attn_weights=True)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), w
+
+
+class TransformerScorer(nn.Module):
+    """HTRN: [CLS, step_1..step_S, SEP, q_1..q_M] -> n_layers encoder -> CLS -> FC -> score."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h2, d = 2 * cfg.lstm_hidden, cfg.d_model
+        self.inp = nn.Linear(h2, d)
+        self.cls, self.sep = nn.Parameter(torch.randn(d) * 0.02), nn.Parameter(torch.randn(d) * 0.02)
+        self.pos = nn.Embedding(cfg.max_positions, d)
+        self.seg = nn.Embedding(2, d)                      # 0: CLS + context + SEP, 1: query
+        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.dropout) for _ in range(cfg.n_layers))
+        self.ln = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 1)
+        self.max_positions = cfg.max_positions
+
+    def forward(self, c, c_mask, q, q_mask, return_attention: bool = False):
+        n, s, _ = c.shape
+        m = q.shape[1]
+        if 2 + s + m > self.max_positions:
+            raise ValueError(f"sequence of {2 + s + m} items exceeds max_positions={self.max_positions}")
+        x = torch.cat([self.cls.expand(n, 1, -1), self.inp(c), self.sep.expand(n, 1, -1), self.inp(q)], 1)
+        seg = torch.cat([torch.zeros(n, s + 2, dtype=torch.long, device=x.device),
+                         torch.ones(n, m, dtype=torch.long, device=x.device)], 1)
+        x = x + self.pos(torch.arange(x.shape[1], device=x.device))[None] + self.seg(seg)
+        ones = torch.ones(n, 1, dtype=torch.bool, device=x.device)
+        pad = ~torch.cat([ones, c_mask, ones, q_mask], 1)
+        w = None
+        for i, blk in enumerate(self.blocks):
+            x, w = blk(x, pad, need_weights=return_attention and i == len(self.blocks) - 1)
+        score = self.fc(self.ln(x[:, 0])).squeeze(-1)
+        if return_attention:
+            return score, w[:, 0, 1:s + 1]                 # CLS -> context steps, last layer
+        return score
+
+
+class BiDAFScorer(nn.Module):
+    """BiDAF adapted to steps x query items: similarity S_ij = w.[c_i; q_j; c_i*q_j], context-to-query
+    and query-to-context attention, G = [c; c2q; c*c2q; c*q2c] -> modelling BiLSTM -> pooled -> FC."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h2 = 2 * cfg.lstm_hidden
+        self.w = nn.Linear(3 * h2, 1)
+        self.model_rnn = BiLSTM(4 * h2, cfg.lstm_hidden)
+        self.fc = nn.Sequential(nn.Linear(2 * h2, h2), nn.ReLU(), nn.Linear(h2, 1))
+
+    def forward(self, c, c_mask, q, q_mask):
+        s, m = c.shape[1], q.shape[1]
+        ce, qe = c.unsqueeze(2).expand(-1, -1, m, -1), q.unsqueeze(1).expand(-1, s, -1, -1)
+        sim = self.w(torch.cat([ce, qe, ce * qe], -1)).squeeze(-1)                 # (N, S, M)
+        sim = sim.masked_fill(~q_mask[:, None, :], -1e4)
+        c2q = torch.softmax(sim, 2) @ q                                             # (N, S, h2)
+        b = torch.softmax(sim.max(2).values.masked_fill(~c_mask, -1e4), 1)          # (N, S)
+        q2c = (b.unsqueeze(-1) * c).sum(1, keepdim=True).expand(-1, s, -1)
+        g = self.model_rnn(torch.cat([c, c2q, c * c2q, c * q2c], -1), c_mask)
+        pooled = torch.cat([masked_mean(g, c_mask, 1), g.masked_fill(~c_mask[..., None], -1e4).max(1).values], -1)
+        return self.fc(pooled).squeeze(-1)
+
+
+class ImpatientScorer(nn.Module):
+    """Impatient Reader: for each query item j, attention over the steps conditioned on q_j and the
+    previous read r_{j-1}; r_j = attended context + tanh(W r_{j-1}); g = tanh(W_r r_M + W_u u);
+    score = scale * cos(g, u), u = mean query representation."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h2 = 2 * cfg.lstm_hidden
+        self.wc, self.wq, self.wr = nn.Linear(h2, h2), nn.Linear(h2, h2), nn.Linear(h2, h2)
+        self.v = nn.Linear(h2, 1)
+        self.wrr = nn.Linear(h2, h2)
+        self.wgr, self.wgu = nn.Linear(h2, h2), nn.Linear(h2, h2)
+        self.scale = nn.Parameter(torch.tensor(5.0))
+
+    def forward(self, c, c_mask, q, q_mask):
+        r = torch.zeros_like(q[:, 0])
+        cc = self.wc(c)
+        for j in range(q.shape[1]):
+            a = self.v(torch.tanh(cc + (self.wq(q[:, j]) + self.wr(r))[:, None])).squeeze(-1)
+            a = torch.softmax(a.masked_fill(~c_mask, -1e4), 1)
+            r_new = (a.unsqueeze(-1) * c).sum(1) + torch.tanh(self.wrr(r))
+            r = torch.where(q_mask[:, j, None], r_new, r)
+        u = masked_mean(q, q_mask, 1)
+        g = torch.tanh(self.wgr(r) + self.wgu(u))
+        return self.scale * F.cosine_similarity(g, u, dim=-1)
+
+
+class HastyScorer(nn.Module):
+    """Context-free neural baseline: the query alone -> FC (what the choices give away)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h2 = 2 * cfg.lstm_hidden
+        self.fc = nn.Sequential(nn.Linear(2 * h2, h2), nn.ReLU(), nn.Linear(h2, 1))
+
+    def forward(self, c, c_mask, q, q_mask):
+        return self.fc(torch.cat([masked_mean(q, q_mask, 1),
+                                  q.masked_fill(~q_mask[..., None], -1e4).max(1).values], -1)).squeeze(-1)
+
+
+SCORER_CLASSES = {"transformer": TransformerScorer, "bidaf": BiDAFScorer, "impatient": ImpatientScorer,
+                  "hasty": HastyScorer}
+
+
+class GM3C(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.context = StepEncoder(cfg) if cfg.scorer != "hasty" else None
+        self.query = QueryEncoder(cfg)
+        self.scorer = SCORER_CLASSES[cfg.scorer](cfg)
+
+    def forward(self, batch: dict, return_attention: bool = False):
+        """Logits (B, C) over the choices; with return_attention (transformer only) also the last
+        layer's CLS attention over the context steps (B, C, S)."""
+        q, q_mask = batch["query"], batch["query_mask"]
+        b, n_c, m, _ = q.shape
+        qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m))
+        c_mask = batch["ctx_mask"]
+        if self.context is not None:
+            ce = self.context(batch["ctx"], c_mask)
+            ce = ce.unsqueeze(1).expand(-1, n_c, -1, -1).reshape(b * n_c, ce.shape[1], -1)
+        else:
+            ce = qe.new_zeros(b * n_c, 1, qe.shape[-1])
+        cm = c_mask.unsqueeze(1).expand(-1, n_c, -1).reshape(b * n_c, -1)
+        qm = q_mask.reshape(b * n_c, m)
+        if return_attention:
+            if self.cfg.scorer != "transformer":
+                raise ValueError("attention is only defined for the transformer scorer")
+            score, att = self.scorer(ce, cm, qe, qm, return_attention=True)
+            return score.reshape(b, n_c), att.reshape(b, n_c, -1)
+        return self.scorer(ce, cm, qe, qm).reshape(b, n_c)

@@ -1,0 +1,359 @@
+"""Train / evaluate GM3C on an exported dataset: one readable loop (nanoGPT style).
+
+    python -m training.train --export DIR --dataset vc-k010-s0-xxxx --scorer transformer --tiny
+    main([...]) does the same from Python (tests call it like open_clip's synthetic test).
+
+A run writes MRQA_HOME/models/runs/<run_id>/ckpt.pt (model args + configs + encoder_id + dataset
+hash + vocabulary + weights, best validation epoch) and metrics.json, and a row of `runs`.
+Model, optimizer and loop are separate functions so a DDP wrapper (torchrun) can reuse them.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from training.config import ModelConfig, TrainConfig
+from training.data import QADataset, load_qa_dataset
+from training.model import GM3C
+
+log = logging.getLogger(__name__)
+CKPT_FORMAT = "mrqa-gm3c-1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is unreadable, incomplete, or does not fit the dataset it is used with."""
+
+
+# ----------------------------------------------------------------------------- setup
+
+def pick_device(cfg: TrainConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def build_model(ds: QADataset, model_cfg: ModelConfig) -> GM3C:
+    """The network for this dataset: vocabulary / feature sizes filled in from the data."""
+    cfg = replace(model_cfg, text_features=ds.text_features, image_dim=ds.image_dim, text_dim=ds.text_dim,
+                  vocab_size=len(ds.vocab) if ds.vocab else 0,
+                  max_positions=max(model_cfg.max_positions, int(ds.ctx_len.max()) + 2
+                                    + max(s.query.shape[2] for s in ds.splits.values())))
+    return GM3C(cfg)
+
+
+def autocast(device: torch.device, amp: bool):
+    return torch.autocast("cuda", dtype=torch.float16, enabled=amp and device.type == "cuda")
+
+
+# ----------------------------------------------------------------------------- loop
+
+def train_epoch(model, opt, scaler, ds: QADataset, cfg: TrainConfig, device, rng: np.random.Generator) -> dict:
+    model.train()
+    n = len(ds.splits["train"])
+    order = rng.permutation(n)
+    total_loss, correct, t0 = 0.0, 0, time.perf_counter()
+    for start in range(0, n, cfg.batch_size):
+        batch = ds.batch("train", order[start:start + cfg.batch_size], device)
+        with autocast(device, cfg.amp):
+            logits = model(batch)
+            loss = F.cross_entropy(logits.float(), batch["answer"])
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        scaler.step(opt)
+        scaler.update()
+        total_loss += float(loss) * len(batch["answer"])
+        correct += int((logits.argmax(1) == batch["answer"]).sum())
+    secs = time.perf_counter() - t0
+    return {"loss": total_loss / max(n, 1), "train_acc": correct / max(n, 1),
+            "examples_per_s": n / max(secs, 1e-9)}
+
+
+@torch.no_grad()
+def evaluate(model, ds: QADataset, split: str, device, batch_size: int = 64, amp: bool = True,
+             attention: bool = False) -> dict:
+    """Accuracy and predictions on `split`; with attention (transformer, cloze) the faithfulness
+    figures: mean CLS attention share on the placeholder's step vs a uniform share (1 / #steps)."""
+    model.eval()
+    sp = ds.splits[split]
+    preds, shares, uniform = [], [], []
+    for start in range(0, len(sp), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(sp)))
+        batch = ds.batch(split, idx, device)
+        with autocast(device, amp):
+            if attention:
+                logits, att = model(batch, return_attention=True)
+            else:
+                logits = model(batch)
+        preds.append(logits.float().argmax(1).cpu())
+        if attention:
+            att = att.float()[torch.arange(len(idx)), batch["answer"]]          # correct choice's query
+            tgt = batch["target_ctx"]
+            ok = tgt >= 0
+            if ok.any():
+                ctx_total = (att * batch["ctx_mask"]).sum(1).clamp(min=1e-12)
+                shares.append((att[ok, tgt[ok]] / ctx_total[ok]).cpu())
+                uniform.append(1.0 / batch["ctx_mask"][ok].sum(1).float().cpu())
+    pred = torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)
+    out = {"accuracy": float((pred == sp.answer).mean()) if len(pred) else float("nan"),
+           "n": int(len(sp)), "predictions": pred.tolist()}
+    if shares:
+        s, u = torch.cat(shares), torch.cat(uniform)
+        out["faithfulness"] = {"attention_on_placeholder_step": round(float(s.mean()), 4),
+                               "uniform_share": round(float(u.mean()), 4),
+                               "ratio_vs_uniform": round(float(s.mean() / u.mean()), 3),
+                               "n_questions": int(len(s))}
+    return out
+
+
+def fit(model: GM3C, ds: QADataset, cfg: TrainConfig, device, ckpt_path: Path | None = None,
+        meta: dict | None = None) -> dict:
+    """Train with early stopping on validation accuracy; the best epoch's weights are kept (and
+    saved to ckpt_path). Returns the history and best figures."""
+    if "train" not in ds.splits or "val" not in ds.splits:
+        raise ValueError(f"{ds.dataset_id} needs train and val questions (has {sorted(ds.splits)})")
+    model.to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and device.type == "cuda")
+    rng = np.random.default_rng(cfg.seed)
+    best, best_state, since, history = -1.0, None, 0, []
+    for epoch in range(cfg.max_epochs):
+        stats = train_epoch(model, opt, scaler, ds, cfg, device, rng)
+        val = evaluate(model, ds, "val", device, amp=cfg.amp)
+        stats.update(epoch=epoch, val_acc=val["accuracy"])
+        history.append({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()})
+        log.info("epoch %d loss %.4f train %.3f val %.3f (%.0f ex/s)", epoch, stats["loss"],
+                 stats["train_acc"], stats["val_acc"], stats["examples_per_s"])
+        if val["accuracy"] > best:
+            best, since = val["accuracy"], 0
+            best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            if ckpt_path is not None:
+                save_checkpoint(ckpt_path, model, cfg, meta or {}, epoch)
+        else:
+            since += 1
+            if since >= cfg.patience:
+                log.info("early stop after epoch %d (best val %.3f)", epoch, best)
+                break
+    model.load_state_dict(best_state)
+    return {"history": history, "best_val_acc": best,
+            "best_epoch": max(range(len(history)), key=lambda i: (history[i]["val_acc"], -i)),
+            "epochs_run": len(history)}
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def data_meta(ds: QADataset) -> dict:
+    return {"dataset_id": ds.dataset_id, "task": ds.task, "encoder_id": ds.encoder_id,
+            "dataset_hash": ds.dataset_hash, "text_features": ds.text_features, "knobs": ds.knobs,
+            "text_source": ds.text_source}
+
+
+def save_checkpoint(path: Path, model: GM3C, cfg: TrainConfig, meta: dict, epoch: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"format": CKPT_FORMAT, "model_args": asdict(model.cfg), "train_config": asdict(cfg),
+                "meta": meta, "epoch": epoch, "state_dict": model.state_dict()}, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path) -> tuple[GM3C, dict]:
+    """(model on CPU in eval mode, checkpoint dict without weights); CheckpointError when unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (corrupted or truncated?): "
+                              f"{type(e).__name__}: {str(e)[:200]}") from None
+    if not isinstance(ck, dict) or ck.get("format") != CKPT_FORMAT:
+        raise CheckpointError(f"{path} is not a GM3C checkpoint (format {ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, "
+                              f"expected {CKPT_FORMAT})")
+    missing = [k for k in ("model_args", "train_config", "meta", "state_dict") if k not in ck]
+    if missing:
+        raise CheckpointError(f"{path} lacks {', '.join(missing)}")
+    model = GM3C(ModelConfig(**ck["model_args"]))
+    try:
+        model.load_state_dict(ck["state_dict"])
+    except RuntimeError as e:
+        raise CheckpointError(f"{path}: weights do not match the stored model args: {str(e)[:300]}") from None
+    model.eval()
+    return model, {k: v for k, v in ck.items() if k != "state_dict"}
+
+
+def check_compatible(meta: dict, ds: QADataset, allow_other_dataset: bool = False) -> None:
+    """Clear errors when a checkpoint meets a dataset it cannot score."""
+    if meta["encoder_id"] != ds.encoder_id:
+        raise CheckpointError(f"checkpoint was trained on image features of encoder {meta['encoder_id']}, "
+                              f"dataset {ds.dataset_id} uses encoder {ds.encoder_id}: the vectors are not "
+                              "comparable; evaluate a run trained on this encoder or regenerate the dataset")
+    if meta["task"] != ds.task:
+        raise CheckpointError(f"checkpoint is for task {meta['task']}, dataset {ds.dataset_id} is {ds.task}")
+    if meta["dataset_id"] == ds.dataset_id and meta["dataset_hash"] != ds.dataset_hash:
+        raise CheckpointError(f"dataset {ds.dataset_id} changed since this run was trained (hash "
+                              f"{meta['dataset_hash'][:12]} vs {ds.dataset_hash[:12]} now); retrain on it")
+    if meta["dataset_id"] != ds.dataset_id and not allow_other_dataset:
+        raise CheckpointError(f"checkpoint was trained on {meta['dataset_id']}, not {ds.dataset_id}; "
+                              "pass --cross-dataset to evaluate it on another dataset of the same task")
+
+
+# ----------------------------------------------------------------------------- runs
+
+def run_id_for(meta: dict, model_cfg: ModelConfig, cfg: TrainConfig) -> str:
+    h = hashlib.sha256(json.dumps([meta["dataset_hash"], asdict(model_cfg), asdict(cfg)],
+                                  sort_keys=True).encode()).hexdigest()[:8]
+    return f"{meta['dataset_id']}-{model_cfg.scorer}-{model_cfg.text_features}-{h}"
+
+
+def record_run(row: dict, home: Path | None = None) -> None:
+    from etl.config import Paths
+    from etl.warehouse import connect, upsert
+    con = connect(Paths.from_env(home).ensure())
+    try:
+        upsert(con, "runs", [row])
+    finally:
+        con.close()
+
+
+def train_run(export_dir: Path, dataset_id: str, model_cfg: ModelConfig, cfg: TrainConfig,
+              runs_dir: Path | None = None, record: bool = True, ds: QADataset | None = None) -> dict:
+    """Load, train, test, save: the whole run. Returns the metrics dict (also in metrics.json)."""
+    from etl.config import Paths
+    from training.hasty import hasty_student_accuracy
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    set_seed(cfg.seed)
+    if ds is None:
+        ds = load_qa_dataset(export_dir, dataset_id, model_cfg.text_features, max_steps=cfg.max_steps_per_recipe,
+                             max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
+                             max_vocab=cfg.max_vocab, lance_uri=Paths.from_env().lance,
+                             max_train_questions=cfg.max_train_questions)
+    device = pick_device(cfg)
+    model = build_model(ds, model_cfg)
+    meta = {**data_meta(ds), "vocab": ds.vocab}
+    run_id = run_id_for(meta, model.cfg, cfg)
+    run_dir = (runs_dir or Paths.from_env().models / "runs") / run_id
+    ckpt = run_dir / "ckpt.pt"
+    t0 = time.perf_counter()
+    res = fit(model, ds, cfg, device, ckpt, meta)
+    train_s = time.perf_counter() - t0
+    test_split = "test" if "test" in ds.splits else "val"
+    test = evaluate(model, ds, test_split, device, amp=cfg.amp,
+                    attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+    hasty, hasty_src = hasty_student_accuracy(ds, test_split)
+    metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
+               "amp": bool(cfg.amp and device.type == "cuda"),
+               "n_questions": {k: len(v) for k, v in ds.splits.items()}, "dropped": ds.dropped,
+               "chance": 1 / ds.splits[test_split].query.shape[1], "test_split": test_split,
+               "test_acc": test["accuracy"], "val_acc": res["best_val_acc"], "best_epoch": res["best_epoch"],
+               "epochs_run": res["epochs_run"], "train_seconds": round(train_s, 2),
+               "examples_per_s": round(float(np.mean([h["examples_per_s"] for h in res["history"]])), 1),
+               "hasty_student_acc": hasty, "hasty_student_source": hasty_src,
+               "n_params": sum(p.numel() for p in model.parameters()),
+               "faithfulness": test.get("faithfulness"), "history": res["history"],
+               "checkpoint": str(ckpt), "model_args": asdict(model.cfg), "train_config": asdict(cfg)}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    if record:
+        record_run({"run_id": run_id, "dataset_id": ds.dataset_id, "model": "gm3c", "scorer": model.cfg.scorer,
+                    "text_features": ds.text_features, "image_encoder": ds.encoder_id,
+                    "config": json.dumps({"model": asdict(model.cfg), "train": asdict(cfg)}),
+                    "metrics": json.dumps({k: v for k, v in metrics.items()
+                                           if k not in ("history", "model_args", "train_config")}),
+                    "started_at": started, "finished_at": datetime.now(timezone.utc).replace(tzinfo=None)})
+    return metrics
+
+
+def find_checkpoint(run: str, runs_dir: Path | None = None) -> Path:
+    """A run id (under MRQA_HOME/models/runs), a run directory, or a ckpt.pt path."""
+    from etl.config import Paths
+    p = Path(run)
+    for cand in (p, p / "ckpt.pt", (runs_dir or Paths.from_env().models / "runs") / run / "ckpt.pt"):
+        if cand.is_file():
+            return cand
+    raise CheckpointError(f"no run {run!r}: give a run id (see `mrqa query \"SELECT run_id FROM runs\"`), "
+                          "a run directory or a ckpt.pt path")
+
+
+def evaluate_run(run: str, export_dir: Path, dataset_id: str, split: str = "test",
+                 cross_dataset: bool = False, device: str = "auto") -> dict:
+    """Load a run's checkpoint, check it fits the dataset, and score `split`."""
+    from etl.config import Paths
+    model, ck = load_checkpoint(find_checkpoint(run))
+    meta, tc = ck["meta"], ck["train_config"]
+    ds = load_qa_dataset(export_dir, dataset_id, meta["text_features"], vocab=meta.get("vocab"),
+                         max_steps=tc["max_steps_per_recipe"], max_tokens=tc["max_tokens_per_step"],
+                         lance_uri=Paths.from_env().lance)
+    check_compatible(meta, ds, cross_dataset)
+    if split not in ds.splits:
+        raise ValueError(f"{dataset_id} has no {split} questions (has {sorted(ds.splits)})")
+    dev = pick_device(TrainConfig(device=device))
+    model.to(dev)
+    res = evaluate(model, ds, split, dev, amp=tc.get("amp", True),
+                   attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+    return {"run": run, "dataset_id": dataset_id, "task": ds.task, "split": split,
+            "qids": ds.splits[split].qids, **res}
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="training.train", description=__doc__.splitlines()[0])
+    p.add_argument("--export", required=True, help="Parquet export directory (mrqa export)")
+    p.add_argument("--dataset", required=True, help="dataset_id inside the export")
+    p.add_argument("--scorer", default="transformer", choices=["transformer", "bidaf", "impatient", "hasty"])
+    p.add_argument("--text-features", default="tokens", choices=["tokens", "vectors"])
+    p.add_argument("--tiny", action="store_true", help="tiny model + short training (tests, CPU demos)")
+    p.add_argument("--max-epochs", type=int)
+    p.add_argument("--patience", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", default=None, help="auto | cpu | cuda")
+    p.add_argument("--no-amp", action="store_true")
+    p.add_argument("--max-train-questions", type=int)
+    p.add_argument("--runs-dir", type=Path, help="default MRQA_HOME/models/runs")
+    p.add_argument("--no-record", action="store_true", help="do not write the runs table")
+    return p.parse_args(argv)
+
+
+def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
+    mc = (ModelConfig.tiny if a.tiny else ModelConfig)(scorer=a.scorer, text_features=a.text_features)
+    tc = TrainConfig.tiny() if a.tiny else TrainConfig()
+    over = {k: v for k, v in (("max_epochs", a.max_epochs), ("patience", a.patience), ("batch_size", a.batch_size),
+                              ("lr", a.lr), ("seed", a.seed), ("device", a.device),
+                              ("max_train_questions", a.max_train_questions)) if v is not None}
+    if a.no_amp:
+        over["amp"] = False
+    return mc, replace(tc, **over)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = parse_args(argv)
+    mc, tc = configs_from_args(a)
+    return train_run(Path(a.export), a.dataset, mc, tc, runs_dir=a.runs_dir, record=not a.no_record)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    m = main()
+    print(json.dumps({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}, indent=2))
