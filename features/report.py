@@ -26,7 +26,8 @@ from features.knobs import TASKS
 
 log = logging.getLogger(__name__)
 PNG_META = {"Software": None}          # no matplotlib version in the file: byte-stable output
-TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("n_questions", "questions"),
+TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id", "encoder"),
+                 ("n_questions", "questions"),
                  ("n_recipes", "recipes"), ("hasty_student_acc", "Hasty Student"),
                  ("probe_acc", "distance probe"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
@@ -34,8 +35,8 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("n_questions"
 
 
 def setting_sort_key(row: dict) -> tuple:
-    """Presets first, then knob settings in (k1, k2, k3) order, then variants."""
-    return (0 if row.get("preset") else 1, str(row["knobs"]), row["dataset_id"])
+    """By encoder; presets first, then knob settings in (k1, k2, k3) order, then variants."""
+    return (str(row.get("encoder_id")), 0 if row.get("preset") else 1, str(row["knobs"]), row["dataset_id"])
 
 
 def is_paper_setting(row: dict) -> bool:
@@ -56,6 +57,8 @@ def _fmt(v, col: str) -> str:
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"
+    if col == "encoder_id":
+        return v if len(v) <= 24 else v[:21] + "..."
     if col == "answer_rank_share":
         return " / ".join(f"{100 * x:.0f}%" for x in v)
     if isinstance(v, int):
@@ -194,14 +197,26 @@ def render_html(tasks: dict[str, dict]) -> str:
     for task, info in tasks.items():
         parts.append(f"<h2 id='{task}'>{task}</h2>")
         parts.append(_html_table(info["table"], "metrics"))
-        order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['probe_acc'], 'probe_acc')})"
-                              for r in info["ordering"])
-        parts.append(f"<p class='note'>Settings by probe accuracy (most biased first): {order}</p>")
-        for key, alt in (("hist", "choice distance histograms"), ("knobs", "knob effect plot")):
-            if info.get(key):
-                parts.append(f"<img src='{html.escape(info[key])}' alt='{task} {alt}'>")
+        for enc, ordering in info["ordering"].items():
+            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['probe_acc'], 'probe_acc')})"
+                                  for r in ordering)
+            parts.append(f"<p class='note'>Settings by probe accuracy (most biased first), encoder "
+                         f"<code>{html.escape(str(enc))}</code>: {order}</p>")
+        for name in info["plots"]:
+            alt = "knob effect plot" if name.startswith("knobs_") else "choice distance histograms"
+            parts.append(f"<img src='{html.escape(name)}' alt='{task} {alt}'>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def check_out_dir(out_dir: Path) -> Path:
+    """Only ever replace a previous report (html + png files), never a user's folder."""
+    if out_dir.exists():
+        foreign = [x.name for x in out_dir.iterdir() if not (x.is_file() and x.suffix in (".html", ".png"))]
+        if foreign or not out_dir.is_dir():
+            raise ValueError(f"refusing to replace {out_dir}: it holds more than a report "
+                             f"({', '.join(sorted(foreign)[:3])}); choose another --out")
+    return out_dir
 
 
 def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: list[str] | None = None,
@@ -209,12 +224,12 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
                  progress: bool = True) -> dict:
     """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
     Returns {out, index, images, n_datasets, tasks: {task: {rows, table, ordering}}}."""
+    out_dir = check_out_dir(Path(out_dir))
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True)
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
-    out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -222,15 +237,19 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     images = []
     for task in [t for t in TASKS if any(m["task"] == t for m in metrics)]:
         rows = [m for m in metrics if m["task"] == task]
-        hist = plot_histograms(rows, out_dir / f"hist_{task}.png", task)
-        knobs = plot_knob_effects(rows, out_dir / f"knobs_{task}.png", task)
-        images += [p for p in (hist, knobs) if p]
+        encoders = sorted({str(r["encoder_id"]) for r in rows})
+        plots, ordering = [], {}
+        for enc in encoders:
+            group = [r for r in rows if str(r["encoder_id"]) == enc]
+            tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
+            hist = plot_histograms(group, out_dir / f"hist_{tag}.png", f"{task} [{enc}]")
+            knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", f"{task} [{enc}]")
+            plots += [p.name for p in (hist, knobs) if p]
+            ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
+                              "hasty_student_acc": r["hasty_student_acc"]} for r in ordering_by_probe(group)]
+        images += [out_dir / p for p in plots]
         clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
-        tasks[task] = {"rows": clean, "table": table_rows(clean),
-                       "ordering": [{"knobs": r["knobs"], "dataset_id": r["dataset_id"],
-                                     "probe_acc": r["probe_acc"], "hasty_student_acc": r["hasty_student_acc"]}
-                                    for r in ordering_by_probe(clean)],
-                       "hist": hist.name if hist else None, "knobs": knobs.name if knobs else None}
+        tasks[task] = {"rows": clean, "table": table_rows(clean), "ordering": ordering, "plots": plots}
     index = out_dir / "index.html"
     index.write_text(render_html(tasks), encoding="utf-8")
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
@@ -238,12 +257,20 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             "n_datasets": len(metrics), "tasks": tasks}
 
 
+def _slug(s: str) -> str:
+    """A file-name-safe short tag of an encoder id (readable prefix + hash)."""
+    import hashlib
+    import re
+    return re.sub(r"[^A-Za-z0-9]+", "-", s)[:16].strip("-") + "-" + hashlib.sha256(s.encode()).hexdigest()[:6]
+
+
 def format_ordering(tasks: dict[str, dict]) -> list[str]:
-    """Printable lines: per task, settings by probe accuracy (most biased first)."""
+    """Printable lines: per task and encoder, settings by probe accuracy (most biased first)."""
     lines = []
     for task, info in tasks.items():
-        lines.append(f"{task}:")
-        for r in info["ordering"]:
-            lines.append(f"  {str(r['knobs']):14s} probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
-                         f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}")
+        for enc, ordering in info["ordering"].items():
+            lines.append(f"{task} (encoder {enc}):")
+            lines += [f"  {str(r['knobs']):14s} probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
+                      f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}"
+                      for r in ordering]
     return lines

@@ -745,6 +745,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
     from etl.config import Paths
     from etl.warehouse import connect
     from features.bias import list_datasets
+    from features.report import check_out_dir
     from flows.report import report_flow
     if model not in ("logreg", "svm"):
         _fail("--probe must be logreg or svm")
@@ -759,17 +760,166 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
         con.close()
     if not known:
         _fail("no datasets to report on; run `mrqa generate --all` first")
-    res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model)
+    try:
+        check_out_dir(out or paths.reports / "latest")
+        res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model)
+    except (ValueError, LookupError) as e:
+        _fail(str(e))
     typer.echo(f"report written: {res['index']} ({res['n_datasets']} datasets, {len(res['images'])} plots)")
 
 
 @bench_app.command("report")
-def bench_report_cmd(recipes: int = typer.Option(300, "--recipes", help="Synthetic recipes."),
+def bench_report_cmd(questions: int = typer.Option(20000, "--questions", help="Synthetic cloze questions."),
                      repeats: int = typer.Option(3, "--repeats", help="Timing repeats (best kept).")):
-    """Time the bias distances (vectorised numpy) against a per-question Python loop on a synthetic
-    world, and the probe's cross-validation."""
-    from features.bias_bench import bench_bias
-    for line in bench_bias(recipes, repeats):
+    """Time the bias distances (vectorised numpy) against a per-question Python loop on random
+    unit vectors, and the probe's 5-fold cross-validation."""
+    from features.bias import bench_bias
+    for line in bench_bias(questions, repeats):
+        typer.echo(line)
+
+
+# ----------------------------------------------------------------------------- training (issue 8)
+
+def _training_export(dataset: str, export: Optional[Path]) -> Path:
+    """The Parquet export holding `dataset`: --export, else MRQA_HOME/exports/all when it has it,
+    else MRQA_HOME/exports/<dataset> (exported with vectors now if missing)."""
+    from etl.config import Paths
+    from training.data import list_datasets
+    paths = Paths.from_env().ensure()
+    if export is not None:
+        if not (export / "questions").is_dir():
+            _fail(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")
+        return export
+    for cand in (paths.exports / "all", paths.exports / dataset):
+        if (cand / "questions").is_dir() and any(d["dataset_id"] == dataset for d in list_datasets(cand)):
+            return cand
+    from etl.warehouse import connect
+    from features.export import export_parquet
+    con = connect(paths)
+    try:
+        if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset]).fetchall():
+            _fail(f"no dataset {dataset!r} in the warehouse or exports; `mrqa datasets` lists them")
+        export_parquet(con, [dataset], paths.exports / dataset, with_vectors=True, lance_uri=paths.lance)
+    finally:
+        con.close()
+    return paths.exports / dataset
+
+
+def _train_configs(scorer: str, text_features: str, tiny: bool, **over):
+    from dataclasses import replace as _replace
+    from training.config import SCORERS, ModelConfig, TrainConfig
+    if scorer not in SCORERS:
+        _fail(f"--scorer must be one of {', '.join(SCORERS)}")
+    if text_features not in ("tokens", "vectors"):
+        _fail("--text-features must be tokens or vectors")
+    mc = (ModelConfig.tiny if tiny else ModelConfig)(scorer=scorer, text_features=text_features)
+    tc = TrainConfig.tiny() if tiny else TrainConfig()
+    return mc, _replace(tc, **{k: v for k, v in over.items() if v is not None})
+
+
+@app.command("train")
+def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (see `mrqa datasets`)."),
+              scorer: str = typer.Option("transformer", "--scorer", help="transformer (HTRN) | bidaf | "
+                                         "impatient | hasty (context-free)."),
+              text_features: str = typer.Option("tokens", "--text-features", help="tokens (learned "
+                                                "embeddings + BiLSTM) | vectors (precomputed step-text vectors)."),
+              tiny: bool = typer.Option(False, "--tiny", help="Tiny model + short training (CPU demo)."),
+              export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory "
+                                                    "(default MRQA_HOME/exports/all or exported now)."),
+              max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap (default 30, tiny 3)."),
+              patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience in epochs."),
+              batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per batch."),
+              seed: Optional[int] = typer.Option(None, "--seed", help="Seed (weights, shuffling)."),
+              threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+              device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present) | cpu | cuda.")):
+    """Train GM3C on a dataset (early stopping on val accuracy), test it, record the run."""
+    from training.data import DatasetError
+    from training.train import train_run
+    mc, tc = _train_configs(scorer, text_features, tiny, max_epochs=max_epochs, patience=patience,
+                            batch_size=batch_size, seed=seed, threads=threads, device=device)
+    exp = _training_export(dataset, export)
+    try:
+        m = train_run(exp, dataset, mc, tc)
+    except (DatasetError, ValueError) as e:
+        _fail(str(e))
+    _echo_json({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")})
+
+
+@app.command("evaluate")
+def evaluate_cmd(run: str = typer.Option(..., "--run", help="run_id, run directory or ckpt.pt."),
+                 dataset: str = typer.Option(..., "--dataset", help="dataset_id to score."),
+                 export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory."),
+                 split: str = typer.Option("test", "--split", help="train | val | test."),
+                 cross_dataset: bool = typer.Option(False, "--cross-dataset", help="Allow another dataset "
+                                                    "of the same task and encoder than the run's."),
+                 predictions: Optional[Path] = typer.Option(None, "--predictions", help="Write RecipeQA-style "
+                                                            "predictions {task: [index, ...]} (qid order) here.")):
+    """Score a trained run on a dataset; checks encoder, task and dataset hash first."""
+    from training.data import DatasetError
+    from training.train import CheckpointError, evaluate_run
+    exp = _training_export(dataset, export)
+    try:
+        res = evaluate_run(run, exp, dataset, split=split, cross_dataset=cross_dataset)
+    except (CheckpointError, DatasetError, ValueError) as e:
+        _fail(str(e))
+    if predictions:
+        predictions.parent.mkdir(parents=True, exist_ok=True)
+        predictions.write_text(json.dumps({res["task"]: res["predictions"]}))
+    _echo_json({k: v for k, v in res.items() if k not in ("predictions", "qids")})
+
+
+@app.command("sweep")
+def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scorers", help="Comma list of scorers."),
+              tasks: str = typer.Option("visual_cloze,visual_coherence,visual_ordering", "--tasks",
+                                        help="Comma list of tasks."),
+              knobs: Optional[str] = typer.Option(None, "--knobs", help="Comma list of knob labels "
+                                                  "(e.g. recipeqa,0-1-0); default all."),
+              text_features: str = typer.Option("tokens", "--text-features", help="tokens | vectors."),
+              tiny: bool = typer.Option(False, "--tiny", help="Tiny models + short training."),
+              max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap per run."),
+              patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience."),
+              max_train: Optional[int] = typer.Option(None, "--max-train-questions", help="Cap train questions per run."),
+              threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+              export: Optional[Path] = typer.Option(None, "--export", help="Parquet export (default MRQA_HOME/exports/all)."),
+              out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default MRQA_HOME/reports/sweep).")):
+    """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
+    from etl.config import Paths
+    from training.sweep import sweep
+    paths = Paths.from_env().ensure()
+    exp = export or paths.exports / "all"
+    if not (exp / "questions").is_dir():
+        _fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
+    sc = [s.strip() for s in scorers.split(",") if s.strip()]
+    mc, tc = _train_configs(sc[0] if sc else "", text_features, tiny, max_epochs=max_epochs, patience=patience,
+                            max_train_questions=max_train, threads=threads)
+    for s in sc:
+        _train_configs(s, text_features, tiny)
+    try:
+        res = sweep(exp, out or paths.reports / "sweep", sc, [t.strip() for t in tasks.split(",")],
+                    [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features)
+    except ValueError as e:
+        _fail(str(e))
+    typer.echo(Path(res["out"], "accuracy.md").read_text())
+    typer.echo(f"wrote {res['out']}/accuracy.parquet, accuracy.md, accuracy.png")
+
+
+@bench_app.command("train")
+def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id to time on."),
+                    scorer: str = typer.Option("transformer", "--scorer", help="Scorer to time."),
+                    tiny: bool = typer.Option(False, "--tiny", help="Tiny model."),
+                    examples: int = typer.Option(256, "--examples", help="Train questions timed."),
+                    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+                    export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory.")):
+    """Training examples/s: batch 32 vs batch 1 (and AMP vs no AMP on CUDA)."""
+    from etl.config import Paths
+    from training.bench import bench_train
+    from training.data import load_qa_dataset
+    mc, tc = _train_configs(scorer, "tokens", tiny, threads=threads)
+    exp = _training_export(dataset, export)
+    ds = load_qa_dataset(exp, dataset, "tokens", max_steps=tc.max_steps_per_recipe,
+                         max_tokens=tc.max_tokens_per_step, min_token_freq=tc.min_token_freq,
+                         lance_uri=Paths.from_env().lance)
+    for line in bench_train(ds, mc, tc, examples):
         typer.echo(line)
 
 

@@ -57,11 +57,12 @@ class TrainConfig:
     amp: bool = True                   # fp16 autocast + GradScaler on CUDA (ignored on CPU)
     grad_clip: float = 5.0
     max_train_questions: int | None = None   # cap (tiny runs / benchmarks)
+    threads: int = 0                   # CPU threads for torch (0: torch's default)
 
     @classmethod
     def tiny(cls, **kw) -> "TrainConfig":
         return replace(cls(batch_size=16, max_epochs=3, patience=2, max_steps_per_recipe=12,
-                           max_tokens_per_step=16, min_token_freq=1), **kw)
+                           max_tokens_per_step=16, min_token_freq=1, lr=3e-3, threads=1), **kw)
 
 
 def to_dict(cfg) -> dict:

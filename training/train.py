@@ -82,7 +82,7 @@ def train_epoch(model, opt, scaler, ds: QADataset, cfg: TrainConfig, device, rng
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         scaler.step(opt)
         scaler.update()
-        total_loss += float(loss) * len(batch["answer"])
+        total_loss += float(loss.detach()) * len(batch["answer"])
         correct += int((logits.argmax(1) == batch["answer"]).sum())
     secs = time.perf_counter() - t0
     return {"loss": total_loss / max(n, 1), "train_acc": correct / max(n, 1),
@@ -242,6 +242,18 @@ def train_run(export_dir: Path, dataset_id: str, model_cfg: ModelConfig, cfg: Tr
     from training.hasty import hasty_student_accuracy
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     set_seed(cfg.seed)
+    threads_before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, started)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, started) -> dict:
+    from etl.config import Paths
+    from training.hasty import hasty_student_accuracy
     if ds is None:
         ds = load_qa_dataset(export_dir, dataset_id, model_cfg.text_features, max_steps=cfg.max_steps_per_recipe,
                              max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
@@ -330,6 +342,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int)
     p.add_argument("--device", default=None, help="auto | cpu | cuda")
     p.add_argument("--no-amp", action="store_true")
+    p.add_argument("--threads", type=int, help="CPU threads (1 is fastest on a busy machine)")
     p.add_argument("--max-train-questions", type=int)
     p.add_argument("--runs-dir", type=Path, help="default MRQA_HOME/models/runs")
     p.add_argument("--no-record", action="store_true", help="do not write the runs table")
@@ -341,7 +354,8 @@ def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
     tc = TrainConfig.tiny() if a.tiny else TrainConfig()
     over = {k: v for k, v in (("max_epochs", a.max_epochs), ("patience", a.patience), ("batch_size", a.batch_size),
                               ("lr", a.lr), ("seed", a.seed), ("device", a.device),
-                              ("max_train_questions", a.max_train_questions)) if v is not None}
+                              ("max_train_questions", a.max_train_questions),
+                              ("threads", a.threads)) if v is not None}
     if a.no_amp:
         over["amp"] = False
     return mc, replace(tc, **over)

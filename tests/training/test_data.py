@@ -1,0 +1,44 @@
+"""Loading an exported dataset into tensors: shapes and the paper's per-choice queries, per task."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from training.data import DatasetError, load_qa_dataset
+
+
+@pytest.mark.parametrize("task,m", [("visual_cloze", 4), ("visual_coherence", 3), ("visual_ordering", 4)])
+def test_shapes_per_task(toy_home, task, m):
+    did = toy_home["ids"][(task, "0-0-0")]
+    ds = load_qa_dataset(toy_home["export"], did, "tokens", max_steps=12, max_tokens=16, min_token_freq=1)
+    assert ds.task == task and set(ds.splits) <= {"train", "val", "test"} and "train" in ds.splits
+    sp = ds.splits["train"]
+    assert sp.query.shape == (len(sp), 4, m) and (sp.query > 0).all()
+    assert set(sp.answer.tolist()) <= {0, 1, 2, 3}
+    b = ds.batch("train", np.arange(5))
+    assert b["query"].shape == (5, 4, m, ds.image_dim) and b["ctx"].shape[0] == 5
+    assert b["ctx_mask"].sum(1).tolist() == ds.ctx_len[torch.as_tensor(sp.recipe_row[:5])].tolist()
+    assert ds.vocab[:2] == ["<pad>", "<unk>"] and len(ds.vocab) > 10
+    if task == "visual_cloze":
+        # queries of the 4 choices differ only in the placeholder's slot
+        differ = (sp.query != sp.query[:, :1]).any(1)                    # (Q, M)
+        assert (differ.sum(1) == 1).all()
+        assert ((sp.target_ctx >= 0) & (sp.target_ctx < ds.ctx_len[torch.as_tensor(sp.recipe_row)].numpy())).all()
+    if task == "visual_coherence":
+        # query c is the question minus image c: the 4 queries are pairwise different sets
+        assert all(len({tuple(sorted(q)) for q in row}) == 4 for row in sp.query[:20].tolist())
+
+
+def test_vectors_text_features(toy_home):
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    ds = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12)
+    assert ds.text_dim == 32 and ds.ctx.dtype == torch.float32 and ds.vocab is None
+    assert ds.text_source in ("store:body", "export:title")
+
+
+def test_unknown_dataset_is_a_clear_error(toy_home, tmp_path):
+    with pytest.raises(DatasetError, match="not in"):
+        load_qa_dataset(toy_home["export"], "no-such-dataset")
+    with pytest.raises(DatasetError, match="not a Parquet export"):
+        load_qa_dataset(tmp_path, "x")

@@ -1,0 +1,133 @@
+"""GM3C end to end on CPU in seconds (open_clip-style `main([...])`), checkpoint round trip and
+clear errors for corrupted / mismatched checkpoints, every scorer on every visual task."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from training.config import ModelConfig, TrainConfig
+from training.train import CheckpointError, build_model, evaluate, evaluate_run, fit, load_checkpoint, main
+
+
+@pytest.fixture(scope="module")
+def trained(toy_export):
+    """A tiny transformer trained on the toy RecipeQA-style cloze set (learnable signal: the step
+    kind shows in the titles and in the image clusters; the answer shares its recipe's style)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRQA_HOME", str(toy_export["home"]))
+        did = toy_export["ids"][("visual_cloze", "recipeqa")]
+        m = main(["--export", str(toy_export["export"]), "--dataset", did, "--scorer", "transformer",
+                  "--tiny", "--max-epochs", "20", "--patience", "20", "--seed", "0"])
+    return m
+
+
+def test_tiny_run_trains_and_beats_chance(trained, toy_home):
+    m = trained
+    assert m["epochs_run"] == 20 and len(m["history"]) == 20
+    assert m["history"][-1]["train_acc"] > m["history"][0]["train_acc"] + 0.2      # it learns
+    # held-out questions (val + test), scored from the saved checkpoint
+    res = [evaluate_run(m["run_id"], toy_home["export"], m["dataset_id"], split=s) for s in ("val", "test")]
+    n = sum(r["n"] for r in res)
+    acc = sum(r["accuracy"] * r["n"] for r in res) / n
+    assert n >= 50 and acc > 0.40, (acc, n)          # chance 0.25; P(acc > 0.40 | chance) < 0.01 at n >= 50
+    assert m["faithfulness"]["uniform_share"] > 0 and 0 <= m["faithfulness"]["attention_on_placeholder_step"] <= 1
+    from etl.warehouse import connect
+    con = connect()
+    row = con.execute("SELECT scorer, image_encoder, metrics FROM runs WHERE run_id = ?", [m["run_id"]]).fetchall()
+    con.close()
+    assert row and row[0][0] == "transformer" and row[0][1] == "synthetic-enc-0001"
+    assert json.loads(row[0][2])["test_acc"] == m["test_acc"]
+    on_disk = json.loads((toy_home["home"] / "models" / "runs" / m["run_id"] / "metrics.json").read_text())
+    assert on_disk["dataset_hash"] == m["dataset_hash"]
+
+
+def test_checkpoint_round_trip_gives_same_predictions(trained, toy_home):
+    from training.data import load_qa_dataset
+    model, ck = load_checkpoint(trained["checkpoint"])
+    assert ck["meta"]["encoder_id"] == "synthetic-enc-0001" and ck["model_args"]["scorer"] == "transformer"
+    tc = ck["train_config"]
+    ds = load_qa_dataset(toy_home["export"], trained["dataset_id"], "tokens", vocab=ck["meta"]["vocab"],
+                         max_steps=tc["max_steps_per_recipe"], max_tokens=tc["max_tokens_per_step"])
+    a = evaluate(model, ds, "test", torch.device("cpu"))
+    b = evaluate_run(trained["run_id"], toy_home["export"], trained["dataset_id"], split="test")
+    assert a["predictions"] == b["predictions"] and a["accuracy"] == pytest.approx(trained["test_acc"])
+
+
+def _edited(trained, tmp_path, **meta):
+    ck = torch.load(trained["checkpoint"], weights_only=False)
+    ck["meta"].update(meta)
+    p = tmp_path / "ckpt.pt"
+    torch.save(ck, p)
+    return p
+
+
+def test_mismatched_or_corrupted_checkpoint_is_a_clear_error(trained, toy_home, tmp_path):
+    exp, did = toy_home["export"], trained["dataset_id"]
+    with pytest.raises(CheckpointError, match="encoder other-encoder"):
+        evaluate_run(str(_edited(trained, tmp_path, encoder_id="other-encoder")), exp, did)
+    with pytest.raises(CheckpointError, match="changed since this run was trained"):
+        evaluate_run(str(_edited(trained, tmp_path, dataset_hash="0" * 64)), exp, did)
+    other = toy_home["ids"][("visual_cloze", "0-0-0")]
+    with pytest.raises(CheckpointError, match="--cross-dataset"):
+        evaluate_run(trained["run_id"], exp, other)
+    assert evaluate_run(trained["run_id"], exp, other, cross_dataset=True)["n"] > 0
+    with pytest.raises(CheckpointError, match="task visual_cloze"):
+        evaluate_run(trained["run_id"], exp, toy_home["ids"][("visual_ordering", "0-0-0")], cross_dataset=True)
+    bad = tmp_path / "corrupt.pt"
+    shutil.copy(trained["checkpoint"], bad)
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(bad)
+    with pytest.raises(CheckpointError, match="no run"):
+        evaluate_run("no-such-run", exp, did)
+
+
+@pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence", "visual_ordering"])
+def test_every_scorer_trains_on_every_task(toy_home, task):
+    from training.data import load_qa_dataset
+    ds = load_qa_dataset(toy_home["export"], toy_home["ids"][(task, "0-0-0")], "tokens",
+                         max_steps=8, max_tokens=8, min_token_freq=1, max_train_questions=32)
+    cfg = replace(TrainConfig.tiny(), max_epochs=1, batch_size=16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                     # tiny matrices: one thread is fastest on a busy CPU
+    try:
+        _train_each_scorer(ds, cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_each_scorer(ds, cfg):
+    for scorer in ("transformer", "bidaf", "impatient", "hasty"):
+        torch.manual_seed(0)
+        model = build_model(ds, ModelConfig.tiny(scorer=scorer))
+        res = fit(model, ds, cfg, torch.device("cpu"))
+        assert res["epochs_run"] == 1 and np.isfinite(res["history"][0]["loss"])
+        out = model(ds.batch("val", np.arange(3)))
+        assert out.shape == (3, 4) and torch.isfinite(out).all()
+
+
+def test_hasty_student_reads_the_preset_bias(toy_home):
+    from training.data import load_qa_dataset
+    from training.hasty import hasty_student_accuracy
+    ds = load_qa_dataset(toy_home["export"], toy_home["ids"][("visual_cloze", "recipeqa")], "tokens")
+    acc, src = hasty_student_accuracy(ds, "train")
+    assert acc > 0.5 and src in ("features.bias", "training.hasty")   # far random distractors are easy
+
+
+def test_cli_evaluate_writes_recipeqa_predictions_and_fails_cleanly(trained, toy_home, tmp_path):
+    from typer.testing import CliRunner
+    from flows.cli import app
+    out = tmp_path / "pred.json"
+    r = CliRunner().invoke(app, ["evaluate", "--run", trained["run_id"], "--dataset", trained["dataset_id"],
+                                 "--export", str(toy_home["export"]), "--predictions", str(out)])
+    assert r.exit_code == 0, r.output
+    pred = json.loads(out.read_text())
+    assert list(pred) == ["visual_cloze"] and set(pred["visual_cloze"]) <= {0, 1, 2, 3}
+    r = CliRunner().invoke(app, ["evaluate", "--run", "nope", "--dataset", trained["dataset_id"],
+                                 "--export", str(toy_home["export"])])
+    assert r.exit_code == 2 and "no run" in r.output

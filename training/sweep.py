@@ -1,0 +1,115 @@
+"""`mrqa sweep`: scorers x knob settings x tasks -> an accuracy table (Parquet + Markdown) and a plot.
+
+Each cell is a full `train_run` (early stopping, checkpoint, `runs` row); the Hasty Student
+accuracy of the same test questions sits next to it. The summary compares, per task and scorer,
+the RecipeQA-style preset with the mean over the knob settings (the paper: 83.6% vs 67.1%).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from training.config import ModelConfig, TrainConfig, VISUAL_TASKS
+from training.data import list_datasets, load_qa_dataset
+
+log = logging.getLogger(__name__)
+
+
+def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,
+          knobs: list[str] | None = None, model_cfg: ModelConfig | None = None,
+          train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True) -> dict:
+    """Train every (dataset of `tasks` [and `knobs` labels], scorer); write the table + plot."""
+    from etl.config import Paths
+    from training.hasty import hasty_student_accuracy
+    from training.train import train_run
+    model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
+    datasets = [d for d in list_datasets(export_dir) if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
+    if not datasets:
+        raise ValueError(f"no datasets of {', '.join(tasks)} in {export_dir}")
+    rows = []
+    for d in datasets:
+        ds = load_qa_dataset(export_dir, d["dataset_id"], text_features, max_steps=train_cfg.max_steps_per_recipe,
+                             max_tokens=train_cfg.max_tokens_per_step, min_token_freq=train_cfg.min_token_freq,
+                             max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
+                             max_train_questions=train_cfg.max_train_questions)
+        test_split = "test" if "test" in ds.splits else "val"
+        hasty, _ = hasty_student_accuracy(ds, test_split)
+        for scorer in scorers:
+            t0 = time.perf_counter()
+            m = train_run(export_dir, d["dataset_id"], replace(model_cfg, scorer=scorer, text_features=text_features),
+                          train_cfg, record=record, ds=ds)
+            rows.append({"task": d["task"], "knobs": d["knobs"], "dataset_id": d["dataset_id"], "scorer": scorer,
+                         "test_acc": round(m["test_acc"], 4), "val_acc": round(m["val_acc"], 4),
+                         "hasty_student_acc": round(hasty, 4), "n_train": m["n_questions"].get("train", 0),
+                         "n_test": m["n_questions"].get(test_split, 0), "epochs": m["epochs_run"],
+                         "seconds": round(time.perf_counter() - t0, 1), "run_id": m["run_id"],
+                         "faithfulness_ratio": (m["faithfulness"] or {}).get("ratio_vs_uniform")})
+            log.info("sweep %s %s: test %.3f (hasty %.3f)", d["dataset_id"], scorer, m["test_acc"], hasty)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), out_dir / "accuracy.parquet")
+    summary = summarize(rows)
+    (out_dir / "accuracy.md").write_text(markdown(rows, summary))
+    plot(rows, out_dir / "accuracy.png")
+    return {"out": str(out_dir), "rows": rows, "summary": summary}
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per (task, scorer): preset accuracy vs mean over knob settings, and Hasty Student likewise."""
+    out = []
+    for task in sorted({r["task"] for r in rows}):
+        for scorer in sorted({r["scorer"] for r in rows}):
+            rs = [r for r in rows if r["task"] == task and r["scorer"] == scorer]
+            pre = [r for r in rs if r["knobs"] == "recipeqa"]
+            kn = [r for r in rs if r["knobs"] != "recipeqa"]
+            mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None  # noqa: E731
+            out.append({"task": task, "scorer": scorer, "recipeqa_preset": mean(pre, "test_acc"),
+                        "knob_mean": mean(kn, "test_acc"), "n_knob_settings": len(kn),
+                        "hasty_preset": mean(pre, "hasty_student_acc"), "hasty_knob_mean": mean(kn, "hasty_student_acc")})
+    return out
+
+
+def markdown(rows: list[dict], summary: list[dict]) -> str:
+    lines = ["| task | knobs | scorer | test acc | val acc | Hasty Student | train q | test q | epochs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | {r['val_acc']:.3f} | "
+                     f"{r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | {r['epochs']} |")
+    lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset | Hasty knob mean |",
+              "|---|---|---|---|---|---|"]
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for s in summary:
+        lines.append(f"| {s['task']} | {s['scorer']} | {f(s['recipeqa_preset'])} | {f(s['knob_mean'])} "
+                     f"({s['n_knob_settings']}) | {f(s['hasty_preset'])} | {f(s['hasty_knob_mean'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tasks = sorted({r["task"] for r in rows})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        rs = [r for r in rows if r["task"] == task]
+        knobs = sorted({r["knobs"] for r in rs})
+        scorers = sorted({r["scorer"] for r in rs})
+        w = 0.8 / (len(scorers) + 1)
+        for i, sc in enumerate(scorers + ["Hasty Student"]):
+            vals = [next((r["hasty_student_acc"] if sc == "Hasty Student" else r["test_acc"]
+                          for r in rs if r["knobs"] == k and (sc == "Hasty Student" or r["scorer"] == sc)), 0)
+                    for k in knobs]
+            ax.bar([x + i * w for x in range(len(knobs))], vals, w, label=sc)
+        ax.axhline(0.25, color="grey", ls="--", lw=1)
+        ax.set_xticks([x + 0.4 - w / 2 for x in range(len(knobs))], knobs, rotation=45)
+        ax.set_title(task)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("test accuracy")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
