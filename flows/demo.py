@@ -1,7 +1,8 @@
 """`mrqa demo`: the whole pipeline on the embedded sample kitchen.
 
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
-clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset.
+clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset ->
+bias report.
 Each stage is a Prefect subflow; the demo prints a summary and returns it.
 """
 from __future__ import annotations
@@ -43,6 +44,7 @@ def demo_flow(recipes: int = 1000, seed: int = 0, workers: int | None = None,
     from flows.embed import embed_flow
     from flows.generate import generate_flow
     from flows.ingest import ingest_instructables
+    from flows.report import report_flow
 
     paths = Paths.from_env().ensure()
     timings: dict[str, float] = {}
@@ -72,5 +74,16 @@ def demo_flow(recipes: int = 1000, seed: int = 0, workers: int | None = None,
     summary["generate"] = generate_flow(all=True, seed=seed)
     timings["generate_s"] = time.perf_counter() - t
 
+    t = time.perf_counter()
+    report = report_flow()
+    summary["report"] = {"index": report["index"], "bias": _bias_table(report)}
+    timings["report_s"] = time.perf_counter() - t
+    print(f"bias report: {report['index']}")
+
     summary["timings"] = {k: round(v, 1) for k, v in timings.items()}
     return summary
+
+
+def _bias_table(report: dict) -> dict:
+    """The report's per-task tables (datasets x questions, Hasty Student, probe, overlap)."""
+    return {task: info.get("table", []) for task, info in report.get("tasks", {}).items()}
