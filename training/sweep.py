@@ -69,7 +69,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None  # noqa: E731
             out.append({"task": task, "scorer": scorer, "recipeqa_preset": mean(pre, "test_acc"),
                         "knob_mean": mean(kn, "test_acc"), "n_knob_settings": len(kn),
-                        "hasty_preset": mean(pre, "hasty_student_acc"), "hasty_knob_mean": mean(kn, "hasty_student_acc")})
+                        "hasty_preset": mean(pre, "hasty_student_acc"),
+                        "hasty_knob_mean": mean(kn, "hasty_student_acc")})
     return out
 
 
@@ -79,8 +80,8 @@ def markdown(rows: list[dict], summary: list[dict]) -> str:
     for r in rows:
         lines.append(f"| {r['task']} | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | {r['val_acc']:.3f} | "
                      f"{r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | {r['epochs']} |")
-    lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset | Hasty knob mean |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset "
+                  "| Hasty knob mean |", "|---|---|---|---|---|---|"]
     f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for s in summary:
         lines.append(f"| {s['task']} | {s['scorer']} | {f(s['recipeqa_preset'])} | {f(s['knob_mean'])} "

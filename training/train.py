@@ -187,8 +187,8 @@ def load_checkpoint(path: Path) -> tuple[GM3C, dict]:
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupted or truncated?): "
                               f"{type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(ck, dict) or ck.get("format") != CKPT_FORMAT:
-        raise CheckpointError(f"{path} is not a GM3C checkpoint (format {ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, "
-                              f"expected {CKPT_FORMAT})")
+        fmt = ck.get("format") if isinstance(ck, dict) else type(ck).__name__
+        raise CheckpointError(f"{path} is not a GM3C checkpoint (format {fmt!r}, expected {CKPT_FORMAT})")
     missing = [k for k in ("model_args", "train_config", "meta", "state_dict") if k not in ck]
     if missing:
         raise CheckpointError(f"{path} lacks {', '.join(missing)}")
@@ -225,21 +225,31 @@ def run_id_for(meta: dict, model_cfg: ModelConfig, cfg: TrainConfig) -> str:
     return f"{meta['dataset_id']}-{model_cfg.scorer}-{model_cfg.text_features}-{h}"
 
 
-def record_run(row: dict, home: Path | None = None) -> None:
+def record_run(row: dict, home: Path | None = None, attempts: int = 10) -> bool:
+    """Upsert the `runs` row; DuckDB allows one writer, so a locked warehouse is retried with
+    backoff, then logged (metrics.json still holds the run) instead of failing the trained run."""
     from etl.config import Paths
-    from etl.warehouse import connect, upsert
-    con = connect(Paths.from_env(home).ensure())
-    try:
-        upsert(con, "runs", [row])
-    finally:
-        con.close()
+    from etl.warehouse import SchemaError, connect, upsert
+    for attempt in range(attempts):
+        try:
+            con = connect(Paths.from_env(home).ensure())
+        except SchemaError as e:
+            if "another process" not in str(e) or attempt == attempts - 1:
+                log.error("run %s not recorded in `runs`: %s", row["run_id"], e)
+                return False
+            time.sleep(min(0.5 * 2 ** attempt, 8.0))
+            continue
+        try:
+            upsert(con, "runs", [row])
+            return True
+        finally:
+            con.close()
+    return False
 
 
 def train_run(export_dir: Path, dataset_id: str, model_cfg: ModelConfig, cfg: TrainConfig,
               runs_dir: Path | None = None, record: bool = True, ds: QADataset | None = None) -> dict:
     """Load, train, test, save: the whole run. Returns the metrics dict (also in metrics.json)."""
-    from etl.config import Paths
-    from training.hasty import hasty_student_accuracy
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     set_seed(cfg.seed)
     threads_before = torch.get_num_threads()
@@ -284,14 +294,16 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                "faithfulness": test.get("faithfulness"), "history": res["history"],
                "checkpoint": str(ckpt), "model_args": asdict(model.cfg), "train_config": asdict(cfg)}
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    metrics["recorded_in_runs"] = False
     if record:
-        record_run({"run_id": run_id, "dataset_id": ds.dataset_id, "model": "gm3c", "scorer": model.cfg.scorer,
+        metrics["recorded_in_runs"] = record_run({
+                    "run_id": run_id, "dataset_id": ds.dataset_id, "model": "gm3c", "scorer": model.cfg.scorer,
                     "text_features": ds.text_features, "image_encoder": ds.encoder_id,
                     "config": json.dumps({"model": asdict(model.cfg), "train": asdict(cfg)}),
                     "metrics": json.dumps({k: v for k, v in metrics.items()
                                            if k not in ("history", "model_args", "train_config")}),
                     "started_at": started, "finished_at": datetime.now(timezone.utc).replace(tzinfo=None)})
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
 
 
