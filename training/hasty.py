@@ -1,6 +1,6 @@
 """Hasty Student accuracy (context-free heuristic, RecipeQA paper) from the dataset's own vectors.
 
-Uses helper F's features.bias when it provides `hasty_student_accuracy`; otherwise the small rule
+Uses helper F's features.bias distance functions when importable; otherwise the same rule
 here: cloze = the choice most similar (cosine) to the question's other images; coherence = the
 image least similar to the other three; ordering = the sequence with the smallest summed cosine
 distance between consecutive images. It reads only the question and choices, never the recipe.
@@ -38,17 +38,32 @@ def hasty_student_predictions(ds: QADataset, split: str = "test") -> np.ndarray:
     return score.argmax(-1).numpy()
 
 
+def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
+    """The same rule through helper F's features.bias (cloze/coherence/ordering distances)."""
+    from features import bias
+    sp = ds.splits[split]
+    q = ds.images[torch.as_tensor(sp.query)].numpy()           # (Q, C, M, d)
+    if ds.task == "visual_cloze":
+        differ = (sp.query != sp.query[:, :1]).any(1)            # placeholder column per question
+        p = differ.argmax(1)
+        rows = np.arange(len(sp))
+        choices = q[rows, :, p]                                    # (Q, 4, d)
+        keep = np.array([[j for j in range(q.shape[2]) if j != pi] for pi in p])
+        question = q[rows[:, None], 0, keep]                       # (Q, M-1, d)
+        scores, _ = bias.cloze_distances(question, choices)
+    elif ds.task == "visual_coherence":
+        # query c is the question minus image c, in order: rebuild the 4 question images
+        images = np.stack([q[:, 1, 0], q[:, 0, 0], q[:, 0, 1], q[:, 0, 2]], axis=1)
+        scores, _ = bias.coherence_distances(images)
+    else:
+        scores, _ = bias.ordering_distances(q)
+    return bias.hasty_student(scores)
+
+
 def hasty_student_accuracy(ds: QADataset, split: str = "test") -> tuple[float, str]:
-    """(accuracy, source): source names the implementation used."""
+    """(accuracy, source): helper F's features.bias rule when importable, else ours (same rule)."""
     try:
-        from features import bias                                # helper F's module, when present
-        fn = getattr(bias, "hasty_student_accuracy", None)
+        pred, src = _bias_predictions(ds, split), "features.bias"
     except ImportError:
-        fn = None
-    if fn is not None:
-        try:
-            return float(fn(ds, split)), "features.bias"
-        except TypeError:
-            pass                                                 # another signature: use ours
-    pred = hasty_student_predictions(ds, split)
-    return float((pred == ds.splits[split].answer).mean()), "training.hasty"
+        pred, src = hasty_student_predictions(ds, split), "training.hasty"
+    return float((pred == ds.splits[split].answer).mean()), src

@@ -131,3 +131,13 @@ def test_cli_evaluate_writes_recipeqa_predictions_and_fails_cleanly(trained, toy
     r = CliRunner().invoke(app, ["evaluate", "--run", "nope", "--dataset", trained["dataset_id"],
                                  "--export", str(toy_home["export"])])
     assert r.exit_code == 2 and "no run" in r.output
+
+
+@pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence", "visual_ordering"])
+def test_hasty_student_rule_agrees_with_features_bias(toy_home, task):
+    pytest.importorskip("features.bias")
+    from training.data import load_qa_dataset
+    from training.hasty import _bias_predictions, hasty_student_predictions
+    ds = load_qa_dataset(toy_home["export"], toy_home["ids"][(task, "0-0-0")], "tokens")
+    ours, theirs = hasty_student_predictions(ds, "train"), _bias_predictions(ds, "train")
+    assert (ours == theirs).mean() > 0.97          # same rule; float ties may break differently
