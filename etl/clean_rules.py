@@ -4,6 +4,11 @@ returning the new text and how many things it changed, so every rule has a count
 `TEXT_RULES` run on step bodies and titles in this order; `TITLE_RULES` add the step-number rule.
 `clean_text(text, rules, counts)` applies them and adds to `counts` (rule name -> changes).
 Rules are idempotent: clean_text(clean_text(x)) == clean_text(x) (tested).
+
+Speed: before running a regex, a rule checks that the text holds a substring every match must
+contain (e.g. '<' for tags, '{' for CSS blocks); case-insensitive patterns are pre-checked on the
+lower-cased text only when the text is ASCII (Unicode case folding has surprises such as 'ſ' = 's').
+The pre-checks never change a result: tests compare against the plain regex pipeline.
 """
 from __future__ import annotations
 
@@ -29,11 +34,29 @@ _MSO_DECL = re.compile(r"\bmso-[a-z\-]+\s*:\s*(?:\"[^\"\n]*\"|[^;\"}\n])*;?", re
 _MSO_WORDS = re.compile(r"\b(?:Mso[A-Z][A-Za-z]*|o:p|w:[A-Za-z]+)\b")
 
 
+def _lower_lacks(text: str, needles: tuple[str, ...]) -> bool:
+    """True when an ASCII text contains none of the lower-case needles in any letter case (a
+    non-ASCII text is never ruled out: the caller then runs its case-insensitive regex)."""
+    if not text.isascii():
+        return False
+    low = text.lower()
+    return not any(n in low for n in needles)
+
+
 def strip_office(text: str) -> tuple[str, int]:
     """Microsoft Word paste remnants: conditional comments, 'Normal 0 false false ...', mso-* styles."""
     n = 0
-    for rx in (_OFFICE_COND, _OFFICE_WORD_JUNK, _OFFICE_CSS, _MSO_DECL):
-        text, k = rx.subn(" ", text)
+    if "<!" in text:
+        text, k = _OFFICE_COND.subn(" ", text)
+        n += k
+    if not _lower_lacks(text, ("normal", "microsoftinternetexplorer4", "/*", "st1")):
+        text, k = _OFFICE_WORD_JUNK.subn(" ", text)
+        n += k
+    if "Mso" in text:
+        text, k = _OFFICE_CSS.subn(" ", text)
+        n += k
+    if not _lower_lacks(text, ("mso-",)):
+        text, k = _MSO_DECL.subn(" ", text)
         n += k
     return text, n
 
@@ -48,11 +71,12 @@ _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-
 def strip_html(text: str) -> tuple[str, int]:
     """HTML tags, comments, script/style blocks out (line-level tags become newlines); entities decoded."""
     n = 0
-    text, k = _HTML_BLOCK.subn(" ", text); n += k
-    text, k = _HTML_COMMENT.subn(" ", text); n += k
-    text, k = _HTML_BREAK.subn("\n", text); n += k
-    text, k = _HTML_TAG.subn(" ", text); n += k
-    ents = _HTML_ENTITY.findall(text)
+    if "<" in text:
+        text, k = _HTML_BLOCK.subn(" ", text); n += k
+        text, k = _HTML_COMMENT.subn(" ", text); n += k
+        text, k = _HTML_BREAK.subn("\n", text); n += k
+        text, k = _HTML_TAG.subn(" ", text); n += k
+    ents = _HTML_ENTITY.findall(text) if "&" in text else None
     if ents:
         text = _HTML_ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
         n += len(ents)
@@ -71,8 +95,11 @@ _CSS_DECL = re.compile(
 
 def strip_css(text: str) -> tuple[str, int]:
     """CSS rule blocks (`p.MsoNormal { ... }`) and stray declarations (`font-size: 12pt;`)."""
-    text, a = _CSS_BLOCK.subn(" ", text)
-    text, b = _CSS_DECL.subn(" ", text)
+    a = b = 0
+    if "{" in text:
+        text, a = _CSS_BLOCK.subn(" ", text)
+    if ":" in text and ";" in text:
+        text, b = _CSS_DECL.subn(" ", text)
     return text, a + b
 
 
@@ -82,6 +109,8 @@ _EMPTY_BRACKETS = re.compile(r"\(\s*\)|\[\s*\]")
 
 def strip_urls(text: str) -> tuple[str, int]:
     """URLs (http(s)://..., www....) out, with the brackets they leave empty."""
+    if "://" not in text and _lower_lacks(text, ("www.",)):
+        return text, 0
     text, n = _URL.subn(" ", text)
     if n:
         text = _EMPTY_BRACKETS.sub(" ", text)
@@ -141,15 +170,21 @@ def strip_control_chars(text: str) -> tuple[str, int]:
 
 _SPACES = re.compile(r"[ \t\f\v]+")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
+_SPACE_BEFORE_PUNCT = re.compile(r" +([,.;:!?])(?=\s|$)")
 
 
 def normalize_whitespace(text: str) -> tuple[str, int]:
     """Runs of spaces/tabs -> one space, lines trimmed, blank lines dropped, ends trimmed.
     (Not noise removal: it does not count as a change.)"""
-    text = _SPACES.sub(" ", text)
-    text = "\n".join(line.strip() for line in text.split("\n"))
-    text = _BLANK_LINES.sub("\n", text).strip()
-    text = re.sub(r" +([,.;:!?])(?=\s|$)", r"\1", text)   # space left before punctuation by removals
+    if "  " in text or "\t" in text or "\f" in text or "\v" in text:   # ' ' -> ' ' changes nothing
+        text = _SPACES.sub(" ", text)
+    if "\n" in text:
+        text = "\n".join(line.strip() for line in text.split("\n"))
+        if "\n\n" in text:   # lines are stripped: a blank line is now exactly '\n\n'
+            text = _BLANK_LINES.sub("\n", text)
+    text = text.strip()
+    if " ," in text or " ." in text or " ;" in text or " :" in text or " !" in text or " ?" in text:
+        text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)   # space left before punctuation by removals
     return text, 0
 
 

@@ -7,6 +7,12 @@
 - Words: NLTK's `NLTKWordTokenizer` (Treebank + improvements), one sentence at a time.
 
 `tokenize_text(text, punkt) -> list[list[str]]` is the API of contract C5 (text already cleaned).
+
+Speed (etl.fast_nltk): NLTK 3.10 runs every regex through `nltk.redos` (the `regex` engine under a
+timeout), 3-10x slower than `re`. Lines made only of printable ASCII -- almost all cleaned text --
+go through the same NLTK algorithms with the same patterns compiled by `re` (identical semantics on
+ASCII) and skip substitutions whose required characters are absent; other lines use stock NLTK.
+`reference_tokenize_text` is the stock path; tests assert both give identical tokens.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from pathlib import Path
 
 from nltk.tokenize import NLTKWordTokenizer
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+
+from etl.fast_nltk import fast_punkt, fast_word_tokenize, has_sentence_end, is_fast_line
 
 _WORDS = NLTKWordTokenizer()
 PUNKT_FILE = "punkt.json"
@@ -81,11 +89,12 @@ def untrained_punkt() -> PunktSentenceTokenizer:
 
 
 def sentences(text: str, punkt: PunktSentenceTokenizer) -> list[str]:
+    """Sentences of `text`: every line is a boundary, Punkt splits within lines."""
     out = []
     for line in text.split("\n"):
         line = line.strip()
         if line:
-            out.extend(s for s in punkt.tokenize(line) if s.strip())
+            out.extend(line_sentences(line, punkt))
     return out
 
 
@@ -93,4 +102,38 @@ def tokenize_text(text: str | None, punkt: PunktSentenceTokenizer) -> list[list[
     """Cleaned text -> sentences -> NLTK word tokens (no repair)."""
     if not text:
         return []
-    return [toks for s in sentences(text, punkt) if (toks := _WORDS.tokenize(s))]
+    out = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if line:
+            out.extend(tokenize_line(line, punkt))
+    return out
+
+
+def line_sentences(line: str, punkt: PunktSentenceTokenizer) -> list[str]:
+    """Sentences of one stripped, non-empty line (fast path for printable ASCII)."""
+    if not is_fast_line(line):
+        return [s for s in punkt.tokenize(line) if s.strip()]
+    if not has_sentence_end(line):
+        return [line]   # Punkt only breaks after '.', '?' or '!'
+    return [s for s in fast_punkt(punkt).tokenize(line) if s.strip()]
+
+
+def tokenize_line(line: str, punkt: PunktSentenceTokenizer) -> list[list[str]]:
+    """Word tokens per sentence of one stripped, non-empty line."""
+    if not is_fast_line(line):
+        return [toks for s in punkt.tokenize(line) if s.strip() and (toks := _WORDS.tokenize(s))]
+    sents = [line] if not has_sentence_end(line) else fast_punkt(punkt).tokenize(line)
+    return [toks for s in sents if s.strip() and (toks := fast_word_tokenize(s))]
+
+
+def reference_tokenize_text(text: str | None, punkt: PunktSentenceTokenizer) -> list[list[str]]:
+    """The same as `tokenize_text` with stock NLTK objects only (the reference for tests/benchmarks)."""
+    if not text:
+        return []
+    out = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if line:
+            out.extend(toks for s in punkt.tokenize(line) if s.strip() and (toks := _WORDS.tokenize(s)))
+    return out

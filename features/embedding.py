@@ -16,12 +16,13 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
+import torch
 from tqdm import tqdm
 
 from etl.config import Paths
 from etl.warehouse import clear_rejects, record_reject
 from features.encoders import Encoder
-from features.image_data import image_items, image_loader, image_size_of
+from features.image_data import PixelCache, image_items, image_loader, image_size_of
 from features.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vectors_column
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,26 @@ class EmbedConfig:
     batch_size: int = 128
     num_workers: int = 2
     write_every: int = 4096     # rows buffered before a LanceDB append
+    pixel_cache: bool = True    # reuse pixels the encoder training decoded (same sha256 + preprocessing)
+    pixel_cache_max_size: int = 64   # only small inputs are cached (a 224 px cache would be huge)
+
+
+def _cached_batches(todo, encoder: Encoder, paths: Paths, cfg: EmbedConfig):
+    """(positions in todo, model input) batches for images in the training pixel cache, plus the
+    positions still to decode. The cached pixels are exactly what the preprocess would give."""
+    size = image_size_of(encoder.model)
+    if not cfg.pixel_cache or size > cfg.pixel_cache_max_size:
+        return [], list(range(len(todo)))
+    try:
+        cache = PixelCache(paths.models / "pixel_cache", encoder.preprocess, size)
+    except ValueError:          # a preprocess without ToTensor/Normalize: decode everything
+        return [], list(range(len(todo)))
+    rows, arr = cache.lookup(todo)
+    hit = sorted(rows)
+    batches = [(chunk, lambda c=chunk: cache.model_input(torch.from_numpy(
+                    np.ascontiguousarray(arr[[rows[p] for p in c]]))))
+               for chunk in (hit[i:i + cfg.batch_size] for i in range(0, len(hit), cfg.batch_size))]
+    return batches, [p for p in range(len(todo)) if p not in rows]
 
 
 def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: Encoder,
@@ -54,8 +75,10 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
         return summary
     clear_rejects(con, "embed", [it.image_id for it in todo])
     size = image_size_of(encoder.model)
-    loader = image_loader([it.path for it in todo], encoder.preprocess, size, cfg.batch_size,
-                          cfg.num_workers)
+    cached, to_decode = _cached_batches(todo, encoder, paths, cfg)
+    summary["images_from_pixel_cache"] = sum(len(c) for c, _ in cached)
+    loader = image_loader([todo[p].path for p in to_decode], encoder.preprocess, size,
+                          cfg.batch_size, cfg.num_workers) if to_decode else []
     buf_rows: list[int] = []
     buf_vecs: list[np.ndarray] = []
     t0 = time.perf_counter()
@@ -74,7 +97,15 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
             buf_rows.clear()
             buf_vecs.clear()
 
+    for chunk, make_input in cached:
+        buf_vecs.append(encoder.encode_image_tensors(make_input()))
+        buf_rows.extend(chunk)
+        summary["images_encoded"] += len(chunk)
+        bar.update(len(chunk))
+        if len(buf_rows) >= cfg.write_every:
+            flush()
     for pos, x, err, detail in loader:
+        pos = [to_decode[int(p)] for p in pos]
         keep = [j for j, e in enumerate(err) if not e]
         for j, e in enumerate(err):
             if e:

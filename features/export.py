@@ -41,7 +41,24 @@ def _copy(con: duckdb.DuckDBPyConnection, query: str, dest: Path, partition: boo
 
 def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                    with_vectors: bool = False, lance_uri: str | None = None) -> dict:
-    """Write the Parquet export of `dataset_ids` into `out` (replaced); returns counts + hash."""
+    """Write the Parquet export of `dataset_ids` into `out` (replaced); returns counts + hash.
+
+    `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
+    makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
+    usual AWS_* / GOOGLE_* environment), replacing what is at the destination.
+    """
+    import re
+    m = re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
+    if m:
+        import tempfile
+        from pyarrow import fs as pafs
+        uri = f"{m[1]}://{'/' if m[1] == 'file' else ''}{m[2]}"
+        dest_fs, dest = pafs.FileSystem.from_uri(uri)
+        with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
+            res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri)
+            dest_fs.delete_dir_contents(dest, missing_dir_ok=True)
+            pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
+        return {**res, "out": uri}
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)

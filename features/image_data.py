@@ -2,14 +2,18 @@
 
 Unreadable files never crash a batch: the dataset returns a zero tensor plus an error reason
 (`missing_file` or `image_decode_error`, the `embed` reject vocabulary) and the caller decides.
+`PixelCache` keeps decoded + resized uint8 pixels keyed by sha256, so training decodes each image once.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
@@ -102,3 +106,136 @@ def image_loader(files: Sequence[Path], preprocess: Callable, image_size: int,
 def image_size_of(model: torch.nn.Module) -> int:
     size = model.visual.image_size
     return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+# ----------------------------------------------------------------------------- decoded uint8 cache
+
+def split_preprocess(preprocess: Callable) -> tuple[Callable, torch.Tensor, torch.Tensor, str]:
+    """Split an open_clip Compose into (PIL part, mean [3], std [3], key of the PIL part).
+
+    The PIL part (resize, crop, RGB) makes the uint8 pixels; `to_model_input` then gives exactly what
+    ToTensor + Normalize would, so cached pixels and the embed path see the same input.
+    """
+    from torchvision.transforms import Compose, Normalize
+    steps = list(getattr(preprocess, "transforms", []))
+    cut = next((i for i, t in enumerate(steps) if "ToTensor" in type(t).__name__), None)
+    norm = next((t for t in steps if isinstance(t, Normalize)), None)
+    if cut is None or norm is None:
+        raise ValueError(f"preprocess {preprocess!r} has no ToTensor/Normalize step")
+    pil = Compose(steps[:cut])
+    desc = [(type(t).__name__, {k: str(v) for k, v in sorted(vars(t).items())
+                                if not k.startswith("_") and k != "training"}) for t in steps[:cut]]
+    key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:12]
+    return pil, torch.tensor(norm.mean).float(), torch.tensor(norm.std).float(), key
+
+
+def to_model_input(pixels: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """uint8 [n, s, s, 3] -> normalised float [n, 3, s, s] (= ToTensor + Normalize)."""
+    x = pixels.permute(0, 3, 1, 2).float().div_(255)
+    return x.sub_(mean.view(1, 3, 1, 1)).div_(std.view(1, 3, 1, 1)).contiguous()
+
+
+class _PixelDataset(Dataset):
+    """(position, uint8 [s, s, 3], error reason, detail) for each file."""
+
+    def __init__(self, files: Sequence[Path], pil: Callable, size: int):
+        self.files, self.pil, self.size = list(files), pil, size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        try:
+            with Image.open(self.files[i]) as im:
+                im.load()
+                arr = np.asarray(self.pil(im.convert("RGB")), dtype=np.uint8)
+            if arr.shape != (self.size, self.size, 3):
+                raise ValueError(f"preprocess gave shape {arr.shape}")
+            return i, torch.from_numpy(arr.copy()), "", ""
+        except FileNotFoundError as e:
+            reason, detail = "missing_file", str(e)
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+            reason, detail = "image_decode_error", f"{type(e).__name__}: {e}"
+        return i, torch.zeros(self.size, self.size, 3, dtype=torch.uint8), reason, detail[:500]
+
+
+class PixelCache:
+    """Decoded + resized images as one uint8 array [n, s, s, 3], keyed by image sha256.
+
+    Lives in `root/<size>px-<key of the PIL preprocessing>/` as `pixels.npy` + `keys.json`; every
+    image is decoded once, later runs (other epochs, other seeds, re-training) only read the array.
+    Files are replaced atomically (tmp + rename); a torn pair (lengths differ) is rebuilt.
+    """
+
+    def __init__(self, root: Path | None, preprocess: Callable, size: int):
+        self.pil, self.mean, self.std, key = split_preprocess(preprocess)
+        self.size = size
+        self.dir = Path(root) / f"{size}px-{key}" if root is not None else None
+
+    def _load(self, mmap: bool = False) -> tuple[list[str], np.ndarray]:
+        empty = np.zeros((0, self.size, self.size, 3), np.uint8)
+        if self.dir is None or not (self.dir / "keys.json").exists():
+            return [], empty
+        try:
+            keys = json.loads((self.dir / "keys.json").read_text())
+            arr = np.load(self.dir / "pixels.npy", mmap_mode="r" if mmap else None)
+        except (OSError, ValueError):
+            return [], empty
+        if len(keys) != len(arr) or arr.shape[1:] != empty.shape[1:]:
+            return [], empty
+        return keys, arr
+
+    def _save(self, keys: list[str], arr: np.ndarray) -> None:
+        if self.dir is None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp_arr, tmp_keys = self.dir / "pixels.tmp.npy", self.dir / "keys.tmp.json"
+        np.save(tmp_arr, arr)
+        tmp_keys.write_text(json.dumps(keys))
+        tmp_arr.replace(self.dir / "pixels.npy")
+        tmp_keys.replace(self.dir / "keys.json")
+
+    def lookup(self, items: Sequence[ImageItem]) -> tuple[dict[int, int], np.ndarray]:
+        """Read-only: ({position of a cached item: its row}, memory-mapped pixel array)."""
+        keys, arr = self._load(mmap=True)
+        row = {k: i for i, k in enumerate(keys)}
+        return {p: row[self.item_key(it)] for p, it in enumerate(items) if self.item_key(it) in row}, arr
+
+    @staticmethod
+    def item_key(it: ImageItem) -> str:
+        return it.sha256 or f"path:{it.path}"
+
+    def pixels(self, items: Sequence[ImageItem], num_workers: int = 0,
+               desc: str = "decode") -> tuple[torch.Tensor, list[int], dict]:
+        """(uint8 [n_ok, s, s, 3], positions of readable items, stats) — decoding only cache misses."""
+        keys, arr = self._load()
+        row = {k: i for i, k in enumerate(keys)}
+        missing = [p for p, it in enumerate(items) if self.item_key(it) not in row]
+        new_keys, new_rows = [], []
+        if missing:
+            loader = DataLoader(_PixelDataset([items[p].path for p in missing], self.pil, self.size),
+                                batch_size=256, shuffle=False, num_workers=num_workers,
+                                multiprocessing_context="forkserver" if num_workers > 0 else None)
+            from tqdm import tqdm
+            for pos, x, err, _ in tqdm(loader, desc=desc, unit="batch", leave=False):
+                for j, e in enumerate(err):
+                    if not e:
+                        key = self.item_key(items[missing[int(pos[j])]])
+                        if key not in row:
+                            row[key] = len(keys) + len(new_keys)
+                            new_keys.append(key)
+                            new_rows.append(x[j].numpy())
+            if new_keys:
+                arr = np.concatenate([arr, np.stack(new_rows)])
+                keys = keys + new_keys
+                self._save(keys, arr)
+        ok = [p for p, it in enumerate(items) if self.item_key(it) in row]
+        idx = np.array([row[self.item_key(items[p])] for p in ok], dtype=np.int64)
+        out = torch.from_numpy(arr[idx]) if len(idx) else torch.zeros(0, self.size, self.size, 3,
+                                                                       dtype=torch.uint8)
+        stats = {"decoded": len(missing), "cached": len(items) - len(missing),
+                 "unreadable": len(items) - len(ok)}
+        return out, ok, stats
+
+    def model_input(self, pixels: torch.Tensor) -> torch.Tensor:
+        return to_model_input(pixels, self.mean, self.std)

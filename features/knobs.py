@@ -135,6 +135,11 @@ def stable_key(*parts) -> int:
     return int.from_bytes(h[:8], "big")
 
 
+def md5_key(text: str) -> int:
+    """64-bit key of a string, identical to DuckDB's md5_number_lower(text) (used in bulk in SQL)."""
+    return int.from_bytes(hashlib.md5(text.encode()).digest()[8:], "little")
+
+
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """Vectorised splitmix64 finaliser on uint64 (wrapping arithmetic)."""
     with np.errstate(over="ignore"):

@@ -10,8 +10,16 @@ table was created with go to `<table>_d<dim>` (e.g. ViT-B-32's 512-d next to the
 
 Indexes: BITMAP on split and encoder_id, BTREE on recipe_id and id (the prefilters); an ANN index on
 `vector` once a table has ANN_MIN_ROWS rows (IVF_PQ on < 256 rows builds an empty index, and below
-a few thousand rows exact search is as fast). The default ANN config (IVF_HNSW_SQ) was chosen by
-`mrqa bench ann` (see README). `optimize()` runs after every append so new rows are indexed.
+a few thousand rows exact search is as fast). The default ANN index, IVF_FLAT (sqrt(n) partitions,
+nprobes 10%), was chosen with `mrqa bench ann` on batched queries, 20k x 256, K=100, same run:
+IVF_FLAT 1,247 q/s at recall@100 0.9998 (8 probes; build 3.4 s) vs IVF_HNSW_SQ 42.5 q/s at 0.998
+(build 20 s) vs exact torch 829 q/s on recipe-structured vectors (features.bench.recipe_vectors);
+IVF_PQ needs refine_factor to pass 0.95 and is then slower still (STACK_NOTES: 0.29-0.53 without).
+On isolated clusters of 50 (no structure beyond them) IVF_FLAT reaches only 0.72-0.87 and
+IVF_HNSW_SQ 0.97 at 36 q/s: pass AnnConfig("IVF_HNSW_SQ") for such spaces. This index serves
+`search()` and the neighbour build's "lance" method; the bulk neighbour table is built by
+features/ivf_knn.py (no per-query calls, recall checked on a sample). `optimize()` runs after every
+append so new rows are indexed (tested).
 """
 from __future__ import annotations
 
@@ -36,12 +44,12 @@ TEXT_FIELDS = ("title", "body")
 @dataclass
 class AnnConfig:
     """ANN index + query settings (defaults chosen by `mrqa bench ann`)."""
-    index_type: str = "IVF_HNSW_SQ"     # or IVF_PQ
+    index_type: str = "IVF_FLAT"        # or IVF_HNSW_SQ, IVF_PQ (see the module docstring)
     num_partitions: int | None = None  # None: ~sqrt(n)/4 for HNSW (large partitions), sqrt(n) for PQ
     m: int = 20                        # HNSW
     ef_construction: int = 300         # HNSW
     num_sub_vectors: int | None = None  # PQ: None = dim / 8
-    nprobes: int | None = None         # None: 3/4 of the partitions, at least 8 (recall >= 0.95)
+    nprobes: int | None = None         # None: IVF_FLAT 10% of the partitions, others 3/4; at least 8
     ef: int | None = None              # HNSW query candidates; None: 2 * limit
     refine_factor: int | None = None   # PQ: re-rank refine_factor * limit candidates exactly
 
@@ -52,8 +60,10 @@ class AnnConfig:
         return max(1, int(root / 4) if self.index_type == "IVF_HNSW_SQ" else int(root))
 
     def index_config(self, n: int, dim: int):
-        from lancedb.index import IvfHnswSq, IvfPq
+        from lancedb.index import IvfFlat, IvfHnswSq, IvfPq
         parts = self.partitions_for(n)
+        if self.index_type == "IVF_FLAT":
+            return IvfFlat(distance_type="cosine", num_partitions=parts)
         if self.index_type == "IVF_HNSW_SQ":
             return IvfHnswSq(distance_type="cosine", num_partitions=parts, m=self.m,
                              ef_construction=self.ef_construction)
@@ -62,7 +72,7 @@ class AnnConfig:
             while dim % sub:
                 sub -= 1
             return IvfPq(distance_type="cosine", num_partitions=parts, num_sub_vectors=sub)
-        raise ValueError(f"index_type must be IVF_HNSW_SQ or IVF_PQ, not {self.index_type!r}")
+        raise ValueError(f"index_type must be IVF_HNSW_SQ, IVF_PQ or IVF_FLAT, not {self.index_type!r}")
 
 
 def image_schema(dim: int) -> pa.Schema:
@@ -262,7 +272,8 @@ class FeatureStore:
             stats = tbl.index_stats(next(ix.name for ix in tbl.list_indices()
                                          if ix.columns[0] == "vector"))
             parts = getattr(stats, "num_partitions", None) or ann.partitions_for(tbl.count_rows())
-            q = q.nprobes(ann.nprobes or max(8, math.ceil(parts * 3 / 4)))
+            share = 0.1 if ann.index_type == "IVF_FLAT" else 0.75
+            q = q.nprobes(ann.nprobes or max(8, math.ceil(parts * share)))
             if ann.index_type == "IVF_HNSW_SQ":
                 q = q.ef(ann.ef or 2 * limit)
             if ann.refine_factor:

@@ -379,15 +379,20 @@ def vocab_report_cmd(
 
 @bench_app.command("clean")
 def bench_clean_cmd(
-        recipes: int = typer.Option(600, "--recipes", help="Sample kitchen recipes to generate."),
-        target_chars: int = typer.Option(5_000_000, "--chars", help="Corpus size: the sample text is "
-                                         "repeated with renamed words up to this many characters."),
+        recipes: int = typer.Option(4500, "--recipes", help="Sample kitchen recipes to generate: every "
+                                    "recipe differs (no repeated text); 4500 give about 5 M characters."),
         seed: int = typer.Option(11, "--seed", help="Sample kitchen seed."),
-        workers: int = typer.Option(2, "--workers", help="Worker processes for the pipeline run.")):
-    """Clean+tokenize+repair throughput (chars/s) vs the plain single-process path, and repair
+        workers: int = typer.Option(2, "--workers", help="Worker processes for the main run."),
+        baseline_chars: int = typer.Option(1_000_000, "--baseline-chars",
+                                           help="Characters the naive baseline processes."),
+        no_quality: bool = typer.Option(False, "--no-quality", help="Skip the repair precision/recall.")):
+    """Clean+tokenize+repair throughput: chars, seconds, chars/s with N workers and with 1 process,
+    the naive baseline's chars/s (stock NLTK, no caches), ratios, load average; and repair
     precision/recall against the sample kitchen's ground truth."""
     from etl.clean import bench_clean
-    _echo_json(bench_clean(recipes, target_chars, seed, workers))
+    if recipes < 10 or workers < 1:
+        _fail("--recipes must be >= 10 and --workers >= 1")
+    _echo_json(bench_clean(recipes, seed, workers, baseline_chars, quality=not no_quality))
 
 
 # ----------------------------------------------------------------------------- features (issue 5)
@@ -399,24 +404,37 @@ app.add_typer(encoder_app, name="encoder")
 
 @encoder_app.command("train")
 def encoder_train_cmd(
-        epochs: int = typer.Option(5, "--epochs", help="Passes over the train steps."),
-        batch_size: int = typer.Option(256, "--batch-size", help="Pairs per contrastive batch."),
+        epochs: Optional[int] = typer.Option(None, "--epochs", help="Passes over the train steps "
+                                             "(default: TrainConfig's, 8)."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per contrastive "
+                                                 "batch (default 64)."),
+        images_per_recipe: Optional[int] = typer.Option(None, "--images-per-recipe", help="Steps of one "
+                                                        "recipe kept together in a batch (default 4)."),
+        recipe_weight: Optional[float] = typer.Option(None, "--recipe-weight", help="Weight of the "
+                                                      "same-recipe image-image term (0 = CLIP loss only)."),
         seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
-                                                 "(default: the architecture's, 64)."),
-        lr: float = typer.Option(2e-3, "--lr", help="Peak AdamW learning rate."),
-        workers: int = typer.Option(2, "--workers", help="Image decode workers."),
+                                                 "(default: the architecture's, 32)."),
+        lr: Optional[float] = typer.Option(None, "--lr", help="Peak AdamW learning rate (default 1e-3)."),
+        workers: int = typer.Option(0, "--workers", help="Decode workers for images not in the pixel cache."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: "
+                                              "torch's; 1 is faster on a loaded machine)."),
         max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
                                                 help="Use at most this many train steps (quick runs).")):
-    """Train the default encoder (mrqa-tiny-clip) on the train split's (step image, step text) pairs."""
+    """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
+    text) pairs plus a same-recipe image-image contrastive term."""
     from features.encoder_train import TrainConfig, TrainingDataError, train_encoder
     from etl.warehouse import connect
-    if epochs < 1 or batch_size < 2:
-        _fail("--epochs must be >= 1 and --batch-size >= 2")
+    given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
+             "recipe_weight": recipe_weight, "lr": lr}
+    cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers, threads=threads,
+                      max_train_pairs=max_steps, **{k: v for k, v in given.items() if v is not None})
+    if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.images_per_recipe < 1 or cfg.recipe_weight < 0:
+        _fail("--epochs and --images-per-recipe must be >= 1, --batch-size >= 2, --recipe-weight >= 0")
+    if threads is not None and threads < 1:
+        _fail("--threads must be >= 1")
     try:
-        res = train_encoder(connect(), cfg=TrainConfig(epochs=epochs, batch_size=batch_size, seed=seed,
-                                                       image_size=image_size, lr=lr, num_workers=workers,
-                                                       max_train_pairs=max_steps))
+        res = train_encoder(connect(), cfg=cfg)
     except TrainingDataError as e:
         _fail(str(e))
     _echo_json(res)
@@ -472,10 +490,14 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
     m = evaluate_retrieval(enc, image_items(con, paths, split=split), max_pairs, num_workers=workers)
     if m.get("n_pairs", 0) < 2:
         _fail(f"fewer than 2 {split} pairs with images; ingest recipes first")
-    typer.echo(f"encoder {enc.encoder_id} on {m['n_pairs']} {split} pairs")
+    typer.echo(f"encoder {enc.encoder_id} on {m['n_pairs']} {split} pairs (first image of a step, step text)")
     for k in (1, 10):
         typer.echo(f"  R@{k:<3d} image->text {m[f'i2t_r@{k}']:.3f}   text->image {m[f't2i_r@{k}']:.3f}"
-                   f"   chance {m[f'chance_r@{k}']:.3f}")
+                   f"   chance {m[f'chance_r@{k}']:.3f}"
+                   f"   ({m[f'i2t_r@{k}'] / max(m[f'chance_r@{k}'], 1e-9):.0f}x / "
+                   f"{m[f't2i_r@{k}'] / max(m[f'chance_r@{k}'], 1e-9):.0f}x chance)")
+    typer.echo(f"  image->same-recipe R@1 {m['img_same_recipe_r@1']:.3f}   chance "
+               f"{m['chance_same_recipe_r@1']:.3f}   (nearest other image is a step of the same recipe)")
 
 
 @app.command("embed")
@@ -487,11 +509,18 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
               method: str = typer.Option("auto", "--neighbours", help="auto | ann | exact."),
               no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
                                             "encoder when none is registered."),
-              no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect.")):
+              no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect."),
+              threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads for the "
+                                                    "encoder (default: torch's; 1 is faster on a loaded machine).")):
     """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
     from features.encoders import EncoderUnavailable
     if method not in ("auto", "ann", "exact") or k < 1:
         _fail("--neighbours must be auto, ann or exact, and --k >= 1")
+    if threads is not None:
+        if threads < 1:
+            _fail("--threads must be >= 1")
+        import torch
+        torch.set_num_threads(threads)
     try:
         if no_prefect:
             from flows.embed import run_embed
@@ -574,7 +603,7 @@ def bench_ann_cmd(n: Optional[int] = typer.Option(None, "--n", help="Synthetic c
                   queries: int = typer.Option(1000, "--queries", help="Query sample size."),
                   encoder: Optional[str] = typer.Option(None, "--encoder", help="Use this encoder's vectors."),
                   seed: int = typer.Option(0, "--seed", help="Seed of data and query sample.")):
-    """recall@K and q/s of IVF_HNSW_SQ and IVF_PQ (nprobes/refine sweep) vs exact search, same run."""
+    """recall@K and q/s of LanceDB IVF_HNSW_SQ, IVF_PQ and IVF_FLAT (nprobes/refine sweep) vs exact search."""
     res = _bench_ann(n, dim, k, queries, encoder, seed)
     for c in res["configs"]:
         c["q_s_vs_exact_torch"] = round(c["q_s"] / res["exact_torch_q_s"], 3)
@@ -582,7 +611,47 @@ def bench_ann_cmd(n: Optional[int] = typer.Option(None, "--n", help="Synthetic c
     _echo_json(res)
 
 
-bench_app.command("knn", help="Alias of `bench ann` (issue 5 names it `bench knn`).")(bench_ann_cmd)
+@bench_app.command("knn")
+def bench_knn_cmd(n: int = typer.Option(100000, "--n", help="Largest number of synthetic vectors."),
+                  sizes: Optional[str] = typer.Option(None, "--sizes", help="Comma-separated sizes "
+                                                      "(default 5000,10000,20000,50000 and --n)."),
+                  dim: int = typer.Option(256, "--dim", help="Vector dimension."),
+                  k: int = typer.Option(100, "--k", help="Neighbours per image."),
+                  queries: int = typer.Option(2000, "--queries", help="Sampled queries for exact "
+                                              "timing and recall (exact cost scales linearly)."),
+                  data: str = typer.Option("recipes", "--data", help="recipes (kinds/recipes/splits) "
+                                           "| clustered (isolated clusters of 50: worst case)."),
+                  lance: bool = typer.Option(False, "--lance", help="Also time the LanceDB index "
+                                             "route (default index build + batched queries) on train."),
+                  seed: int = typer.Option(0, "--seed", help="Seed of data and query sample.")):
+    """Neighbour-table build: IVF ANN build vs numpy and torch exact search, recall@K, crossover."""
+    from features.bench import bench_knn
+    try:
+        size_list = ([int(x) for x in sizes.split(",") if x.strip()] if sizes
+                     else [x for x in (5000, 10000, 20000, 50000) if x < n] + [n])
+    except ValueError:
+        _fail("--sizes must be comma-separated integers, e.g. 10000,20000,50000,100000")
+    if not size_list or min(size_list) < 200 or k < 1 or dim < 2 or data not in ("recipes", "clustered"):
+        _fail("need sizes >= 200, --k >= 1, --dim >= 2 and --data recipes|clustered")
+    typer.echo(f"uptime load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    typer.echo(f"{data} vectors, d={dim}, K={k}, each split on its own, same-recipe pairs excluded; "
+               f"exact: {queries} sampled queries x full split, scaled to all rows; ANN: full build")
+    res = bench_knn(sorted(size_list), dim, k, queries, seed, lance=lance, data=data,
+                    log=lambda row: typer.echo(_knn_row(row, k)))
+    typer.echo(res["crossover_note"])
+    typer.echo(f"uptime load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    _echo_json(res)
+
+
+def _knn_row(r: dict, k: int) -> str:
+    line = (f"n={r['n']:>7}  numpy exact {r['numpy_s']:>7.1f} s  torch exact {r['torch_s']:>7.1f} s  "
+            f"ANN build {r['ann_s']:>6.1f} s (index {r['ann_index_s']:.1f} s, scanned "
+            f"{100 * r['ann_scanned_share']:.1f}%)  recall@{k} {r[f'recall@{k}']:.4f}  "
+            f"ANN vs numpy x{r['ann_vs_numpy']:.2f}  vs torch x{r['ann_vs_torch']:.2f}  "
+            f"load {r['load_1min']:.1f}")
+    if "lance_train_split" in r:
+        line += f"\n         LanceDB index route (train split): {r['lance_train_split']}"
+    return line
 
 
 # ----------------------------------------------------------------------------- generation (issue 6)
@@ -717,8 +786,8 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
                        k: int = typer.Option(100, "--k", help="Neighbours per image."),
                        bench_home: Optional[Path] = typer.Option(None, "--bench-home", help="Where the "
                                                                  "synthetic world lives (default MRQA_HOME/bench/generate-N).")):
-    """Time `generate --all` on a synthetic world (neighbours precomputed) and set-based SQL ball
-    filtering vs a per-question Python loop."""
+    """Time `generate --all` per dataset and in total on a synthetic world (neighbours built first,
+    not timed), and vectorised distractor selection vs a per-question Python loop."""
     from etl.config import Paths
     from features.generate_bench import bench_generate
     home = bench_home or Paths.from_env().home / "bench" / f"generate-{recipes}-d{dim}-k{k}"
@@ -805,15 +874,17 @@ def _training_export(dataset: str, export: Optional[Path]) -> Path:
     return paths.exports / dataset
 
 
-def _train_configs(scorer: str, text_features: str, tiny: bool, **over):
+def _train_configs(scorer: str, text_features: str, tiny: bool, size: Optional[str] = None, **over):
     from dataclasses import replace as _replace
-    from training.config import SCORERS, ModelConfig, TrainConfig
+    from training.config import SCORERS, SIZES, configs_for
     if scorer not in SCORERS:
         _fail(f"--scorer must be one of {', '.join(SCORERS)}")
     if text_features not in ("tokens", "vectors"):
         _fail("--text-features must be tokens or vectors")
-    mc = (ModelConfig.tiny if tiny else ModelConfig)(scorer=scorer, text_features=text_features)
-    tc = TrainConfig.tiny() if tiny else TrainConfig()
+    size = size or ("tiny" if tiny else "paper")
+    if size not in SIZES:
+        _fail(f"--size must be one of {', '.join(SIZES)}")
+    mc, tc = configs_for(size, scorer=scorer, text_features=text_features)
     return mc, _replace(tc, **{k: v for k, v in over.items() if v is not None})
 
 
@@ -824,23 +895,38 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
               text_features: str = typer.Option("tokens", "--text-features", help="tokens (learned "
                                                 "embeddings + BiLSTM) | vectors (precomputed step-text vectors)."),
               tiny: bool = typer.Option(False, "--tiny", help="Tiny model + short training (CPU demo)."),
+              size: Optional[str] = typer.Option(None, "--size", help="paper (appendix defaults, the default) "
+                                                 "| small (CPU sweeps) | tiny (same as --tiny)."),
               export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory "
                                                     "(default MRQA_HOME/exports/all or exported now)."),
               max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap (default 30, tiny 3)."),
               patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience in epochs."),
-              batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per batch."),
+              batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per (global) batch."),
               seed: Optional[int] = typer.Option(None, "--seed", help="Seed (weights, shuffling)."),
-              threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
-              device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present) | cpu | cuda.")):
+              threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (per process)."),
+              device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present) | cpu | cuda."),
+              nproc: int = typer.Option(1, "--nproc", help="Processes: > 1 runs torchrun DDP on this machine "
+                                        "(gloo on CPU, NCCL with one GPU per process).")):
     """Train GM3C on a dataset (early stopping on val accuracy), test it, record the run."""
     from training.data import DatasetError
     from training.train import train_run
-    mc, tc = _train_configs(scorer, text_features, tiny, max_epochs=max_epochs, patience=patience,
+    mc, tc = _train_configs(scorer, text_features, tiny, size, max_epochs=max_epochs, patience=patience,
                             batch_size=batch_size, seed=seed, threads=threads, device=device)
     exp = _training_export(dataset, export)
+    if nproc < 1:
+        _fail("--nproc must be >= 1")
     try:
-        m = train_run(exp, dataset, mc, tc)
-    except (DatasetError, ValueError) as e:
+        if nproc > 1:
+            from training.ddp import launch
+            argv = ["--export", str(exp), "--dataset", dataset, "--scorer", scorer, "--text-features", text_features,
+                    "--size", size or ("tiny" if tiny else "paper")]
+            for flag, v in (("--max-epochs", max_epochs), ("--patience", patience), ("--batch-size", batch_size),
+                            ("--seed", seed), ("--threads", threads), ("--device", device)):
+                argv += [flag, str(v)] if v is not None else []
+            m = launch(nproc, argv)
+        else:
+            m = train_run(exp, dataset, mc, tc)
+    except (DatasetError, ValueError, RuntimeError) as e:
         _fail(str(e))
     _echo_json({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")})
 
@@ -876,9 +962,11 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
                                                   "(e.g. recipeqa,0-1-0); default all."),
               text_features: str = typer.Option("tokens", "--text-features", help="tokens | vectors."),
               tiny: bool = typer.Option(False, "--tiny", help="Tiny models + short training."),
+              size: Optional[str] = typer.Option(None, "--size", help="paper (default) | small (CPU sweeps) | tiny."),
               max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap per run."),
               patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience."),
               max_train: Optional[int] = typer.Option(None, "--max-train-questions", help="Cap train questions per run."),
+              seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every run."),
               threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
               export: Optional[Path] = typer.Option(None, "--export", help="Parquet export (default MRQA_HOME/exports/all)."),
               out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default MRQA_HOME/reports/sweep).")):
@@ -890,10 +978,10 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     if not (exp / "questions").is_dir():
         _fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
     sc = [s.strip() for s in scorers.split(",") if s.strip()]
-    mc, tc = _train_configs(sc[0] if sc else "", text_features, tiny, max_epochs=max_epochs, patience=patience,
-                            max_train_questions=max_train, threads=threads)
+    mc, tc = _train_configs(sc[0] if sc else "", text_features, tiny, size, max_epochs=max_epochs,
+                            patience=patience, max_train_questions=max_train, threads=threads, seed=seed)
     for s in sc:
-        _train_configs(s, text_features, tiny)
+        _train_configs(s, text_features, tiny, size)
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, [t.strip() for t in tasks.split(",")],
                     [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features)
@@ -907,6 +995,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
 def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id to time on."),
                     scorer: str = typer.Option("transformer", "--scorer", help="Scorer to time."),
                     tiny: bool = typer.Option(False, "--tiny", help="Tiny model."),
+                    size: Optional[str] = typer.Option(None, "--size", help="paper (default) | small | tiny."),
                     examples: int = typer.Option(256, "--examples", help="Train questions timed."),
                     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
                     export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory.")):
@@ -914,7 +1003,7 @@ def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_
     from etl.config import Paths
     from training.bench import bench_train
     from training.data import load_qa_dataset
-    mc, tc = _train_configs(scorer, "tokens", tiny, threads=threads)
+    mc, tc = _train_configs(scorer, "tokens", tiny, size, threads=threads)
     exp = _training_export(dataset, export)
     ds = load_qa_dataset(exp, dataset, "tokens", max_steps=tc.max_steps_per_recipe,
                          max_tokens=tc.max_tokens_per_step, min_token_freq=tc.min_token_freq,
@@ -923,21 +1012,97 @@ def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_
         typer.echo(line)
 
 
-# ----------------------------------------------------------------------------- demo
+# ----------------------------------------------------------------------------- orchestration (issue 9)
+
+def _demo_default_recipes() -> int:
+    from flows.demo import DEFAULT_RECIPES
+    return DEFAULT_RECIPES
+
 
 @app.command("demo")
-def demo_cmd(recipes: int = typer.Option(1000, "--recipes", min=5, help="Sample kitchen size."),
+def demo_cmd(recipes: int = typer.Option(_demo_default_recipes(), "--recipes", min=5,
+                                         help="Sample kitchen size (the default fits `make demo` "
+                                              "in 15 minutes on 2 CPU cores)."),
              seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
              workers: Optional[int] = typer.Option(None, "--workers", help="Build processes "
                                                    "(default: all cores)."),
+             train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
+                                        "training run next to Hasty Student."),
+             dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
+                                                        "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
-                                                         help="Also write the summary here.")):
-    """Run the whole pipeline on the embedded sample kitchen and print a summary."""
+                                                         help="Also write the full summary here.")):
+    """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
     from flows.demo import demo_flow
-    summary = demo_flow(recipes=recipes, seed=seed, workers=workers)
+    from flows.demo import format_digest
+    summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, dask_address=dask_address)
+    typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
-    _echo_json(summary)
+    if summary.get("failed"):
+        raise typer.Exit(1)
+
+
+@app.command("pipeline")
+def pipeline_cmd(
+        listing: Optional[str] = typer.Option(None, "--listing", help="Listing page URL to crawl."),
+        sitemap: Optional[str] = typer.Option(None, "--sitemap", help="Sitemap URL to crawl."),
+        urls: Optional[Path] = typer.Option(None, "--urls", help="File with one recipe URL per line."),
+        rescrape: bool = typer.Option(False, "--rescrape", help="Re-scrape stale, missing or partial recipes."),
+        stale_days: Optional[float] = typer.Option(None, "--stale-days", help="With --rescrape: pages older "
+                                                   "than this are revalidated."),
+        sample: Optional[int] = typer.Option(None, "--sample", min=5, help="Build, serve and crawl a sample "
+                                             "kitchen of N recipes instead of a site."),
+        allow_host: list[str] = typer.Option([], "--allow-host", help="Host the crawler may fetch (repeat)."),
+        allow_private: bool = typer.Option(False, "--allow-private", help="Allow loopback/private hosts."),
+        delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
+        train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
+        sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
+        force: list[str] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
+                                        "'all' for every stage)."),
+        dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler for "
+                                                   "the fan-out stages."),
+        summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary here.")):
+    """ingest -> clean -> embed -> generate -> report (-> train, sweep); unchanged stages are skipped.
+
+    With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
+    existing warehouse."""
+    from flows.pipeline import STAGES, pipeline_flow
+    bad = [f for f in force if f != "all" and f not in STAGES]
+    if bad:
+        _fail(f"unknown stage(s) in --force: {bad}; stages are {', '.join(STAGES)} or 'all'")
+    if urls is not None and not urls.is_file():
+        _fail(f"--urls {urls}: no such file")
+    summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
+                            rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
+                            allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
+                            train=train, sweep=sweep, force=force, dask_address=dask_address,
+                            raise_on_failure=False)
+    if summary_json:
+        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+    _echo_json({"stages": [{k: r.get(k) for k in ("stage", "status", "seconds", "reason", "error")
+                            if r.get(k) is not None} for r in summary["stages"]],
+                "failed": summary.get("failed")})
+    if summary.get("failed"):
+        raise typer.Exit(1)
+
+
+@app.command("deploy")
+def deploy_cmd(pool: str = typer.Option("mrqa-process", "--pool", help="Process work pool (created if missing)."),
+               name: Optional[list[str]] = typer.Option(None, "--name", help="Only this deployment (repeat).")):
+    """Register the scheduled and on-demand deployments against PREFECT_API_URL.
+
+    Their flow runs use this command's MRQA_HOME (`mrqa --home DIR deploy`). Then run a worker:
+    `prefect worker start --pool POOL`."""
+    from flows.deploy import register_deployments
+    try:
+        rows = register_deployments(pool, names=name)
+    except (RuntimeError, ValueError) as e:
+        _fail(str(e))
+    for r in rows:
+        typer.echo(f"{r['deployment']:<40} cron={r['cron'] or '-':<12} pool={r['pool']} ({r['entrypoint']})")
+    typer.echo(f"next: prefect worker start --pool {pool}")
 
 
 def main() -> None:

@@ -1,10 +1,10 @@
-"""`mrqa demo`: the whole pipeline on the embedded sample kitchen.
+"""`mrqa demo`: the pipeline flow (flows/pipeline.py) on the embedded sample kitchen.
 
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
 clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset ->
-bias report -> Parquet export -> a short tiny-config training run per visual-cloze setting shown
-(RecipeQA-style preset and knobs 0-1-1), next to Hasty Student.
-Each stage is a Prefect subflow; the demo prints a summary and returns it.
+bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
+knobs 0-1-1 next to Hasty Student. Each stage is a Prefect subflow, timed (wall and CPU seconds);
+a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo` prints.
 """
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from prefect import flow
 from etl.config import Paths
 
 log = logging.getLogger(__name__)
+log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
+# 500: `make demo` fits in 15 minutes on 2 shared CPU cores with margin (1000 took 13.6 min before
+# report and training were added; see the README's measured figures).
+DEFAULT_RECIPES = 500
 
 
 def sample_dir_for(paths: Paths, recipes: int, seed: int) -> Path:
@@ -37,88 +41,138 @@ def ensure_sample(paths: Paths, recipes: int, seed: int, workers: int | None) ->
 
 
 @flow(name="demo", log_prints=True)
-def demo_flow(recipes: int = 1000, seed: int = 0, workers: int | None = None,
-              crawl_workers: int = 8) -> dict:
-    """Run every stage on the sample kitchen and return a summary per stage."""
-    from etl.sample.server import SiteServer
-    from flows.clean import clean_flow
-    from flows.embed import embed_flow
-    from flows.generate import generate_flow
-    from flows.ingest import ingest_instructables
-    from flows.report import report_flow
-
-    paths = Paths.from_env().ensure()
-    timings: dict[str, float] = {}
-    summary: dict = {"home": str(paths.home)}
-
-    t = time.perf_counter()
-    summary["sample"] = ensure_sample(paths, recipes, seed, workers)
-    timings["sample_build_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    with SiteServer(Path(summary["sample"]["out"]) / "site") as server:
-        print(f"sample kitchen served at {server.url}")
-        summary["ingest"] = ingest_instructables(listing=f"{server.url}/cooking/",
-                                                 allow_private=True, source="sample", delay_s=0.0,
-                                                 workers=crawl_workers)
-    timings["crawl_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    summary["clean"] = clean_flow()
-    timings["clean_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    summary["embed"] = embed_flow()
-    timings["embed_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    summary["generate"] = generate_flow(all=True, seed=seed)
-    timings["generate_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    report = report_flow()
-    summary["report"] = {"index": report["index"], "bias": _bias_table(report)}
-    timings["report_s"] = time.perf_counter() - t
-    print(f"bias report: {report['index']}")
-
-    t = time.perf_counter()
-    summary["train"] = short_training(paths, summary["generate"], seed)
-    timings["train_s"] = time.perf_counter() - t
-
-    summary["timings"] = {k: round(v, 1) for k, v in timings.items()}
+def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
+              crawl_workers: int = 8, train: bool = True, train_epochs: int = 3,
+              dask_address: str | None = None) -> dict:
+    """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
+    short training); returns the pipeline summary plus the digest printed by `mrqa demo`."""
+    from flows.pipeline import pipeline_flow
+    t0 = time.perf_counter()
+    summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
+                            crawl_workers=crawl_workers, seed=seed, train=train, train_epochs=train_epochs,
+                            dask_address=dask_address, raise_on_failure=False)
+    summary["total_s"] = round(time.perf_counter() - t0, 1)
+    summary["digest"] = demo_digest(summary)
+    log.info("demo finished in %.1f s", summary["total_s"])
     return summary
 
 
+TRAIN_PREFIXES = ("vc-recipeqa-", "vc-k011-")     # visual cloze: RecipeQA-style preset, knobs 0-1-1
+
+
 def short_training(paths: Paths, generated: dict, seed: int, max_epochs: int = 3) -> list[dict]:
-    """Export every dataset (with vectors) and train the tiny HTRN transformer briefly on the
-    visual-cloze preset and knob setting 0-1-1; returns accuracy next to Hasty Student."""
+    """Export the visual-cloze preset and knob setting 0-1-1 (with vectors) and train the tiny HTRN
+    transformer briefly on each; returns accuracy next to Hasty Student, or the reason a dataset was
+    skipped (a split without questions, or the trainer refusing the data)."""
     from etl.warehouse import connect
     from features.export import export_parquet
     from flows.train import train_flow
 
-    ids = [d["dataset_id"] for d in generated.get("datasets", [])]
-    export_dir = paths.exports / "all"
+    ids = [d["dataset_id"] for d in generated.get("datasets", [])
+           if d["dataset_id"].startswith(TRAIN_PREFIXES)]
+    rows: list[dict] = []
     con = connect(paths)
     try:
-        export_parquet(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
+        splits = {(ds, sp): n for ds, sp, n in con.execute(
+            "SELECT dataset_id, split, count(*) FROM questions WHERE list_contains(?, dataset_id) GROUP BY ALL",
+            [ids]).fetchall()}
+        trainable = []
+        for ds in ids:
+            empty = [sp for sp in ("train", "val", "test") if not splits.get((ds, sp))]
+            if empty:
+                reason = f"no {'/'.join(empty)} questions"
+                log.warning("demo training skipped on %s: %s", ds, reason)
+                rows.append({"dataset_id": ds, "skipped": reason})
+            else:
+                trainable.append(ds)
+        export_dir = paths.exports / "demo-train"
+        if trainable:
+            export_parquet(con, trainable, export_dir, with_vectors=True, lance_uri=paths.lance)
     finally:
         con.close()
-    rows = []
-    for prefix in ("vc-recipeqa-", "vc-k011-"):
-        for dataset_id in (i for i in ids if i.startswith(prefix)):
-            try:
-                m = train_flow(str(export_dir), dataset_id, scorer="transformer", tiny=True,
-                               overrides={"max_epochs": max_epochs, "seed": seed})
-            except ValueError as e:      # e.g. a tiny sample without val questions
-                log.warning("demo training skipped on %s: %s", dataset_id, e)
-                rows.append({"dataset_id": dataset_id, "skipped": str(e)})
-                continue
-            rows.append({"dataset_id": dataset_id, "scorer": "transformer (tiny)",
-                         **{k: m.get(k) for k in ("test_acc", "val_acc", "hasty_student_acc",
-                                                   "faithfulness", "run_id")}})
-    return rows
+    for dataset_id in trainable:
+        try:
+            m = train_flow(str(export_dir), dataset_id, scorer="transformer", tiny=True,
+                           overrides={"max_epochs": max_epochs, "seed": seed})
+        except ValueError as e:          # the trainer's own refusal (e.g. no usable examples)
+            log.warning("demo training skipped on %s: %s", dataset_id, e)
+            rows.append({"dataset_id": dataset_id, "skipped": str(e)})
+            continue
+        rows.append({"dataset_id": dataset_id, "scorer": "transformer (tiny)",
+                     **{k: m.get(k) for k in ("test_acc", "val_acc", "hasty_student_acc",
+                                               "faithfulness", "run_id")}})
+    return sorted(rows, key=lambda r: r["dataset_id"])
 
 
-def _bias_table(report: dict) -> dict:
-    """The report's per-task tables (datasets x questions, Hasty Student, probe, overlap)."""
-    return {task: info.get("table", []) for task, info in report.get("tasks", {}).items()}
+def demo_digest(summary: dict) -> dict:
+    """What `mrqa demo` prints: per-stage status/time/counts, in-vocab share, datasets, bias table,
+    model accuracy next to Hasty Student, where the report is."""
+    from flows.pipeline import stage_summary
+    ing, cln, emb = (stage_summary(summary, s) for s in ("ingest", "clean", "embed"))
+    gen, rep, trn = (stage_summary(summary, s) for s in ("generate", "report", "train"))
+    counts = {
+        "ingest": {k: ing.get(k) for k in ("discovered", "loaded", "images_ok", "images_missing",
+                                           "images_broken") if k in ing} | {"rejected": ing.get("rejected", {})},
+        "clean": {k: cln.get(k) for k in ("recipes", "kept", "steps", "tokens") if k in cln}
+                 | {"rejected": cln.get("rejected", {})},
+        "embed": {k: emb.get(k) for k in ("encoder_id", "images_encoded", "images_already",
+                                          "texts_encoded") if k in emb}
+                 | ({"neighbour_rows": emb["neighbours"].get("rows")}
+                    if isinstance(emb.get("neighbours"), dict) else {}),
+        "generate": {k: gen.get(k) for k in ("n_datasets", "n_questions") if k in gen},
+    }
+    vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}
+             for ph in ("before", "after")} if cln else {}
+    datasets = [{k: d.get(k) for k in ("dataset_id", "task", "knobs", "n_questions")}
+                for d in gen.get("datasets", [])]
+    bias = {task: [{k: row.get(k) for k in ("setting", "questions", "Hasty Student", "distance probe")}
+                   for row in info.get("table", [])] for task, info in rep.get("tasks", {}).items()}
+    models = list(trn.get("runs", []))
+    keys = ("stage", "status", "seconds", "cpu_s", "reason", "error")
+    return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
+            "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
+            "datasets": datasets, "bias": bias, "models": models, "report": rep.get("index"),
+            "failed": summary.get("failed", {}).get("report")}
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f}%" if isinstance(x, (int, float)) else str(x)
+
+
+def format_digest(d: dict) -> str:
+    """The demo's final summary as plain text."""
+    out = ["", "=" * 78, "Meta-RecipeQA demo: summary", "=" * 78, "stages (wall seconds, cpu seconds):"]
+    for s in d["stages"]:
+        note = s.get("error") or s.get("reason") or ""
+        out.append(f"  {s['stage']:<9} {s['status']:<9} {s['seconds']:>8.1f} {s.get('cpu_s', 0.0):>8.1f}  {note}")
+    out.append(f"  total {d.get('total_s')} s")
+    out.append("counts:")
+    for stage, c in d["counts"].items():
+        if c:
+            out.append(f"  {stage:<9} " + ", ".join(f"{k}={v}" for k, v in c.items()))
+    if d["in_vocab_share"]:
+        b, a = d["in_vocab_share"]["before"], d["in_vocab_share"]["after"]
+        out.append(f"in-vocabulary share (types / occurrences): before repair {b['types_in_dict_share']} / "
+                   f"{b['tokens_in_dict_share']}, after {a['types_in_dict_share']} / {a['tokens_in_dict_share']}")
+    by_task: dict[str, list[str]] = {}
+    for ds in d["datasets"]:
+        by_task.setdefault(ds["task"], []).append(f"{ds['knobs']}:{ds['n_questions']}")
+    out.append(f"datasets ({len(d['datasets'])}; setting:questions):")
+    out += [f"  {t:<16} " + " ".join(v) for t, v in by_task.items()]
+    out.append("bias (setting: questions, Hasty Student, distance probe):")
+    for task, rows in d["bias"].items():
+        out.append(f"  {task}")
+        out += [f"    {r['setting']:<10} {str(r['questions']):>6}  hasty {r['Hasty Student']}  "
+                f"probe {r['distance probe']}" for r in rows]
+    if d["models"]:
+        out.append("model (tiny HTRN transformer) vs Hasty Student:")
+        for m in d["models"]:
+            if m.get("skipped"):
+                out.append(f"  {m['dataset_id']}: skipped ({m['skipped']})")
+            else:
+                out.append(f"  {m['dataset_id']}: test acc {_pct(m.get('test_acc'))}, val acc "
+                           f"{_pct(m.get('val_acc'))}, Hasty Student {_pct(m.get('hasty_student_acc'))}")
+    out.append(f"report: {d.get('report')}")
+    if d.get("failed"):
+        out.append(d["failed"])
+    return "\n".join(out)

@@ -2,6 +2,10 @@
 LanceDB (incremental) -> indexes -> the `neighbours` table.
 
 Thin wrapper over features/ (encoders, encoder_train, embedding, store, neighbours).
+
+Scale-out: with a Dask scheduler address (`dask_address=` or MRQA_DASK_ADDRESS, see flows/scale.py)
+the image decode + encode batches run as Prefect tasks on that cluster (features/dask_embed.py);
+the flow process still selects the work, records rejects and writes LanceDB in the local order.
 """
 from __future__ import annotations
 
@@ -12,11 +16,13 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
+from features.dask_embed import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
 from features.embedding import EmbedConfig, embed_images, embed_step_texts
 from features.encoder_train import TrainConfig, train_encoder
 from features.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
 from features.neighbours import build_neighbour_table
 from features.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+from flows import scale
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,24 @@ def resolve_encoder_task(con, paths: Paths, encoder_id: str | None, train_if_mis
 @task(cache_policy=NO_CACHE)
 def embed_images_task(con, store, encoder, paths, cfg) -> dict:
     return embed_images(con, store, encoder, paths, cfg)
+
+
+def embed_images_distributed(con, store, paths, encoder_id: str, cfg: EmbedConfig,
+                             address: str, device: str | None = None, prefect: bool = True) -> dict:
+    """Image batches on the Dask cluster at `address`: as `encode-image-batch` Prefect tasks through
+    prefect-dask (prefect=True), or as plain Dask futures (the `--no-prefect` path)."""
+    spec = encoder_spec(con, encoder_id, paths, device)
+    where = scale.describe(address)
+    if not prefect:
+        from distributed import Client
+        with Client(address, set_as_default=False) as client:
+            def submit_plain(spec, files):
+                return client.submit(encode_batch, spec, files, pure=False)
+            return embed_images_fanout(con, store, spec, paths, cfg, submit_plain, where=where)
+    with scale.task_runner(address) as runner:
+        def submit(spec, files):
+            return runner.submit(encode_batch_task, parameters={"spec": spec, "files": files})
+        return embed_images_fanout(con, store, spec, paths, cfg, submit, where=where)
 
 
 @task(cache_policy=NO_CACHE)
@@ -54,9 +78,13 @@ def neighbours_task(con, store, encoder_id: str, k: int, method: str) -> dict:
 
 def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
-              device: str | None = None, tasks: bool = False) -> dict:
-    """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks)."""
+              device: str | None = None, tasks: bool = False, dask_address: str | None = None) -> dict:
+    """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks).
+
+    `dask_address` (default: MRQA_DASK_ADDRESS) sends the image batches to that Dask cluster.
+    """
     call = (lambda t, *a: t(*a)) if tasks else (lambda t, *a: t.fn(*a))
+    address = scale.dask_address(dask_address)
     paths = Paths.from_env().ensure()
     con = connect(paths)
     try:
@@ -65,7 +93,11 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
         encoder = load_encoder(con, encoder_id, device=device, paths=paths)
         cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers)
         summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
-        summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
+        if address:
+            summary.update(embed_images_distributed(con, store, paths, encoder_id, cfg, address, device,
+                                                     prefect=tasks))
+        else:
+            summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
         summary.update(call(embed_texts_task, con, store, encoder))
         summary["indexes"] = call(index_task, store, encoder_id)
         if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
@@ -80,7 +112,11 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
 
 @flow(name="embed", log_prints=True)
 def embed_flow(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
-               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto") -> dict:
-    """Embed new images and step texts with an encoder and rebuild its neighbour table."""
+               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
+               dask_address: str | None = None) -> dict:
+    """Embed new images and step texts with an encoder and rebuild its neighbour table.
+
+    With `dask_address` (or MRQA_DASK_ADDRESS) the image batches run on that Dask cluster.
+    """
     return run_embed(encoder_id, train_if_missing, k, num_workers, batch_size, neighbour_method,
-                     tasks=True)
+                     tasks=True, dask_address=dask_address)

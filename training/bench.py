@@ -6,6 +6,7 @@ backward, Adam) after one warm-up batch.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -57,7 +58,8 @@ def bench_train(ds: QADataset, model_cfg: ModelConfig, cfg: TrainConfig, n_examp
                  f"threads {torch.get_num_threads()}, {min(n_examples, len(ds.splits['train']))} train questions"]
         b32 = throughput(ds, model_cfg, replace(cfg, batch_size=32), n_examples)
         b1 = throughput(ds, model_cfg, replace(cfg, batch_size=1), min(n_examples, 64))
-        lines.append(f"batch 32: {b32:,.1f} examples/s; batch 1: {b1:,.1f} examples/s; ratio {b32 / b1:.1f}x")
+        lines.append(f"batch 32: {b32:,.1f} examples/s; batch 1: {b1:,.1f} examples/s; ratio {b32 / b1:.1f}x "
+                     f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
         if dev.type == "cuda":
             off = throughput(ds, model_cfg, replace(cfg, batch_size=32, amp=False), n_examples)
             lines.append(f"AMP (fp16): {b32:,.1f} examples/s; no AMP: {off:,.1f} examples/s; ratio {b32 / off:.2f}x")

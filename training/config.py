@@ -27,6 +27,7 @@ class ModelConfig:
     n_heads: int = 8
     dropout: float = 0.1
     max_positions: int = 64            # CLS + steps + SEP + query items
+    input_norm: bool = True            # standardise frozen input vectors per dim (train-split statistics)
 
     def validate(self) -> None:
         if self.scorer not in SCORERS:
@@ -39,6 +40,10 @@ class ModelConfig:
     @classmethod
     def tiny(cls, **kw) -> "ModelConfig":
         return replace(cls(emb_dim=16, lstm_hidden=16, n_layers=1, d_model=32, n_heads=2, dropout=0.0), **kw)
+
+    @classmethod
+    def small(cls, **kw) -> "ModelConfig":
+        return replace(cls(emb_dim=32, lstm_hidden=32, n_layers=2, d_model=64, n_heads=4, dropout=0.1), **kw)
 
 
 @dataclass
@@ -56,6 +61,8 @@ class TrainConfig:
     device: str = "auto"               # auto: cuda when available, else cpu
     amp: bool = True                   # fp16 autocast + GradScaler on CUDA (ignored on CPU)
     grad_clip: float = 5.0
+    warmup_steps: int = 0              # linear LR warm-up over the first N optimiser steps
+    schedule: str = "constant"         # constant | cosine (decay to 0 at max_epochs)
     max_train_questions: int | None = None   # cap (tiny runs / benchmarks)
     threads: int = 0                   # CPU threads for torch (0: torch's default)
 
@@ -63,6 +70,11 @@ class TrainConfig:
     def tiny(cls, **kw) -> "TrainConfig":
         return replace(cls(batch_size=16, max_epochs=3, patience=2, max_steps_per_recipe=12,
                            max_tokens_per_step=16, min_token_freq=1, lr=3e-3, threads=1), **kw)
+
+    @classmethod
+    def small(cls, **kw) -> "TrainConfig":
+        return replace(cls(max_epochs=12, patience=4, max_steps_per_recipe=12, max_tokens_per_step=24,
+                           min_token_freq=1, lr=1e-3, threads=1), **kw)
 
 
 def to_dict(cfg) -> dict:
@@ -77,3 +89,18 @@ class RunSpec:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run_id: str | None = None
+
+
+SIZES = ("paper", "small", "tiny")
+
+
+def configs_for(size: str = "paper", **model_kw) -> tuple[ModelConfig, TrainConfig]:
+    """(ModelConfig, TrainConfig) of a named size: `paper` = the appendix defaults, `small` = a
+    CPU sweep configuration, `tiny` = tests and demos."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    if size == "tiny":
+        return ModelConfig.tiny(**model_kw), TrainConfig.tiny()
+    if size == "small":
+        return ModelConfig.small(**model_kw), TrainConfig.small()
+    return ModelConfig(**model_kw), TrainConfig()

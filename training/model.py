@@ -201,19 +201,40 @@ class GM3C(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
+        # frozen input vectors are unit-norm (per-dim std ~ 1/sqrt(d)): standardise them per dim with
+        # train-split statistics (set by `set_input_stats`, saved with the weights)
+        self.register_buffer("img_mean", torch.zeros(cfg.image_dim))
+        self.register_buffer("img_std", torch.ones(cfg.image_dim))
+        self.register_buffer("text_mean", torch.zeros(cfg.text_dim))
+        self.register_buffer("text_std", torch.ones(cfg.text_dim))
         self.context = StepEncoder(cfg) if cfg.scorer != "hasty" else None
         self.query = QueryEncoder(cfg)
         self.scorer = SCORER_CLASSES[cfg.scorer](cfg)
 
+    @torch.no_grad()
+    def set_input_stats(self, images: torch.Tensor, text: torch.Tensor | None = None) -> None:
+        """Per-dim mean/std of the (train-split) image vectors and step-text vectors."""
+        if not self.cfg.input_norm:
+            return
+        self.img_mean.copy_(images.mean(0))
+        self.img_std.copy_(images.std(0).clamp(min=1e-6))
+        if text is not None and self.cfg.text_dim:
+            self.text_mean.copy_(text.mean(0))
+            self.text_std.copy_(text.std(0).clamp(min=1e-6))
+
     def forward(self, batch: dict, return_attention: bool = False):
         """Logits (B, C) over the choices; with return_attention (transformer only) also the last
         layer's CLS attention over the context steps (B, C, S)."""
-        q, q_mask = batch["query"], batch["query_mask"]
+        q_mask = batch["query_mask"]
+        q = ((batch["query"] - self.img_mean) / self.img_std) * q_mask.unsqueeze(-1)
         b, n_c, m, _ = q.shape
         qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m))
         c_mask = batch["ctx_mask"]
         if self.context is not None:
-            ce = self.context(batch["ctx"], c_mask)
+            ctx = batch["ctx"]
+            if self.cfg.text_features == "vectors":
+                ctx = ((ctx - self.text_mean) / self.text_std) * c_mask.unsqueeze(-1)
+            ce = self.context(ctx, c_mask)
             ce = ce.unsqueeze(1).expand(-1, n_c, -1, -1).reshape(b * n_c, ce.shape[1], -1)
         else:
             ce = qe.new_zeros(b * n_c, 1, qe.shape[-1])

@@ -86,7 +86,30 @@ def markdown(rows: list[dict], summary: list[dict]) -> str:
     for s in summary:
         lines.append(f"| {s['task']} | {s['scorer']} | {f(s['recipeqa_preset'])} | {f(s['knob_mean'])} "
                      f"({s['n_knob_settings']}) | {f(s['hasty_preset'])} | {f(s['hasty_knob_mean'])} |")
+    lines += [""] + [f"- {c}" for c in checks(rows, summary)]
     return "\n".join(lines) + "\n"
+
+
+def checks(rows: list[dict], summary: list[dict]) -> list[str]:
+    """The paper's claims, stated per task on this sweep's test figures (never tuned on test)."""
+    out = []
+    for task in sorted({r["task"] for r in rows}):
+        rs = {s["scorer"]: s for s in summary if s["task"] == task}
+        ctx = [sc for sc in ("transformer", "bidaf", "impatient") if sc in rs]
+        for col, label in (("recipeqa_preset", "preset"), ("knob_mean", "knob mean")):
+            vals = {sc: rs[sc][col] for sc in ctx if rs[sc][col] is not None}
+            if not vals:
+                continue
+            hasty = next(iter(rs.values()))["hasty_preset" if col == "recipeqa_preset" else "hasty_knob_mean"]
+            best = max(vals, key=vals.get)
+            beat = [sc for sc, v in vals.items() if hasty is not None and v > hasty]
+            out.append(f"{task} ({label}): best scorer {best} ({vals[best]:.3f}); above Hasty Student "
+                       f"({hasty:.3f}): {', '.join(beat) or 'none'}")
+        for sc in ctx:
+            p, k = rs[sc]["recipeqa_preset"], rs[sc]["knob_mean"]
+            if p is not None and k is not None:
+                out.append(f"{task} {sc}: preset {p:.3f} {'>' if p > k else '<='} knob mean {k:.3f}")
+    return out
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import random
 import time
 from dataclasses import asdict, replace
@@ -23,8 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.config import ModelConfig, TrainConfig
+from training.config import ModelConfig, TrainConfig, configs_for
 from training.data import QADataset, load_qa_dataset
+from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device  # noqa: F401
 from training.model import GM3C
 
 log = logging.getLogger(__name__)
@@ -36,12 +38,6 @@ class CheckpointError(ValueError):
 
 
 # ----------------------------------------------------------------------------- setup
-
-def pick_device(cfg: TrainConfig) -> torch.device:
-    if cfg.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(cfg.device)
-
 
 def set_seed(seed: int) -> None:
     random.seed(seed)
@@ -57,7 +53,36 @@ def build_model(ds: QADataset, model_cfg: ModelConfig) -> GM3C:
                   vocab_size=len(ds.vocab) if ds.vocab else 0,
                   max_positions=max(model_cfg.max_positions, int(ds.ctx_len.max()) + 2
                                     + max(s.query.shape[2] for s in ds.splits.values())))
-    return GM3C(cfg)
+    model = GM3C(cfg)
+    model.set_input_stats(*input_stats(ds))
+    return model
+
+
+def input_stats(ds: QADataset) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Image vectors of the train questions and the train recipes' step-text vectors (no labels)."""
+    sp = ds.splits["train"]
+    rows = np.unique(sp.query[sp.query > 0])
+    text = None
+    if ds.text_features == "vectors":
+        recipes = torch.as_tensor(np.unique(sp.recipe_row))
+        mask = torch.arange(ds.ctx.shape[1])[None] < ds.ctx_len[recipes][:, None]
+        text = ds.ctx[recipes][mask]
+    return ds.images[torch.as_tensor(rows)], text
+
+
+def lr_lambda(cfg: TrainConfig, steps_per_epoch: int):
+    """Multiplier of cfg.lr at optimiser step t: linear warm-up, then constant or cosine decay."""
+    import math
+    if cfg.schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule must be constant or cosine, got {cfg.schedule!r}")
+    total = max(cfg.max_epochs * steps_per_epoch, 1)
+
+    def f(t: int) -> float:
+        warm = min(1.0, (t + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        if cfg.schedule == "cosine":
+            return warm * 0.5 * (1 + math.cos(math.pi * min(t, total) / total))
+        return warm
+    return f
 
 
 def autocast(device: torch.device, amp: bool):
@@ -66,13 +91,15 @@ def autocast(device: torch.device, amp: bool):
 
 # ----------------------------------------------------------------------------- loop
 
-def train_epoch(model, opt, scaler, ds: QADataset, cfg: TrainConfig, device, rng: np.random.Generator) -> dict:
+def train_epoch(model, opt, scaler, sched, ds: QADataset, cfg: TrainConfig, device, order: np.ndarray,
+                d: Dist = Dist()) -> dict:
+    """One pass over `order` (this rank's questions) in batches of batch_size / world (the global
+    batch stays cfg.batch_size; DDP averages the ranks' gradients)."""
     model.train()
-    n = len(ds.splits["train"])
-    order = rng.permutation(n)
+    bs = max(1, cfg.batch_size // d.world)
     total_loss, correct, t0 = 0.0, 0, time.perf_counter()
-    for start in range(0, n, cfg.batch_size):
-        batch = ds.batch("train", order[start:start + cfg.batch_size], device)
+    for start in range(0, len(order), bs):
+        batch = ds.batch("train", order[start:start + bs], device)
         with autocast(device, cfg.amp):
             logits = model(batch)
             loss = F.cross_entropy(logits.float(), batch["answer"])
@@ -82,11 +109,29 @@ def train_epoch(model, opt, scaler, ds: QADataset, cfg: TrainConfig, device, rng
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         scaler.step(opt)
         scaler.update()
+        sched.step()
         total_loss += float(loss.detach()) * len(batch["answer"])
         correct += int((logits.argmax(1) == batch["answer"]).sum())
     secs = time.perf_counter() - t0
+    total_loss, correct, n = d.sum(total_loss, correct, len(order))
     return {"loss": total_loss / max(n, 1), "train_acc": correct / max(n, 1),
             "examples_per_s": n / max(secs, 1e-9)}
+
+
+@torch.no_grad()
+def sharded_accuracy(model, ds: QADataset, split: str, device, d: Dist, batch_size: int = 64,
+                     amp: bool = True) -> float:
+    """Accuracy on `split`, each rank scoring every world-th question, counts summed over ranks."""
+    model.eval()
+    sp = ds.splits[split]
+    idx = np.arange(d.rank, len(sp), d.world)
+    correct = 0
+    for start in range(0, len(idx), batch_size):
+        batch = ds.batch(split, idx[start:start + batch_size], device)
+        with autocast(device, amp):
+            correct += int((model(batch).float().argmax(1) == batch["answer"]).sum())
+    correct, n = d.sum(correct, len(idx))
+    return correct / n if n else float("nan")
 
 
 @torch.no_grad()
@@ -127,32 +172,40 @@ def evaluate(model, ds: QADataset, split: str, device, batch_size: int = 64, amp
 
 
 def fit(model: GM3C, ds: QADataset, cfg: TrainConfig, device, ckpt_path: Path | None = None,
-        meta: dict | None = None) -> dict:
+        meta: dict | None = None, d: Dist = Dist()) -> dict:
     """Train with early stopping on validation accuracy; the best epoch's weights are kept (and
-    saved to ckpt_path). Returns the history and best figures."""
+    saved to ckpt_path by rank 0). Under torchrun (d.world > 1) the model is wrapped in DDP; every
+    rank takes the same early-stopping decision from the all-reduced validation accuracy."""
     if "train" not in ds.splits or "val" not in ds.splits:
         raise ValueError(f"{ds.dataset_id} needs train and val questions (has {sorted(ds.splits)})")
     model.to(device)
+    net = model
+    if d.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    n = len(ds.splits["train"])
+    steps = -(-len(epoch_order(n, cfg, 0, d)) // max(1, cfg.batch_size // d.world))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, steps))
     scaler = torch.amp.GradScaler("cuda", enabled=cfg.amp and device.type == "cuda")
-    rng = np.random.default_rng(cfg.seed)
     best, best_state, since, history = -1.0, None, 0, []
     for epoch in range(cfg.max_epochs):
-        stats = train_epoch(model, opt, scaler, ds, cfg, device, rng)
-        val = evaluate(model, ds, "val", device, amp=cfg.amp)
-        stats.update(epoch=epoch, val_acc=val["accuracy"])
+        stats = train_epoch(net, opt, scaler, sched, ds, cfg, device, epoch_order(n, cfg, epoch, d), d)
+        stats.update(epoch=epoch, val_acc=sharded_accuracy(model, ds, "val", device, d, amp=cfg.amp))
         history.append({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()})
-        log.info("epoch %d loss %.4f train %.3f val %.3f (%.0f ex/s)", epoch, stats["loss"],
-                 stats["train_acc"], stats["val_acc"], stats["examples_per_s"])
-        if val["accuracy"] > best:
-            best, since = val["accuracy"], 0
+        if d.is_main:
+            log.info("epoch %d loss %.4f train %.3f val %.3f (%.0f ex/s)", epoch, stats["loss"],
+                     stats["train_acc"], stats["val_acc"], stats["examples_per_s"])
+        if stats["val_acc"] > best:
+            best, since = stats["val_acc"], 0
             best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            if ckpt_path is not None:
+            if ckpt_path is not None and d.is_main:
                 save_checkpoint(ckpt_path, model, cfg, meta or {}, epoch)
         else:
             since += 1
             if since >= cfg.patience:
-                log.info("early stop after epoch %d (best val %.3f)", epoch, best)
+                if d.is_main:
+                    log.info("early stop after epoch %d (best val %.3f)", epoch, best)
                 break
     model.load_state_dict(best_state)
     return {"history": history, "best_val_acc": best,
@@ -219,10 +272,12 @@ def check_compatible(meta: dict, ds: QADataset, allow_other_dataset: bool = Fals
 
 # ----------------------------------------------------------------------------- runs
 
-def run_id_for(meta: dict, model_cfg: ModelConfig, cfg: TrainConfig) -> str:
-    h = hashlib.sha256(json.dumps([meta["dataset_hash"], asdict(model_cfg), asdict(cfg)],
-                                  sort_keys=True).encode()).hexdigest()[:8]
-    return f"{meta['dataset_id']}-{model_cfg.scorer}-{model_cfg.text_features}-{h}"
+def run_id_for(meta: dict, model_cfg: ModelConfig, cfg: TrainConfig, world: int = 1) -> str:
+    """Content id of a run: dataset, configs (and the DDP world size when > 1)."""
+    key = [meta["dataset_hash"], asdict(model_cfg), asdict(cfg)] + ([world] if world > 1 else [])
+    h = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    ddp = f"-ddp{world}" if world > 1 else ""
+    return f"{meta['dataset_id']}-{model_cfg.scorer}-{model_cfg.text_features}{ddp}-{h}"
 
 
 def record_run(row: dict, home: Path | None = None, attempts: int = 10) -> bool:
@@ -269,20 +324,23 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                              max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
                              max_vocab=cfg.max_vocab, lance_uri=Paths.from_env().lance,
                              max_train_questions=cfg.max_train_questions)
-    device = pick_device(cfg)
+    d, device = init_distributed(cfg)
     model = build_model(ds, model_cfg)
-    meta = {**data_meta(ds), "vocab": ds.vocab}
-    run_id = run_id_for(meta, model.cfg, cfg)
+    meta = {**data_meta(ds), "vocab": ds.vocab, "world_size": d.world}
+    run_id = run_id_for(meta, model.cfg, cfg, d.world)
     run_dir = (runs_dir or Paths.from_env().models / "runs") / run_id
     ckpt = run_dir / "ckpt.pt"
     t0 = time.perf_counter()
-    res = fit(model, ds, cfg, device, ckpt, meta)
+    res = fit(model, ds, cfg, device, ckpt, meta, d)
     train_s = time.perf_counter() - t0
+    if not d.is_main:                  # rank 0 tests, writes the checkpoint, metrics and `runs` row
+        return {"run_id": run_id, "rank": d.rank, "world_size": d.world, "val_acc": res["best_val_acc"]}
     test_split = "test" if "test" in ds.splits else "val"
     test = evaluate(model, ds, test_split, device, amp=cfg.amp,
                     attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
     hasty, hasty_src = hasty_student_accuracy(ds, test_split)
     metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
+               "world_size": d.world,
                "amp": bool(cfg.amp and device.type == "cuda"),
                "n_questions": {k: len(v) for k, v in ds.splits.items()}, "dropped": ds.dropped,
                "chance": 1 / ds.splits[test_split].query.shape[1], "test_split": test_split,
@@ -347,6 +405,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scorer", default="transformer", choices=["transformer", "bidaf", "impatient", "hasty"])
     p.add_argument("--text-features", default="tokens", choices=["tokens", "vectors"])
     p.add_argument("--tiny", action="store_true", help="tiny model + short training (tests, CPU demos)")
+    p.add_argument("--size", choices=["paper", "small", "tiny"], help="config size (default paper; --tiny = tiny)")
+    p.add_argument("--warmup-steps", type=int)
+    p.add_argument("--schedule", choices=["constant", "cosine"])
+    p.add_argument("--metrics-json", type=Path, help="also write rank 0's metrics here (launchers)")
     p.add_argument("--max-epochs", type=int)
     p.add_argument("--patience", type=int)
     p.add_argument("--batch-size", type=int)
@@ -362,24 +424,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
-    mc = (ModelConfig.tiny if a.tiny else ModelConfig)(scorer=a.scorer, text_features=a.text_features)
-    tc = TrainConfig.tiny() if a.tiny else TrainConfig()
+    mc, tc = configs_for(a.size or ("tiny" if a.tiny else "paper"), scorer=a.scorer, text_features=a.text_features)
     over = {k: v for k, v in (("max_epochs", a.max_epochs), ("patience", a.patience), ("batch_size", a.batch_size),
                               ("lr", a.lr), ("seed", a.seed), ("device", a.device),
-                              ("max_train_questions", a.max_train_questions),
-                              ("threads", a.threads)) if v is not None}
+                              ("max_train_questions", a.max_train_questions), ("threads", a.threads),
+                              ("warmup_steps", a.warmup_steps), ("schedule", a.schedule)) if v is not None}
     if a.no_amp:
         over["amp"] = False
     return mc, replace(tc, **over)
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """Train from command-line arguments; under torchrun every rank runs this (rank 0 reports)."""
     a = parse_args(argv)
     mc, tc = configs_from_args(a)
-    return train_run(Path(a.export), a.dataset, mc, tc, runs_dir=a.runs_dir, record=not a.no_record)
+    m = train_run(Path(a.export), a.dataset, mc, tc, runs_dir=a.runs_dir, record=not a.no_record)
+    finish(Dist(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))))
+    if a.metrics_json and "rank" not in m:
+        a.metrics_json.write_text(json.dumps(m, sort_keys=True))
+    return m
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     m = main()
-    print(json.dumps({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}, indent=2))
+    if "rank" not in m:
+        print(json.dumps({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}, indent=2))

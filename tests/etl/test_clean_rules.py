@@ -68,3 +68,48 @@ def test_real_recipeqa_text(shared_fixtures):
             assert clean_text(out) == out
             # no word is lost: cleaning only removes markup/whitespace from this text
             assert out.split() == step["body"].split()
+
+
+def _plain_clean(text: str, title: bool = False) -> str:
+    """The rules without their pre-checks: every regex applied unconditionally, in rule order."""
+    import re
+
+    from etl import clean_rules as R
+    for rx in (R._OFFICE_COND, R._OFFICE_WORD_JUNK, R._OFFICE_CSS, R._MSO_DECL, R._HTML_BLOCK,
+               R._HTML_COMMENT):
+        text = rx.sub(" ", text)
+    text = R._HTML_BREAK.sub("\n", text)
+    text = R._HTML_TAG.sub(" ", text)
+    text = R._HTML_ENTITY.sub(lambda m: __import__("html").unescape(m.group(0)), text)
+    text = R._CSS_DECL.sub(" ", R._CSS_BLOCK.sub(" ", text))
+    text, n = R._URL.subn(" ", text)
+    if n:
+        text = R._EMPTY_BRACKETS.sub(" ", text)
+    text = R.normalize_unicode(text)[0]
+    text = R._CONTROL.sub(" ", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+    def ws(t):
+        t = R._SPACES.sub(" ", t)
+        t = R._BLANK_LINES.sub("\n", "\n".join(line.strip() for line in t.split("\n"))).strip()
+        return re.sub(r" +([,.;:!?])(?=\s|$)", r"\1", t)
+    text = ws(text)
+    if title:
+        text = ws(R._STEP_NUMBER.sub("", text, count=1))
+    return text
+
+
+def test_prechecks_change_nothing(shared_fixtures):
+    """clean_text/clean_title (with their substring pre-checks) == the plain regex pipeline on the
+    noise cases, real RecipeQA text and seeded random strings over markup-ish pieces."""
+    import random
+    data = json.loads((shared_fixtures / "recipeqa" / "val_sample.json").read_text())["data"]
+    texts = [raw for raw, _, _ in CASES.values()] + [s["body"] for rec in data for s in rec["context"]]
+    rng = random.Random(1)
+    pieces = list(" \n\t\x0b.,:;?!<>{}&/*-") + [
+        "Normal 0 false", "NORMAL", "mso-style:x;", "Mso", "st1:*{", "http://a.b", "WWW.x.y", "<!--", "-->",
+        "<b>", "</p>", "&amp;", "font-size:12px;", "p{color:red}", "\u017ft1", "½", "°", "é", "\u2028",
+        "\u00a0", "  ", "\n\n", " ,", "Step 2:", "<![if !x]>", "<style>a{}</style>"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 25))) for _ in range(3000)]
+    for t in texts:
+        assert clean_text(t) == _plain_clean(t), repr(t)
+        assert clean_title(t) == _plain_clean(t, title=True), repr(t)

@@ -37,3 +37,47 @@ def test_cli_tokenize(paths):
     flat = [t for s in toks for t in s]
     assert flat[:7] == ["Preheat", "the", "oven", "to", "350", "degrees", "."]
     assert "cutter" in flat and "One" in flat and "<p>" not in flat and "..." in flat
+
+
+# ----------------------------------------------------------------------------- fast path == stock NLTK
+
+TRICKY = [
+    'He said "stop." Then (she left.)', "I cannot go; you're gonna 'tis fine -- ok?!", "Wait... what?",
+    "Mix: flour, 2,5 cups & sugar @ 50% [approx.] {x} <y> * z", "It's the cook's 'special' dish.''",
+    "``quoted'' text and ''more'' here.", "Bake at 350 degrees F.  Mr. Smith  agrees .",
+    "lemme gimme d'ye more'n", "wanna go", "end.'", "end.)  ", "a.b.c. e.g. done.", "'tis 'twas 'Hello' 'n' ",
+    "Café au lait, naïve crème.", "tab\tinside. Next", "..", ".", "'", '"', "x'", ":", "a,", "GONNA CANNOT",
+    "ÂŒ odd", "don't won't can't",
+]
+
+
+def _sample_texts(gt_path):
+    from etl.clean_rules import clean_text, clean_title
+    recs = [json.loads(line) for line in gt_path.read_text().splitlines()]
+    return [f(s[k]) for r in recs for s in r["steps"] for f, k in ((clean_title, "title_raw"),
+                                                                    (clean_text, "body_raw"))]
+
+
+def test_fast_tokenizer_equals_stock_nltk_on_sample_kitchen(tmp_path):
+    """The optimized path (re-compiled patterns, pre-checks, ASCII fast path) stores exactly the
+    tokens of stock NLTK on the sample kitchen's text, tricky strings and seeded random strings."""
+    import random
+
+    from etl.sample.generate import build_sample
+    from etl.tokenize import reference_tokenize_text
+    build_sample(tmp_path, 30, 3, workers=1)
+    texts = _sample_texts(tmp_path / "ground_truth.jsonl") + TRICKY
+    punkt = train_punkt([t for t in texts if t] + [TEXT * 5])
+    for t in texts:
+        assert tokenize_text(t, punkt) == reference_tokenize_text(t, punkt), t
+    rng = random.Random(0)
+    alphabet = list(" .,:;?!'\"`-()[]{}<>*&$%#@aAnNtTsSdD19") + [
+        "cannot", "gonna", "'tis", " 'twas", "n't", "'ll", "'S ", "more'n", "wanna ", "..", "--", "Mr.", "  "]
+    for _ in range(3000):
+        t = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        assert tokenize_text(t, punkt) == reference_tokenize_text(t, punkt), repr(t)
+
+
+def test_fast_paths_only_for_printable_ascii():
+    from etl.fast_nltk import is_fast_line
+    assert is_fast_line("Mix 2 cups (flour).") and not is_fast_line("Café") and not is_fast_line("a\tb")

@@ -17,7 +17,7 @@ from features.image_data import image_items
 from toy_kitchen import build_toy_warehouse
 
 # 32 px keeps the test fast on a busy 2-core machine; colours and shapes stay visible
-CFG = TrainConfig(epochs=8, batch_size=30, lr=3e-3, warmup_steps=4, seed=7, eval_max_pairs=200,
+CFG = TrainConfig(epochs=15, batch_size=30, lr=3e-3, warmup_steps=4, seed=7, eval_max_pairs=200,
                   image_size=32)
 
 
@@ -55,6 +55,14 @@ def test_training_saw_no_val_or_test_image(trained):
     assert heldout and seen
     assert seen.isdisjoint(heldout)
     assert seen == train                                       # every readable train image was used
+    splits = {r[0] for r in con.execute("SELECT DISTINCT split FROM recipes WHERE list_contains(?, recipe_id)",
+                                        [manifest["train_recipe_ids"]]).fetchall()}
+    assert splits == {"train"}
+    # the pixel cache holds train images only (keyed by sha256)
+    cached = set(json.loads(next((paths.models / "pixel_cache").glob("32px-*/keys.json")).read_text()))
+    heldout_sha = {r[0] for r in con.execute("SELECT sha256 FROM images JOIN recipes USING (recipe_id) "
+                                             "WHERE split <> 'train'").fetchall()}
+    assert cached and cached.isdisjoint(heldout_sha)
 
 
 def test_encoder_learns_image_text_link_far_above_chance(trained):
@@ -122,3 +130,85 @@ def test_cli_reports_unavailable_weights_without_traceback(monkeypatch, tmp_path
     assert res.exit_code == 2 and "not available" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["encoder", "eval"])
     assert res.exit_code == 2 and "no encoder registered" in res.output
+
+
+# ----------------------------------------------------------------------------- recipe term, batching, cache
+
+def test_recipe_batches_cover_every_step_once_and_keep_recipe_positives():
+    from features.encoder_train import recipe_batches
+    step_recipe = np.repeat(np.arange(20), [5, 6, 7, 8, 9] * 4)        # 20 recipes, 5..9 steps
+    batches = recipe_batches(step_recipe, batch_size=32, per_recipe=4, rng=np.random.default_rng(3))
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(len(step_recipe)))      # each step exactly once
+    assert all(len(b) <= 32 for b in batches)
+    # most images have a same-recipe positive in their batch
+    with_pos = sum(int((step_recipe[b] == step_recipe[i]).sum() > 1) for b in batches for i in b)
+    assert with_pos / len(flat) > 0.85
+    again = recipe_batches(step_recipe, 32, 4, np.random.default_rng(3))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))   # seeded
+
+
+def test_recipe_supcon_loss_prefers_grouped_features():
+    from features.encoder_train import recipe_supcon_loss
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    centres = torch.eye(3)
+    grouped = torch.nn.functional.normalize(centres[labels] + 0.05 * torch.randn(6, 3), dim=1)
+    mixed = grouped[torch.tensor([0, 2, 4, 1, 3, 5])]
+    assert recipe_supcon_loss(grouped, labels, 0.1) < recipe_supcon_loss(mixed, labels, 0.1)
+    assert float(recipe_supcon_loss(grouped, torch.arange(6), 0.1)) == 0.0   # no positives: no term
+
+
+def test_used_rows_embedding_matches_the_full_table_and_writes_back():
+    from features.encoder_train import _UsedRowsEmbedding
+    full = torch.nn.Embedding(50, 4)
+    before = full.weight.detach().clone()
+    used = torch.tensor([3, 7, 11])
+    emb = _UsedRowsEmbedding(full, used)
+    ids = torch.tensor([[3, 11, 7, 3]])
+    assert torch.equal(emb(ids), full(ids))
+    with torch.no_grad():
+        emb.weight.add_(1.0)
+    out = emb.write_back()
+    assert out is full and torch.allclose(full.weight[used], before[used] + 1)
+    unused = torch.ones(50, dtype=torch.bool)
+    unused[used] = False
+    assert torch.equal(full.weight[unused], before[unused])
+
+
+def test_pixel_cache_decodes_once_and_matches_the_embed_preprocessing(trained, tmp_path):
+    from PIL import Image
+    from features.image_data import PixelCache
+    paths, con, res = trained
+    enc = load_encoder(con, res["encoder_id"], paths=paths)
+    items = image_items(con, paths, split="val")[:12]
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(items[0].path.read_bytes()[:100])
+    bad = [type(items[0])("x_0_0.jpg", broken, "x", 0, 0, "val", "f" * 64),
+           type(items[0])("y_0_0.jpg", tmp_path / "missing.jpg", "y", 0, 0, "val", "e" * 64)]
+    cache = PixelCache(tmp_path / "cache", enc.preprocess, 32)
+    px, ok, stats = cache.pixels(items + bad)
+    assert stats == {"decoded": 14, "cached": 0, "unreadable": 2} and ok == list(range(12))
+    assert px.dtype == torch.uint8 and px.shape == (12, 32, 32, 3)
+    px2, ok2, stats2 = PixelCache(tmp_path / "cache", enc.preprocess, 32).pixels(items)
+    assert stats2["decoded"] == 0 and torch.equal(px, px2) and ok2 == ok
+    with Image.open(items[5].path) as im:
+        ref = enc.preprocess(im.convert("RGB"))
+    assert torch.allclose(cache.model_input(px[5:6])[0], ref, atol=1e-5)
+    assert PixelCache(tmp_path / "cache", enc.preprocess, 32).dir != \
+        PixelCache(tmp_path / "cache", build_preprocess(48), 48).dir   # other size, other cache
+
+
+def build_preprocess(size):
+    import open_clip
+    from features.encoders import register_tiny_config
+    register_tiny_config()
+    return open_clip.create_model_and_transforms("mrqa-tiny-clip", force_image_size=size)[2]
+
+
+def test_training_used_the_pixel_cache_and_reports_recipe_metrics(trained):
+    paths, con, res = trained
+    m = res["metrics"]
+    assert m["images_decoded"] + m["images_from_cache"] == m["n_train_images"]
+    assert list((paths.models / "pixel_cache").glob("32px-*/pixels.npy"))
+    assert 0 <= m["chance_same_recipe_r@1"] < 1 and 0 <= m["img_same_recipe_r@1"] <= 1
+    assert len(m["recipe_loss_per_epoch"]) == CFG.epochs

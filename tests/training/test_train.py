@@ -17,18 +17,19 @@ from training.train import CheckpointError, build_model, evaluate, evaluate_run,
 @pytest.fixture(scope="module")
 def trained(toy_export):
     """A tiny transformer trained on the toy RecipeQA-style cloze set (learnable signal: the step
-    kind shows in the titles and in the image clusters; the answer shares its recipe's style)."""
+    kind shows in the step-title vectors and in the image clusters; the answer shares its recipe's
+    style). Token features are trained by test_every_scorer_trains_on_every_task."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRQA_HOME", str(toy_export["home"]))
         did = toy_export["ids"][("visual_cloze", "recipeqa")]
         m = main(["--export", str(toy_export["export"]), "--dataset", did, "--scorer", "transformer",
-                  "--tiny", "--max-epochs", "20", "--patience", "20", "--seed", "0"])
+                  "--text-features", "vectors", "--tiny", "--max-epochs", "12", "--patience", "12", "--seed", "0"])
     return m
 
 
 def test_tiny_run_trains_and_beats_chance(trained, toy_home):
     m = trained
-    assert m["epochs_run"] == 20 and len(m["history"]) == 20
+    assert m["epochs_run"] == 12 and len(m["history"]) == 12
     assert m["history"][-1]["train_acc"] > m["history"][0]["train_acc"] + 0.2      # it learns
     # held-out questions (val + test), scored from the saved checkpoint
     res = [evaluate_run(m["run_id"], toy_home["export"], m["dataset_id"], split=s) for s in ("val", "test")]
@@ -51,8 +52,9 @@ def test_checkpoint_round_trip_gives_same_predictions(trained, toy_home):
     model, ck = load_checkpoint(trained["checkpoint"])
     assert ck["meta"]["encoder_id"] == "synthetic-enc-0001" and ck["model_args"]["scorer"] == "transformer"
     tc = ck["train_config"]
-    ds = load_qa_dataset(toy_home["export"], trained["dataset_id"], "tokens", vocab=ck["meta"]["vocab"],
-                         max_steps=tc["max_steps_per_recipe"], max_tokens=tc["max_tokens_per_step"])
+    ds = load_qa_dataset(toy_home["export"], trained["dataset_id"], ck["meta"]["text_features"],
+                         vocab=ck["meta"]["vocab"], max_steps=tc["max_steps_per_recipe"],
+                         max_tokens=tc["max_tokens_per_step"])
     a = evaluate(model, ds, "test", torch.device("cpu"))
     b = evaluate_run(trained["run_id"], toy_home["export"], trained["dataset_id"], split="test")
     assert a["predictions"] == b["predictions"] and a["accuracy"] == pytest.approx(trained["test_acc"])

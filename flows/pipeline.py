@@ -1,0 +1,393 @@
+"""Prefect flow `pipeline`: ingest -> clean -> embed (new images; neighbours) -> generate -> report
+(-> optional short training / sweep), each stage a subflow of flows/*.py.
+
+Re-runs skip finished work: before a stage runs, the flow fingerprints the stage's input tables and
+parameters and its output tables/files (etl/stage_state is the DuckDB table `pipeline_stages`); a
+stage whose inputs and outputs are unchanged since it last completed is skipped and its recorded
+summary reused. Each stage publishes a markdown artifact; when a stage fails the flow stops there,
+prints and publishes a failure report (which stage, the error, what was kept: earlier stages'
+outputs stay in the warehouse) and records the failure, so the next run resumes at that stage.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from prefect import flow
+
+from etl.config import Paths
+from etl.warehouse import connect, utcnow
+
+log = logging.getLogger(__name__)
+log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
+
+DASK_ENV = "MRQA_DASK_ADDRESS"
+STAGES = ("ingest", "clean", "embed", "generate", "report", "train", "sweep")
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+@dataclass(frozen=True)
+class Tab:
+    """A table (or some of its columns) whose content a stage reads or writes."""
+    table: str
+    exclude: tuple[str, ...] = ()          # columns the stage itself writes, or timestamps/URLs
+
+
+def table_digest(con, tab: Tab) -> str:
+    """count + order-independent sum of row hashes, computed inside DuckDB (fast on 100k rows)."""
+    cols = [r[0] for r in con.execute(f"DESCRIBE {tab.table}").fetchall() if r[0] not in tab.exclude]
+    row_hash = "hash(" + ", ".join(f'"{c}"' for c in cols) + ")"
+    n, s = con.execute(f"SELECT count(*), coalesce(sum({row_hash}::HUGEINT), 0) FROM {tab.table}").fetchone()
+    return f"{tab.table}:{n}:{s}"
+
+
+def fingerprint(con, tabs: list[Tab], params: dict | None = None, files: list[str] = ()) -> str:
+    """One hash over the given tables, the parameters, and the existence/size of files."""
+    parts = [table_digest(con, t) for t in tabs]
+    parts.append(json.dumps(params or {}, sort_keys=True, default=str))
+    for f in files:
+        p = Path(f)
+        parts.append(f"{f}:{p.stat().st_size if p.exists() else 'missing'}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- stages
+
+@dataclass
+class Stage:
+    name: str
+    run: Callable[[], dict]
+    params: dict
+    inputs: list[Tab] = field(default_factory=list)
+    outputs: list[Tab] = field(default_factory=list)
+    output_files: Callable[[dict], list[str]] = lambda summary: []
+    cacheable: bool = True                 # False: always runs (e.g. crawling a live site)
+
+
+_RECIPES_CORE = Tab("recipes", ("url", "fetched_at", "status", "status_reason"))
+_STEPS_RAW = Tab("steps", ("title", "body"))
+_STEPS_CLEAN = Tab("steps", ("title_raw", "body_raw"))
+_IMAGES = Tab("images", ("url", "status_reason"))
+
+
+def _stage_record(con, stage: str) -> dict | None:
+    row = con.execute("SELECT status, inputs_fingerprint, outputs_fingerprint, summary FROM pipeline_stages "
+                      "WHERE stage = ?", [stage]).fetchone()
+    if row is None:
+        return None
+    return {"status": row[0], "inputs": row[1], "outputs": row[2],
+            "summary": json.loads(row[3]) if row[3] else {}}
+
+
+def _record(con, stage: Stage, status: str, inputs_fp: str | None, outputs_fp: str | None,
+            summary: dict | None, error: str | None, seconds: float) -> None:
+    con.execute("INSERT OR REPLACE INTO pipeline_stages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [stage.name, status, inputs_fp, outputs_fp, json.dumps(stage.params, default=str),
+                 json.dumps(summary, default=str) if summary is not None else None, error,
+                 round(seconds, 3), utcnow()])
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (load-independent, unlike wall time)."""
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_stage(paths: Paths, stage: Stage, force: bool = False) -> dict:
+    """Run one stage unless its inputs and outputs are unchanged since it last completed.
+
+    Returns {stage, status: completed|skipped|failed, seconds, cpu_s, summary | error, traceback}."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    con = connect(paths)
+    try:
+        inputs_fp = fingerprint(con, stage.inputs, stage.params)
+        rec = _stage_record(con, stage.name)
+        if (stage.cacheable and not force and rec and rec["status"] == "completed"
+                and rec["inputs"] == inputs_fp
+                and rec["outputs"] == fingerprint(con, stage.outputs, None, stage.output_files(rec["summary"]))):
+            log.info("stage %s skipped: inputs and outputs unchanged (fingerprint %s)", stage.name, inputs_fp)
+            return {"stage": stage.name, "status": "skipped", "seconds": round(time.perf_counter() - t0, 1),
+                    "cpu_s": round(cpu_seconds() - c0, 1),
+                    "reason": "inputs and outputs unchanged since it last completed",
+                    "summary": rec["summary"]}
+    finally:
+        con.close()
+    log.info("stage %s: running", stage.name)
+    try:
+        summary = stage.run()
+    except Exception as e:                 # noqa: BLE001 - reported, recorded and re-raised by the flow
+        dt = time.perf_counter() - t0
+        error = f"{type(e).__name__}: {e}"
+        log.error("stage %s failed after %.1f s: %s", stage.name, dt, error)
+        con = connect(paths)
+        try:
+            _record(con, stage, "failed", inputs_fp, None, None, error, dt)
+        finally:
+            con.close()
+        return {"stage": stage.name, "status": "failed", "seconds": round(dt, 1),
+                "cpu_s": round(cpu_seconds() - c0, 1), "error": error,
+                "traceback": traceback.format_exc(), "exception": e}
+    dt = time.perf_counter() - t0
+    con = connect(paths)
+    try:
+        # inputs again: a stage may legitimately add input rows (e.g. the embed stage registers the
+        # encoder it trained); what it consumed is what the next run must compare against.
+        _record(con, stage, "completed", fingerprint(con, stage.inputs, stage.params),
+                fingerprint(con, stage.outputs, None, stage.output_files(summary)), summary, None, dt)
+    finally:
+        con.close()
+    return {"stage": stage.name, "status": "completed", "seconds": round(dt, 1),
+            "cpu_s": round(cpu_seconds() - c0, 1), "summary": summary}
+
+
+# ----------------------------------------------------------------------------- stage bodies
+
+def _ingest(params: dict, paths: Paths) -> dict:
+    from flows.ingest import ingest_instructables
+    common = dict(allow_hosts=list(params["allow_hosts"]), allow_private=params["allow_private"],
+                  delay_s=params["delay_s"], workers=params["crawl_workers"], max_pages=params["max_pages"],
+                  stale_days=params["stale_days"])
+    if params.get("sample_recipes"):
+        from etl.sample.server import SiteServer
+        from flows.demo import ensure_sample
+        sample = ensure_sample(paths, params["sample_recipes"], params["sample_seed"], params["sample_workers"])
+        with SiteServer(Path(sample["out"]) / "site") as server:
+            log.info("sample kitchen served at %s", server.url)
+            s = ingest_instructables(listing=f"{server.url}/cooking/", rescrape=params["rescrape"],
+                                     source=params["source"] or "sample",
+                                     **{**common, "allow_private": True, "delay_s": 0.0})
+        return {"sample": sample, **s}
+    return ingest_instructables(listing=params["listing"], sitemap=params["sitemap"],
+                                urls_file=params["urls_file"], rescrape=params["rescrape"],
+                                source=params["source"] or "instructables", **common)
+
+
+def _train(paths: Paths, seed: int, max_epochs: int) -> dict:
+    from flows.demo import short_training
+    con = connect(paths, read_only=True)
+    try:
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY dataset_id").fetchall()]
+    finally:
+        con.close()
+    return {"runs": short_training(paths, {"datasets": [{"dataset_id": i} for i in ids]}, seed, max_epochs)}
+
+
+def _sweep(paths: Paths, params: dict) -> dict:
+    from etl.warehouse import connect as _connect
+    from features.export import export_parquet
+    from flows.train import sweep_flow
+    export_dir = paths.exports / "all"
+    if not (export_dir / "questions").exists():
+        con = _connect(paths)
+        try:
+            ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+            export_parquet(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
+        finally:
+            con.close()
+    return sweep_flow(str(export_dir), str(paths.reports / "sweep"), params["sweep_scorers"],
+                      params["sweep_tasks"], None, tiny=params["sweep_tiny"],
+                      overrides={"seed": params["seed"]})
+
+
+def build_stages(p: dict, paths: Paths) -> list[Stage]:
+    """The stages with their input/output tables; `p` holds the pipeline flow's parameters."""
+    stages: list[Stage] = []
+    has_source = p["sample_recipes"] or p["listing"] or p["sitemap"] or p["urls_file"] or p["rescrape"]
+    if has_source:
+        ingest_params = {k: p[k] for k in ("listing", "sitemap", "urls_file", "rescrape", "sample_recipes",
+                                           "sample_seed", "source", "max_pages", "stale_days")}
+        stages.append(Stage("ingest", lambda: _ingest(p, paths), ingest_params, [],
+                            [_RECIPES_CORE, _STEPS_RAW, _IMAGES],
+                            cacheable=bool(p["sample_recipes"]) and not p["rescrape"]))
+    stages.append(Stage("clean", lambda: _call("flows.clean:clean_flow", workers=p["clean_workers"]),
+                        {"workers": p["clean_workers"]},
+                        [_RECIPES_CORE, _STEPS_RAW, Tab("images", ("url", "path", "sha256", "status_reason"))],
+                        [_STEPS_CLEAN, Tab("step_tokens"), Tab("recipes", ("url", "fetched_at"))]))
+    embed_params = {"encoder_id": p["encoder_id"], "k": p["k"]}
+    stages.append(Stage("embed", lambda: _call("flows.embed:embed_flow", encoder_id=p["encoder_id"], k=p["k"]),
+                        embed_params,
+                        [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, _IMAGES],
+                        [Tab("encoders"), Tab("neighbours")],
+                        output_files=lambda s: [paths.lance] if "://" not in paths.lance else []))
+    if p["generate"]:
+        stages.append(Stage("generate", lambda: _call("flows.generate:generate_flow", all=True, seed=p["seed"],
+                                                          encoder_id=p["encoder_id"]),
+                            {"seed": p["seed"], "encoder_id": p["encoder_id"]},
+                            [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
+                             Tab("encoders"), Tab("neighbours")],
+                            [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]))
+    if p["report"]:
+        out = str(paths.reports / "latest")
+        stages.append(Stage("report", lambda: _report_summary(_call("flows.report:report_flow", out=out,
+                                                                    seed=p["seed"])),
+                            {"seed": p["seed"], "out": out},
+                            [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("bias_metrics")],
+                            output_files=lambda s: [s["index"]] if s.get("index") else []))
+    if p["train"]:
+        stages.append(Stage("train", lambda: _train(paths, p["seed"], p["train_epochs"]),
+                            {"seed": p["seed"], "max_epochs": p["train_epochs"]},
+                            [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("runs")]))
+    if p["sweep"]:
+        sweep_params = {k: p[k] for k in ("seed", "sweep_scorers", "sweep_tasks", "sweep_tiny")}
+        stages.append(Stage("sweep", lambda: _sweep(paths, p), sweep_params,
+                            [Tab("datasets", ("created_at",)), Tab("questions")], [],
+                            output_files=lambda s: [s["out"]] if s.get("out") else []))
+    return stages
+
+
+def _call(target: str, **kwargs):
+    """Import module:function when the stage runs (an import error is that stage's failure)."""
+    import importlib
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def _report_summary(res: dict) -> dict:
+    """The report flow's result without the bulky per-row data (kept: the tables and the ordering)."""
+    return {"out": res["out"], "index": res["index"], "n_datasets": res["n_datasets"],
+            "tasks": {t: {"table": i.get("table", []), "ordering": i.get("ordering")}
+                      for t, i in res.get("tasks", {}).items()}}
+
+
+# ----------------------------------------------------------------------------- artifacts and reports
+
+def _scalars(summary, prefix: str = "") -> list[tuple[str, str]]:
+    """Flatten a stage summary into (key, value) rows: scalars, and sizes of lists."""
+    rows: list[tuple[str, str]] = []
+    if not isinstance(summary, dict):
+        return [(prefix or "value", str(summary)[:200])]
+    for k, v in summary.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and len(rows) < 60:
+            rows += _scalars(v, key + ".")
+        elif isinstance(v, list):
+            rows.append((key, f"{len(v)} items"))
+        else:
+            rows.append((key, str(v)[:200]))
+    return rows[:60]
+
+
+def stage_markdown(res: dict) -> str:
+    lines = [f"# Stage `{res['stage']}`: {res['status']} in {res['seconds']} s", ""]
+    if res["status"] == "failed":
+        lines += ["```", res["error"], "```"]
+    else:
+        if res.get("reason"):
+            lines += [f"Skipped: {res['reason']}.", ""]
+        lines += ["| key | value |", "| --- | --- |"]
+        lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in _scalars(res.get("summary", {}))]
+    return "\n".join(lines)
+
+
+def _publish(key: str, markdown: str, description: str) -> None:
+    try:
+        from prefect.artifacts import create_markdown_artifact
+        create_markdown_artifact(markdown=markdown, key=key, description=description)
+    except Exception as e:                 # noqa: BLE001 - artifacts are a convenience, never fatal
+        log.warning("could not publish artifact %s: %s", key, e)
+
+
+def failure_report(results: list[dict], planned: list[str], paths: Paths) -> str:
+    failed = next(r for r in results if r["status"] == "failed")
+    kept = [f"{r['stage']} ({r['status']})" for r in results if r["status"] in ("completed", "skipped")]
+    done = {r["stage"] for r in results}
+    not_run = [s for s in planned if s not in done]
+    return "\n".join([
+        f"PIPELINE FAILED at stage '{failed['stage']}' after {failed['seconds']} s",
+        f"  error: {failed['error']}",
+        f"  kept: {', '.join(kept) or 'nothing (it was the first stage)'}; their outputs stay in "
+        f"{paths.home} (warehouse, lance, images, reports)",
+        f"  not run: {', '.join(not_run) or '-'}",
+        "  fix the cause and run the pipeline again: finished stages are skipped, it resumes at "
+        f"'{failed['stage']}'.",
+    ])
+
+
+class PipelineStageFailed(RuntimeError):
+    """A stage of the pipeline failed; the message is the failure report."""
+
+
+# ----------------------------------------------------------------------------- flow
+
+@flow(name="pipeline", log_prints=True)
+def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_file: str | None = None,
+                  rescrape: bool = False, stale_days: float | None = None,
+                  sample_recipes: int | None = None, sample_seed: int = 0, sample_workers: int | None = None,
+                  source: str | None = None, allow_hosts: list[str] = (), allow_private: bool = False,
+                  delay_s: float = 1.0, crawl_workers: int = 4, max_pages: int | None = None,
+                  clean_workers: int = 1, encoder_id: str | None = None, k: int = 100, seed: int = 0,
+                  generate: bool = True, report: bool = True, train: bool = False, train_epochs: int = 3,
+                  sweep: bool = False, sweep_scorers: list[str] = ("transformer", "impatient"),
+                  sweep_tasks: list[str] = ("visual_cloze",), sweep_tiny: bool = True,
+                  force: list[str] = (), dask_address: str | None = None,
+                  raise_on_failure: bool = True) -> dict:
+    """Run ingest -> clean -> embed -> generate -> report (-> train -> sweep) as subflows.
+
+    Ingest sources: `sample_recipes` (build and serve the sample kitchen), `listing`, `sitemap`,
+    `urls_file`, `rescrape` (stale/missing recipes); none: start at clean on the existing warehouse.
+    `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
+    Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
+    `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
+    fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
+    Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after
+    the report unless raise_on_failure=False.
+    """
+    p = dict(locals())
+    previous = os.environ.get(DASK_ENV)
+    if dask_address:                       # read by flows/scale.py in the fan-out stages
+        os.environ[DASK_ENV] = dask_address
+    try:
+        return _run_pipeline(p, Paths.from_env().ensure())
+    finally:
+        if dask_address:
+            if previous is None:
+                os.environ.pop(DASK_ENV, None)
+            else:
+                os.environ[DASK_ENV] = previous
+
+
+def _run_pipeline(p: dict, paths: Paths) -> dict:
+    stages = build_stages(p, paths)
+    force, raise_on_failure = p["force"], p["raise_on_failure"]
+    planned = [s.name for s in stages]
+    forced = set(planned) if "all" in force else set(force)
+    log.info("pipeline on %s: stages %s", paths.home, " -> ".join(planned))
+    results: list[dict] = []
+    for stage in stages:
+        res = run_stage(paths, stage, force=stage.name in forced)
+        results.append(res)
+        log.info("stage %-9s %-9s %8.1f s (cpu %s s)", res["stage"], res["status"], res["seconds"],
+                 res.get("cpu_s", 0.0))
+        _publish(f"pipeline-{stage.name}", stage_markdown(res), f"pipeline stage {stage.name}")
+        if res["status"] == "failed":
+            break
+    summary = {"home": str(paths.home), "planned": planned,
+               "stages": [{k: v for k, v in r.items() if k != "exception"} for r in results],
+               "timings": {r["stage"]: r["seconds"] for r in results}}
+    table = ["| stage | status | seconds | cpu seconds |", "| --- | --- | --- | --- |"]
+    table += [f"| {r['stage']} | {r['status']} | {r['seconds']} | {r.get('cpu_s', 0.0)} |" for r in results]
+    _publish("pipeline-summary", "# Pipeline\n\n" + "\n".join(table), "pipeline stages")
+    failed = next((r for r in results if r["status"] == "failed"), None)
+    if failed:
+        report = failure_report(results, planned, paths)
+        summary["failed"] = {"stage": failed["stage"], "error": failed["error"], "report": report,
+                             "kept": [r["stage"] for r in results if r["status"] != "failed"]}
+        log.error("%s\n%s", failed["traceback"], report)
+        _publish("pipeline-failure", f"# Pipeline failed\n\n```\n{report}\n```", "pipeline failure report")
+        if raise_on_failure:
+            raise PipelineStageFailed(report) from failed["exception"]
+    return summary
+
+
+def stage_summary(summary: dict, stage: str) -> dict:
+    """The summary a stage returned (or reused when skipped), {} when it did not run."""
+    return next((r.get("summary") or {} for r in summary.get("stages", []) if r["stage"] == stage), {})
