@@ -8,6 +8,7 @@ import io
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +17,10 @@ import torch
 from features.encoders import Encoder
 from features.exact import exact_knn, numpy_exact_knn
 from features.image_data import image_loader, image_size_of
-from features.neighbours import recall_at_k
-from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
+from features.ivf_knn import recall_at_k
+
+if TYPE_CHECKING:                  # LanceDB is imported by the ANN benchmarks only, so `bench embed`
+    from features.store import AnnConfig   # runs where only torch + open_clip are installed
 
 
 # ----------------------------------------------------------------------------- embed
@@ -52,10 +55,14 @@ def _time_end_to_end(encoder: Encoder, files, batch_size, workers) -> float:
 
 def bench_embed(encoder: Encoder, files: list[Path], batch_size: int = 128, workers: int = 2) -> dict:
     """images/s: end to end with `workers` decode workers vs 0, model only, batched vs 1 image."""
+    import logging
+    log = logging.getLogger(__name__)
     size = image_size_of(encoder.model)
     _time_end_to_end(encoder, files[:batch_size], batch_size, 0)           # warm-up
     e2e_workers = _time_end_to_end(encoder, files, batch_size, workers)
-    e2e_inline = _time_end_to_end(encoder, files, batch_size, 0)
+    log.warning("bench embed: end to end, %d workers: %.1f img/s", workers, e2e_workers)
+    e2e_inline = _time_end_to_end(encoder, files[:max(batch_size, len(files) // 8)], batch_size, 0)
+    log.warning("bench embed: end to end, 0 workers: %.1f img/s", e2e_inline)
     x = next(iter(image_loader(files[:batch_size], encoder.preprocess, size, batch_size, 0)))[1]
     reps = max(1, len(files) // len(x))
     t0 = time.perf_counter()
@@ -64,6 +71,7 @@ def bench_embed(encoder: Encoder, files: list[Path], batch_size: int = 128, work
     if encoder.device.type == "cuda":
         torch.cuda.synchronize()
     model_only = reps * len(x) / (time.perf_counter() - t0)
+    log.warning("bench embed: model only (batch %d): %.1f img/s", len(x), model_only)
     n1 = min(64, len(x))
     t0 = time.perf_counter()
     for i in range(n1):
@@ -96,6 +104,7 @@ def clustered_vectors(n: int, dim: int, seed: int = 0, per_cluster: int = 50, no
 def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: int = 1000,
               configs: list[AnnConfig] | None = None, seed: int = 0, workdir: str | None = None) -> dict:
     """recall@k (other-group neighbours) and q/s of ANN configs vs exact, on one temp LanceDB table."""
+    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
     n, dim = vectors.shape
     rng = np.random.default_rng(seed)
     qi = np.sort(rng.choice(n, min(n_queries, n), replace=False))
@@ -143,6 +152,7 @@ def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: 
 
 
 def default_sweep(n: int) -> list[AnnConfig]:
+    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
     hn = AnnConfig("IVF_HNSW_SQ").partitions_for(n)
     pq = AnnConfig("IVF_PQ").partitions_for(n)
     return ([AnnConfig("IVF_HNSW_SQ", nprobes=p) for p in sorted({max(1, hn // 4), max(1, hn // 2), hn})]
@@ -202,6 +212,7 @@ def _timed(fn):
 
 def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: AnnConfig) -> dict:
     """LanceDB route on one split: index build time, batched-query q/s and recall on the sample."""
+    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
     from features.neighbours import _lance_split_knn
     n = len(mat)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:

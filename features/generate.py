@@ -445,15 +445,20 @@ def default_encoder(con: duckdb.DuckDBPyConnection) -> str:
     return enc
 
 
-def generation_settings(all_settings: bool = True) -> list[tuple[str, KnobParams]]:
+def generation_settings(all_settings: bool = True, balanced: bool = True) -> list[tuple[str, KnobParams]]:
     """`--all`: 8 knob settings for cloze, coherence and textual cloze, 4 for ordering (knob 3 is
-    not defined there), plus the RecipeQA-style preset of each task."""
+    not defined there), plus the RecipeQA-style preset of each task; with `balanced`, also the 4
+    k3=1 settings in knob-3 `balanced` mode (beyond the paper: the paper's coin flip leaves the
+    answer's distance rank informative, so a distance probe stays near 50%; balanced brings it to chance)."""
     out = []
     for task in FAMILIES:
         for k1, k2, k3 in itertools.product((0, 1), repeat=3):
             if task == "visual_ordering" and k3:
                 continue
             out.append((task, KnobParams.preset_for(task, k1, k2, k3)))
+        if balanced and task != "visual_ordering":
+            out += [(task, KnobParams.preset_for(task, k1, k2, 1, k3_mode="balanced"))
+                    for k1, k2 in itertools.product((0, 1), repeat=2)]
         out.append((task, KnobParams.recipeqa_preset()))
     return out
 

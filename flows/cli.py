@@ -542,7 +542,9 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
                     n: int = typer.Option(1024, "--n", help="Images (warehouse images, else synthetic JPEGs)."),
                     batch_size: int = typer.Option(128, "--batch-size", help="Images per batch."),
                     workers: int = typer.Option(2, "--workers", help="Decode workers vs 0 in the same run."),
-                    synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic 256px JPEGs.")):
+                    synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic JPEGs."),
+                    synthetic_size: int = typer.Option(256, "--synthetic-size", help="Side of the synthetic "
+                                                       "JPEGs in pixels (real instructables photos are ~600).")):
     """Embedding images/s: end to end (workers vs 0), model only, batched vs one image at a time."""
     import tempfile
     from etl.config import Paths
@@ -566,7 +568,10 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
     with tempfile.TemporaryDirectory() as tmp:
         source = "warehouse"
         if len(files) < min(n, 256):
-            files, source = synthetic_jpegs(Path(tmp), n), "synthetic 256px JPEGs"
+            if synthetic_size < 16:
+                _fail("--synthetic-size must be >= 16")
+            files = synthetic_jpegs(Path(tmp), n, size=synthetic_size)
+            source = f"synthetic {synthetic_size}px JPEGs"
         res = bench_embed(enc, files, batch_size, workers)
     res["source"] = source
     _echo_json(res)
@@ -662,7 +667,7 @@ def generate_cmd(
                                            "visual_ordering | textual_cloze"),
         knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
         preset: Optional[str] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style reference"),
-        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task + the presets."),
+        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced variants and the presets."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
         encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
         k3_mode: str = typer.Option("coin", "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
@@ -1015,8 +1020,8 @@ def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_
 # ----------------------------------------------------------------------------- orchestration (issue 9)
 
 def _demo_default_recipes() -> int:
-    from flows.demo import DEFAULT_RECIPES
-    return DEFAULT_RECIPES
+    from etl.config import DEMO_RECIPES
+    return DEMO_RECIPES
 
 
 @app.command("demo")

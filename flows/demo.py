@@ -15,13 +15,11 @@ from pathlib import Path
 
 from prefect import flow
 
-from etl.config import Paths
+from etl.config import DEMO_RECIPES, Paths
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
-# 500: `make demo` fits in 15 minutes on 2 shared CPU cores with margin (1000 took 13.6 min before
-# report and training were added; see the README's measured figures).
-DEFAULT_RECIPES = 500
+DEFAULT_RECIPES = DEMO_RECIPES
 
 
 def sample_dir_for(paths: Paths, recipes: int, seed: int) -> Path:

@@ -203,7 +203,7 @@ def fit(model: GM3C, ds: QADataset, cfg: TrainConfig, device, ckpt_path: Path | 
                 save_checkpoint(ckpt_path, model, cfg, meta or {}, epoch)
         else:
             since += 1
-            if since >= cfg.patience:
+            if since >= cfg.patience and epoch + 1 >= cfg.min_epochs:
                 if d.is_main:
                     log.info("early stop after epoch %d (best val %.3f)", epoch, best)
                 break
