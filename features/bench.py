@@ -40,9 +40,9 @@ def synthetic_jpegs(folder: Path, n: int, size: int = 256, seed: int = 0) -> lis
     return out
 
 
-def _time_end_to_end(encoder: Encoder, files, batch_size, workers) -> float:
+def _time_end_to_end(encoder: Encoder, files, batch_size, workers, decode: str = "processes") -> float:
     size = image_size_of(encoder.model)
-    loader = image_loader(files, encoder.preprocess, size, batch_size, workers)
+    loader = image_loader(files, encoder.preprocess, size, batch_size, workers, decode=decode)
     t0 = time.perf_counter()
     n = 0
     for _, x, _, _ in loader:
@@ -60,7 +60,9 @@ def bench_embed(encoder: Encoder, files: list[Path], batch_size: int = 128, work
     size = image_size_of(encoder.model)
     _time_end_to_end(encoder, files[:batch_size], batch_size, 0)           # warm-up
     e2e_workers = _time_end_to_end(encoder, files, batch_size, workers)
-    log.warning("bench embed: end to end, %d workers: %.1f img/s", workers, e2e_workers)
+    log.warning("bench embed: end to end, %d worker processes: %.1f img/s", workers, e2e_workers)
+    e2e_threads = _time_end_to_end(encoder, files, batch_size, workers, decode="threads")
+    log.warning("bench embed: end to end, %d decode threads: %.1f img/s", workers, e2e_threads)
     e2e_inline = _time_end_to_end(encoder, files[:max(batch_size, len(files) // 8)], batch_size, 0)
     log.warning("bench embed: end to end, 0 workers: %.1f img/s", e2e_inline)
     x = next(iter(image_loader(files[:batch_size], encoder.preprocess, size, batch_size, 0)))[1]
@@ -86,6 +88,8 @@ def bench_embed(encoder: Encoder, files: list[Path], batch_size: int = 128, work
             "image_size": size, "images": len(files), "batch_size": batch_size, "workers": workers,
             "end_to_end_img_s": round(e2e_workers, 1), "end_to_end_0_workers_img_s": round(e2e_inline, 1),
             "workers_speedup": round(e2e_workers / e2e_inline, 2),
+            "end_to_end_threads_img_s": round(e2e_threads, 1),
+            "threads_vs_processes": round(e2e_threads / e2e_workers, 2),
             "model_only_img_s": round(model_only, 1), "per_image_img_s": round(per_image, 1),
             "batch_vs_per_image": round(model_only / per_image, 2),
             "decode_only_img_s": round(decode_only, 1),

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 class EmbedConfig:
     batch_size: int = 128
     num_workers: int = 2
+    decode: str = "processes"   # processes (DataLoader workers) | threads (no tensor IPC; see image_data)
     write_every: int = 4096     # rows buffered before a LanceDB append
     pixel_cache: bool = True    # reuse pixels the encoder training decoded (same sha256 + preprocessing)
     pixel_cache_max_size: int = 64   # only small inputs are cached (a 224 px cache would be huge)
@@ -78,7 +79,7 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
     cached, to_decode = _cached_batches(todo, encoder, paths, cfg)
     summary["images_from_pixel_cache"] = sum(len(c) for c, _ in cached)
     loader = image_loader([todo[p].path for p in to_decode], encoder.preprocess, size,
-                          cfg.batch_size, cfg.num_workers) if to_decode else []
+                          cfg.batch_size, cfg.num_workers, decode=cfg.decode) if to_decode else []
     buf_rows: list[int] = []
     buf_vecs: list[np.ndarray] = []
     t0 = time.perf_counter()

@@ -109,9 +109,48 @@ class ImageFileDataset(Dataset):
         return i, torch.zeros(3, self.image_size, self.image_size), reason, detail[:500]
 
 
+class ThreadedImageBatches:
+    """The same batches as `image_loader`'s DataLoader, decoded by a pool of threads in this process.
+
+    PIL releases the GIL while it decodes and resizes, so threads scale without sending decoded
+    tensors between processes (the DataLoader's worker->main copy through shared memory measured
+    79 img/s with 15 workers vs 176 with none on a 16-core GPU VM, `mrqa bench embed`)."""
+
+    def __init__(self, files: Sequence[Path], preprocess: Callable, image_size: int,
+                 batch_size: int, threads: int):
+        self.ds = ImageFileDataset(files, preprocess, image_size)
+        self.batch_size, self.threads = batch_size, max(1, threads)
+
+    def __len__(self) -> int:
+        return -(-len(self.ds) // self.batch_size)
+
+    def __iter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+        n = len(self.ds)
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="decode") as pool:
+            pending = None
+            for start in range(0, n, self.batch_size):      # one batch decoding ahead
+                nxt = pool.map(self.ds.__getitem__, range(start, min(start + self.batch_size, n)))
+                if pending is not None:
+                    yield _collate(list(pending))
+                pending = nxt
+            if pending is not None:
+                yield _collate(list(pending))
+
+
+def _collate(items: list) -> tuple:
+    return (torch.tensor([it[0] for it in items]), torch.stack([it[1] for it in items]),
+            [it[2] for it in items], [it[3] for it in items])
+
+
 def image_loader(files: Sequence[Path], preprocess: Callable, image_size: int,
-                 batch_size: int = 128, num_workers: int = 0) -> DataLoader:
-    """Batches in file order; decoding runs in `num_workers` worker processes (0 = in-process)."""
+                 batch_size: int = 128, num_workers: int = 0, decode: str = "processes"):
+    """Batches in file order (positions, tensors, error reasons, details); decoding runs in
+    `num_workers` worker processes (0 = in-process), or with decode="threads" in as many threads."""
+    if decode not in ("processes", "threads"):
+        raise ValueError(f"decode must be processes or threads, got {decode!r}")
+    if decode == "threads" and num_workers > 0:
+        return ThreadedImageBatches(files, preprocess, image_size, batch_size, num_workers)
     return DataLoader(ImageFileDataset(files, preprocess, image_size), batch_size=batch_size,
                       shuffle=False, num_workers=num_workers,
                       worker_init_fn=decode_worker_init if num_workers > 0 else None,

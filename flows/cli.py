@@ -505,6 +505,8 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
                                                      "latest; trains the default when none exists)."),
               k: int = typer.Option(100, "--k", help="Neighbours per image in the neighbours table."),
               workers: int = typer.Option(2, "--workers", help="Image decode workers (0 = in-process)."),
+              decode: str = typer.Option("processes", "--decode", help="processes (DataLoader workers) | "
+                                         "threads (no tensor copies between processes)."),
               batch_size: int = typer.Option(128, "--batch-size", help="Images per encoder batch."),
               method: str = typer.Option("auto", "--neighbours", help="auto | ann | exact."),
               no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
@@ -516,6 +518,8 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
     from features.encoders import EncoderUnavailable
     if method not in ("auto", "ann", "exact") or k < 1:
         _fail("--neighbours must be auto, ann or exact, and --k >= 1")
+    if decode not in ("processes", "threads") or workers < 0:
+        _fail("--decode must be processes or threads, and --workers >= 0")
     if threads is not None:
         if threads < 1:
             _fail("--threads must be >= 1")
@@ -524,10 +528,10 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
     try:
         if no_prefect:
             from flows.embed import run_embed
-            res = run_embed(encoder, not no_train, k, workers, batch_size, method)
+            res = run_embed(encoder, not no_train, k, workers, batch_size, method, decode=decode)
         else:
             from flows.embed import embed_flow
-            res = embed_flow(encoder, not no_train, k, workers, batch_size, method)
+            res = embed_flow(encoder, not no_train, k, workers, batch_size, method, decode=decode)
     except (EncoderUnavailable, LookupError) as e:
         _fail(str(e))
     _echo_json(res)

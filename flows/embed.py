@@ -78,7 +78,8 @@ def neighbours_task(con, store, encoder_id: str, k: int, method: str) -> dict:
 
 def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
-              device: str | None = None, tasks: bool = False, dask_address: str | None = None) -> dict:
+              device: str | None = None, tasks: bool = False, dask_address: str | None = None,
+              decode: str = "processes") -> dict:
     """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks).
 
     `dask_address` (default: MRQA_DASK_ADDRESS) sends the image batches to that Dask cluster.
@@ -91,7 +92,7 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
         store = FeatureStore(paths.lance)
         encoder_id = call(resolve_encoder_task, con, paths, encoder_id, train_if_missing)
         encoder = load_encoder(con, encoder_id, device=device, paths=paths)
-        cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers)
+        cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers, decode=decode)
         summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
         if address:
             summary.update(embed_images_distributed(con, store, paths, encoder_id, cfg, address, device,
@@ -113,10 +114,10 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
 @flow(name="embed", log_prints=True)
 def embed_flow(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
                num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
-               dask_address: str | None = None) -> dict:
+               dask_address: str | None = None, decode: str = "processes") -> dict:
     """Embed new images and step texts with an encoder and rebuild its neighbour table.
 
     With `dask_address` (or MRQA_DASK_ADDRESS) the image batches run on that Dask cluster.
     """
     return run_embed(encoder_id, train_if_missing, k, num_workers, batch_size, neighbour_method,
-                     tasks=True, dask_address=dask_address)
+                     tasks=True, dask_address=dask_address, decode=decode)

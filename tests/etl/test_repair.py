@@ -58,3 +58,20 @@ def test_repairs_are_cached_per_type(rep):
     rep.repair_token("saltandpepper")
     assert "saltandpepper" in rep._cache
     assert rep.repair_tokens(["Add", "saltandpepper", "."]) == ["Add", "salt", "and", "pepper", "."]
+
+
+def test_labelled_oov_of_the_real_instructables_page(rep, shared_fixtures):
+    """The real instructables page's OOV tokens (a misspelling, "Startch") are labelled keep: none
+    may be split, and every other word token is in the dictionary."""
+    from etl.clean_rules import clean_text
+    from etl.parse import parse_page
+    from etl.tokenize import tokenize_text, untrained_punkt
+    from etl.vocab import LABELLED_REAL_OOV_KEEP
+    page = shared_fixtures / "instructables" / "egg-drop-chicken-noodle-soup.html"
+    rec = parse_page(page.read_text(), "https://www.instructables.com/Egg-Drop-Chicken-Noodle-Soup/")
+    words = [t for s in rec.steps for text in (s.title, s.body)
+             for sent in tokenize_text(clean_text(text), untrained_punkt()) for t in sent
+             if any(c.isalpha() for c in t)]
+    oov = {t for t in words if not rep.in_dictionary(t)}
+    assert len(words) > 200 and oov <= set(LABELLED_REAL_OOV_KEEP), oov - set(LABELLED_REAL_OOV_KEEP)
+    assert [t for t in oov if len(rep.repair_token(t)) > 1] == []
