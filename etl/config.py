@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = REPO_ROOT / "sql"
 # `mrqa demo` sample-kitchen size: `make demo` fits in 15 minutes on 2 shared CPU cores (README figures).
 # Here, not in flows/demo.py, so the CLI can show it without importing Prefect.
-DEMO_RECIPES = 500
+DEMO_RECIPES = 1000
 
 
 @dataclass(frozen=True)

@@ -484,28 +484,62 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = N
 
 def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, KnobParams]],
                       seed: int = 0, encoder_id: str | None = None, lance_uri: str | None = None,
-                      progress: bool = True, generator: Generator | None = None) -> list[dict]:
-    """Generate and register every (task, params) setting; returns one summary per dataset
-    (with `seconds`; the first dataset of a space also pays for preparing the shared inputs).
-    Shared inputs (vectors, representatives, KNN arrays, skeletons, candidate pools) are computed
-    once per run."""
+                      progress: bool = True, generator: Generator | None = None,
+                      workers: int | None = None) -> list[dict]:
+    """Generate and register every (task, params) setting; returns one summary per dataset, in the
+    order of `settings`, with `seconds` (its generation + registration; the first dataset of a space
+    also pays for preparing the shared inputs).
+
+    Shared inputs (vectors, representatives, KNN arrays, skeletons, candidate pools) are prepared
+    once per run, in this thread (they read DuckDB). The question assembly is numpy work that
+    releases the GIL, so settings run on `workers` threads (default: the CPU count, at most 4);
+    settings that share a skeleton batch (and its lazily filled candidate pools) stay on one thread,
+    in order. Registration is serial, in the order of `settings`, on this thread's connection, so the
+    warehouse and every dataset's content are the same whatever `workers` is."""
+    import os
     import time
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from tqdm import tqdm
     encoder_id = encoder_id or default_encoder(con)
     gen = generator or Generator(con, encoder_id, lance_uri)
+    workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
+    prep_s: dict[int, float] = {}
+    groups: dict[tuple, list[int]] = {}
+    for i, (task, params) in enumerate(settings):     # DuckDB reads: here, before any thread starts
+        params.validate(task)
+        t0 = time.perf_counter()
+        gen.batch(task, params, seed)
+        prep_s[i] = time.perf_counter() - t0
+        groups.setdefault((task, seed, params.k, _variant(params)), []).append(i)
+
+    results = {i: Future() for i in range(len(settings))}
+
+    def run_group(idx: list[int]) -> None:
+        for n, i in enumerate(idx):
+            t0 = time.perf_counter()
+            try:
+                results[i].set_result((gen.generate(*settings[i], seed), time.perf_counter() - t0))
+            except BaseException as e:            # surfaces in the registering thread, in order
+                for j in idx[n:]:
+                    results[j].set_exception(e)
+                return
+
     out = []
     # one checkpoint at the end instead of one every 16 MiB of WAL (each rewrote the questions
     # table's row groups: ~60% of the CPU time of `generate --all` before)
     threshold = con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
     con.execute("SET checkpoint_threshold = '8GB'")
     try:
-        for task, params in tqdm(settings, desc="datasets", disable=not progress or len(settings) < 2):
-            t0 = time.perf_counter()
-            ds = gen.generate(task, params, seed)
-            summary = register_dataset(con, ds)
-            summary["seconds"] = round(time.perf_counter() - t0, 3)
-            out.append(summary)
+        with ThreadPoolExecutor(workers, thread_name_prefix="generate") as pool:
+            for idx in groups.values():
+                pool.submit(run_group, idx)
+            for i in tqdm(range(len(settings)), desc="datasets", disable=not progress or len(settings) < 2):
+                ds, gen_s = results[i].result()
+                t0 = time.perf_counter()
+                summary = register_dataset(con, ds)
+                summary["seconds"] = round(prep_s[i] + gen_s + time.perf_counter() - t0, 3)
+                out.append(summary)
     finally:
         con.execute(f"SET checkpoint_threshold = '{threshold.replace(' ', '')}'")
     t0 = time.perf_counter()
@@ -513,5 +547,6 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
         con.execute("CHECKPOINT")
     except duckdb.Error as e:            # another transaction is open: DuckDB checkpoints later
         log.info("generate: checkpoint deferred (%s)", e)
-    log.info("generate: %d dataset(s) registered; checkpoint %.1fs", len(out), time.perf_counter() - t0)
+    log.info("generate: %d dataset(s) registered (%d threads); checkpoint %.1fs", len(out), workers,
+             time.perf_counter() - t0)
     return out

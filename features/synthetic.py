@@ -109,13 +109,14 @@ def _insert(con, table: str, cols: list[str], rows: list[tuple], extra: str = ""
 
 
 def build_neighbours(con, store, encoder_id: str, k: int) -> int:
-    """The C6 neighbours table: D's builder when present (exact method), else exact search here."""
+    """The C6 neighbours table: D's builder when present (method auto: exact up to EXACT_AUTO_MAX
+    images per split, the recall-checked IVF build above), else exact search here."""
     try:
         from features.neighbours import build_neighbour_table
     except ImportError:
         build_neighbour_table = None
     if build_neighbour_table is not None:
-        build_neighbour_table(con, store, encoder_id, k=k, method="exact")
+        build_neighbour_table(con, store, encoder_id, k=k, method="auto")
         return con.execute("SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]
     from features.exact import exact_knn
     rows = store.image_rows(encoder_id)

@@ -33,7 +33,7 @@ def world(tmp_path_factory):
     paths = Paths.from_env().ensure()
     con = connect(paths)
     build_world(con, paths.lance, n_recipes=70, seed=1, dim=24, k=100)
-    summaries = generate_datasets(con, generation_settings() + EXTRA, seed=0, encoder_id=ENC,
+    summaries = generate_datasets(con, generation_settings(balanced=False) + EXTRA, seed=0, encoder_id=ENC,
                                   lance_uri=paths.lance, progress=False)
     out = paths.exports / "all"
     ids = [s["dataset_id"] for s in summaries]
@@ -69,6 +69,15 @@ def _by_dataset(world, pred=lambda r: True):
         if pred(r):
             out[r["dataset_id"]].append(r)
     return out
+
+
+def test_all_settings_are_the_paper_grid_plus_balanced_variants():
+    paper = generation_settings(balanced=False)
+    full = generation_settings()
+    assert len(paper) == 32 and len(full) == 44
+    extra = [(t, p) for t, p in full if p.k3_mode == "balanced"]
+    assert len(extra) == 12 and {t for t, _ in extra} == {"visual_cloze", "visual_coherence", "textual_cloze"}
+    assert all(p.knob3 == 1 for _, p in extra)
 
 
 def test_every_setting_produced_questions(world):
@@ -347,3 +356,15 @@ def test_recipeqa_json_export(world, tmp_path):
                         assert i.endswith(".jpg") and step.isdigit() and k.isdigit()
                 assert "title" in rec["context"][0]
     assert tasks == {"visual_cloze", "visual_ordering", "textual_cloze", "visual_coherence"}
+
+
+def test_threads_do_not_change_datasets(world):
+    """The world was generated on the default thread count (the CPU count); one thread gives the
+    same registered content hash for every dataset, in the same order."""
+    settings = generation_settings(balanced=False)[:13] + EXTRA[:1]
+    again = generate_datasets(world["con"], settings, seed=0, encoder_id=ENC,
+                              lance_uri=world["paths"].lance, progress=False, workers=1)
+    assert [s["dataset_id"] for s in again] == [s["dataset_id"] for s in world["summaries"].values()][:13] + [
+        again[-1]["dataset_id"]]
+    for s in again:
+        assert s["content_sha256"] == world["summaries"][s["dataset_id"]]["content_sha256"], s["dataset_id"]
