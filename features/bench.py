@@ -108,7 +108,7 @@ def clustered_vectors(n: int, dim: int, seed: int = 0, per_cluster: int = 50, no
 def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: int = 1000,
               configs: list[AnnConfig] | None = None, seed: int = 0, workdir: str | None = None) -> dict:
     """recall@k (other-group neighbours) and q/s of ANN configs vs exact, on one temp LanceDB table."""
-    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
+    from features.store import IMAGE_TABLE, FeatureStore, vectors_column
     n, dim = vectors.shape
     rng = np.random.default_rng(seed)
     qi = np.sort(rng.choice(n, min(n_queries, n), replace=False))
@@ -156,7 +156,7 @@ def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: 
 
 
 def default_sweep(n: int) -> list[AnnConfig]:
-    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
+    from features.store import AnnConfig
     hn = AnnConfig("IVF_HNSW_SQ").partitions_for(n)
     pq = AnnConfig("IVF_PQ").partitions_for(n)
     return ([AnnConfig("IVF_HNSW_SQ", nprobes=p) for p in sorted({max(1, hn // 4), max(1, hn // 2), hn})]
@@ -214,9 +214,9 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: AnnConfig) -> dict:
+def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: "AnnConfig") -> dict:
     """LanceDB route on one split: index build time, batched-query q/s and recall on the sample."""
-    from features.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_column
+    from features.store import IMAGE_TABLE, FeatureStore, vectors_column
     from features.neighbours import _lance_split_knn
     n = len(mat)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -282,6 +282,7 @@ def bench_knn(sizes: list[int], dim: int = 256, k: int = 100, queries: int = 200
             tot["scanned"] += info["scanned_share"] * len(sel) ** 2
             hits.append((recall_at_k(idx[qsel], ex_idx), nq))
             if lance and name == "train":
+                from features.store import AnnConfig
                 lance_res = _lance_build(mat, groups, k, qsel, ex_idx, workdir, AnnConfig())
         recall = sum(r * w for r, w in hits) / sum(w for _, w in hits)
         scanned = tot.pop("scanned") / sum((split == name).sum() ** 2 for name, _ in SPLITS)

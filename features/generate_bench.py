@@ -24,7 +24,7 @@ def _load() -> str:
 
 
 def bench_generate(home: Path, n_recipes: int, dim: int = 128, k: int = 100, seed: int = 0,
-                   loop_questions: int = 5000) -> dict:
+                   loop_questions: int = 5000, balanced: bool = True) -> dict:
     from etl.warehouse import connect
     from features.generate import Generator, ensure_text_neighbours, generate_datasets, generation_settings
     from features.knobs import KnobParams
@@ -52,7 +52,7 @@ def bench_generate(home: Path, n_recipes: int, dim: int = 128, k: int = 100, see
     before = _load()
     t0, c0 = time.perf_counter(), time.process_time()
     gen = Generator(con, enc, paths.lance)
-    summaries = generate_datasets(con, generation_settings(), seed=seed, encoder_id=enc,
+    summaries = generate_datasets(con, generation_settings(balanced=balanced), seed=seed, encoder_id=enc,
                                   lance_uri=paths.lance, progress=False, generator=gen)
     t_all, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_q = sum(s["n_questions"] for s in summaries)

@@ -794,13 +794,15 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
                        dim: int = typer.Option(128, "--dim", help="Vector dimension (default encoder: 128)."),
                        k: int = typer.Option(100, "--k", help="Neighbours per image."),
                        bench_home: Optional[Path] = typer.Option(None, "--bench-home", help="Where the "
-                                                                 "synthetic world lives (default MRQA_HOME/bench/generate-N).")):
+                                                                 "synthetic world lives (default MRQA_HOME/bench/generate-N)."),
+                       paper_only: bool = typer.Option(False, "--paper-only", help="Time the paper's 32 "
+                                                       "settings only (no knob-3 balanced variants).")):
     """Time `generate --all` per dataset and in total on a synthetic world (neighbours built first,
     not timed), and vectorised distractor selection vs a per-question Python loop."""
     from etl.config import Paths
     from features.generate_bench import bench_generate
     home = bench_home or Paths.from_env().home / "bench" / f"generate-{recipes}-d{dim}-k{k}"
-    res = bench_generate(home, recipes, dim=dim, k=k)
+    res = bench_generate(home, recipes, dim=dim, k=k, balanced=not paper_only)
     for s in res["datasets"]:
         typer.echo(f"{s['dataset_id']:32s} {s['n_questions']:>7,d} q {s['seconds']:7.2f}s")
     for line in res["lines"]:
