@@ -108,7 +108,7 @@ def clustered_vectors(n: int, dim: int, seed: int = 0, per_cluster: int = 50, no
 def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: int = 1000,
               configs: list[AnnConfig] | None = None, seed: int = 0, workdir: str | None = None) -> dict:
     """recall@k (other-group neighbours) and q/s of ANN configs vs exact, on one temp LanceDB table."""
-    from features.store import IMAGE_TABLE, FeatureStore, vectors_column
+    from features.store import FeatureStore
     n, dim = vectors.shape
     rng = np.random.default_rng(seed)
     qi = np.sort(rng.choice(n, min(n_queries, n), replace=False))
@@ -124,12 +124,7 @@ def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: 
     configs = configs or default_sweep(n)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         store = FeatureStore(str(Path(tmp) / "lance"))
-        ids = [f"v{i:07d}" for i in range(n)]
-        store.upsert(IMAGE_TABLE, pa.table({
-            "id": ids, "recipe_id": [f"g{g}" for g in groups],
-            "step_idx": pa.array(np.zeros(n, np.int32)), "split": ["train"] * n,
-            "encoder_id": ["bench"] * n, "sha256": [""] * n, "vector": vectors_column(vectors)}))
-        tbl = store.find_table(IMAGE_TABLE, "bench")
+        ids, tbl = _bench_table(store, vectors, groups, "train")
         store.ensure_indexes(tbl)
         rows = []
         built = None
@@ -153,6 +148,18 @@ def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: 
         res["lance_flat_q_s"] = round(len(qi) / (time.perf_counter() - t0), 1)
     res["configs"] = rows
     return res
+
+
+def _bench_table(store, mat: np.ndarray, groups: np.ndarray, split: str):
+    """One image_vectors table of `mat` (one split, recipe = group) in `store`: (ids, table)."""
+    from features.store import IMAGE_TABLE, vectors_column
+    n = len(mat)
+    ids = [f"v{i:07d}" for i in range(n)]
+    store.upsert(IMAGE_TABLE, pa.table({
+        "id": ids, "recipe_id": [f"g{g}" for g in groups],
+        "step_idx": pa.array(np.zeros(n, np.int32)), "split": [split] * n,
+        "encoder_id": ["bench"] * n, "sha256": [""] * n, "vector": vectors_column(mat)}))
+    return ids, store.find_table(IMAGE_TABLE, "bench")
 
 
 def default_sweep(n: int) -> list[AnnConfig]:
@@ -216,17 +223,12 @@ def _timed(fn):
 
 def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: "AnnConfig") -> dict:
     """LanceDB route on one split: index build time, batched-query q/s and recall on the sample."""
-    from features.store import IMAGE_TABLE, FeatureStore, vectors_column
+    from features.store import FeatureStore
     from features.neighbours import _lance_split_knn
     n = len(mat)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         store = FeatureStore(str(Path(tmp) / "lance"), ann=cfg)
-        ids = [f"v{i:07d}" for i in range(n)]
-        store.upsert(IMAGE_TABLE, pa.table({
-            "id": ids, "recipe_id": [f"g{g}" for g in groups],
-            "step_idx": pa.array(np.zeros(n, np.int32)), "split": ["s"] * n,
-            "encoder_id": ["bench"] * n, "sha256": [""] * n, "vector": vectors_column(mat)}))
-        tbl = store.find_table(IMAGE_TABLE, "bench")
+        ids, tbl = _bench_table(store, mat, groups, "s")
         _, build_s = _timed(lambda: store.ensure_indexes(tbl, cfg, force_ann=True))
         (idx, _, info), q_s = _timed(lambda: _lance_split_knn(store, "bench", "s", ids, mat, groups,
                                                               k, 512, cfg, None, rows=qsel))

@@ -121,3 +121,10 @@ def test_bench_knn_tiny_run_and_cli(tmp_path):
     assert json.loads(out.output[out.output.index("{"):])["sizes"][0]["n"] == 500
     bad = CliRunner().invoke(app, ["bench", "knn", "--sizes", "a,b"])
     assert bad.exit_code == 2
+
+
+def test_bench_knn_lance_route(tmp_path):
+    """`bench knn --lance` also builds the LanceDB index route on the train split and reports it."""
+    res = bench_knn([900], dim=16, k=10, queries=100, seed=1, lance=True, workdir=str(tmp_path))
+    lance = res["sizes"][0]["lance_train_split"]
+    assert lance["q_s"] > 0 and lance["index_build_s"] >= 0 and 0.5 <= lance["recall@10"] <= 1.0
