@@ -30,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from features.encoders import (Encoder, EncoderUnavailable, build_model, file_sha256,
                                get_encoder_row, pick_device)
-from features.image_data import ImageFileDataset, image_items, image_size_of
+from features.image_data import ImageFileDataset, image_size_of
 
 if TYPE_CHECKING:      # flow-side only: workers import this module, keep LanceDB out of it
     import duckdb
@@ -120,19 +120,9 @@ def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spe
 
     from etl.warehouse import clear_rejects, record_reject
     from features.store import IMAGE_TABLE, vectors_column
-    items = image_items(con, paths)
-    have = store.keys(IMAGE_TABLE, spec.encoder_id)
-    wanted = {it.image_id for it in items}
-    stale = [i for i in have if i not in wanted]
-    known_bad = dict(con.execute("SELECT key, detail FROM rejects WHERE stage = 'embed'").fetchall())
-    todo = [it for it in items if have.get(it.image_id) != it.sha256
-            and not (known_bad.get(it.image_id) or "").startswith(f"sha256={it.sha256};")]
-    deleted = store.delete(IMAGE_TABLE, spec.encoder_id, stale)
-    already = sum(have.get(it.image_id) == it.sha256 for it in items)
-    summary = {"images_total": len(items), "images_already": already,
-               "images_known_bad": len(items) - len(todo) - already,
-               "images_encoded": 0, "images_rejected": 0, "vectors_deleted": deleted,
-               "fanout": where}
+    from features.embedding import plan_image_embedding
+    todo, summary = plan_image_embedding(con, store, spec.encoder_id, paths)
+    summary["fanout"] = where
     if not todo:
         return summary
     clear_rejects(con, "embed", [it.image_id for it in todo])

@@ -56,22 +56,30 @@ def _cached_batches(todo, encoder: Encoder, paths: Paths, cfg: EmbedConfig):
     return batches, [p for p in range(len(todo)) if p not in rows]
 
 
-def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: Encoder,
-                 paths: Paths | None = None, cfg: EmbedConfig | None = None) -> dict:
-    cfg = cfg or EmbedConfig()
-    paths = paths or Paths.from_env()
+def plan_image_embedding(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder_id: str,
+                         paths: Paths) -> tuple[list, dict]:
+    """(images to encode, summary so far) for an incremental embed: images whose sha256 has no
+    vector for the encoder and that were not already rejected at that sha256; vectors of images no
+    longer in the warehouse are deleted. Shared by the local and the fan-out (Dask) paths."""
     items = image_items(con, paths)
-    have = store.keys(IMAGE_TABLE, encoder.encoder_id)
+    have = store.keys(IMAGE_TABLE, encoder_id)
     wanted = {it.image_id for it in items}
     stale = [i for i in have if i not in wanted]
     known_bad = dict(con.execute("SELECT key, detail FROM rejects WHERE stage = 'embed'").fetchall())
     todo = [it for it in items if have.get(it.image_id) != it.sha256
             and not (known_bad.get(it.image_id) or "").startswith(f"sha256={it.sha256};")]
-    deleted = store.delete(IMAGE_TABLE, encoder.encoder_id, stale)
+    deleted = store.delete(IMAGE_TABLE, encoder_id, stale)
     already = sum(have.get(it.image_id) == it.sha256 for it in items)
-    summary = {"images_total": len(items), "images_already": already,
-               "images_known_bad": len(items) - len(todo) - already,
-               "images_encoded": 0, "images_rejected": 0, "vectors_deleted": deleted}
+    return todo, {"images_total": len(items), "images_already": already,
+                  "images_known_bad": len(items) - len(todo) - already,
+                  "images_encoded": 0, "images_rejected": 0, "vectors_deleted": deleted}
+
+
+def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: Encoder,
+                 paths: Paths | None = None, cfg: EmbedConfig | None = None) -> dict:
+    cfg = cfg or EmbedConfig()
+    paths = paths or Paths.from_env()
+    todo, summary = plan_image_embedding(con, store, encoder.encoder_id, paths)
     if not todo:
         return summary
     clear_rejects(con, "embed", [it.image_id for it in todo])
