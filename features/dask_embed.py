@@ -1,8 +1,9 @@
 """The image-embedding fan-out: decode + encode batches anywhere, write vectors in the flow process.
 
 `encode_batch(spec, files)` is what a (Dask) worker runs: it loads the encoder once per process
-(`worker_encoder`, cached by spec), decodes the files with the same dataset class and preprocessing
-as the local DataLoader path (features/image_data.py), and encodes the readable ones in one batch.
+(`worker_encoder`, cached by spec), decodes the files with the same dataset as the local loaders
+(`image_data.image_dataset`: uint8 pixels normalised on the encoder's device, or the float path for
+a preprocess that cannot be split), and encodes the readable ones in one batch.
 
 `embed_images_fanout(con, store, spec, paths, cfg, submit)` is the flow side: the same selection,
 incrementality and rejects as `features.embedding.embed_images`, but each batch of `cfg.batch_size`
@@ -30,7 +31,7 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from features.encoders import (Encoder, EncoderUnavailable, build_model, file_sha256,
                                get_encoder_row, pick_device)
-from features.image_data import ImageFileDataset, image_size_of
+from features.image_data import image_dataset, image_size_of
 
 if TYPE_CHECKING:      # flow-side only: workers import this module, keep LanceDB out of it
     import duckdb
@@ -93,7 +94,7 @@ def encode_batch(spec: EncoderSpec, files: list[str]) -> dict:
     """Decode and encode one batch: {"ok": positions encoded, "vectors": float32 [len(ok), dim],
     "errors": [(position, reason, detail)]} with reasons `missing_file` / `image_decode_error`."""
     enc = worker_encoder(spec)
-    ds = ImageFileDataset([Path(f) for f in files], enc.preprocess, image_size_of(enc.model))
+    ds = image_dataset([Path(f) for f in files], enc.preprocess, image_size_of(enc.model))
     ok, tensors, errors = [], [], []
     for i in range(len(ds)):
         pos, x, reason, detail = ds[i]

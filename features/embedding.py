@@ -1,8 +1,9 @@
 """Embed images and step texts into the feature store, incrementally.
 
 Images: those with status 'ok' (of ok recipes with a split) whose (image_id, sha256) has no vector
-for the encoder yet; decoded in DataLoader workers, encoded in batches (CUDA + autocast when
-available). A missing or undecodable file is recorded in `rejects` (stage `embed`) and skipped.
+for the encoder yet; decoded in DataLoader workers (or threads) to uint8 pixels that the encoder
+normalises on its device, encoded in batches (CUDA + autocast when available). A missing or
+undecodable file is recorded in `rejects` (stage `embed`) and skipped.
 Vectors of images that are no longer ok are deleted. Texts: a step's title and body (cleaned),
 keyed by a hash of the text, so only new or changed texts are encoded.
 """
@@ -33,14 +34,17 @@ class EmbedConfig:
     batch_size: int = 128
     num_workers: int = 2
     decode: str = "processes"   # processes (DataLoader workers) | threads (no tensor IPC; see image_data)
+    pixels: bool = True         # decoders send uint8 pixels, normalised on the encoder's device
+                                # (False: the float path, whole preprocess in the decoders)
     write_every: int = 4096     # rows buffered before a LanceDB append
     pixel_cache: bool = True    # reuse pixels the encoder training decoded (same sha256 + preprocessing)
     pixel_cache_max_size: int = 64   # only small inputs are cached (a 224 px cache would be huge)
 
 
 def _cached_batches(todo, encoder: Encoder, paths: Paths, cfg: EmbedConfig):
-    """(positions in todo, model input) batches for images in the training pixel cache, plus the
-    positions still to decode. The cached pixels are exactly what the preprocess would give."""
+    """(positions in todo, uint8 pixels [n, 3, s, s]) batches for images in the training pixel cache,
+    plus the positions still to decode. The cached pixels are exactly what the PIL part of the
+    preprocess would give; the encoder normalises them on its device."""
     size = image_size_of(encoder.model)
     if not cfg.pixel_cache or size > cfg.pixel_cache_max_size:
         return [], list(range(len(todo)))
@@ -50,8 +54,8 @@ def _cached_batches(todo, encoder: Encoder, paths: Paths, cfg: EmbedConfig):
         return [], list(range(len(todo)))
     rows, arr = cache.lookup(todo)
     hit = sorted(rows)
-    batches = [(chunk, lambda c=chunk: cache.model_input(torch.from_numpy(
-                    np.ascontiguousarray(arr[[rows[p] for p in c]]))))
+    batches = [(chunk, lambda c=chunk: torch.from_numpy(
+                    np.ascontiguousarray(arr[[rows[p] for p in c]])).permute(0, 3, 1, 2))
                for chunk in (hit[i:i + cfg.batch_size] for i in range(0, len(hit), cfg.batch_size))]
     return batches, [p for p in range(len(todo)) if p not in rows]
 
@@ -87,7 +91,10 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
     cached, to_decode = _cached_batches(todo, encoder, paths, cfg)
     summary["images_from_pixel_cache"] = sum(len(c) for c, _ in cached)
     loader = image_loader([todo[p].path for p in to_decode], encoder.preprocess, size,
-                          cfg.batch_size, cfg.num_workers, decode=cfg.decode) if to_decode else []
+                          cfg.batch_size, cfg.num_workers, decode=cfg.decode,
+                          pixels=cfg.pixels) if to_decode else []
+    if to_decode:       # uint8: pixels normalised on the device; float32: the whole preprocess on the CPU
+        summary["image_input"] = str(loader.dataset.blank[1]).removeprefix("torch.")
     buf_rows: list[int] = []
     buf_vecs: list[np.ndarray] = []
     t0 = time.perf_counter()

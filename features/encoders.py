@@ -18,6 +18,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +28,7 @@ import torch
 
 from etl.config import Paths
 from etl.warehouse import utcnow
+from features.image_data import split_preprocess, to_model_input
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +104,22 @@ class Encoder:
     def use_amp(self) -> bool:
         return self.device.type == "cuda"
 
+    @cached_property
+    def pixel_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) of the preprocess's Normalize on the model's device (ValueError when the
+        preprocess does not split into PIL steps + ToTensor + Normalize)."""
+        _, mean, std, _ = split_preprocess(self.preprocess)
+        return mean.to(self.device), std.to(self.device)
+
     @torch.no_grad()
     def encode_image_tensors(self, batch: torch.Tensor) -> np.ndarray:
-        """Preprocessed images [n, 3, H, W] -> L2-normalised float32 vectors [n, dim]."""
+        """Images [n, 3, H, W] -> L2-normalised float32 vectors [n, dim]. Float input is preprocessed;
+        uint8 input is pixels from the PIL part of the preprocess (`image_data.image_dataset`), copied
+        to the device as uint8 and normalised there (`to_model_input`: float32, as ToTensor +
+        Normalize; the model then runs under autocast on CUDA)."""
         batch = batch.to(self.device, non_blocking=True)
+        if batch.dtype == torch.uint8:
+            batch = to_model_input(batch, *self.pixel_norm)
         with torch.autocast(self.device.type, enabled=self.use_amp):
             feats = self.model.encode_image(batch, normalize=True)
         return feats.float().cpu().numpy()

@@ -2,12 +2,16 @@
 
 Unreadable files never crash a batch: the dataset returns a zero tensor plus an error reason
 (`missing_file` or `image_decode_error`, the `embed` reject vocabulary) and the caller decides.
+The embed loaders send uint8 pixels (the resized + cropped image, a quarter of the bytes of float
+input) and the encoder normalises them on its device (`to_model_input`); a preprocess that cannot be
+split that way keeps the float path (whole preprocess on the CPU).
 `PixelCache` keeps decoded + resized uint8 pixels keyed by sha256, so training decodes each image once.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,8 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from etl.config import Paths
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,17 +88,38 @@ def open_rgb(path: Path, size: int) -> Image.Image:
 
 def decode_worker_init(_worker_id: int) -> None:
     """One torch thread per decode worker: N workers each with an all-core OpenMP pool would
-    oversubscribe the CPU (ToTensor/Normalize run torch ops in the worker)."""
+    oversubscribe the CPU (the float path's ToTensor/Normalize and the batch collation run torch ops
+    in the worker)."""
     torch.set_num_threads(1)
 
 
-class ImageFileDataset(Dataset):
-    """(position, preprocessed tensor, error reason, error detail) for each item."""
+class PixelArray:
+    """PIL image -> uint8 tensor of `pil(image)` (the PIL part of a split preprocess): [s, s, 3], or
+    with `channels_first` a [3, s, s] view of it (the layout of ToTensor, copied once by the collation)."""
 
-    def __init__(self, files: Sequence[Path], preprocess: Callable, image_size: int):
+    def __init__(self, pil: Callable, size: int, channels_first: bool = True):
+        self.pil, self.size, self.channels_first = pil, size, channels_first
+
+    def __call__(self, im: Image.Image) -> torch.Tensor:
+        arr = np.asarray(self.pil(im))
+        if arr.dtype != np.uint8 or arr.shape != (self.size, self.size, 3):
+            raise ValueError(f"preprocess gave {arr.dtype} {arr.shape}, not uint8 "
+                             f"{(self.size, self.size, 3)}")
+        x = torch.from_numpy(arr.copy())
+        return x.permute(2, 0, 1) if self.channels_first else x
+
+
+class ImageFileDataset(Dataset):
+    """(position, tensor, error reason, error detail) for each file: `transform` of the decoded RGB
+    image, or for a missing or unreadable file a zero tensor of `blank` shape and dtype (default: the
+    float [3, s, s] of a preprocess) plus the reason and detail."""
+
+    def __init__(self, files: Sequence[Path], transform: Callable, image_size: int,
+                 blank: tuple[tuple[int, ...], torch.dtype] | None = None):
         self.files = list(files)
-        self.preprocess = preprocess
+        self.transform = transform
         self.image_size = image_size
+        self.blank = blank or ((3, image_size, image_size), torch.float32)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -100,61 +127,91 @@ class ImageFileDataset(Dataset):
     def __getitem__(self, i: int):
         path = self.files[i]
         try:
-            x = self.preprocess(open_rgb(path, self.image_size))
-            return i, x, "", ""
+            return i, self.transform(open_rgb(path, self.image_size)), "", ""
         except FileNotFoundError as e:
             reason, detail = "missing_file", str(e)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
             reason, detail = "image_decode_error", f"{type(e).__name__}: {e}"
-        return i, torch.zeros(3, self.image_size, self.image_size), reason, detail[:500]
+        shape, dtype = self.blank
+        return i, torch.zeros(shape, dtype=dtype), reason, detail[:500]
+
+
+_FLOAT_PATH_LOGGED: set[str] = set()      # one log line per unsplittable preprocess and process
+
+
+def image_dataset(files: Sequence[Path], preprocess: Callable, image_size: int,
+                  pixels: bool = True) -> ImageFileDataset:
+    """The embed paths' dataset: with `pixels`, uint8 [3, s, s] made by the PIL part of `preprocess`
+    (`split_preprocess`; `Encoder.encode_image_tensors` normalises them on its device), else, or when
+    `preprocess` cannot be split (logged), its float tensors [3, s, s] made on the CPU."""
+    if pixels:
+        try:
+            pil = split_preprocess(preprocess)[0]
+        except ValueError as e:
+            if repr(preprocess) not in _FLOAT_PATH_LOGGED:
+                _FLOAT_PATH_LOGGED.add(repr(preprocess))
+                log.warning("image decoding stays on the float path (whole preprocess on the CPU, "
+                            "4x the bytes of uint8 pixels): %s", e)
+        else:
+            return ImageFileDataset(files, PixelArray(pil, image_size), image_size,
+                                    ((3, image_size, image_size), torch.uint8))
+    return ImageFileDataset(files, preprocess, image_size)
 
 
 class ThreadedImageBatches:
     """The same batches as `image_loader`'s DataLoader, decoded by a pool of threads in this process.
 
     PIL releases the GIL while it decodes and resizes, so threads scale without sending decoded
-    tensors between processes (the DataLoader's worker->main copy through shared memory measured
-    79 img/s with 15 workers vs 176 with none on a 16-core GPU VM, `mrqa bench embed`)."""
+    tensors between processes (the DataLoader's worker->main copy of float tensors through shared
+    memory measured 79 img/s with 15 workers vs 176 with none on a 16-core GPU VM, `mrqa bench embed`).
+    Batches are collated into pinned memory with `pin_memory` (as the DataLoader's)."""
 
-    def __init__(self, files: Sequence[Path], preprocess: Callable, image_size: int,
-                 batch_size: int, threads: int):
-        self.ds = ImageFileDataset(files, preprocess, image_size)
-        self.batch_size, self.threads = batch_size, max(1, threads)
+    def __init__(self, dataset: ImageFileDataset, batch_size: int, threads: int,
+                 pin_memory: bool = False):
+        self.dataset = dataset
+        self.batch_size, self.threads, self.pin_memory = batch_size, max(1, threads), pin_memory
 
     def __len__(self) -> int:
-        return -(-len(self.ds) // self.batch_size)
+        return -(-len(self.dataset) // self.batch_size)
 
     def __iter__(self):
         from concurrent.futures import ThreadPoolExecutor
-        n = len(self.ds)
+        n = len(self.dataset)
         with ThreadPoolExecutor(self.threads, thread_name_prefix="decode") as pool:
             pending = None
             for start in range(0, n, self.batch_size):      # one batch decoding ahead
-                nxt = pool.map(self.ds.__getitem__, range(start, min(start + self.batch_size, n)))
+                nxt = pool.map(self.dataset.__getitem__, range(start, min(start + self.batch_size, n)))
                 if pending is not None:
-                    yield _collate(list(pending))
+                    yield _collate(list(pending), self.pin_memory)
                 pending = nxt
             if pending is not None:
-                yield _collate(list(pending))
+                yield _collate(list(pending), self.pin_memory)
 
 
-def _collate(items: list) -> tuple:
-    return (torch.tensor([it[0] for it in items]), torch.stack([it[1] for it in items]),
+def _collate(items: list, pin_memory: bool = False) -> tuple:
+    xs = [it[1] for it in items]
+    out = torch.empty((len(xs), *xs[0].shape), dtype=xs[0].dtype, pin_memory=pin_memory)
+    return (torch.tensor([it[0] for it in items]), torch.stack(xs, out=out),
             [it[2] for it in items], [it[3] for it in items])
 
 
 def image_loader(files: Sequence[Path], preprocess: Callable, image_size: int,
-                 batch_size: int = 128, num_workers: int = 0, decode: str = "processes"):
-    """Batches in file order (positions, tensors, error reasons, details); decoding runs in
-    `num_workers` worker processes (0 = in-process), or with decode="threads" in as many threads."""
+                 batch_size: int = 128, num_workers: int = 0, decode: str = "processes",
+                 pixels: bool = True):
+    """Batches in file order (positions, images [n, 3, s, s], error reasons, details); decoding runs
+    in `num_workers` worker processes (0 = in-process), or with decode="threads" in as many threads.
+    Images are uint8 pixels with `pixels` (see `image_dataset`), float otherwise; batches are in
+    pinned memory when CUDA is available, so `.to(device, non_blocking=True)` overlaps."""
     if decode not in ("processes", "threads"):
         raise ValueError(f"decode must be processes or threads, got {decode!r}")
+    ds = image_dataset(files, preprocess, image_size, pixels)
+    pin = torch.cuda.is_available()
     if decode == "threads" and num_workers > 0:
-        return ThreadedImageBatches(files, preprocess, image_size, batch_size, num_workers)
-    return DataLoader(ImageFileDataset(files, preprocess, image_size), batch_size=batch_size,
+        return ThreadedImageBatches(ds, batch_size, num_workers, pin)
+    return DataLoader(ds, batch_size=batch_size,
                       shuffle=False, num_workers=num_workers,
                       worker_init_fn=decode_worker_init if num_workers > 0 else None,
-                      pin_memory=torch.cuda.is_available(),
+                      pin_memory=pin,
                       persistent_workers=False,
                       # fork after LanceDB started its runtime may deadlock: forkserver workers
                       multiprocessing_context="forkserver" if num_workers > 0 else None,
@@ -166,20 +223,22 @@ def image_size_of(model: torch.nn.Module) -> int:
     return int(size[0] if isinstance(size, (tuple, list)) else size)
 
 
-# ----------------------------------------------------------------------------- decoded uint8 cache
+# ----------------------------------------------------------------------------- uint8 pixels
 
 def split_preprocess(preprocess: Callable) -> tuple[Callable, torch.Tensor, torch.Tensor, str]:
     """Split an open_clip Compose into (PIL part, mean [3], std [3], key of the PIL part).
 
     The PIL part (resize, crop, RGB) makes the uint8 pixels; `to_model_input` then gives exactly what
-    ToTensor + Normalize would, so cached pixels and the embed path see the same input.
+    ToTensor + Normalize would, so cached pixels, the uint8 embed loaders and the float path see the
+    same input.
+    Anything else after ToTensor (a tensor transform the split would drop) raises ValueError.
     """
     from torchvision.transforms import Compose, Normalize
     steps = list(getattr(preprocess, "transforms", []))
     cut = next((i for i, t in enumerate(steps) if "ToTensor" in type(t).__name__), None)
-    norm = next((t for t in steps if isinstance(t, Normalize)), None)
-    if cut is None or norm is None:
-        raise ValueError(f"preprocess {preprocess!r} has no ToTensor/Normalize step")
+    if cut is None or len(steps) != cut + 2 or not isinstance(steps[cut + 1], Normalize):
+        raise ValueError(f"preprocess {preprocess!r} does not end in ToTensor, Normalize")
+    norm = steps[cut + 1]
     pil = Compose(steps[:cut])
     desc = [(type(t).__name__, {k: str(v) for k, v in sorted(vars(t).items())
                                 if not k.startswith("_") and k != "training"}) for t in steps[:cut]]
@@ -188,32 +247,14 @@ def split_preprocess(preprocess: Callable) -> tuple[Callable, torch.Tensor, torc
 
 
 def to_model_input(pixels: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """uint8 [n, s, s, 3] -> normalised float [n, 3, s, s] (= ToTensor + Normalize)."""
-    x = pixels.permute(0, 3, 1, 2).float().div_(255)
+    """uint8 [n, 3, s, s] -> normalised float32 [n, 3, s, s] on the pixels' device: the same
+    operations as ToTensor + Normalize, so the same numbers."""
+    mean, std = mean.to(pixels.device), std.to(pixels.device)
+    x = pixels.float().div_(255)
     return x.sub_(mean.view(1, 3, 1, 1)).div_(std.view(1, 3, 1, 1)).contiguous()
 
 
-class _PixelDataset(Dataset):
-    """(position, uint8 [s, s, 3], error reason, detail) for each file."""
-
-    def __init__(self, files: Sequence[Path], pil: Callable, size: int):
-        self.files, self.pil, self.size = list(files), pil, size
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, i: int):
-        try:
-            arr = np.asarray(self.pil(open_rgb(self.files[i], self.size)), dtype=np.uint8)
-            if arr.shape != (self.size, self.size, 3):
-                raise ValueError(f"preprocess gave shape {arr.shape}")
-            return i, torch.from_numpy(arr.copy()), "", ""
-        except FileNotFoundError as e:
-            reason, detail = "missing_file", str(e)
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-            reason, detail = "image_decode_error", f"{type(e).__name__}: {e}"
-        return i, torch.zeros(self.size, self.size, 3, dtype=torch.uint8), reason, detail[:500]
-
+# ----------------------------------------------------------------------------- decoded uint8 cache
 
 class PixelCache:
     """Decoded + resized images as one uint8 array [n, s, s, 3], keyed by image sha256.
@@ -269,8 +310,10 @@ class PixelCache:
         missing = [p for p, it in enumerate(items) if self.item_key(it) not in row]
         new_keys, new_rows = [], []
         if missing:
-            loader = DataLoader(_PixelDataset([items[p].path for p in missing], self.pil, self.size),
-                                batch_size=256, shuffle=False, num_workers=num_workers,
+            ds = ImageFileDataset([items[p].path for p in missing],
+                                  PixelArray(self.pil, self.size, channels_first=False), self.size,
+                                  ((self.size, self.size, 3), torch.uint8))
+            loader = DataLoader(ds, batch_size=256, shuffle=False, num_workers=num_workers,
                                 worker_init_fn=decode_worker_init if num_workers > 0 else None,
                                 multiprocessing_context="forkserver" if num_workers > 0 else None)
             from tqdm import tqdm
@@ -295,4 +338,5 @@ class PixelCache:
         return out, ok, stats
 
     def model_input(self, pixels: torch.Tensor) -> torch.Tensor:
-        return to_model_input(pixels, self.mean, self.std)
+        """uint8 [n, s, s, 3] (the cache's layout) -> normalised float [n, 3, s, s]."""
+        return to_model_input(pixels.permute(0, 3, 1, 2), self.mean, self.std)

@@ -549,7 +549,8 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
                     synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic JPEGs."),
                     synthetic_size: int = typer.Option(256, "--synthetic-size", help="Side of the synthetic "
                                                        "JPEGs in pixels (real instructables photos are ~600).")):
-    """Embedding images/s: end to end (workers vs 0), model only, batched vs one image at a time."""
+    """Embedding images/s: end to end (uint8 pixels normalised on the device vs float input; workers
+    vs 0), model only, batched vs one image at a time."""
     import tempfile
     from etl.config import Paths
     from etl.warehouse import connect

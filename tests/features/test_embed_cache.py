@@ -1,4 +1,5 @@
-"""`mrqa embed` reuses the pixels the encoder training decoded: same vectors as decoding, fewer decodes."""
+"""`mrqa embed` reuses the pixels the encoder training decoded: same vectors as decoding, fewer decodes;
+its default uint8 decoders (pixels normalised by the encoder) give the float path's vectors and rejects."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,12 @@ def test_embed_from_pixel_cache_equals_decoding_and_still_rejects(tmp_path):
     s1 = embed_images(con, cached, enc, paths, EmbedConfig(batch_size=8, num_workers=0))
     decoded = FeatureStore(str(tmp_path / "lance_b"))
     s2 = embed_images(con, decoded, enc, paths, EmbedConfig(batch_size=8, num_workers=0, pixel_cache=False))
+    floats = FeatureStore(str(tmp_path / "lance_c"))
+    s3 = embed_images(con, floats, enc, paths, EmbedConfig(batch_size=8, num_workers=0, pixel_cache=False,
+                                                          pixels=False))
+    assert s2["image_input"] == "uint8" and s3["image_input"] == "float32"
     assert s1["images_from_pixel_cache"] == n_train > 0 and s2["images_from_pixel_cache"] == 0
+    assert s3["images_encoded"] == s2["images_encoded"] and s3["images_known_bad"] == 1
     assert s1["images_encoded"] == s2["images_encoded"] == s1["images_total"] - 1
     assert s1["images_rejected"] == 1 and s2["images_known_bad"] == 1          # the missing file
     ids_a, va = cached.image_vectors(res["encoder_id"])
@@ -33,6 +39,9 @@ def test_embed_from_pixel_cache_equals_decoding_and_still_rejects(tmp_path):
     order_a, order_b = np.argsort(ids_a), np.argsort(ids_b)
     assert sorted(ids_a) == sorted(ids_b)
     assert np.allclose(va[order_a], vb[order_b], atol=1e-5)
+    ids_c, vc = floats.image_vectors(res["encoder_id"])
+    order_c = np.argsort(ids_c)
+    assert sorted(ids_c) == sorted(ids_b) and float(np.abs(vc[order_c] - vb[order_b]).max()) <= 1e-6
     again = embed_images(con, cached, enc, paths, EmbedConfig(num_workers=0))   # incremental
     assert again["images_encoded"] == 0
     con.close()
