@@ -349,7 +349,7 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
     recipes = merge_recipes(records)
     now = utcnow()
     r_rows, s_rows, i_rows = recipe_rows(recipes, now)
-    q_rows = question_rows(records)
+    q_rows = question_rows(records)     # qids are unique (read_recipeqa checks)
     if images_dir is not None:
         mapped = map_images([r["image_id"] for r in i_rows], Path(images_dir), home)
         for r in i_rows:
@@ -376,7 +376,11 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
         # without an images dir, keep whatever an earlier import mapped (only add new rows)
         _insert(con, "images", i_rows, IMAGE_COLS, method,
                 conflict="OR REPLACE" if images_dir is not None else "OR IGNORE")
-        _insert(con, "questions", q_rows, QUESTION_COLS, method)
+        staged_qids = pa.table({"dataset_id": [q["dataset_id"] for q in q_rows],  # noqa: F841
+                                "qid": [q["qid"] for q in q_rows]})
+        con.execute("""DELETE FROM questions USING staged_qids s
+                       WHERE questions.dataset_id = s.dataset_id AND questions.qid = s.qid""")
+        _insert(con, "questions", q_rows, QUESTION_COLS, method, conflict="")
         for task in tasks:
             _register_dataset(con, task, now)
         con.execute("COMMIT")

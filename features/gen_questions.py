@@ -82,23 +82,21 @@ def _balanced_prov(b, keep, feasible, drawn, target) -> dict:
 
 # ----------------------------------------------------------------------------- cloze
 
-def _flat_dots(sp, items: np.ndarray, qv: np.ndarray, rows: np.ndarray, block: int = 1 << 17) -> np.ndarray:
-    """Inner products of items (n,) with the n_q query vectors of their question qv[rows] -> (n, n_q)."""
-    out = np.empty((len(items), qv.shape[1]))
-    for s in range(0, len(items), block):
-        v = sp.vecs[items[s:s + block]]
-        out[s:s + block] = np.einsum("nd,nkd->nk", v, qv[rows[s:s + block]])
-    return out
-
-
-def _fill(P: dict, sp, mask: np.ndarray) -> None:
-    """Compute the question-side dot products of the candidate cells `mask` not computed yet (lazily:
-    settings without a knob-3 rule only need them for the chosen candidates)."""
-    need = mask & ~P["done"]
-    r, c = np.nonzero(need)
-    if len(r):
-        P["dd"][r, c] = _flat_dots(sp, P["C"][r, c], P["qv"], r)
-        P["done"] |= need
+def _fill(P: dict, sp, mask: np.ndarray, block: int = 2048) -> np.ndarray:
+    """Compute the question-side dot products dd of every candidate of the rows where `mask` needs a
+    cell not computed yet; returns those rows. Whole rows at a time (lazily: settings without a
+    knob-3 rule only touch the rows of their picks): a candidate is gathered once and multiplied by
+    its question's n_q vectors in one batched matmul, instead of gathering the (n_q, d) query block
+    per cell; and a value depends on its row alone, whatever settings asked before."""
+    rows = np.flatnonzero((mask & ~P["done"][:, None]).any(1))
+    C, qv, dd = P["C"], P["qv"], P["dd"]
+    for s in range(0, len(rows), block):
+        r = rows[s:s + block]
+        c = C[r]
+        out = np.matmul(sp.vecs[np.maximum(c, 0)], qv[r].transpose(0, 2, 1))      # (B, W, n_q)
+        dd[r] = np.where((c >= 0)[..., None], out, np.nan)
+    P["done"][rows] = True
+    return rows
 
 
 def _cloze_pool(b, sp, knn: DenseKnn, candidates: bool = True) -> dict:
@@ -127,7 +125,7 @@ def _cloze_pool(b, sp, knn: DenseKnn, candidates: bool = True) -> dict:
         C, D = np.take_along_axis(C, order, 1), np.take_along_axis(D, order, 1)
         qn = P["qmean"] / np.maximum(np.linalg.norm(P["qmean"], axis=1, keepdims=True), 1e-12)
         P.update({"C": C, "D": D, "qv": qn[:, None, :].astype(np.float32),
-                  "dd": np.full(C.shape + (1,), np.nan), "done": np.zeros(C.shape, dtype=bool),
+                  "dd": np.full(C.shape + (1,), np.nan), "done": np.zeros(len(C), dtype=bool),
                   "rec": np.where(C >= 0, sp.recipe_code[np.maximum(C, 0)], -1),
                   "txt": np.where(C >= 0, sp.text_code[np.maximum(C, 0)], -1)})
     return P
@@ -280,16 +278,18 @@ def _coherence_pool(b, sp, knn: DenseKnn) -> dict:
     qn = qsum / np.maximum(np.linalg.norm(qsum, axis=1, keepdims=True), 1e-12)
     pool = {"C": Cu, "D": Du, "anchor": np.take_along_axis(b.items, np.maximum(Au, 0), 1),
             "qv": np.concatenate([qn[:, None, :], v], axis=1).astype(np.float32),
-            "dd": np.full(Cu.shape + (4,), np.nan), "done": np.zeros(Cu.shape, dtype=bool),
-            "cs": cs, "ss": ss, "m_d": m_d, "s_d": s_d, "min_pair": min_pair}
+            "dd": np.full(Cu.shape + (4,), np.nan), "done": np.zeros(q, dtype=bool),
+            "dq": np.full(Cu.shape, np.nan), "frank": np.zeros(Cu.shape, dtype=np.int64),
+            "gap": np.full(Cu.shape, np.nan), "cs": cs, "ss": ss, "m_d": m_d, "s_d": s_d, "min_pair": min_pair}
     b.pools["coherence"] = pool
     return pool
 
 
-def _coherence_scores(P: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(dist_q, foreign_rank) of every computed candidate cell: distance to the question mean, and
-    how many coherent images look MORE out of place (leave-one-out distance) than the candidate."""
-    dd, cs, ss = P["dd"], P["cs"], P["ss"]
+def _coherence_scores(P: dict, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dist_q, foreign_rank, gap) of the candidate cells of `rows`: distance to the question mean,
+    how many coherent images look MORE out of place (leave-one-out distance) than the candidate, and
+    the gap to the nearest coherent image's leave-one-out distance."""
+    dd, cs, ss = P["dd"][rows], P["cs"][rows], P["ss"][rows]
     dq = 1.0 - dd[..., 0]
     f = [dd[..., 1 + j] for j in range(3)]
     others = [(1, 2), (0, 2), (0, 1)]
@@ -322,11 +322,10 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     hi = P["m_d"] + p.ball_hi_sd * P["s_d"]
     inball = (P["C"] >= 0) & (P["D"] > lo[:, None]) & (P["D"] < hi[:, None])
     n_c = inball.sum(1)
-    if p.k3_mode != "off":
-        _fill(P, sp, inball)
-    else:
-        _fill(P, sp, inball & (np.cumsum(inball, axis=1) == 1))      # only the first pick is scored
-    P["dq"], P["frank"], gap = _coherence_scores(P)
+    new = _fill(P, sp, inball if p.k3_mode != "off" else inball & (np.cumsum(inball, axis=1) == 1))
+    if len(new):                                       # k3 off: only the first pick's row is needed
+        P["dq"][new], P["frank"][new], P["gap"][new] = _coherence_scores(P, new)
+    gap = P["gap"]
     ok = n_c > 0
     ds.skip("too_few_ball_candidates", (~ok).sum())
     target = np.full(q, -1, dtype=np.int64)

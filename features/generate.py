@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl.config import SQL_DIR
 from etl.warehouse import utcnow
@@ -361,6 +362,8 @@ def register_dataset(con: duckdb.DuckDBPyConnection, ds: GeneratedDataset) -> di
         else:
             fields.append(f'"{name}" := {_literal(v)}')
     tbl = pa.table(cols)
+    if tbl.num_rows and pc.count_distinct(tbl.column("qid")).as_py() != tbl.num_rows:
+        raise ValueError(f"dataset {ds.dataset_id} repeats a qid; nothing was registered")
     summary = ds.summary()
     con.execute("BEGIN")
     try:
@@ -491,7 +494,8 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     also pays for preparing the shared inputs).
 
     Shared inputs (vectors, representatives, KNN arrays, skeletons, candidate pools) are prepared
-    once per run, in this thread (they read DuckDB). The question assembly is numpy work that
+    once per run, in this thread (they read DuckDB), group by group: a group's questions are
+    assembled while the next group's inputs load. The question assembly is numpy work that
     releases the GIL, so settings run on `workers` threads (default: the CPU count, at most 4);
     settings that share a skeleton batch (and its lazily filled candidate pools) stay on one thread,
     in order. Registration is serial, in the order of `settings`, on this thread's connection, so the
@@ -504,15 +508,11 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     encoder_id = encoder_id or default_encoder(con)
     gen = generator or Generator(con, encoder_id, lance_uri)
     workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
-    prep_s: dict[int, float] = {}
     groups: dict[tuple, list[int]] = {}
-    for i, (task, params) in enumerate(settings):     # DuckDB reads: here, before any thread starts
+    for i, (task, params) in enumerate(settings):      # bad settings fail before any work
         params.validate(task)
-        t0 = time.perf_counter()
-        gen.batch(task, params, seed)
-        prep_s[i] = time.perf_counter() - t0
         groups.setdefault((task, seed, params.k, _variant(params)), []).append(i)
-
+    prep_s: dict[int, float] = {}
     results = {i: Future() for i in range(len(settings))}
 
     def run_group(idx: list[int]) -> None:
@@ -532,7 +532,11 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     con.execute("SET checkpoint_threshold = '8GB'")
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="generate") as pool:
-            for idx in groups.values():
+            for idx in groups.values():         # DuckDB reads on this thread; a group starts as soon
+                for i in idx:                     # as its inputs are ready, while the next one loads
+                    t0 = time.perf_counter()
+                    gen.batch(*settings[i], seed)
+                    prep_s[i] = time.perf_counter() - t0
                 pool.submit(run_group, idx)
             for i in tqdm(range(len(settings)), desc="datasets", disable=not progress or len(settings) < 2):
                 ds, gen_s = results[i].result()

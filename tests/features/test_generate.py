@@ -368,3 +368,23 @@ def test_threads_do_not_change_datasets(world):
         again[-1]["dataset_id"]]
     for s in again:
         assert s["content_sha256"] == world["summaries"][s["dataset_id"]]["content_sha256"], s["dataset_id"]
+
+
+def test_register_refuses_a_repeated_qid_and_keeps_the_old_rows(world):
+    """questions has no key constraint (sql/schema/091): the writer itself refuses duplicates."""
+    import pyarrow as pa
+
+    from features.generate import Generator, register_dataset
+    con = world["con"]
+    ds = Generator(con, ENC, world["paths"].lance).generate(
+        "visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0), seed=0)
+    before = con.execute("SELECT count(*), any_value(content_sha256) FROM questions JOIN datasets USING "
+                         "(dataset_id) WHERE dataset_id = ?", [ds.dataset_id]).fetchall()[0]
+    assert before[0] == ds.n_questions > 1
+    qids = ds.columns["qid"].to_pylist()
+    ds.columns["qid"] = pa.array([qids[0]] + qids[:-1], pa.string())
+    with pytest.raises(ValueError, match="repeats a qid"):
+        register_dataset(con, ds)
+    after = con.execute("SELECT count(*), any_value(content_sha256) FROM questions JOIN datasets USING "
+                        "(dataset_id) WHERE dataset_id = ?", [ds.dataset_id]).fetchall()[0]
+    assert after == before
