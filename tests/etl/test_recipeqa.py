@@ -151,4 +151,3 @@ def test_cli_ingest_recipeqa(paths, val_json, tmp_path, prefect_harness):
     bad.write_text("{not json")
     res = CliRunner().invoke(app, ["ingest", "recipeqa", str(bad)])
     assert res.exit_code == 2 and "malformed JSON" in res.output and "Traceback" not in res.output
-
