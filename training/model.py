@@ -103,6 +103,10 @@ class TransformerScorer(nn.Module):
         self.cls, self.sep = nn.Parameter(torch.randn(d) * 0.02), nn.Parameter(torch.randn(d) * 0.02)
         self.pos = nn.Embedding(cfg.max_positions, d)
         self.seg = nn.Embedding(2, d)                      # 0: CLS + context + SEP, 1: query
+        # BERT's init (std 0.02) for the position and segment tables: nn.Embedding's default N(0, 1)
+        # is ~3x the projected step/query features, so at init attention saw positions, not content
+        nn.init.normal_(self.pos.weight, std=0.02)
+        nn.init.normal_(self.seg.weight, std=0.02)
         self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.dropout) for _ in range(cfg.n_layers))
         self.ln = nn.LayerNorm(d)
         self.fc = nn.Linear(d, 1)
