@@ -143,3 +143,16 @@ def test_hasty_student_rule_agrees_with_features_bias(toy_home, task):
     ds = load_qa_dataset(toy_home["export"], toy_home["ids"][(task, "0-0-0")], "tokens")
     ours, theirs = hasty_student_predictions(ds, "train"), _bias_predictions(ds, "train")
     assert (ours == theirs).mean() > 0.97          # same rule; float ties may break differently
+
+
+def test_transformer_inputs_are_not_drowned_by_position_tables_at_init():
+    """At init the position + segment embeddings must be small next to the projected step/query
+    features; with nn.Embedding's N(0, 1) default they were ~3x larger and the scorer sat at chance."""
+    from training.model import TransformerScorer
+    torch.manual_seed(0)
+    cfg = ModelConfig.small(scorer="transformer")
+    sc = TransformerScorer(cfg)
+    feats = torch.tanh(torch.randn(64, 10, 2 * cfg.lstm_hidden))      # BiLSTM outputs are in (-1, 1)
+    content = sc.inp(feats).std().item()
+    assert sc.pos.weight.std().item() < content / 5
+    assert sc.seg.weight.std().item() < content / 5
