@@ -54,8 +54,9 @@ class TrainConfig:
     max_epochs: int = 30
     patience: int = 4                  # epochs without a better val accuracy before stopping
     min_epochs: int = 8                # no early stop before this many epochs: the from-scratch
-                                       # transformer sits at chance for ~4-5 epochs before it learns
-                                       # (measured on the sample kitchen; patience 3 stopped it there)
+                                       # transformer sat at chance for ~4-5 epochs before it learned
+                                       # (sample kitchen, before the position-table init fix in
+                                       # training/model.py; patience 3 stopped it there)
     max_steps_per_recipe: int = 20     # context steps kept (the first N)
     max_tokens_per_step: int = 60      # tokens kept per step (title + body)
     min_token_freq: int = 2            # vocabulary: train-split tokens seen at least this often
