@@ -322,8 +322,8 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     hi = P["m_d"] + p.ball_hi_sd * P["s_d"]
     inball = (P["C"] >= 0) & (P["D"] > lo[:, None]) & (P["D"] < hi[:, None])
     n_c = inball.sum(1)
-    new = _fill(P, sp, inball if p.k3_mode != "off" else inball & (np.cumsum(inball, axis=1) == 1))
-    if len(new):                                       # k3 off: only the first pick's row is needed
+    new = _fill(P, sp, inball)              # whole rows: the same rows whatever knob 3 needs of them
+    if len(new):
         P["dq"][new], P["frank"][new], P["gap"][new] = _coherence_scores(P, new)
     gap = P["gap"]
     ok = n_c > 0
