@@ -2,7 +2,7 @@
 
 Untimed (or timed separately): building the synthetic world with its image `neighbours` table, and
 the title `text_neighbours` (built once per encoder). Timed: exactly what `mrqa generate --all`
-runs (vectors from LanceDB, representatives, KNN arrays, skeletons, 32 datasets registered in
+runs (vectors from LanceDB, representatives, KNN arrays, skeletons, 44 datasets (32 with --paper-only) registered in
 DuckDB), per dataset and in total. The ratio is the vectorised knob-2/3 cloze distractor selection
 against the obvious per-question Python loop over the same candidate lists (identical picks checked).
 """
