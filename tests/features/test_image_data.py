@@ -159,6 +159,7 @@ def test_bench_embed_times_both_inputs(tmp_path):
                       workers=0)
     assert res["input"].startswith("uint8") and res["images"] == 16
     for key in ("end_to_end_img_s", "end_to_end_float_img_s", "model_only_img_s",
-                "model_from_host_img_s", "model_from_host_float_img_s", "decode_only_float_img_s"):
+                "model_from_host_img_s", "model_from_host_float_img_s", "decode_only_float_img_s",
+                "decode_only_threads_img_s", "decode_only_float_threads_img_s"):
         assert res[key] > 0, key
     assert res["uint8_vs_float_best"] > 0 and res["pinned"] == torch.cuda.is_available()
