@@ -123,13 +123,26 @@ class TransformerScorer(nn.Module):
         x = x + self.pos(torch.arange(x.shape[1], device=x.device))[None] + self.seg(seg)
         ones = torch.ones(n, 1, dtype=torch.bool, device=x.device)
         pad = ~torch.cat([ones, c_mask, ones, q_mask], 1)
-        w = None
-        for i, blk in enumerate(self.blocks):
-            x, w = blk(x, pad, need_weights=return_attention and i == len(self.blocks) - 1)
+        ws = []
+        for blk in self.blocks:
+            x, w = blk(x, pad, need_weights=return_attention)
+            ws.append(w)
         score = self.fc(self.ln(x[:, 0])).squeeze(-1)
-        if return_attention:
-            return score, w[:, 0, 1:s + 1]                 # CLS -> context steps, last layer
+        if return_attention:                               # CLS -> context steps
+            return score, {"last": ws[-1][:, 0, 1:s + 1], "rollout": attention_rollout(ws)[:, 0, 1:s + 1]}
         return score
+
+
+def attention_rollout(weights: list[torch.Tensor]) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): each layer's head-mean attention with the residual
+    as 0.5 W + 0.5 I, multiplied from the first layer up; row i = how much of position i's output
+    flows from each input position through all layers (rows sum to 1)."""
+    eye = torch.eye(weights[0].shape[-1], device=weights[0].device, dtype=weights[0].dtype)
+    r = None
+    for w in weights:
+        a = 0.5 * w + 0.5 * eye
+        r = a if r is None else a @ r
+    return r
 
 
 class BiDAFScorer(nn.Module):
@@ -227,8 +240,9 @@ class GM3C(nn.Module):
             self.text_std.copy_(text.std(0).clamp(min=1e-6))
 
     def forward(self, batch: dict, return_attention: bool = False):
-        """Logits (B, C) over the choices; with return_attention (transformer only) also the last
-        layer's CLS attention over the context steps (B, C, S)."""
+        """Logits (B, C) over the choices; with return_attention (transformer only) also the CLS
+        attention over the context steps (B, C, S): {"last": the last layer's, head mean, "rollout":
+        through all layers (`attention_rollout`)}."""
         q_mask = batch["query_mask"]
         q = ((batch["query"] - self.img_mean) / self.img_std) * q_mask.unsqueeze(-1)
         b, n_c, m, _ = q.shape
@@ -248,5 +262,5 @@ class GM3C(nn.Module):
             if self.cfg.scorer != "transformer":
                 raise ValueError("attention is only defined for the transformer scorer")
             score, att = self.scorer(ce, cm, qe, qm, return_attention=True)
-            return score.reshape(b, n_c), att.reshape(b, n_c, -1)
+            return score.reshape(b, n_c), {k: v.reshape(b, n_c, -1) for k, v in att.items()}
         return self.scorer(ce, cm, qe, qm).reshape(b, n_c)

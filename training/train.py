@@ -138,10 +138,12 @@ def sharded_accuracy(model, ds: QADataset, split: str, device, d: Dist, batch_si
 def evaluate(model, ds: QADataset, split: str, device, batch_size: int = 64, amp: bool = True,
              attention: bool = False) -> dict:
     """Accuracy and predictions on `split`; with attention (transformer, cloze) the faithfulness
-    figures: mean CLS attention share on the placeholder's step vs a uniform share (1 / #steps)."""
+    figures: the mean share of CLS attention on the placeholder's step (last layer, head mean; and
+    attention rollout through all layers) vs a uniform share (1 / #steps)."""
     model.eval()
     sp = ds.splits[split]
-    preds, shares, uniform = [], [], []
+    preds, uniform = [], []
+    shares: dict[str, list] = {"last": [], "rollout": []}
     for start in range(0, len(sp), batch_size):
         idx = np.arange(start, min(start + batch_size, len(sp)))
         batch = ds.batch(split, idx, device)
@@ -152,21 +154,24 @@ def evaluate(model, ds: QADataset, split: str, device, batch_size: int = 64, amp
                 logits = model(batch)
         preds.append(logits.float().argmax(1).cpu())
         if attention:
-            att = att.float()[torch.arange(len(idx)), batch["answer"]]          # correct choice's query
             tgt = batch["target_ctx"]
             ok = tgt >= 0
             if ok.any():
-                ctx_total = (att * batch["ctx_mask"]).sum(1).clamp(min=1e-12)
-                shares.append((att[ok, tgt[ok]] / ctx_total[ok]).cpu())
+                for kind, a in att.items():
+                    a = a.float()[torch.arange(len(idx)), batch["answer"]]     # correct choice's query
+                    ctx_total = (a * batch["ctx_mask"]).sum(1).clamp(min=1e-12)
+                    shares[kind].append((a[ok, tgt[ok]] / ctx_total[ok]).cpu())
                 uniform.append(1.0 / batch["ctx_mask"][ok].sum(1).float().cpu())
     pred = torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)
     out = {"accuracy": float((pred == sp.answer).mean()) if len(pred) else float("nan"),
            "n": int(len(sp)), "predictions": pred.tolist()}
-    if shares:
-        s, u = torch.cat(shares), torch.cat(uniform)
+    if uniform:
+        s, r, u = torch.cat(shares["last"]), torch.cat(shares["rollout"]), torch.cat(uniform)
         out["faithfulness"] = {"attention_on_placeholder_step": round(float(s.mean()), 4),
                                "uniform_share": round(float(u.mean()), 4),
                                "ratio_vs_uniform": round(float(s.mean() / u.mean()), 3),
+                               "rollout_on_placeholder_step": round(float(r.mean()), 4),
+                               "rollout_ratio_vs_uniform": round(float(r.mean() / u.mean()), 3),
                                "n_questions": int(len(s))}
     return out
 

@@ -36,7 +36,9 @@ def test_tiny_run_trains_and_beats_chance(trained, toy_home):
     n = sum(r["n"] for r in res)
     acc = sum(r["accuracy"] * r["n"] for r in res) / n
     assert n >= 50 and acc > 0.40, (acc, n)          # chance 0.25; P(acc > 0.40 | chance) < 0.01 at n >= 50
-    assert m["faithfulness"]["uniform_share"] > 0 and 0 <= m["faithfulness"]["attention_on_placeholder_step"] <= 1
+    f = m["faithfulness"]
+    assert f["uniform_share"] > 0 and 0 <= f["attention_on_placeholder_step"] <= 1
+    assert 0 <= f["rollout_on_placeholder_step"] <= 1 and f["rollout_ratio_vs_uniform"] > 0
     from etl.warehouse import connect
     con = connect()
     row = con.execute("SELECT scorer, image_encoder, metrics FROM runs WHERE run_id = ?", [m["run_id"]]).fetchall()
@@ -156,3 +158,28 @@ def test_transformer_inputs_are_not_drowned_by_position_tables_at_init():
     content = sc.inp(feats).std().item()
     assert sc.pos.weight.std().item() < content / 5
     assert sc.seg.weight.std().item() < content / 5
+
+
+def test_attention_rollout_of_the_transformer_scorer():
+    """Rollout is 0.5 W + 0.5 I per layer, multiplied up: one layer gives half the CLS -> step
+    attention of the last layer; rows stay distributions; padded steps get nothing."""
+    from training.model import TransformerScorer, attention_rollout
+    torch.manual_seed(1)
+    h2 = 2 * ModelConfig.small().lstm_hidden
+    c, q = torch.randn(3, 6, h2), torch.randn(3, 4, h2)
+    c_mask = torch.ones(3, 6, dtype=torch.bool)
+    c_mask[0, 4:] = False                                              # a recipe with 4 steps
+    q_mask = torch.ones(3, 4, dtype=torch.bool)
+    one = TransformerScorer(ModelConfig.small(scorer="transformer", n_layers=1, dropout=0.0)).eval()
+    _, att = one(c, c_mask, q, q_mask, return_attention=True)
+    assert torch.allclose(att["rollout"], 0.5 * att["last"], atol=1e-6)
+    deep = TransformerScorer(ModelConfig.small(scorer="transformer", n_layers=3, dropout=0.0)).eval()
+    score, att = deep(c, c_mask, q, q_mask, return_attention=True)
+    assert torch.allclose(score, deep(c, c_mask, q, q_mask))          # weights don't change scores
+    assert float(att["rollout"][0, 4:].abs().max()) == 0.0 and float(att["last"][0, 4:].abs().max()) == 0.0
+    ws = [torch.softmax(torch.randn(2, 5, 5), -1) for _ in range(3)]
+    r = attention_rollout(ws)
+    assert torch.allclose(r.sum(-1), torch.ones(2, 5), atol=1e-5)
+    eye = torch.eye(5)
+    want = (0.5 * ws[2] + 0.5 * eye) @ (0.5 * ws[1] + 0.5 * eye) @ (0.5 * ws[0] + 0.5 * eye)
+    assert torch.allclose(r, want, atol=1e-6)
