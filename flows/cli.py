@@ -705,7 +705,7 @@ def generate_cmd(
         kw = {"all": True}
     else:
         if task not in TASKS:
-            _fail(f"--task must be one of {', '.join(TASKS)} (or use --all)")
+            _fail(f"--task must be one of {', '.join(TASKS)} (or use --all), got {task!r}")
         if preset and knobs:
             _fail("give either --knobs or --preset, not both")
         if preset:
@@ -890,12 +890,12 @@ def _train_configs(scorer: str, text_features: str, tiny: bool, size: Optional[s
     from dataclasses import replace as _replace
     from training.config import SCORERS, SIZES, configs_for
     if scorer not in SCORERS:
-        _fail(f"--scorer must be one of {', '.join(SCORERS)}")
+        _fail(f"scorer {scorer!r}: --scorer(s) must be one of {', '.join(SCORERS)}")
     if text_features not in ("tokens", "vectors"):
-        _fail("--text-features must be tokens or vectors")
+        _fail(f"--text-features must be tokens or vectors, got {text_features!r}")
     size = size or ("tiny" if tiny else "paper")
     if size not in SIZES:
-        _fail(f"--size must be one of {', '.join(SIZES)}")
+        _fail(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
     mc, tc = configs_for(size, scorer=scorer, text_features=text_features)
     return mc, _replace(tc, **{k: v for k, v in over.items() if v is not None})
 

@@ -1,0 +1,63 @@
+"""`mrqa sweep` end to end on the toy export: every (dataset, scorer) cell is a recorded run, the
+Parquet table holds what the runs measured, the summary is computed from those rows, and the
+Markdown + plot are written; bad arguments are a clear error."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+
+@pytest.fixture(scope="module")
+def swept(toy_export, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRQA_HOME", str(toy_export["home"]))
+        r = CliRunner().invoke(app, ["sweep", "--scorers", "transformer,bidaf", "--tasks", "visual_cloze",
+                                     "--knobs", "recipeqa,0-0-0", "--text-features", "vectors", "--tiny",
+                                     "--max-epochs", "2", "--seed", "0", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out, r.output
+
+
+def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
+    out, printed = swept
+    rows = pq.read_table(out / "accuracy.parquet").to_pylist()
+    assert sorted((r["knobs"], r["scorer"]) for r in rows) == [
+        ("0-0-0", "bidaf"), ("0-0-0", "transformer"), ("recipeqa", "bidaf"), ("recipeqa", "transformer")]
+    from etl.warehouse import connect
+    con = connect()
+    for r in rows:
+        assert 0.0 <= r["test_acc"] <= 1.0 and r["n_test"] > 0 and r["epochs"] <= 2
+        got = con.execute("SELECT dataset_id, scorer, CAST(json_extract(metrics, '$.test_acc') AS DOUBLE) "
+                          "FROM runs WHERE run_id = ?", [r["run_id"]]).fetchall()
+        assert got and got[0][:2] == (r["dataset_id"], r["scorer"])
+        assert abs(got[0][2] - r["test_acc"]) < 1e-4
+        if r["scorer"] == "transformer":      # visual cloze: the faithfulness figures are measured
+            assert r["faithfulness_ratio"] > 0 and r["rollout_ratio"] > 0
+        else:
+            assert r["faithfulness_ratio"] is None
+    con.close()
+    for knobs in ("recipeqa", "0-0-0"):       # Hasty Student: one figure per dataset, whatever the scorer
+        assert len({r["hasty_student_acc"] for r in rows if r["knobs"] == knobs}) == 1
+    md = (out / "accuracy.md").read_text()
+    assert md in printed
+    for r in rows:
+        assert f"| visual_cloze | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} |" in md
+    for scorer in ("transformer", "bidaf"):   # summary line: preset and knob mean from the rows
+        pre = next(r["test_acc"] for r in rows if r["scorer"] == scorer and r["knobs"] == "recipeqa")
+        kn = next(r["test_acc"] for r in rows if r["scorer"] == scorer and r["knobs"] == "0-0-0")
+        assert f"| visual_cloze | {scorer} | {pre:.3f} | {kn:.3f} (1) |" in md
+    assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
+    r = CliRunner().invoke(app, ["sweep", "--scorers", "nope", "--tasks", "visual_cloze", "--tiny",
+                                 "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "nope" in r.output
+    r = CliRunner().invoke(app, ["sweep", "--scorers", "bidaf", "--tasks", "visual_cloze", "--knobs", "9-9-9",
+                                 "--tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "no datasets" in r.output
+    assert not (tmp_path / "accuracy.parquet").exists()
