@@ -98,7 +98,7 @@ def short_training(paths: Paths, generated: dict, seed: int, max_epochs: int = 3
             continue
         rows.append({"dataset_id": dataset_id, "scorer": "transformer (tiny)",
                      **{k: m.get(k) for k in ("test_acc", "val_acc", "hasty_student_acc",
-                                               "faithfulness", "run_id")}})
+                                               "faithfulness", "context_ablation", "run_id")}})
     return sorted(rows, key=lambda r: r["dataset_id"])
 
 

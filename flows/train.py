@@ -61,5 +61,6 @@ def demo_training(export_dir: str | Path, dataset_ids: list[str], seed: int = 0,
                 continue
             rows.append({"dataset_id": dataset_id, "scorer": f"{scorer} (tiny)",
                          **{k: m.get(k) for k in ("test_acc", "val_acc", "hasty_student_acc", "chance",
-                                                   "faithfulness", "run_id", "train_seconds", "examples_per_s")}})
+                                                   "faithfulness", "context_ablation", "run_id", "train_seconds",
+                                                   "examples_per_s")}})
     return rows

@@ -79,11 +79,13 @@ class QADataset:
     def text_dim(self) -> int:
         return int(self.ctx.shape[-1]) if self.text_features == "vectors" else 0
 
-    def batch(self, split: str, idx: np.ndarray, device: torch.device | str = "cpu") -> dict:
+    def batch(self, split: str, idx: np.ndarray, device: torch.device | str = "cpu",
+              ctx_rows: np.ndarray | None = None) -> dict:
         """Tensors of questions `idx` of `split`: ctx (B, S, ...), ctx_mask (B, S) True = real step,
-        query (B, C, M, d_img), query_mask (B, C, M), answer (B,), target_ctx (B,)."""
+        query (B, C, M, d_img), query_mask (B, C, M), answer (B,), target_ctx (B,).
+        `ctx_rows` (Q,) replaces each question's recipe context row (see `foreign_context_rows`)."""
         sp = self.splits[split]
-        rows = torch.as_tensor(sp.recipe_row[idx])
+        rows = torch.as_tensor((sp.recipe_row if ctx_rows is None else ctx_rows)[idx])
         q = torch.as_tensor(sp.query[idx])
         s_max = int(self.ctx_len[rows].max())
         ctx = self.ctx[rows][:, :s_max]
@@ -91,6 +93,21 @@ class QADataset:
         out = {"ctx": ctx, "ctx_mask": ctx_mask, "query": self.images[q], "query_mask": q > 0,
                "answer": torch.as_tensor(sp.answer[idx]), "target_ctx": torch.as_tensor(sp.target_ctx[idx])}
         return {k: v.to(device) for k, v in out.items()}
+
+
+def foreign_context_rows(recipe_row: np.ndarray) -> tuple[np.ndarray, int]:
+    """For each question, the context row of a question from another recipe (the context-ablation
+    check: does accuracy need the question's own recipe?). Questions sorted by recipe, each takes
+    the recipe row `g` places further round (g = the largest recipe's question count), so a row is
+    never its own unless one recipe has over half the questions; returns (rows, how many kept their own)."""
+    n = len(recipe_row)
+    if n == 0:
+        return recipe_row.copy(), 0
+    order = np.argsort(recipe_row, kind="stable")
+    g = int(np.bincount(recipe_row).max())
+    out = np.empty_like(recipe_row)
+    out[order] = recipe_row[np.roll(order, -g)]
+    return out, int((out == recipe_row).sum())
 
 
 # ----------------------------------------------------------------------------- reading the export

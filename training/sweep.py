@@ -49,7 +49,8 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
                          "n_test": m["n_questions"].get(test_split, 0), "epochs": m["epochs_run"],
                          "seconds": round(time.perf_counter() - t0, 1), "run_id": m["run_id"],
                          "faithfulness_ratio": (m["faithfulness"] or {}).get("ratio_vs_uniform"),
-                         "rollout_ratio": (m["faithfulness"] or {}).get("rollout_ratio_vs_uniform")})
+                         "rollout_ratio": (m["faithfulness"] or {}).get("rollout_ratio_vs_uniform"),
+                         "foreign_context_acc": round(m["context_ablation"]["foreign_context_acc"], 4)})
             log.info("sweep %s %s: test %.3f (hasty %.3f)", d["dataset_id"], scorer, m["test_acc"], hasty)
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), out_dir / "accuracy.parquet")
@@ -77,13 +78,15 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict], summary: list[dict]) -> str:
     lines = ["| task | knobs | scorer | test acc | val acc | Hasty Student | train q | test q | epochs "
-             "| CLS attention on the placeholder step, x uniform: last layer / rollout |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| test acc, another recipe's steps as context | CLS attention on the placeholder step, "
+             "x uniform: last layer / rollout |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         att = ("-" if r.get("faithfulness_ratio") is None
                else f"{r['faithfulness_ratio']:.2f} / {r.get('rollout_ratio') or float('nan'):.2f}")
         lines.append(f"| {r['task']} | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | {r['val_acc']:.3f} | "
-                     f"{r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | {r['epochs']} | {att} |")
+                     f"{r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | {r['epochs']} | "
+                     f"{r['foreign_context_acc']:.3f} | {att} |")
     lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset "
                   "| Hasty knob mean |", "|---|---|---|---|---|---|"]
     f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from training.config import ModelConfig, TrainConfig, configs_for
-from training.data import QADataset, load_qa_dataset
+from training.data import QADataset, foreign_context_rows, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device  # noqa: F401
 from training.model import GM3C
 
@@ -132,6 +132,25 @@ def sharded_accuracy(model, ds: QADataset, split: str, device, d: Dist, batch_si
             correct += int((model(batch).float().argmax(1) == batch["answer"]).sum())
     correct, n = d.sum(correct, len(idx))
     return correct / n if n else float("nan")
+
+
+@torch.no_grad()
+def accuracy_with_foreign_context(model, ds: QADataset, split: str, device, batch_size: int = 64,
+                                  amp: bool = True) -> dict:
+    """Context ablation: accuracy when every question is given another recipe's steps
+    (`foreign_context_rows`). A model that reads the recipe loses accuracy; one that answers from the
+    question images alone (a learned Hasty Student) keeps it."""
+    model.eval()
+    sp = ds.splits[split]
+    rows, own = foreign_context_rows(sp.recipe_row)
+    preds = []
+    for start in range(0, len(sp), batch_size):
+        idx = np.arange(start, min(start + batch_size, len(sp)))
+        with autocast(device, amp):
+            preds.append(model(ds.batch(split, idx, device, ctx_rows=rows)).float().argmax(1).cpu())
+    pred = torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)
+    return {"accuracy": float((pred == sp.answer).mean()) if len(pred) else float("nan"),
+            "n": int(len(sp)), "kept_own_context": own}
 
 
 @torch.no_grad()
@@ -343,6 +362,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
     test_split = "test" if "test" in ds.splits else "val"
     test = evaluate(model, ds, test_split, device, amp=cfg.amp,
                     attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+    foreign = accuracy_with_foreign_context(model, ds, test_split, device, amp=cfg.amp)
     hasty, hasty_src = hasty_student_accuracy(ds, test_split)
     metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
                "world_size": d.world,
@@ -354,7 +374,11 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                "examples_per_s": round(float(np.mean([h["examples_per_s"] for h in res["history"]])), 1),
                "hasty_student_acc": hasty, "hasty_student_source": hasty_src,
                "n_params": sum(p.numel() for p in model.parameters()),
-               "faithfulness": test.get("faithfulness"), "history": res["history"],
+               "faithfulness": test.get("faithfulness"),
+               "context_ablation": {"foreign_context_acc": foreign["accuracy"],
+                                    "drop": round(test["accuracy"] - foreign["accuracy"], 4),
+                                    "kept_own_context": foreign["kept_own_context"]},
+               "history": res["history"],
                "checkpoint": str(ckpt), "model_args": asdict(model.cfg), "train_config": asdict(cfg)}
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics["recorded_in_runs"] = False
@@ -397,6 +421,10 @@ def evaluate_run(run: str, export_dir: Path, dataset_id: str, split: str = "test
     model.to(dev)
     res = evaluate(model, ds, split, dev, amp=tc.get("amp", True),
                    attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+    foreign = accuracy_with_foreign_context(model, ds, split, dev, amp=tc.get("amp", True))
+    res["context_ablation"] = {"foreign_context_acc": foreign["accuracy"],
+                               "drop": round(res["accuracy"] - foreign["accuracy"], 4),
+                               "kept_own_context": foreign["kept_own_context"]}
     return {"run": run, "dataset_id": dataset_id, "task": ds.task, "split": split,
             "qids": ds.splits[split].qids, **res}
 

@@ -31,6 +31,7 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     con = connect()
     for r in rows:
         assert 0.0 <= r["test_acc"] <= 1.0 and r["n_test"] > 0 and r["epochs"] <= 2
+        assert 0.0 <= r["foreign_context_acc"] <= 1.0
         got = con.execute("SELECT dataset_id, scorer, CAST(json_extract(metrics, '$.test_acc') AS DOUBLE) "
                           "FROM runs WHERE run_id = ?", [r["run_id"]]).fetchall()
         assert got and got[0][:2] == (r["dataset_id"], r["scorer"])
@@ -46,6 +47,7 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     assert md in printed
     for r in rows:
         assert f"| visual_cloze | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} |" in md
+        assert f"| {r['epochs']} | {r['foreign_context_acc']:.3f} |" in md
     for scorer in ("transformer", "bidaf"):   # summary line: preset and knob mean from the rows
         pre = next(r["test_acc"] for r in rows if r["scorer"] == scorer and r["knobs"] == "recipeqa")
         kn = next(r["test_acc"] for r in rows if r["scorer"] == scorer and r["knobs"] == "0-0-0")

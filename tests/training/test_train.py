@@ -39,6 +39,9 @@ def test_tiny_run_trains_and_beats_chance(trained, toy_home):
     f = m["faithfulness"]
     assert f["uniform_share"] > 0 and 0 <= f["attention_on_placeholder_step"] <= 1
     assert 0 <= f["rollout_on_placeholder_step"] <= 1 and f["rollout_ratio_vs_uniform"] > 0
+    ab = m["context_ablation"]
+    assert 0 <= ab["foreign_context_acc"] <= 1 and ab["kept_own_context"] == 0
+    assert abs(ab["drop"] - (m["test_acc"] - ab["foreign_context_acc"])) < 1e-4
     from etl.warehouse import connect
     con = connect()
     row = con.execute("SELECT scorer, image_encoder, metrics FROM runs WHERE run_id = ?", [m["run_id"]]).fetchall()
@@ -183,3 +186,41 @@ def test_attention_rollout_of_the_transformer_scorer():
     eye = torch.eye(5)
     want = (0.5 * ws[2] + 0.5 * eye) @ (0.5 * ws[1] + 0.5 * eye) @ (0.5 * ws[0] + 0.5 * eye)
     assert torch.allclose(r, want, atol=1e-6)
+
+
+def test_foreign_context_rows_give_every_question_another_recipe():
+    from training.data import foreign_context_rows
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 40, 500)
+    out, own = foreign_context_rows(rows)
+    assert own == 0 and not (out == rows).any()
+    assert sorted(out.tolist()) == sorted(rows.tolist())        # a permutation of the recipes' rows
+    assert np.array_equal(foreign_context_rows(rows)[0], out)    # deterministic
+    lopsided = np.array([0] * 6 + [1, 2])                          # recipe 0 has 6 of 8 questions
+    out, own = foreign_context_rows(lopsided)
+    assert own == int((out == lopsided).sum()) == 4               # no derangement exists; reported
+
+
+def test_context_ablation_changes_the_context_and_nothing_else(toy_home):
+    """A context-free scorer keeps every prediction with another recipe's steps; a scorer that reads
+    the context (untrained BiDAF) changes some; the trained tiny run records the figure."""
+    from training.data import load_qa_dataset
+    from training.train import accuracy_with_foreign_context
+    ds = load_qa_dataset(toy_home["export"], toy_home["ids"][("visual_cloze", "0-0-0")], "tokens",
+                         max_steps=8, max_tokens=8, min_token_freq=1)
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    hasty = build_model(ds, ModelConfig.tiny(scorer="hasty"))
+    assert accuracy_with_foreign_context(hasty, ds, "test", cpu)["accuracy"] == \
+        evaluate(hasty, ds, "test", cpu)["accuracy"]
+    bidaf = build_model(ds, ModelConfig.tiny(scorer="bidaf")).eval()
+    from training.data import foreign_context_rows
+    idx = np.arange(len(ds.splits["test"]))
+    rows, _ = foreign_context_rows(ds.splits["test"].recipe_row)
+    with torch.no_grad():
+        own = bidaf(ds.batch("test", idx))
+        other = bidaf(ds.batch("test", idx, ctx_rows=rows))
+    assert not torch.allclose(own, other)
+    b1, b2 = ds.batch("test", idx), ds.batch("test", idx, ctx_rows=rows)
+    for k in ("query", "query_mask", "answer", "target_ctx"):
+        assert torch.equal(b1[k], b2[k]), k
