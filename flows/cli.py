@@ -886,7 +886,8 @@ def _training_export(dataset: str, export: Optional[Path]) -> Path:
     return paths.exports / dataset
 
 
-def _train_configs(scorer: str, text_features: str, tiny: bool, size: Optional[str] = None, **over):
+def _train_configs(scorer: str, text_features: str, tiny: bool, size: Optional[str] = None,
+                   layers: Optional[int] = None, width: Optional[int] = None, **over):
     from dataclasses import replace as _replace
     from training.config import SCORERS, SIZES, configs_for
     if scorer not in SCORERS:
@@ -896,8 +897,23 @@ def _train_configs(scorer: str, text_features: str, tiny: bool, size: Optional[s
     size = size or ("tiny" if tiny else "paper")
     if size not in SIZES:
         _fail(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
-    mc, tc = configs_for(size, scorer=scorer, text_features=text_features)
+    for flag, v in (("--layers", layers), ("--width", width)):
+        if v is not None and v < 1:
+            _fail(f"{flag} must be >= 1, got {v}")
+    if over.get("lr") is not None and not over["lr"] > 0:
+        _fail(f"--lr must be > 0, got {over['lr']}")
+    model_kw = {k: v for k, v in (("n_layers", layers), ("d_model", width)) if v is not None}
+    try:
+        mc, tc = configs_for(size, scorer=scorer, text_features=text_features, **model_kw)
+        mc.validate()
+    except ValueError as e:                       # e.g. a width that is not a multiple of the heads
+        _fail(f"{e} (--width must be a multiple of the size's heads)")
     return mc, _replace(tc, **{k: v for k, v in over.items() if v is not None})
+
+
+_LAYERS_HELP = "Transformer scorer layers (default: the size's; paper 4)."
+_WIDTH_HELP = "Transformer scorer width d_model (default: the size's; paper 512)."
+_LR_HELP = "Adam learning rate (default 5e-4, the paper's)."
 
 
 @app.command("train")
@@ -916,14 +932,18 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
               batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per (global) batch."),
               seed: Optional[int] = typer.Option(None, "--seed", help="Seed (weights, shuffling)."),
               threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (per process)."),
+              layers: Optional[int] = typer.Option(None, "--layers", help=_LAYERS_HELP),
+              width: Optional[int] = typer.Option(None, "--width", help=_WIDTH_HELP),
+              lr: Optional[float] = typer.Option(None, "--lr", help=_LR_HELP),
               device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present) | cpu | cuda."),
               nproc: int = typer.Option(1, "--nproc", help="Processes: > 1 runs torchrun DDP on this machine "
                                         "(gloo on CPU, NCCL with one GPU per process).")):
     """Train GM3C on a dataset (early stopping on val accuracy), test it, record the run."""
     from training.data import DatasetError
     from training.train import train_run
-    mc, tc = _train_configs(scorer, text_features, tiny, size, max_epochs=max_epochs, patience=patience,
-                            batch_size=batch_size, seed=seed, threads=threads, device=device)
+    mc, tc = _train_configs(scorer, text_features, tiny, size, layers, width, max_epochs=max_epochs,
+                            patience=patience, batch_size=batch_size, seed=seed, threads=threads, device=device,
+                            lr=lr)
     exp = _training_export(dataset, export)
     if nproc < 1:
         _fail("--nproc must be >= 1")
@@ -933,7 +953,8 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
             argv = ["--export", str(exp), "--dataset", dataset, "--scorer", scorer, "--text-features", text_features,
                     "--size", size or ("tiny" if tiny else "paper")]
             for flag, v in (("--max-epochs", max_epochs), ("--patience", patience), ("--batch-size", batch_size),
-                            ("--seed", seed), ("--threads", threads), ("--device", device)):
+                            ("--seed", seed), ("--threads", threads), ("--device", device),
+                            ("--layers", layers), ("--width", width), ("--lr", lr)):
                 argv += [flag, str(v)] if v is not None else []
             m = launch(nproc, argv)
         else:
@@ -980,6 +1001,9 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
               max_train: Optional[int] = typer.Option(None, "--max-train-questions", help="Cap train questions per run."),
               seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every run."),
               threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+              layers: Optional[int] = typer.Option(None, "--layers", help=_LAYERS_HELP),
+              width: Optional[int] = typer.Option(None, "--width", help=_WIDTH_HELP),
+              lr: Optional[float] = typer.Option(None, "--lr", help=_LR_HELP),
               export: Optional[Path] = typer.Option(None, "--export", help="Parquet export (default MRQA_HOME/exports/all)."),
               out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default MRQA_HOME/reports/sweep).")):
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
@@ -990,8 +1014,8 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     if not (exp / "questions").is_dir():
         _fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
     sc = [s.strip() for s in scorers.split(",") if s.strip()]
-    mc, tc = _train_configs(sc[0] if sc else "", text_features, tiny, size, max_epochs=max_epochs,
-                            patience=patience, max_train_questions=max_train, threads=threads, seed=seed)
+    mc, tc = _train_configs(sc[0] if sc else "", text_features, tiny, size, layers, width, max_epochs=max_epochs,
+                            patience=patience, max_train_questions=max_train, threads=threads, seed=seed, lr=lr)
     for s in sc:
         _train_configs(s, text_features, tiny, size)
     try:

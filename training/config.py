@@ -35,7 +35,7 @@ class ModelConfig:
         if self.text_features not in TEXT_FEATURES:
             raise ValueError(f"text features must be tokens or vectors, got {self.text_features!r}")
         if self.d_model % self.n_heads:
-            raise ValueError("d_model must be a multiple of n_heads")
+            raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
 
     @classmethod
     def tiny(cls, **kw) -> "ModelConfig":

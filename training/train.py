@@ -439,6 +439,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--text-features", default="tokens", choices=["tokens", "vectors"])
     p.add_argument("--tiny", action="store_true", help="tiny model + short training (tests, CPU demos)")
     p.add_argument("--size", choices=["paper", "small", "tiny"], help="config size (default paper; --tiny = tiny)")
+    p.add_argument("--layers", type=int, help="transformer scorer layers (default: the size's)")
+    p.add_argument("--width", type=int, help="transformer scorer width d_model (default: the size's)")
     p.add_argument("--warmup-steps", type=int)
     p.add_argument("--schedule", choices=["constant", "cosine"])
     p.add_argument("--metrics-json", type=Path, help="also write rank 0's metrics here (launchers)")
@@ -457,7 +459,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
-    mc, tc = configs_for(a.size or ("tiny" if a.tiny else "paper"), scorer=a.scorer, text_features=a.text_features)
+    model_kw = {k: v for k, v in (("n_layers", a.layers), ("d_model", a.width)) if v is not None}
+    mc, tc = configs_for(a.size or ("tiny" if a.tiny else "paper"), scorer=a.scorer, text_features=a.text_features,
+                         **model_kw)
     over = {k: v for k, v in (("max_epochs", a.max_epochs), ("patience", a.patience), ("batch_size", a.batch_size),
                               ("lr", a.lr), ("seed", a.seed), ("device", a.device),
                               ("max_train_questions", a.max_train_questions), ("threads", a.threads),

@@ -224,3 +224,22 @@ def test_context_ablation_changes_the_context_and_nothing_else(toy_home):
     b1, b2 = ds.batch("test", idx), ds.batch("test", idx, ctx_rows=rows)
     for k in ("query", "query_mask", "answer", "target_ctx"):
         assert torch.equal(b1[k], b2[k]), k
+
+
+def test_cli_train_model_size_flags_reach_the_checkpoint_and_bad_ones_are_refused(toy_home):
+    from typer.testing import CliRunner
+    from flows.cli import app
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    args = ["train", "--dataset", did, "--export", str(toy_home["export"]), "--scorer", "transformer", "--tiny",
+            "--text-features", "vectors", "--max-epochs", "1", "--threads", "1"]
+    r = CliRunner().invoke(app, args + ["--layers", "3", "--width", "24", "--lr", "0.0002"])
+    assert r.exit_code == 0, r.output
+    run_id = json.loads(r.output[r.output.index("{"):])["run_id"]
+    from training.train import find_checkpoint
+    model, ck = load_checkpoint(find_checkpoint(run_id))
+    assert (model.cfg.n_layers, model.cfg.d_model) == (3, 24) and len(model.scorer.blocks) == 3
+    assert ck["train_config"]["lr"] == 0.0002
+    for bad, msg in ((["--layers", "0"], "--layers must be >= 1"), (["--width", "25"], "multiple of n_heads"),
+                     (["--lr", "-1"], "--lr must be > 0")):
+        r = CliRunner().invoke(app, args + bad)
+        assert r.exit_code == 2 and msg in r.output, r.output
