@@ -79,7 +79,7 @@ def neighbours_task(con, store, encoder_id: str, k: int, method: str) -> dict:
 def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
               device: str | None = None, tasks: bool = False, dask_address: str | None = None,
-              decode: str = "processes") -> dict:
+              decode: str = "threads") -> dict:
     """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks).
 
     `dask_address` (default: MRQA_DASK_ADDRESS) sends the image batches to that Dask cluster.
@@ -114,7 +114,7 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
 @flow(name="embed", log_prints=True)
 def embed_flow(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
                num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
-               dask_address: str | None = None, decode: str = "processes") -> dict:
+               dask_address: str | None = None, decode: str = "threads") -> dict:
     """Embed new images and step texts with an encoder and rebuild its neighbour table.
 
     With `dask_address` (or MRQA_DASK_ADDRESS) the image batches run on that Dask cluster.
