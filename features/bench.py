@@ -144,6 +144,26 @@ def bench_embed(encoder: Encoder, files: list[Path], batch_size: int = 128, work
     return res
 
 
+def bench_decode(files: list[Path], image_size: int = 224, batch_size: int = 128, workers: int = 2) -> dict:
+    """Decode-only images/s of the embed loaders (uint8 pixels of open_clip's eval preprocessing at
+    `image_size`, the part of `mrqa embed` that runs on the CPU): `workers` threads (the default) vs
+    `workers` DataLoader processes (start-up included, as in a run) vs in-process. No model: on a GPU
+    box this is the ceiling of the end-to-end figure, so it tells whether the GPU will be fed."""
+    import open_clip
+    pre = open_clip.image_transform(image_size, is_train=False)
+    res: dict = {"images": len(files), "image_size": image_size, "batch_size": batch_size,
+                 "workers": workers, "cpu_count": __import__("os").cpu_count()}
+    for name, n_workers, decode in (("threads", workers, "threads"), ("processes", workers, "processes"),
+                                    ("in_process", 0, "processes")):
+        loader = image_loader(files, pre, image_size, batch_size, n_workers, decode=decode)
+        t0 = time.perf_counter()
+        n = sum(len(b[1]) for b in loader)
+        res[f"{name}_img_s"] = round(n / (time.perf_counter() - t0), 1)
+    res["threads_vs_processes"] = round(res["threads_img_s"] / res["processes_img_s"], 2)
+    res["threads_vs_in_process"] = round(res["threads_img_s"] / res["in_process_img_s"], 2)
+    return res
+
+
 # ----------------------------------------------------------------------------- ann
 
 def clustered_vectors(n: int, dim: int, seed: int = 0, per_cluster: int = 50, noise: float = 0.5):

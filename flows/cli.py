@@ -538,6 +538,40 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
     _echo_json(res)
 
 
+@bench_app.command("decode")
+def bench_decode_cmd(n: int = typer.Option(4096, "--n", help="Images (warehouse images, else synthetic JPEGs)."),
+                     image_size: int = typer.Option(224, "--image-size", help="Model input side (ViT-B-32: 224)."),
+                     workers: int = typer.Option(2, "--workers", help="Decode threads / processes."),
+                     batch_size: int = typer.Option(128, "--batch-size", help="Images per batch."),
+                     synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic JPEGs."),
+                     synthetic_size: int = typer.Option(640, "--synthetic-size", help="Side of the synthetic "
+                                                        "JPEGs (real instructables photos are ~600).")):
+    """Decode-only images/s of the embed loaders: threads (default) vs DataLoader processes vs none."""
+    import tempfile
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.bench import bench_decode, synthetic_jpegs
+    from features.image_data import image_items
+    if n < 1 or workers < 1 or batch_size < 1 or image_size < 8:
+        _fail("--n, --workers and --batch-size must be >= 1 and --image-size >= 8")
+    if synthetic_size < 16:
+        _fail("--synthetic-size must be >= 16")
+    files = []
+    if not synthetic:
+        paths = Paths.from_env()
+        if paths.warehouse.exists():
+            con = connect(paths)
+            files = [it.path for it in image_items(con, paths)][:n]
+            con.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        source = "warehouse"
+        if len(files) < min(n, 256):
+            files = synthetic_jpegs(Path(tmp), n, size=synthetic_size)
+            source = f"synthetic {synthetic_size}px JPEGs"
+        res = bench_decode(files, image_size, batch_size, workers)
+    _echo_json({**res, "source": source})
+
+
 @bench_app.command("embed")
 def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="Registered encoder_id "
                                                            "(default: the latest)."),

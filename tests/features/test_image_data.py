@@ -194,3 +194,17 @@ def test_decode_workers_unpickle_the_pixel_steps_without_open_clip(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True,
                          check=True, cwd=str(Path(__file__).parents[2]))
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_bench_decode_times_every_decoder(tmp_path):
+    """`mrqa bench decode` (tiny run: code path, not figures) and its argument checks."""
+    from typer.testing import CliRunner
+
+    from features.bench import bench_decode
+    from flows.cli import app
+    res = bench_decode(synthetic_jpegs(tmp_path, 12, size=64), image_size=32, batch_size=4, workers=2)
+    assert res["images"] == 12 and res["image_size"] == 32
+    for key in ("threads_img_s", "processes_img_s", "in_process_img_s", "threads_vs_processes"):
+        assert res[key] > 0, key
+    r = CliRunner().invoke(app, ["bench", "decode", "--workers", "0"])
+    assert r.exit_code == 2 and "--workers" in r.output
