@@ -1022,6 +1022,35 @@ def evaluate_cmd(run: str = typer.Option(..., "--run", help="run_id, run directo
     _echo_json({k: v for k, v in res.items() if k not in ("predictions", "qids")})
 
 
+@app.command("baselines")
+def baselines_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id to score."),
+                  export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory."),
+                  split: str = typer.Option("test", "--split", help="train | val | test.")):
+    """Model-free references on a dataset: Hasty Student (reads only the question) and, for visual
+    cloze, the step-text match (reads the recipe: the choice image closest to its step texts), also
+    with another recipe's steps; next to a run's `context_ablation` they tell what the recipe is worth."""
+    from etl.config import Paths
+    from training.data import DatasetError, foreign_context_rows, load_qa_dataset
+    from training.hasty import hasty_student_accuracy, step_text_match_accuracy
+    exp = _training_export(dataset, export)
+    try:
+        ds = load_qa_dataset(exp, dataset, "vectors", lance_uri=Paths.from_env().lance)
+    except (DatasetError, ValueError) as e:
+        _fail(str(e))
+    if split not in ds.splits:
+        _fail(f"{dataset} has no {split} questions (has {', '.join(sorted(ds.splits))})")
+    sp = ds.splits[split]
+    res = {"dataset_id": dataset, "task": ds.task, "split": split, "n": len(sp),
+           "chance": round(1 / sp.query.shape[1], 4),
+           "hasty_student": round(hasty_student_accuracy(ds, split)[0], 4)}
+    if ds.task == "visual_cloze":
+        match = step_text_match_accuracy(ds, split)
+        res["step_text_match"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in match.items()}
+        foreign = step_text_match_accuracy(ds, split, foreign_context_rows(sp.recipe_row)[0])
+        res["step_text_match_foreign_recipe"] = round(foreign["any_step"], 4)
+    _echo_json(res)
+
+
 @app.command("sweep")
 def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scorers", help="Comma list of scorers."),
               tasks: str = typer.Option("visual_cloze,visual_coherence,visual_ordering", "--tasks",

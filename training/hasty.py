@@ -1,4 +1,5 @@
-"""Hasty Student accuracy (context-free heuristic, RecipeQA paper) from the dataset's own vectors.
+"""Hasty Student accuracy (context-free heuristic, RecipeQA paper) from the dataset's own vectors, and
+its recipe-reading counterpart for visual cloze, the step-text match (`step_text_match_accuracy`).
 
 Uses helper F's features.bias distance functions when importable; otherwise the same rule
 here: cloze = the choice most similar (cosine) to the question's other images; coherence = the
@@ -67,3 +68,30 @@ def hasty_student_accuracy(ds: QADataset, split: str = "test") -> tuple[float, s
     except ImportError:
         pred, src = hasty_student_predictions(ds, split), "training.hasty"
     return float((pred == ds.splits[split].answer).mean()), src
+
+
+def step_text_match_accuracy(ds: QADataset, split: str = "test",
+                             ctx_rows: np.ndarray | None = None) -> dict[str, float]:
+    """A recipe-reading reference for visual cloze, the counterpart of Hasty Student (which never
+    reads the recipe): pick the choice image most similar (cosine, the encoder's shared image-text
+    space) to the recipe's step texts. `placeholder_step` compares with the text of the step the
+    placeholder stands for (an oracle alignment no model is given); `any_step` with the best-matching
+    step of the recipe (no oracle). Needs step-text vectors (`text_features="vectors"`); `ctx_rows`
+    substitutes other recipes' steps (`training.data.foreign_context_rows`)."""
+    if ds.task != "visual_cloze" or ds.text_features != "vectors":
+        raise ValueError("the step-text match needs a visual_cloze dataset loaded with text_features='vectors'")
+    sp = ds.splits[split]
+    rows = torch.as_tensor(sp.recipe_row if ctx_rows is None else ctx_rows)
+    place = (sp.query != sp.query[:, :1]).any(1).argmax(1)              # the placeholder's query column
+    choices = _unit(ds.images[torch.as_tensor(sp.query[np.arange(len(sp)), :, place])])   # (Q, C, d)
+    text = _unit(ds.ctx[rows].float())                                  # (Q, S, d); padding rows are 0
+    steps = torch.arange(text.shape[1])[None, :] < ds.ctx_len[rows][:, None]
+    sims = torch.einsum("qcd,qsd->qcs", choices, text)
+    any_step = sims.masked_fill(~steps[:, None, :], -2.0).max(-1).values.argmax(-1).numpy()
+    out = {"any_step": float((any_step == sp.answer).mean()), "n": int(len(sp))}
+    tgt = torch.as_tensor(sp.target_ctx)
+    ok = (tgt >= 0).numpy()
+    if ok.any() and ctx_rows is None:
+        at = sims[torch.arange(len(sp)), :, tgt.clamp(min=0)].argmax(-1).numpy()
+        out["placeholder_step"] = float((at[ok] == sp.answer[ok]).mean())
+    return out

@@ -243,3 +243,28 @@ def test_cli_train_model_size_flags_reach_the_checkpoint_and_bad_ones_are_refuse
                      (["--lr", "-1"], "--lr must be > 0")):
         r = CliRunner().invoke(app, args + bad)
         assert r.exit_code == 2 and msg in r.output, r.output
+
+
+def test_step_text_match_reads_the_recipe(toy_home):
+    """The recipe-reading reference: well above chance with the question's own recipe, at chance with
+    another recipe's steps (so it measures the recipe, not a question cue); the CLI prints both."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from training.data import foreign_context_rows, load_qa_dataset
+    from training.hasty import step_text_match_accuracy
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    ds = load_qa_dataset(toy_home["export"], did, "vectors")
+    own = step_text_match_accuracy(ds, "train")                   # the toy test split is 10 questions
+    foreign = step_text_match_accuracy(ds, "train", foreign_context_rows(ds.splits["train"].recipe_row)[0])
+    assert own["n"] >= 50
+    assert own["placeholder_step"] > 0.5 and own["any_step"] > 0.5 and foreign["any_step"] < 0.4
+    with pytest.raises(ValueError, match="vectors"):
+        step_text_match_accuracy(load_qa_dataset(toy_home["export"], did, "tokens"), "test")
+    r = CliRunner().invoke(app, ["baselines", "--dataset", did, "--export", str(toy_home["export"])])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output[r.output.index("{"):])
+    assert out["step_text_match"]["any_step"] == round(step_text_match_accuracy(ds, "test")["any_step"], 4)
+    assert 0 <= out["hasty_student"] <= 1 and out["chance"] == 0.25
+    r = CliRunner().invoke(app, ["baselines", "--dataset", did, "--export", str(toy_home["export"]), "--split", "x"])
+    assert r.exit_code == 2 and "no x questions" in r.output
