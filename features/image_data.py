@@ -1,4 +1,5 @@
-"""Decoding image files in DataLoader workers, and reading (image, step text) pairs from the warehouse.
+"""Decoding image files in a thread pool (the embed default) or DataLoader workers, and reading
+(image, step text) pairs from the warehouse.
 
 Unreadable files never crash a batch: the dataset returns a zero tensor plus an error reason
 (`missing_file` or `image_decode_error`, the `embed` reject vocabulary) and the caller decides.
