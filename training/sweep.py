@@ -112,6 +112,10 @@ def checks(rows: list[dict], summary: list[dict]) -> list[str]:
             beat = [sc for sc, v in vals.items() if hasty is not None and v > hasty]
             out.append(f"{task} ({label}): best scorer {best} ({vals[best]:.3f}); above Hasty Student "
                        f"({hasty:.3f}): {', '.join(beat) or 'none'}")
+            free = rs.get("hasty", {}).get(col)
+            if free is not None:           # the learned context-free scorer: what the recipe adds
+                out.append(f"{task} ({label}): learned context-free scorer {free:.3f}; the best recipe-reading "
+                           f"scorer adds {vals[best] - free:+.3f}")
         for sc in ctx:
             p, k = rs[sc]["recipeqa_preset"], rs[sc]["knob_mean"]
             if p is not None and k is not None:
