@@ -5,6 +5,7 @@ Each prints a figure and a ratio against the obvious alternative measured in the
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -152,7 +153,7 @@ def bench_decode(files: list[Path], image_size: int = 224, batch_size: int = 128
     import open_clip
     pre = open_clip.image_transform(image_size, is_train=False)
     res: dict = {"images": len(files), "image_size": image_size, "batch_size": batch_size,
-                 "workers": workers, "cpu_count": __import__("os").cpu_count()}
+                 "workers": workers, "cpu_count": os.cpu_count()}
     for name, n_workers, decode in (("threads", workers, "threads"), ("processes", workers, "processes"),
                                     ("in_process", 0, "processes")):
         loader = image_loader(files, pre, image_size, batch_size, n_workers, decode=decode)

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -547,29 +548,35 @@ def bench_decode_cmd(n: int = typer.Option(4096, "--n", help="Images (warehouse 
                      synthetic_size: int = typer.Option(640, "--synthetic-size", help="Side of the synthetic "
                                                         "JPEGs (real instructables photos are ~600).")):
     """Decode-only images/s of the embed loaders: threads (default) vs DataLoader processes vs none."""
-    import tempfile
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.bench import bench_decode, synthetic_jpegs
-    from features.image_data import image_items
+    from features.bench import bench_decode
     if n < 1 or workers < 1 or batch_size < 1 or image_size < 8:
         _fail("--n, --workers and --batch-size must be >= 1 and --image-size >= 8")
+    paths = Paths.from_env()
+    con = connect(paths) if not synthetic and paths.warehouse.exists() else None
+    with _bench_image_files(n, synthetic, synthetic_size, con, paths) as (files, source):
+        res = bench_decode(files, image_size, batch_size, workers)
+    if con is not None:
+        con.close()
+    _echo_json({**res, "source": source})
+
+
+@contextmanager
+def _bench_image_files(n: int, synthetic: bool, synthetic_size: int, con=None, paths=None):
+    """(files, source) for the image benchmarks: up to `n` warehouse images, or `n` synthetic JPEGs in
+    a temporary folder when `synthetic`, without a warehouse (`con` None) or with fewer than min(n, 256)."""
+    import tempfile
+    from features.bench import synthetic_jpegs
+    from features.image_data import image_items
+    files = [] if synthetic or con is None else [it.path for it in image_items(con, paths)][:n]
+    if len(files) >= min(n, 256):
+        yield files, "warehouse"
+        return
     if synthetic_size < 16:
         _fail("--synthetic-size must be >= 16")
-    files = []
-    if not synthetic:
-        paths = Paths.from_env()
-        if paths.warehouse.exists():
-            con = connect(paths)
-            files = [it.path for it in image_items(con, paths)][:n]
-            con.close()
     with tempfile.TemporaryDirectory() as tmp:
-        source = "warehouse"
-        if len(files) < min(n, 256):
-            files = synthetic_jpegs(Path(tmp), n, size=synthetic_size)
-            source = f"synthetic {synthetic_size}px JPEGs"
-        res = bench_decode(files, image_size, batch_size, workers)
-    _echo_json({**res, "source": source})
+        yield synthetic_jpegs(Path(tmp), n, size=synthetic_size), f"synthetic {synthetic_size}px JPEGs"
 
 
 @bench_app.command("embed")
@@ -586,13 +593,11 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
                                                        "JPEGs in pixels (real instructables photos are ~600).")):
     """Embedding images/s: end to end (uint8 pixels normalised on the device vs float input; workers
     vs 0), model only, batched vs one image at a time."""
-    import tempfile
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.bench import bench_embed, synthetic_jpegs
+    from features.bench import bench_embed
     from features.encoders import (Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder,
                                    pick_device)
-    from features.image_data import image_items
     paths = Paths.from_env()
     con = connect(paths)
     try:
@@ -604,14 +609,7 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
             enc = load_encoder(con, encoder, paths=paths)
     except EncoderUnavailable as e:
         _fail(str(e))
-    files = [] if synthetic else [it.path for it in image_items(con, paths)][:n]
-    with tempfile.TemporaryDirectory() as tmp:
-        source = "warehouse"
-        if len(files) < min(n, 256):
-            if synthetic_size < 16:
-                _fail("--synthetic-size must be >= 16")
-            files = synthetic_jpegs(Path(tmp), n, size=synthetic_size)
-            source = f"synthetic {synthetic_size}px JPEGs"
+    with _bench_image_files(n, synthetic, synthetic_size, con, paths) as (files, source):
         res = bench_embed(enc, files, batch_size, workers)
     res["source"] = source
     _echo_json(res)

@@ -39,14 +39,18 @@ def hasty_student_predictions(ds: QADataset, split: str = "test") -> np.ndarray:
     return score.argmax(-1).numpy()
 
 
+def _placeholder_column(query: np.ndarray) -> np.ndarray:
+    """Visual cloze queries (Q, C, M): the column where the choices differ (the placeholder's)."""
+    return (query != query[:, :1]).any(1).argmax(1)
+
+
 def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
     """The same rule through helper F's features.bias (cloze/coherence/ordering distances)."""
     from features import bias
     sp = ds.splits[split]
     q = ds.images[torch.as_tensor(sp.query)].numpy()           # (Q, C, M, d)
     if ds.task == "visual_cloze":
-        differ = (sp.query != sp.query[:, :1]).any(1)            # placeholder column per question
-        p = differ.argmax(1)
+        p = _placeholder_column(sp.query)
         rows = np.arange(len(sp))
         choices = q[rows, :, p]                                    # (Q, 4, d)
         keep = np.array([[j for j in range(q.shape[2]) if j != pi] for pi in p])
@@ -82,7 +86,7 @@ def step_text_match_accuracy(ds: QADataset, split: str = "test",
         raise ValueError("the step-text match needs a visual_cloze dataset loaded with text_features='vectors'")
     sp = ds.splits[split]
     rows = torch.as_tensor(sp.recipe_row if ctx_rows is None else ctx_rows)
-    place = (sp.query != sp.query[:, :1]).any(1).argmax(1)              # the placeholder's query column
+    place = _placeholder_column(sp.query)
     choices = _unit(ds.images[torch.as_tensor(sp.query[np.arange(len(sp)), :, place])])   # (Q, C, d)
     text = _unit(ds.ctx[rows].float())                                  # (Q, S, d); padding rows are 0
     steps = torch.arange(text.shape[1])[None, :] < ds.ctx_len[rows][:, None]

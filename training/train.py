@@ -134,38 +134,37 @@ def sharded_accuracy(model, ds: QADataset, split: str, device, d: Dist, batch_si
     return correct / n if n else float("nan")
 
 
-@torch.no_grad()
 def accuracy_with_foreign_context(model, ds: QADataset, split: str, device, batch_size: int = 64,
                                   amp: bool = True) -> dict:
     """Context ablation: accuracy when every question is given another recipe's steps
     (`foreign_context_rows`). A model that reads the recipe loses accuracy; one that answers from the
     question images alone (a learned Hasty Student) keeps it."""
-    model.eval()
-    sp = ds.splits[split]
-    rows, own = foreign_context_rows(sp.recipe_row)
-    preds = []
-    for start in range(0, len(sp), batch_size):
-        idx = np.arange(start, min(start + batch_size, len(sp)))
-        with autocast(device, amp):
-            preds.append(model(ds.batch(split, idx, device, ctx_rows=rows)).float().argmax(1).cpu())
-    pred = torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)
-    return {"accuracy": float((pred == sp.answer).mean()) if len(pred) else float("nan"),
-            "n": int(len(sp)), "kept_own_context": own}
+    rows, own = foreign_context_rows(ds.splits[split].recipe_row)
+    res = evaluate(model, ds, split, device, batch_size, amp, ctx_rows=rows)
+    return {"accuracy": res["accuracy"], "n": res["n"], "kept_own_context": own}
+
+
+def context_ablation(model, ds: QADataset, split: str, device, accuracy: float, amp: bool = True) -> dict:
+    """The `context_ablation` metrics of a run: `accuracy` (own recipes) vs another recipe's steps."""
+    foreign = accuracy_with_foreign_context(model, ds, split, device, amp=amp)
+    return {"foreign_context_acc": foreign["accuracy"], "drop": round(accuracy - foreign["accuracy"], 4),
+            "kept_own_context": foreign["kept_own_context"]}
 
 
 @torch.no_grad()
 def evaluate(model, ds: QADataset, split: str, device, batch_size: int = 64, amp: bool = True,
-             attention: bool = False) -> dict:
+             attention: bool = False, ctx_rows: np.ndarray | None = None) -> dict:
     """Accuracy and predictions on `split`; with attention (transformer, cloze) the faithfulness
     figures: the mean share of CLS attention on the placeholder's step (last layer, head mean; and
-    attention rollout through all layers) vs a uniform share (1 / #steps)."""
+    attention rollout through all layers) vs a uniform share (1 / #steps). `ctx_rows` replaces
+    each question's context row (`QADataset.batch`)."""
     model.eval()
     sp = ds.splits[split]
     preds, uniform = [], []
     shares: dict[str, list] = {"last": [], "rollout": []}
     for start in range(0, len(sp), batch_size):
         idx = np.arange(start, min(start + batch_size, len(sp)))
-        batch = ds.batch(split, idx, device)
+        batch = ds.batch(split, idx, device, ctx_rows=ctx_rows)
         with autocast(device, amp):
             if attention:
                 logits, att = model(batch, return_attention=True)
@@ -362,7 +361,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
     test_split = "test" if "test" in ds.splits else "val"
     test = evaluate(model, ds, test_split, device, amp=cfg.amp,
                     attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
-    foreign = accuracy_with_foreign_context(model, ds, test_split, device, amp=cfg.amp)
+    ablation = context_ablation(model, ds, test_split, device, test["accuracy"], amp=cfg.amp)
     hasty, hasty_src = hasty_student_accuracy(ds, test_split)
     metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
                "world_size": d.world,
@@ -375,9 +374,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                "hasty_student_acc": hasty, "hasty_student_source": hasty_src,
                "n_params": sum(p.numel() for p in model.parameters()),
                "faithfulness": test.get("faithfulness"),
-               "context_ablation": {"foreign_context_acc": foreign["accuracy"],
-                                    "drop": round(test["accuracy"] - foreign["accuracy"], 4),
-                                    "kept_own_context": foreign["kept_own_context"]},
+               "context_ablation": ablation,
                "history": res["history"],
                "checkpoint": str(ckpt), "model_args": asdict(model.cfg), "train_config": asdict(cfg)}
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -421,10 +418,7 @@ def evaluate_run(run: str, export_dir: Path, dataset_id: str, split: str = "test
     model.to(dev)
     res = evaluate(model, ds, split, dev, amp=tc.get("amp", True),
                    attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
-    foreign = accuracy_with_foreign_context(model, ds, split, dev, amp=tc.get("amp", True))
-    res["context_ablation"] = {"foreign_context_acc": foreign["accuracy"],
-                               "drop": round(res["accuracy"] - foreign["accuracy"], 4),
-                               "kept_own_context": foreign["kept_own_context"]}
+    res["context_ablation"] = context_ablation(model, ds, split, dev, res["accuracy"], amp=tc.get("amp", True))
     return {"run": run, "dataset_id": dataset_id, "task": ds.task, "split": split,
             "qids": ds.splits[split].qids, **res}
 
