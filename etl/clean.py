@@ -28,7 +28,7 @@ from etl.filters import DEFAULT_FILTERS, RecipeView, StepView, filter_recipe
 from etl.repair import Repairer, english_frequencies
 from etl.tokenize import (load_punkt, punkt_from_json, punkt_to_json, reference_tokenize_text, save_punkt,
                            tokenize_text, train_punkt)
-from etl.warehouse import clear_rejects, record_reject, utcnow
+from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
 
 log = logging.getLogger(__name__)
 CACHE_MAX_LINES = 200_000
@@ -148,8 +148,7 @@ def _write(con, done_ids: list[str], step_rows: list[tuple], token_rows: list[tu
         "field": [r[2] for r in token_rows], "sentence_idx": pa.array([r[3] for r in token_rows], pa.int32()),
         "tokens": pa.array([list(r[4]) for r in token_rows], pa.list_(pa.string()))})
     kept = [r for r in done_ids if r not in rejected]
-    con.execute("BEGIN")
-    try:
+    with transaction(con):
         con.execute("""UPDATE steps SET title = st.title, body = st.body FROM staged_steps st
                        WHERE steps.recipe_id = st.recipe_id AND steps.step_idx = st.step_idx""")
         con.execute("DELETE FROM step_tokens WHERE list_contains(?, recipe_id)", [done_ids])
@@ -163,10 +162,6 @@ def _write(con, done_ids: list[str], step_rows: list[tuple], token_rows: list[tu
             con.execute("UPDATE recipes SET status = 'rejected', status_reason = ? WHERE recipe_id = ?",
                         [reason, rid])
             record_reject(con, "clean", rid, reason, details.get(rid))
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 # ----------------------------------------------------------------------------- the stage

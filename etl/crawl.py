@@ -36,7 +36,7 @@ from etl.load import mark_recipe
 from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url
 from etl.records import RecipeRecord
 from etl.robots import RobotsCache
-from etl.warehouse import clear_rejects, record_reject, utcnow
+from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -376,8 +376,7 @@ class Crawler:
                 out.url, "page", res, out.body_sha256,
                 self.raw_path(out.body_sha256).stat().st_size if ok_fetch else None,
                 None if ok_fetch else f"{out.reason}: {out.detail}", status=200 if ok_fetch else None))
-        self.con.execute("BEGIN")
-        try:
+        with transaction(self.con):
             load_recipes(self.con, loaded)
             clear_rejects(self.con, "ingest", [rec.recipe_id for rec, _, _ in loaded])
             for out, src in rejected:
@@ -385,10 +384,6 @@ class Crawler:
             upsert_rows(self.con, "rejects", reject_rows("ingest", [
                 (out.recipe_id, out.reason, f"{out.url}: {out.detail}") for out, _ in rejected]))
             upsert_rows(self.con, "pages", log_rows)
-            self.con.execute("COMMIT")
-        except Exception:
-            self.con.execute("ROLLBACK")
-            raise
         for out in outs:
             res = out.fetch
             if res is not None and res.ok:
@@ -457,17 +452,12 @@ class Crawler:
             return
         cols = ("image_id", "path", "sha256", "width", "height", "status", "status_reason")
         bad = [u for u in updates if u["status"] != "ok"]
-        self.con.execute("BEGIN")
-        try:
+        with transaction(self.con):
             update_rows(self.con, "images", "image_id", [{c: u[c] for c in cols} for u in updates])
             clear_rejects(self.con, "images", [u["image_id"] for u in updates if u["status"] == "ok"])
             upsert_rows(self.con, "rejects", reject_rows("images", [
                 (u["image_id"], u["status_reason"], u.get("detail")) for u in bad]))
             upsert_rows(self.con, "pages", page_rows)
-            self.con.execute("COMMIT")
-        except Exception:
-            self.con.execute("ROLLBACK")
-            raise
         for u in updates:
             self.counts[f"images_{u['status']}"] += 1
         for u in bad:

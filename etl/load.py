@@ -9,7 +9,7 @@ import duckdb
 
 from etl.records import RecipeRecord, image_id
 from etl.splits import assign_split
-from etl.warehouse import utcnow
+from etl.warehouse import transaction, utcnow
 
 
 def recipe_content_sha256(rec: RecipeRecord) -> str:
@@ -27,8 +27,7 @@ def load_recipe(con: duckdb.DuckDBPyConnection, rec: RecipeRecord, source: str,
     """
     split = split or assign_split(rec.recipe_id)
     sha = recipe_content_sha256(rec)
-    con.execute("BEGIN")
-    try:
+    with transaction(con):
         con.execute("""INSERT OR REPLACE INTO recipes (recipe_id, source, url, title, category, channel,
                        author, license, split, fetched_at, content_sha256, status, status_reason)
                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -54,10 +53,6 @@ def load_recipe(con: duckdb.DuckDBPyConnection, rec: RecipeRecord, source: str,
                 """INSERT OR REPLACE INTO images (image_id, recipe_id, step_idx, ord, url, status)
                    VALUES (?, ?, ?, ?, ?, 'pending')""",
                 [[iid, rec.recipe_id, *_step_ord(rec.recipe_id, iid), url] for iid, url in new])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return {"steps": len(rec.steps), "images_new": len(new), "images_kept": len(wanted) - len(new)}
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from etl.warehouse import utcnow
+from etl.warehouse import transaction, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -362,8 +362,7 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
     tasks = sorted({q["task"] for q in q_rows})
     staged_ids = pa.table({"recipe_id": rids})  # noqa: F841 (scanned by DuckDB by name)
     in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"   # a hash join, not a list scan
-    con.execute("BEGIN")
-    try:
+    with transaction(con):
         _insert(con, "recipes", r_rows, RECIPE_COLS, method)
         con.execute(f"DELETE FROM steps WHERE {in_ids}")
         _insert(con, "steps", s_rows, STEP_COLS, method, conflict="")
@@ -383,10 +382,6 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
         _insert(con, "questions", q_rows, QUESTION_COLS, method, conflict="")
         for task in tasks:
             _register_dataset(con, task, now)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     by_status = dict(con.execute(f"SELECT status, count(*) FROM images WHERE {in_ids} "
                                  "GROUP BY status ORDER BY status").fetchall())
     return {"records": len(records), "recipes": len(r_rows), "steps": len(s_rows),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,6 +27,18 @@ class SchemaError(RuntimeError):
 def utcnow() -> datetime:
     """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN ... COMMIT around the block; ROLLBACK and re-raise if it raises."""
+    con.execute("BEGIN")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
@@ -58,15 +71,10 @@ def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str
             if "_v_" not in path.name:
                 raise SchemaError(f"{path.name} changed after it was applied; add a new migration "
                                   "file instead (or rebuild the warehouse)")
-        con.execute("BEGIN")
-        try:
+        with transaction(con):
             con.execute(text)
             con.execute("INSERT OR REPLACE INTO schema_version VALUES (?, ?, ?, ?)",
                         [version, path.name, sha, utcnow()])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         done.append(path.name)
     if done:
         log.info("warehouse: applied %d schema file(s): %s", len(done), ", ".join(done))
@@ -120,6 +128,14 @@ def clear_rejects(con: duckdb.DuckDBPyConnection, stage: str, keys: Iterable[str
     keys = list(keys)
     if keys:
         con.execute("DELETE FROM rejects WHERE stage = ? AND list_contains(?, key)", [stage, keys])
+
+
+def load_query(name: str, sql_dir: Path = SQL_DIR) -> str:
+    """The text of sql/queries/<name>.sql (one query per file, named after what it selects)."""
+    path = sql_dir / "queries" / f"{name}.sql"
+    if not path.exists():
+        raise FileNotFoundError(f"no query {path}")
+    return path.read_text().strip().rstrip(";")
 
 
 def sql_tests(sql_dir: Path = SQL_DIR) -> list[Path]:

@@ -424,7 +424,7 @@ def encoder_train_cmd(
                                                 help="Use at most this many train steps (quick runs).")):
     """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
     text) pairs plus a same-recipe image-image contrastive term."""
-    from features.encoder_train import TrainConfig, TrainingDataError, train_encoder
+    from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     from etl.warehouse import connect
     given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
              "recipe_weight": recipe_weight, "lr": lr}
@@ -449,7 +449,7 @@ def encoder_add_cmd(
         image_size: Optional[int] = typer.Option(None, "--image-size", help="Override input size.")):
     """Register an open_clip model with real weights as an encoder (prints its encoder_id)."""
     from etl.warehouse import connect
-    from features.encoders import EncoderUnavailable, register_pretrained_encoder
+    from features.embed.encoders import EncoderUnavailable, register_pretrained_encoder
     try:
         typer.echo(register_pretrained_encoder(connect(), clip_model, pretrained, image_size))
     except EncoderUnavailable as e:
@@ -460,7 +460,7 @@ def encoder_add_cmd(
 def encoder_list_cmd():
     """Registered encoders with kind, dimension and validation metrics."""
     from etl.warehouse import connect
-    from features.encoders import list_encoders
+    from features.embed.encoders import list_encoders
     rows = list_encoders(connect())
     if not rows:
         typer.echo("no encoders; run `mrqa encoder train`")
@@ -479,9 +479,9 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
     """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.encoder_train import evaluate_retrieval
-    from features.encoders import EncoderUnavailable, load_encoder
-    from features.image_data import image_items
+    from features.embed.train_encoder import evaluate_retrieval
+    from features.embed.encoders import EncoderUnavailable, load_encoder
+    from features.embed.decode import image_items
     paths = Paths.from_env()
     con = connect(paths)
     try:
@@ -517,7 +517,7 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
               threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads for the "
                                                     "encoder (default: torch's; 1 is faster on a loaded machine).")):
     """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
-    from features.encoders import EncoderUnavailable
+    from features.embed.encoders import EncoderUnavailable
     if method not in ("auto", "ann", "exact") or k < 1:
         _fail("--neighbours must be auto, ann or exact, and --k >= 1")
     if decode not in ("processes", "threads") or workers < 0:
@@ -550,7 +550,7 @@ def bench_decode_cmd(n: int = typer.Option(4096, "--n", help="Images (warehouse 
     """Decode-only images/s of the embed loaders: threads (default) vs DataLoader processes vs none."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.bench import bench_decode
+    from features.embed.bench import bench_decode
     if n < 1 or workers < 1 or batch_size < 1 or image_size < 8:
         _fail("--n, --workers and --batch-size must be >= 1 and --image-size >= 8")
     paths = Paths.from_env()
@@ -567,8 +567,8 @@ def _bench_image_files(n: int, synthetic: bool, synthetic_size: int, con=None, p
     """(files, source) for the image benchmarks: up to `n` warehouse images, or `n` synthetic JPEGs in
     a temporary folder when `synthetic`, without a warehouse (`con` None) or with fewer than min(n, 256)."""
     import tempfile
-    from features.bench import synthetic_jpegs
-    from features.image_data import image_items
+    from features.embed.bench import synthetic_jpegs
+    from features.embed.decode import image_items
     files = [] if synthetic or con is None else [it.path for it in image_items(con, paths)][:n]
     if len(files) >= min(n, 256):
         yield files, "warehouse"
@@ -595,8 +595,8 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
     vs 0), model only, batched vs one image at a time."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.bench import bench_embed
-    from features.encoders import (Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder,
+    from features.embed.bench import bench_embed
+    from features.embed.encoders import (Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder,
                                    pick_device)
     paths = Paths.from_env()
     con = connect(paths)
@@ -617,12 +617,12 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
 
 def _bench_ann(n, dim, k, queries, encoder, seed):
     import numpy as np
-    from features.bench import bench_ann, clustered_vectors
-    from features.store import FeatureStore
+    from features.vectors.bench import bench_ann, clustered_vectors
+    from features.vectors.store import FeatureStore
     source = "synthetic clustered"
     if encoder or n is None:
         from etl.warehouse import connect
-        from features.encoders import latest_encoder_id
+        from features.embed.encoders import latest_encoder_id
         enc = encoder or latest_encoder_id(connect())
         rows = FeatureStore().image_rows(enc) if enc else None
         if rows is not None and rows.num_rows >= 4096:
@@ -668,7 +668,7 @@ def bench_knn_cmd(n: int = typer.Option(100000, "--n", help="Largest number of s
                                              "route (default index build + batched queries) on train."),
                   seed: int = typer.Option(0, "--seed", help="Seed of data and query sample.")):
     """Neighbour-table build: IVF ANN build vs numpy and torch exact search, recall@K, crossover."""
-    from features.bench import bench_knn
+    from features.vectors.bench import bench_knn
     try:
         size_list = ([int(x) for x in sizes.split(",") if x.strip()] if sizes
                      else [x for x in (5000, 10000, 20000, 50000) if x < n] + [n])
@@ -724,7 +724,7 @@ def generate_cmd(
         weight_power: Optional[float] = typer.Option(None, "--ordering-weight-power", help="Ordering: "
                                                      "wrong orderings drawn with weight S**power.")):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
-    from features.knobs import TASKS
+    from features.datasets.knobs import TASKS
     from flows.generate import generate_flow
     overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
                                          ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
@@ -750,7 +750,7 @@ def generate_cmd(
             except (ValueError, AssertionError):
                 _fail("--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0")
             kw = {"all": False, "task_name": task, "knobs": kv, "k3_mode": k3_mode}
-    from features.generate import settings_for
+    from features.datasets.generate import settings_for
     try:
         settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode", "coin"),
                      overrides or None, all_settings=kw["all"])
@@ -802,7 +802,7 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
     """Export datasets as hive-partitioned Parquet or RecipeQA JSON."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.export import export_parquet, export_recipeqa_json
+    from features.datasets.export import export_parquet, export_recipeqa_json
     paths = Paths.from_env().ensure()
     con = connect(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
@@ -834,7 +834,7 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
     """Time `generate --all` per dataset and in total on a synthetic world (neighbours built first,
     not timed), and vectorised distractor selection vs a per-question Python loop."""
     from etl.config import Paths
-    from features.generate_bench import bench_generate
+    from features.datasets.bench import bench_generate
     home = bench_home or Paths.from_env().home / "bench" / f"generate-{recipes}-d{dim}-k{k}"
     res = bench_generate(home, recipes, dim=dim, k=k, balanced=not paper_only)
     for s in res["datasets"]:
@@ -858,8 +858,8 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
     DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.bias import list_datasets
-    from features.report import check_out_dir
+    from features.diagnostics.bias import list_datasets
+    from features.diagnostics.report import check_out_dir
     from flows.report import report_flow
     if model not in ("logreg", "svm"):
         _fail("--probe must be logreg or svm")
@@ -887,7 +887,7 @@ def bench_report_cmd(questions: int = typer.Option(20000, "--questions", help="S
                      repeats: int = typer.Option(3, "--repeats", help="Timing repeats (best kept).")):
     """Time the bias distances (vectorised numpy) against a per-question Python loop on random
     unit vectors, and the probe's 5-fold cross-validation."""
-    from features.bias import bench_bias
+    from features.diagnostics.bias import bench_bias
     for line in bench_bias(questions, repeats):
         typer.echo(line)
 
@@ -908,7 +908,7 @@ def _training_export(dataset: str, export: Optional[Path]) -> Path:
         if (cand / "questions").is_dir() and any(d["dataset_id"] == dataset for d in list_datasets(cand)):
             return cand
     from etl.warehouse import connect
-    from features.export import export_parquet
+    from features.datasets.export import export_parquet
     con = connect(paths)
     try:
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset]).fetchall():

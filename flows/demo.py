@@ -63,7 +63,7 @@ def short_training(paths: Paths, generated: dict, seed: int, max_epochs: int = 3
     transformer briefly on each; returns accuracy next to Hasty Student, or the reason a dataset was
     skipped (a split without questions, or the trainer refusing the data)."""
     from etl.warehouse import connect
-    from features.export import export_parquet
+    from features.datasets.export import export_parquet
     from flows.train import train_flow
 
     ids = [d["dataset_id"] for d in generated.get("datasets", [])

@@ -4,7 +4,7 @@ LanceDB (incremental) -> indexes -> the `neighbours` table.
 Thin wrapper over features/ (encoders, encoder_train, embedding, store, neighbours).
 
 Scale-out: with a Dask scheduler address (`dask_address=` or MRQA_DASK_ADDRESS, see flows/scale.py)
-the image decode + encode batches run as Prefect tasks on that cluster (features/dask_embed.py);
+the image decode + encode batches run as Prefect tasks on that cluster (features/embed/fanout.py);
 the flow process still selects the work, records rejects and writes LanceDB in the local order.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.dask_embed import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
-from features.embedding import EmbedConfig, embed_images, embed_step_texts
-from features.encoder_train import TrainConfig, train_encoder
-from features.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
-from features.neighbours import build_neighbour_table
-from features.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+from features.embed.fanout import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
+from features.embed.embedding import EmbedConfig, embed_images, embed_step_texts
+from features.embed.train_encoder import TrainConfig, train_encoder
+from features.embed.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
+from features.vectors.neighbours import build_neighbour_table
+from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
 from flows import scale
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Prefect flow: generate Meta-RecipeQA datasets (3 visual tasks x knob settings, textual cloze,
-RecipeQA-style presets) from the warehouse + feature store. Thin over features/generate.py."""
+RecipeQA-style presets) from the warehouse + feature store. Thin over features/datasets/generate.py."""
 from __future__ import annotations
 
 import logging
@@ -10,8 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.generate import generate_datasets, settings_for
-from features.knobs import KnobParams
+from features.datasets.generate import generate_datasets, settings_for
+from features.datasets.knobs import KnobParams
 
 log = logging.getLogger(__name__)
 

@@ -183,7 +183,7 @@ def _train(paths: Paths, seed: int, max_epochs: int) -> dict:
 
 def _sweep(paths: Paths, params: dict) -> dict:
     from etl.warehouse import connect as _connect
-    from features.export import export_parquet
+    from features.datasets.export import export_parquet
     from flows.train import sweep_flow
     export_dir = paths.exports / "all"
     if not (export_dir / "questions").exists():

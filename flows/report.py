@@ -1,4 +1,4 @@
-"""Prefect flow: the benchmark bias report (issue 7). Thin over features/report.py.
+"""Prefect flow: the benchmark bias report (issue 7). Thin over features/diagnostics/report.py.
 
 Computes Hasty Student / distance probe / overlap for every dataset (or the given ones), writes
 DuckDB `bias_metrics` and a static HTML report (default MRQA_HOME/reports/latest), and publishes the
@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.report import build_report, format_ordering
+from features.diagnostics.report import build_report, format_ordering
 
 log = logging.getLogger(__name__)
 DEFAULT_NAME = "latest"

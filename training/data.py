@@ -1,4 +1,4 @@
-"""Load an exported Meta-RecipeQA dataset (Parquet, features/export.py) into tensors for GM3C.
+"""Load an exported Meta-RecipeQA dataset (Parquet, features/datasets/export.py) into tensors for GM3C.
 
     ds = load_qa_dataset(export_dir, "vc-k010-s0-...", text_features="tokens")
     batch = ds.batch("train", np.arange(16))      # dict of tensors, see `QADataset.batch`
@@ -9,7 +9,7 @@ precomputed step-text vector (`vectors`: body vectors from the feature store, el
 title vectors). Queries, one per choice (the paper's construction): cloze = the question images
 with @placeholder replaced by the choice; coherence = the question minus the choice's image;
 ordering = the choice's image sequence. Image vectors come from OUT/image_vectors.parquet (export
---with-vectors) or, when absent, from LanceDB (features.store). Questions whose images have no
+--with-vectors) or, when absent, from LanceDB (features.vectors.store). Questions whose images have no
 vector are dropped and counted in `dropped` (never silently).
 """
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None
                                      "WHERE encoder_id = ? ORDER BY image_id", [encoder_id]).fetchall() or [((), ())])
         if ids and ids[0]:
             return dict(zip(ids, np.asarray(vecs, dtype=np.float32)))
-    from features.store import FeatureStore
+    from features.vectors.store import FeatureStore
     ids, mat = FeatureStore(lance_uri).image_vectors(encoder_id)
     if not len(ids):
         raise DatasetError(f"no image vectors for encoder {encoder_id}: export with --with-vectors "
@@ -166,7 +166,7 @@ def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None
 def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
     """Step-text vectors keyed by (recipe_id, step_idx): store body vectors, else export titles."""
     try:
-        from features.store import FeatureStore
+        from features.vectors.store import FeatureStore
         ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
         if len(ids):
             return {(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1])): v for i, v in

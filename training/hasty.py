@@ -1,7 +1,7 @@
 """Hasty Student accuracy (context-free heuristic, RecipeQA paper) from the dataset's own vectors, and
 its recipe-reading counterpart for visual cloze, the step-text match (`step_text_match_accuracy`).
 
-Uses helper F's features.bias distance functions when importable; otherwise the same rule
+Uses helper F's features.diagnostics.bias distance functions when importable; otherwise the same rule
 here: cloze = the choice most similar (cosine) to the question's other images; coherence = the
 image least similar to the other three; ordering = the sequence with the smallest summed cosine
 distance between consecutive images. It reads only the question and choices, never the recipe.
@@ -45,8 +45,8 @@ def _placeholder_column(query: np.ndarray) -> np.ndarray:
 
 
 def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
-    """The same rule through helper F's features.bias (cloze/coherence/ordering distances)."""
-    from features import bias
+    """The same rule through helper F's features.diagnostics.bias (cloze/coherence/ordering distances)."""
+    from features.diagnostics import bias
     sp = ds.splits[split]
     q = ds.images[torch.as_tensor(sp.query)].numpy()           # (Q, C, M, d)
     if ds.task == "visual_cloze":
@@ -66,9 +66,9 @@ def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
 
 
 def hasty_student_accuracy(ds: QADataset, split: str = "test") -> tuple[float, str]:
-    """(accuracy, source): helper F's features.bias rule when importable, else ours (same rule)."""
+    """(accuracy, source): helper F's features.diagnostics.bias rule when importable, else ours (same rule)."""
     try:
-        pred, src = _bias_predictions(ds, split), "features.bias"
+        pred, src = _bias_predictions(ds, split), "features.diagnostics.bias"
     except ImportError:
         pred, src = hasty_student_predictions(ds, split), "training.hasty"
     return float((pred == ds.splits[split].answer).mean()), src

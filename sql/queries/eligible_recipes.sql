@@ -1,5 +1,5 @@
 -- Per recipe: its split and the steps that may appear in a question (step 0, the intro, never does;
--- a step needs a representative item). Knob 1's minimum step count is applied in features/tasks.py
+-- a step needs a representative item). Knob 1's minimum step count is applied in features/datasets/tasks.py
 -- so that recipes below it are counted as skips.
 WITH reps AS (
     SELECT recipe_id, step_idx FROM gen_reps WHERE step_idx >= 1

@@ -1,5 +1,5 @@
 -- Image items of a feature space: every ok image of an ok recipe that has a vector.
--- Inputs: store_vectors(item_id, vec) registered from LanceDB by features/generate.py.
+-- Inputs: store_vectors(item_id, vec) registered from LanceDB by features/datasets/generate.py.
 -- The split comes from recipes (authoritative, stable per recipe), not from the vector rows.
 WITH store_vectors AS (
     SELECT item_id, vec FROM gen_store_vectors

@@ -1,6 +1,6 @@
 -- The neighbour relation of the question items as integer rows of gen_items (idx): for each target
 -- item its K nearest items from OTHER recipes of the SAME split, in rank order. Exact distances,
--- m_d, s_d and d_k are computed from the vectors in features/distractors.py (DenseKnn).
+-- m_d, s_d and d_k are computed from the vectors in features/datasets/distractors.py (DenseKnn).
 -- Inputs: gen_knn(item_id, rank, cand_id), gen_targets(item_id), gen_items. Parameters: $k.
 WITH targets AS (
     SELECT DISTINCT item_id FROM gen_targets

@@ -14,8 +14,8 @@ import pytest
 import toy_kitchen
 from etl.config import Paths
 from etl.warehouse import connect
-from features.encoder_train import TrainConfig, train_encoder
-from features.store import IMAGE_TABLE, FeatureStore
+from features.embed.train_encoder import TrainConfig, train_encoder
+from features.vectors.store import IMAGE_TABLE, FeatureStore
 from flows import scale
 
 
@@ -103,8 +103,8 @@ def test_embed_on_dask_local_cluster_matches_the_local_run(tmp_path, monkeypatch
     # the only difference is torch's intra-op thread count (Dask workers run 1 thread): the first
     # batch encoded in this process with 1 thread gives the workers' vectors bit for bit
     import torch
-    from features.dask_embed import encode_batch, encoder_spec
-    from features.image_data import image_items
+    from features.embed.fanout import encode_batch, encoder_spec
+    from features.embed.decode import image_items
     with duckdb.connect(str(dask_home.warehouse), read_only=True) as c:
         spec, batch = encoder_spec(c, enc, dask_home), image_items(c, dask_home)[:8]
     threads = torch.get_num_threads()
@@ -129,9 +129,9 @@ def test_embed_on_dask_local_cluster_matches_the_local_run(tmp_path, monkeypatch
 def test_parquet_export_and_lance_on_uris(tmp_path, monkeypatch):
     """LanceDB at a file:// URI (MRQA_LANCE_URI) and a Parquet export to a file:// URI (the
     object-storage code path of pyarrow.fs) give the same bytes as the local-path export."""
-    from features.export import export_parquet, tree_sha256
-    from features.generate import generate_datasets, settings_for
-    from features.synthetic import build_world
+    from features.datasets.export import export_parquet, tree_sha256
+    from features.datasets.generate import generate_datasets, settings_for
+    from features.datasets.synthetic import build_world
     lance_dir = tmp_path / "bucket" / "lance"
     monkeypatch.setenv("MRQA_LANCE_URI", f"file://{lance_dir}")
     paths = Paths.from_env(tmp_path / "home").ensure()
@@ -166,8 +166,8 @@ def test_parquet_export_and_lance_on_uris(tmp_path, monkeypatch):
 def test_worker_refuses_missing_or_other_weights(tmp_path):
     """A worker without the encoder's weights at the same path, or with other weights, fails with
     a message saying so (never silently encodes with another model)."""
-    from features.dask_embed import EncoderSpec, worker_encoder
-    from features.encoders import EncoderUnavailable
+    from features.embed.fanout import EncoderSpec, worker_encoder
+    from features.embed.encoders import EncoderUnavailable
     spec = EncoderSpec("enc-x", "mrqa-tiny-clip", str(tmp_path / "nope.safetensors"), "ab" * 32,
                        32, 128)
     with pytest.raises(EncoderUnavailable, match="not found at .* on this worker"):

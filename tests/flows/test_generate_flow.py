@@ -11,7 +11,7 @@ ENC = "synthetic-enc-0001"
 
 
 def _world(con, paths):
-    from features.synthetic import build_world
+    from features.datasets.synthetic import build_world
     build_world(con, paths.lance, n_recipes=24, seed=2, dim=16, k=50)
 
 

@@ -8,7 +8,7 @@ import pytest
 from etl.sample.generate import build_sample
 from etl.sample.server import SiteServer
 from etl.warehouse import connect
-from features.encoder_train import TrainConfig, train_encoder
+from features.embed.train_encoder import TrainConfig, train_encoder
 from flows.pipeline import PipelineStageFailed, Tab, fingerprint, pipeline_flow, table_digest
 
 

@@ -12,9 +12,9 @@ ENC = "synthetic-enc-0001"
 
 @pytest.fixture
 def world(paths, con):
-    from features.generate import generate_datasets
-    from features.knobs import KnobParams
-    from features.synthetic import build_world
+    from features.datasets.generate import generate_datasets
+    from features.datasets.knobs import KnobParams
+    from features.datasets.synthetic import build_world
     build_world(con, paths.lance, n_recipes=30, seed=2, dim=16, k=40)
     settings = [("visual_cloze", KnobParams.recipeqa_preset()),
                 ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),

@@ -1,4 +1,4 @@
-"""A toy export shared by the training tests: features.synthetic's world (vectors whose step kind
+"""A toy export shared by the training tests: features.datasets.synthetic's world (vectors whose step kind
 shows in both the step title and the image cluster) -> generated datasets -> Parquet with vectors."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ TOY_SETTINGS = [("visual_cloze", "recipeqa"), ("visual_cloze", (0, 0, 0)), ("vis
 def toy_export(tmp_path_factory):
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.export import export_parquet
-    from features.generate import generate_datasets, settings_for
-    from features.synthetic import build_world
+    from features.datasets.export import export_parquet
+    from features.datasets.generate import generate_datasets, settings_for
+    from features.datasets.synthetic import build_world
     home = tmp_path_factory.mktemp("training_home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRQA_HOME", str(home))

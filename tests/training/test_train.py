@@ -123,7 +123,7 @@ def test_hasty_student_reads_the_preset_bias(toy_home):
     from training.hasty import hasty_student_accuracy
     ds = load_qa_dataset(toy_home["export"], toy_home["ids"][("visual_cloze", "recipeqa")], "tokens")
     acc, src = hasty_student_accuracy(ds, "train")
-    assert acc > 0.5 and src in ("features.bias", "training.hasty")   # far random distractors are easy
+    assert acc > 0.5 and src in ("features.diagnostics.bias", "training.hasty")   # far random distractors are easy
 
 
 def test_cli_evaluate_writes_recipeqa_predictions_and_fails_cleanly(trained, toy_home, tmp_path):
@@ -142,7 +142,7 @@ def test_cli_evaluate_writes_recipeqa_predictions_and_fails_cleanly(trained, toy
 
 @pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence", "visual_ordering"])
 def test_hasty_student_rule_agrees_with_features_bias(toy_home, task):
-    pytest.importorskip("features.bias")
+    pytest.importorskip("features.diagnostics.bias")
     from training.data import load_qa_dataset
     from training.hasty import _bias_predictions, hasty_student_predictions
     ds = load_qa_dataset(toy_home["export"], toy_home["ids"][(task, "0-0-0")], "tokens")

@@ -1,0 +1,1 @@
+"""Dataset generation: knobs, question families, distractors, question assembly, synthetic world, export."""

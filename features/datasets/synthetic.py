@@ -1,0 +1,146 @@
+"""A synthetic feature world for generation tests and `mrqa bench generate` (no images, no model).
+
+Writes, in contract-C6 shape: recipes/steps/images rows (some images missing, some short recipes),
+an `encoders` row, LanceDB `image_vectors` and `step_text_vectors` (title) with deterministic
+hash-derived, clustered vectors (a step "kind" cluster + a per-recipe style + noise, so distances
+vary and near neighbours exist), and the `neighbours` table (via features.vectors.neighbours when
+available, else exact search with features.vectors.exact).
+"""
+from __future__ import annotations
+
+import logging
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from etl.splits import assign_split
+from etl.warehouse import utcnow
+from features.datasets.knobs import stable_key
+
+log = logging.getLogger(__name__)
+KINDS = ["Gather Ingredients", "Chop the Onions", "Mix the Batter", "Melt the Butter", "Bake",
+         "Pour the Sauce", "Whisk the Eggs", "Knead the Dough", "Fry", "Season", "Boil Water",
+         "Slice the Bread", "Grate the Cheese", "Simmer", "Cool Down", "Serve", "Enjoy!",
+         "Prepare the Pan", "Roll Out", "Garnish"]
+
+STYLES = ["", "Carefully", "Quickly", "Again", "Well", "Gently", "Slowly", "for a While", "Thoroughly",
+          "Now", "First", "Then", "Twice", "Lightly", "by Hand", "in Batches"]
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    return (m / np.linalg.norm(m, axis=1, keepdims=True)).astype(np.float32)
+
+
+def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int = 40, seed: int = 0,
+                dim: int = 32, encoder_id: str = "synthetic-enc-0001", k: int = 100,
+                images_per_step: tuple[int, int] = (1, 3)) -> dict:
+    """Create the world; returns counts. Deterministic in (n_recipes, seed, dim)."""
+    from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, image_schema, text_schema
+    rng = np.random.default_rng([seed, 12345])
+    centers = _unit(rng.normal(size=(len(KINDS), dim)))
+    recipes, steps, images, img_vec_rows, txt_rows = [], [], [], [], []
+    for r in range(n_recipes):
+        rid = f"synthetic-recipe-{r:06d}"
+        rr = np.random.default_rng([seed, stable_key("recipe", rid)])
+        n_steps = int(rr.integers(5, 13)) if r % 10 else int(rr.integers(3, 5))   # some too short
+        sd = 1.0 / np.sqrt(dim)                     # noise terms have a norm of about their factor
+        style = rr.normal(size=dim) * sd * 0.9
+        recipes.append((rid, "sample", f"/{rid}/", f"Recipe {r}", "cooking", f"channel-{r % 5}",
+                        assign_split(rid)))
+        kinds = rr.choice(len(KINDS), size=n_steps, replace=True)
+        for s in range(n_steps):
+            title = f"{KINDS[kinds[s]]} {STYLES[int(rr.integers(len(STYLES)))]}".strip() if s else "Intro"
+            steps.append((rid, s, title, f"Body of step {s} of {rid}."))
+            txt_rows.append((f"{rid}_{s}_title", rid, s, centers[kinds[s]] + style * 0.5
+                             + rr.normal(size=dim) * sd * 0.6))
+            n_img = int(rr.integers(images_per_step[0], images_per_step[1] + 1))
+            base = centers[kinds[s]] + style + rr.normal(size=dim) * sd * 0.7
+            for o in range(n_img):
+                iid = f"{rid}_{s}_{o}.jpg"
+                ok = rr.random() > 0.03
+                images.append((iid, rid, s, o, f"/img/{iid}", f"images/{rid}/{iid}",
+                               "ok" if ok else "missing", f"{stable_key(iid):016x}" if ok else None,
+                               None if ok else "http_404"))
+                if ok:
+                    img_vec_rows.append((iid, rid, s, base + rr.normal(size=dim) * sd * 0.4))
+    now = utcnow()
+    _insert(con, "recipes", ["recipe_id", "source", "url", "title", "category", "channel", "split"],
+            recipes, extra="'ok', TIMESTAMP '" + now.isoformat(sep=" ") + "'", extra_cols="status, fetched_at")
+    _insert(con, "steps", ["recipe_id", "step_idx", "title_raw", "body_raw"], steps,
+            extra="title_raw, body_raw", extra_cols="title, body")
+    _insert(con, "images", ["image_id", "recipe_id", "step_idx", "ord", "url", "path", "status", "sha256",
+                            "status_reason"], images)
+    con.execute("""INSERT OR REPLACE INTO encoders (encoder_id, kind, model_name, weights_sha256,
+                   preprocess_sha256, dim, created_at) VALUES (?, 'synthetic', 'synthetic', 'x', 'x', ?, ?)""",
+                [encoder_id, dim, utcnow()])
+    split_of = {r[0]: r[6] for r in recipes}
+    store = FeatureStore(lance_uri)
+    img_mat = _unit(np.stack([v for *_, v in img_vec_rows]))
+    store.upsert(IMAGE_TABLE, pa.table({
+        "id": [r[0] for r in img_vec_rows], "recipe_id": [r[1] for r in img_vec_rows],
+        "step_idx": pa.array([r[2] for r in img_vec_rows], pa.int32()),
+        "split": [split_of[r[1]] for r in img_vec_rows], "encoder_id": [encoder_id] * len(img_vec_rows),
+        "sha256": ["x"] * len(img_vec_rows),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(img_mat.ravel()), dim)},
+        schema=image_schema(dim)))
+    txt_mat = _unit(np.stack([v for *_, v in txt_rows]))
+    store.upsert(TEXT_TABLE, pa.table({
+        "id": [r[0] for r in txt_rows], "recipe_id": [r[1] for r in txt_rows],
+        "step_idx": pa.array([r[2] for r in txt_rows], pa.int32()), "field": ["title"] * len(txt_rows),
+        "split": [split_of[r[1]] for r in txt_rows], "encoder_id": [encoder_id] * len(txt_rows),
+        "text_sha256": ["x"] * len(txt_rows),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(txt_mat.ravel()), dim)},
+        schema=text_schema(dim)))
+    n_nb = build_neighbours(con, store, encoder_id, k)
+    return {"recipes": len(recipes), "steps": len(steps), "images": len(images),
+            "image_vectors": len(img_vec_rows), "title_vectors": len(txt_rows), "neighbours": n_nb,
+            "encoder_id": encoder_id}
+
+
+def _insert(con, table: str, cols: list[str], rows: list[tuple], extra: str = "", extra_cols: str = "") -> None:
+    """Bulk insert-or-replace through Arrow (executemany is row-at-a-time)."""
+    tbl = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
+    con.register("syn_rows", tbl)
+    sel = ", ".join(cols) + (f", {extra}" if extra else "")
+    names = ", ".join(cols) + (f", {extra_cols}" if extra_cols else "")
+    con.execute(f"INSERT OR REPLACE INTO {table} ({names}) SELECT {sel} FROM syn_rows")
+    con.unregister("syn_rows")
+
+
+def build_neighbours(con, store, encoder_id: str, k: int) -> int:
+    """The C6 neighbours table: D's builder when present (method auto: exact up to EXACT_AUTO_MAX
+    images per split, the recall-checked IVF build above), else exact search here."""
+    try:
+        from features.vectors.neighbours import build_neighbour_table
+    except ImportError:
+        build_neighbour_table = None
+    if build_neighbour_table is not None:
+        build_neighbour_table(con, store, encoder_id, k=k, method="auto")
+        return con.execute("SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]
+    from features.vectors.exact import exact_knn
+    rows = store.image_rows(encoder_id)
+    ids = np.array(rows["id"].to_pylist(), dtype=object)
+    recs = np.array(rows["recipe_id"].to_pylist(), dtype=object)
+    splits = np.array(rows["split"].to_pylist(), dtype=object)
+    mat = rows["vector"].combine_chunks().flatten().to_numpy().reshape(len(ids), -1)
+    con.execute("DELETE FROM neighbours WHERE encoder_id = ?", [encoder_id])
+    total = 0
+    for split in sorted(set(splits)):
+        idx = np.flatnonzero(splits == split)
+        groups = np.unique(recs[idx], return_inverse=True)[1]
+        nn, dist = exact_knn(mat[idx], mat[idx], k, query_groups=groups, base_groups=groups)
+        valid = nn >= 0
+        qi = np.repeat(np.arange(len(idx)), valid.sum(1))
+        ranks = (np.cumsum(valid, axis=1))[valid]
+        cand = nn[valid]
+        tbl = pa.table({"image_id": ids[idx][qi].tolist(), "rank": pa.array(ranks, pa.int32()),
+                        "neighbour_id": ids[idx][cand].tolist(),
+                        "neighbour_recipe_id": recs[idx][cand].tolist(),
+                        "distance": dist[valid].astype(np.float64)})
+        con.register("syn_nb", tbl)
+        con.execute("INSERT INTO neighbours SELECT ?, image_id, rank, neighbour_id, neighbour_recipe_id, "
+                    "distance FROM syn_nb", [encoder_id])
+        con.unregister("syn_nb")
+        total += tbl.num_rows
+    return total

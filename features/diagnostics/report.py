@@ -1,0 +1,276 @@
+"""The benchmark bias report (issue 7): one static folder, index.html + PNG plots (matplotlib Agg).
+
+Per task: a table of datasets x (questions, recipes, Hasty Student accuracy, probe accuracy, overlap),
+histograms of the answer's vs the distractors' distance from the question for the RecipeQA-style
+preset and every knob setting (Meta-RecipeQA Fig. 2), and a knob-effect plot (accuracy per knob
+value with the other knobs fixed, Fig. 5). The numbers go to DuckDB `bias_metrics` too.
+
+    res = build_report(con, out_dir)        # -> {"index": ".../index.html", "tasks": {...}, ...}
+
+The output has no timestamps, so the same warehouse gives the same HTML.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+import logging
+import shutil
+from pathlib import Path
+
+import duckdb
+import numpy as np
+from matplotlib.figure import Figure
+
+from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
+from features.datasets.knobs import TASKS
+
+log = logging.getLogger(__name__)
+PNG_META = {"Software": None}          # no matplotlib version in the file: byte-stable output
+TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id", "encoder"),
+                 ("n_questions", "questions"),
+                 ("n_recipes", "recipes"), ("hasty_student_acc", "Hasty Student"),
+                 ("probe_acc", "distance probe"), ("recipe_coverage", "recipe coverage"),
+                 ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
+                                                                     "answer distance rank 0/1/2/3")]
+
+
+def setting_sort_key(row: dict) -> tuple:
+    """By encoder; presets first, then knob settings in (k1, k2, k3) order, then variants."""
+    return (str(row.get("encoder_id")), 0 if row.get("preset") else 1, str(row["knobs"]), row["dataset_id"])
+
+
+def is_paper_setting(row: dict) -> bool:
+    """A binary knob setting with the paper's parameters (no `-p<hash>` suffix, knob3 0/1 coin)."""
+    return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
+            and str(row.get("knob3")) in ("0", "1", "None") and "-p" not in row["dataset_id"].split("-s")[-1])
+
+
+def ordering_by_probe(rows: list[dict]) -> list[dict]:
+    """Settings sorted by probe accuracy, most biased first (None last)."""
+    return sorted(rows, key=lambda r: (r["probe_acc"] is None, -(r["probe_acc"] or 0), r["dataset_id"]))
+
+
+def _fmt(v, col: str) -> str:
+    if v is None:
+        return "–"
+    if col in ("hasty_student_acc", "probe_acc", "recipe_coverage"):
+        return f"{100 * v:.1f}%"
+    if col == "question_overlap":
+        return f"{v:.3f}"
+    if col == "encoder_id":
+        return v if len(v) <= 24 else v[:21] + "..."
+    if col == "answer_rank_share":
+        return " / ".join(f"{100 * x:.0f}%" for x in v)
+    if isinstance(v, int):
+        return f"{v:,d}"
+    return str(v)
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The report table as plain dicts (also the Prefect table artifact)."""
+    return [{label: _fmt(r.get(col), col) for col, label in TABLE_COLUMNS}
+            for r in sorted(rows, key=setting_sort_key)]
+
+
+# ----------------------------------------------------------------------------- plots
+
+def plot_histograms(rows: list[dict], path: Path, task: str) -> Path | None:
+    """Fig. 2: distance from the question of the correct choice vs the incorrect ones, per setting."""
+    rows = [r for r in sorted(rows, key=setting_sort_key)
+            if r.get("_distances") is not None and len(r["_distances"].qids)]
+    if not rows:
+        return None
+    ncols = min(3, len(rows))
+    nrows = int(np.ceil(len(rows) / ncols))
+    fig = Figure(figsize=(4.2 * ncols, 3.0 * nrows), dpi=80)
+    allv = np.concatenate([r["_distances"].probe.ravel() for r in rows])
+    lo, hi = float(np.percentile(allv, 0.5)), float(np.percentile(allv, 99.5))
+    bins = np.linspace(lo, hi if hi > lo else lo + 1e-6, 31)
+    for k, r in enumerate(rows):
+        d = r["_distances"]
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        mask = np.zeros(d.probe.shape, dtype=bool)
+        mask[np.arange(len(d.answers)), d.answers] = True
+        ax.hist(d.probe[~mask], bins=bins, density=True, alpha=0.55, color="tab:red", label="incorrect")
+        ax.hist(d.probe[mask], bins=bins, density=True, alpha=0.55, color="tab:green", label="correct")
+        probe = "–" if r["probe_acc"] is None else f"{100 * r['probe_acc']:.0f}%"
+        ax.set_title(f"{r['knobs']}  (probe {probe}, n={len(d.qids)})", fontsize=9)
+        ax.tick_params(labelsize=7)
+        if k == 0:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{task}: choice distance from the question "
+                 f"({'mean consecutive distance' if task == 'visual_ordering' else 'cosine'})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata=PNG_META)
+    return path
+
+
+def knob_effects(rows: list[dict], metric: str = "probe_acc") -> dict[int, list[tuple[str, list]]]:
+    """For each knob j: lines (label of the other knobs fixed, [(value, accuracy)...]) over the
+    paper's binary settings; duplicates (several seeds/encoders) are averaged."""
+    acc: dict[tuple, list[float]] = {}
+    for r in rows:
+        if is_paper_setting(r) and r.get(metric) is not None:
+            k3 = 0 if str(r["knob3"]) in ("0", "None") else 1
+            acc.setdefault((int(r["knob1"]), int(r["knob2"]), k3), []).append(r[metric])
+    mean = {k: float(np.mean(v)) for k, v in acc.items()}
+    out: dict[int, list] = {}
+    for j in range(3):
+        lines = []
+        others = [i for i in range(3) if i != j]
+        for fixed in itertools.product((0, 1), repeat=2):
+            pts = []
+            for v in (0, 1):
+                key = [0, 0, 0]
+                key[j] = v
+                key[others[0]], key[others[1]] = fixed
+                if tuple(key) in mean:
+                    pts.append((v, mean[tuple(key)]))
+            if len(pts) == 2:
+                lines.append((f"k{others[0] + 1}={fixed[0]}, k{others[1] + 1}={fixed[1]}", pts))
+        if lines:
+            out[j + 1] = lines
+    return out
+
+
+def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
+    """Fig. 5: accuracy per knob value with the other knobs fixed (probe solid, Hasty Student dotted)."""
+    probe, hasty = knob_effects(rows, "probe_acc"), knob_effects(rows, "hasty_student_acc")
+    if not probe:
+        return None
+    preset = [r for r in rows if r.get("preset") and r.get("probe_acc") is not None]
+    fig = Figure(figsize=(4.0 * len(probe), 3.4), dpi=80)
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+    for n, (j, lines) in enumerate(sorted(probe.items())):
+        ax = fig.add_subplot(1, len(probe), n + 1)
+        for c, (label, pts) in zip(colours, lines):
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=c, label=label)
+        for c, (label, pts) in zip(colours, hasty.get(j, [])):
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "s:", color=c, alpha=0.6)
+        ax.axhline(25, color="grey", lw=0.8, ls="--")
+        for r in preset:
+            ax.axhline(100 * r["probe_acc"], color="black", lw=0.8, ls="-.")
+        ax.set_xticks([0, 1])
+        ax.set_xlabel(f"knob {j}")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title(f"knob {j} (other knobs fixed)", fontsize=9)
+        ax.legend(fontsize=6, loc="upper right")
+    fig.suptitle(f"{task}: probe (solid) and Hasty Student (dotted); dashed = chance, "
+                 f"dash-dot = RecipeQA-style probe", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata=PNG_META)
+    return path
+
+
+# ----------------------------------------------------------------------------- HTML
+
+CSS = """body{font-family:sans-serif;margin:2em;max-width:1300px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #bbb;padding:3px 8px;text-align:right}
+th{background:#eee}td:nth-child(1),td:nth-child(2){text-align:left;font-family:monospace}
+img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}.note{color:#555;font-size:13px}"""
+
+
+def _html_table(rows: list[dict], cls: str) -> str:
+    if not rows:
+        return "<p>no datasets</p>"
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
+                   for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render_html(tasks: dict[str, dict]) -> str:
+    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+             "<title>Meta-RecipeQA bias report</title>", f"<style>{CSS}</style></head><body>",
+             "<h1>Meta-RecipeQA bias report</h1>",
+             "<p class='note'>Chance is 25% (4 choices). <b>Hasty Student</b>: context-free pick by "
+             "distance (cloze: the choice closest on average to the question; coherence: the image most "
+             "dissimilar to the others; ordering: the smoothest sequence). <b>Distance probe</b>: logistic "
+             "regression on each choice's distance from the question (value, gap to the nearest, rank), "
+             "5-fold cross-validated by recipe. <b>Recipe coverage</b>: share of a recipe's steps its "
+             "questions show; <b>question overlap</b>: mean pairwise Jaccard of their step sets. "
+             "<b>Answer distance rank</b>: how often the answer is the nearest / 2nd / 3rd / farthest "
+             "choice.</p>", "<ul>"]
+    parts += [f"<li><a href='#{t}'>{t}</a></li>" for t in tasks]
+    parts.append("</ul>")
+    for task, info in tasks.items():
+        parts.append(f"<h2 id='{task}'>{task}</h2>")
+        parts.append(_html_table(info["table"], "metrics"))
+        for enc, ordering in info["ordering"].items():
+            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['probe_acc'], 'probe_acc')})"
+                                  for r in ordering)
+            parts.append(f"<p class='note'>Settings by probe accuracy (most biased first), encoder "
+                         f"<code>{html.escape(str(enc))}</code>: {order}</p>")
+        for name in info["plots"]:
+            alt = "knob effect plot" if name.startswith("knobs_") else "choice distance histograms"
+            parts.append(f"<img src='{html.escape(name)}' alt='{task} {alt}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def check_out_dir(out_dir: Path) -> Path:
+    """Only ever replace a previous report (html + png files), never a user's folder."""
+    if out_dir.exists():
+        foreign = [x.name for x in out_dir.iterdir() if not (x.is_file() and x.suffix in (".html", ".png"))]
+        if foreign or not out_dir.is_dir():
+            raise ValueError(f"refusing to replace {out_dir}: it holds more than a report "
+                             f"({', '.join(sorted(foreign)[:3])}); choose another --out")
+    return out_dir
+
+
+def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: list[str] | None = None,
+                 lance_uri: str | None = None, seed: int = 0, model: str = "logreg",
+                 progress: bool = True) -> dict:
+    """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
+    Returns {out, index, images, n_datasets, tasks: {task: {rows, table, ordering}}}."""
+    out_dir = check_out_dir(Path(out_dir))
+    metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
+                                   progress=progress, keep_distances=True)
+    if not metrics:
+        raise LookupError("no datasets to report on; run `mrqa generate --all` first")
+    write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    tasks: dict[str, dict] = {}
+    images = []
+    for task in [t for t in TASKS if any(m["task"] == t for m in metrics)]:
+        rows = [m for m in metrics if m["task"] == task]
+        encoders = sorted({str(r["encoder_id"]) for r in rows})
+        plots, ordering = [], {}
+        for enc in encoders:
+            group = [r for r in rows if str(r["encoder_id"]) == enc]
+            tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
+            hist = plot_histograms(group, out_dir / f"hist_{tag}.png", f"{task} [{enc}]")
+            knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", f"{task} [{enc}]")
+            plots += [p.name for p in (hist, knobs) if p]
+            ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
+                              "hasty_student_acc": r["hasty_student_acc"]} for r in ordering_by_probe(group)]
+        images += [out_dir / p for p in plots]
+        clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
+        tasks[task] = {"rows": clean, "table": table_rows(clean), "ordering": ordering, "plots": plots}
+    index = out_dir / "index.html"
+    index.write_text(render_html(tasks), encoding="utf-8")
+    log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
+    return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
+            "n_datasets": len(metrics), "tasks": tasks}
+
+
+def _slug(s: str) -> str:
+    """A file-name-safe short tag of an encoder id (readable prefix + hash)."""
+    import hashlib
+    import re
+    return re.sub(r"[^A-Za-z0-9]+", "-", s)[:16].strip("-") + "-" + hashlib.sha256(s.encode()).hexdigest()[:6]
+
+
+def format_ordering(tasks: dict[str, dict]) -> list[str]:
+    """Printable lines: per task and encoder, settings by probe accuracy (most biased first)."""
+    lines = []
+    for task, info in tasks.items():
+        for enc, ordering in info["ordering"].items():
+            lines.append(f"{task} (encoder {enc}):")
+            lines += [f"  {str(r['knobs']):14s} probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
+                      f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}"
+                      for r in ordering]
+    return lines

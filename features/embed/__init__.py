@@ -1,0 +1,1 @@
+"""Embed stage: encoders, encoder training, image decoding, embedding into the store, Dask fan-out."""

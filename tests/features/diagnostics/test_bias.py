@@ -1,0 +1,129 @@
+"""Hasty Student, distance probe and overlap on tiny hand-made vector sets with known answers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from features.diagnostics.bias import (answer_ranks, cloze_distances, coherence_distances, distance_probe,
+                           hasty_student, ordering_distances, probe_features, recipe_overlap)
+
+
+def unit(*v):
+    a = np.asarray(v, dtype=np.float64)
+    return a / np.linalg.norm(a)
+
+
+E = np.eye(4)
+
+
+def test_cloze_hasty_student_picks_the_choice_closest_to_the_question():
+    # question images all near axis 0; choice 2 is axis 0 itself, the others are orthogonal axes
+    q = np.stack([unit(1, 0.1, 0, 0), unit(1, 0, 0.1, 0), unit(1, 0, 0, 0.1)])[None]
+    choices = np.stack([E[1], E[2], E[0], E[3]])[None]
+    hasty, probe = cloze_distances(q, choices)
+    assert hasty.shape == probe.shape == (1, 4)
+    assert hasty_student(hasty).tolist() == [2]
+    assert int(np.argmin(probe[0])) == 2
+    assert probe[0, 2] < 0.01 and probe[0, 0] > 0.9
+
+
+def test_coherence_hasty_student_picks_the_odd_one_out():
+    imgs = np.stack([unit(1, 0.1, 0, 0), unit(1, 0, 0.1, 0), E[3], unit(1, 0, 0, 0.1)])[None]
+    hasty, probe = coherence_distances(imgs)
+    assert hasty_student(hasty).tolist() == [2]
+    assert int(np.argmax(probe[0])) == 2
+
+
+def test_ordering_hasty_student_picks_the_smoothest_sequence():
+    # a smooth path through 4 points: a -> b -> c -> d with small steps
+    a, b, c, d = unit(1, 0, 0, 0), unit(1, 0.3, 0, 0), unit(1, 0.6, 0, 0), unit(1, 0.9, 0, 0)
+    orders = np.stack([np.stack([a, c, b, d]), np.stack([d, a, c, b]), np.stack([a, b, c, d]),
+                       np.stack([b, d, a, c])])[None]
+    hasty, probe = ordering_distances(orders)
+    assert hasty_student(hasty).tolist() == [2]
+    assert np.allclose(hasty, probe)
+
+
+def test_answer_ranks_and_features_are_slot_invariant():
+    dist = np.array([[0.4, 0.1, 0.3, 0.2]])
+    assert answer_ranks(dist, np.array([1])).tolist() == [0]
+    assert answer_ranks(dist, np.array([0])).tolist() == [3]
+    f = probe_features(dist)
+    perm = [2, 0, 3, 1]
+    g = probe_features(dist[:, perm])
+    assert np.allclose(f[perm], g)                       # the same choice gets the same features
+    assert f[:, 3:].sum(axis=1).tolist() == [1, 1, 1, 1]  # one rank each
+
+
+def _world(n, rank_of_answer, seed=0):
+    """n questions whose answer always has the given distance rank; slots shuffled at random."""
+    rng = np.random.default_rng(seed)
+    d = np.sort(rng.uniform(0.2, 0.9, size=(n, 4)), axis=1)
+    answers = rng.integers(0, 4, size=n)
+    dist = np.empty_like(d)
+    for i in range(n):
+        others = [r for r in range(4) if r != rank_of_answer]
+        rng.shuffle(others)
+        slots = [s for s in range(4) if s != answers[i]]
+        dist[i, answers[i]] = d[i, rank_of_answer]
+        for s, r in zip(slots, others):
+            dist[i, s] = d[i, r]
+    groups = [f"r{i // 3}" for i in range(n)]
+    return dist, answers, groups
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("model", ["logreg", "svm"])
+def test_probe_exploits_nearest_and_never_nearest(rank, model):
+    """'The answer is the nearest' (Hasty Student 100%) and 'the answer is the second nearest'
+    (Hasty Student 0%) are both learned from distances alone."""
+    dist, answers, groups = _world(240, rank)
+    res = distance_probe(dist, answers, groups, n_folds=5, seed=0, model=model)
+    assert res.n == 240 and res.n_folds == 5
+    assert res.accuracy > 0.95
+    hs = float((hasty_student(dist) == answers).mean())
+    assert hs == (1.0 if rank == 0 else 0.0)
+
+
+def test_probe_sits_near_chance_without_a_cue():
+    rng = np.random.default_rng(3)
+    dist = rng.uniform(0.2, 0.9, size=(800, 4))
+    answers = rng.integers(0, 4, size=800)
+    res = distance_probe(dist, answers, [f"r{i // 4}" for i in range(800)], seed=0)
+    assert 0.18 < res.accuracy < 0.32
+
+
+def test_probe_is_deterministic_and_order_independent():
+    dist, answers, groups = _world(200, 0, seed=5)
+    noise = np.random.default_rng(9).normal(0, 0.2, size=dist.shape)
+    dist = dist + noise                                   # make it imperfect
+    a = distance_probe(dist, answers, groups, seed=1)
+    b = distance_probe(dist, answers, groups, seed=1)
+    perm = np.random.default_rng(2).permutation(len(answers))
+    c = distance_probe(dist[perm], answers[perm], [groups[i] for i in perm], seed=1)
+    assert a.accuracy == b.accuracy
+    assert np.array_equal(a.predictions[perm], c.predictions)
+
+
+def test_probe_with_too_few_questions_reports_none():
+    dist, answers, groups = _world(8, 0)
+    assert distance_probe(dist, answers, groups).accuracy is None
+    assert distance_probe(dist[:30], answers[:30], ["one"] * 8).accuracy is None
+
+
+def test_probe_rejects_unknown_model():
+    dist, answers, groups = _world(60, 0)
+    with pytest.raises(ValueError, match="logreg or svm"):
+        distance_probe(dist, answers, groups, model="tree")
+
+
+def test_overlap_coverage_and_jaccard():
+    qs = {"a": [[1, 2, 3, 4], [1, 2, 3, 4]],          # same steps twice: coverage 4/8, jaccard 1
+          "b": [[1, 2, 3, 4], [5, 6, 7, 8]],          # disjoint: coverage 1, jaccard 0
+          "c": [[1, 2, 3, 4]]}                        # one question: coverage 4/5, no pairs
+    cov, jac = recipe_overlap(qs, {"a": 8, "b": 8, "c": 5})
+    assert cov == pytest.approx((0.5 + 1.0 + 0.8) / 3)
+    assert jac == pytest.approx(0.5)
+    assert recipe_overlap({}, {}) == (None, None)
+    # Jaccard of {1,2,3,4} vs {3,4,5,6} is 2/6
+    assert recipe_overlap({"x": [[1, 2, 3, 4], [3, 4, 5, 6]]}, {"x": 6})[1] == pytest.approx(1 / 3)

@@ -1,0 +1,190 @@
+"""The bias report on a synthetic warehouse (features.datasets.synthetic): tables, PNGs, bias_metrics rows,
+determinism, and the report rendered in headless Chromium (tables present, images loaded)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from features.datasets.knobs import KnobParams
+
+ENC = "synthetic-enc-0001"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _settings():
+    s = [("visual_cloze", KnobParams.recipeqa_preset())]
+    s += [("visual_cloze", KnobParams.preset_for("visual_cloze", a, b, c))
+          for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+    for task, knobs in (("visual_coherence", [(0, 0, 0), (0, 1, 1)]),
+                        ("visual_ordering", [(0, 0, 0), (0, 1, 0)]),
+                        ("textual_cloze", [(0, 0, 0), (0, 1, 1)])):
+        s.append((task, KnobParams.recipeqa_preset()))
+        s += [(task, KnobParams.preset_for(task, *k)) for k in knobs]
+    return s
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.generate import generate_datasets
+    from features.diagnostics.report import build_report
+    from features.datasets.synthetic import build_world
+    home = tmp_path_factory.mktemp("report_home")
+    old = os.environ.get("MRQA_HOME")
+    os.environ["MRQA_HOME"] = str(home)
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    build_world(con, paths.lance, n_recipes=40, seed=1, dim=16, k=60)
+    summaries = generate_datasets(con, _settings(), seed=0, encoder_id=ENC, lance_uri=paths.lance,
+                                  progress=False)
+    out = paths.reports / "latest"
+    res = build_report(con, out, lance_uri=paths.lance, progress=False)
+    yield {"con": con, "paths": paths, "res": res, "out": out, "summaries": summaries}
+    con.close()
+    if old is None:
+        os.environ.pop("MRQA_HOME", None)
+    else:
+        os.environ["MRQA_HOME"] = old
+
+
+def test_report_has_a_table_and_plots_per_task(report):
+    res, out = report["res"], report["out"]
+    assert res["n_datasets"] == len(report["summaries"])
+    assert set(res["tasks"]) == {"visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze"}
+    page = (out / "index.html").read_text()
+    for task, info in res["tasks"].items():
+        assert f"id='{task}'" in page
+        assert f"hist_{task}.png" in info["plots"] and (out / f"hist_{task}.png").is_file()
+        assert len(info["table"]) == len(info["rows"])
+        assert {r["setting"] for r in info["table"]} >= {"recipeqa", "0-0-0"}
+    # the knob-effect plot needs pairs of settings that differ in one knob: all 8 for cloze
+    assert "knobs_visual_cloze.png" in res["tasks"]["visual_cloze"]["plots"]
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    imgs = re.findall(r"<img src='([^']+)'", page)
+    assert sorted(imgs) == sorted(p.name for p in out.glob("*.png"))
+    assert page.count("<table") == 4
+
+
+def test_bias_metrics_rows_match_the_report_and_the_generator(report):
+    con, res = report["con"], report["res"]
+    rows = con.execute("""SELECT dataset_id, task, n_questions, n_scored, hasty_student_acc, probe_acc,
+                          recipe_coverage, question_overlap, answer_rank_share FROM bias_metrics""").fetchall()
+    assert len(rows) == res["n_datasets"]
+    by_id = {s["dataset_id"]: s for s in report["summaries"]}
+    for did, task, nq, ns, hs, pr, cov, jac, share in rows:
+        assert nq == by_id[did]["n_questions"] and ns == nq       # every question has its vectors
+        assert 0 <= hs <= 1 and 0 <= pr <= 1 and 0 < cov <= 1
+        share = json.loads(share)
+        assert sum(share) == pytest.approx(1, abs=1e-3)
+        if task in ("visual_cloze", "textual_cloze"):
+            # the Hasty Student's pick by mean distance and the nearest-to-mean choice coincide often;
+            # the nearest-choice share is the generator's own distance-probe figure
+            assert share[0] == pytest.approx(by_id[did]["distance_probe_accuracy"], abs=1e-3)
+    # RecipeQA-style questions reuse steps; knob 1 removes the answer step: less overlap
+    ov = dict(con.execute("SELECT dataset_id, question_overlap FROM bias_metrics "
+                          "WHERE task = 'visual_cloze'").fetchall())
+    pre = next(v for k, v in ov.items() if "recipeqa" in k)
+    k1 = [v for k, v in ov.items() if "-k1" in k]
+    assert all(v < pre for v in k1)
+
+
+def test_ordering_printed_and_probe_finds_the_preset_bias(report):
+    from features.diagnostics.report import format_ordering
+    lines = format_ordering(report["res"]["tasks"])
+    assert lines[0] == f"visual_cloze (encoder {ENC}):" and any("recipeqa" in ln for ln in lines)
+    assert list(report["res"]["tasks"]["visual_cloze"]["ordering"]) == [ENC]
+    cloze = report["res"]["tasks"]["visual_cloze"]["ordering"][ENC]
+    accs = [r["probe_acc"] for r in cloze]
+    assert accs == sorted(accs, reverse=True)
+    preset = next(r for r in cloze if r["knobs"] == "recipeqa")
+    assert preset["probe_acc"] > 0.5           # synthetic world: a per-recipe style term = the cue
+
+
+def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
+    from features.diagnostics.report import build_report
+    con, paths = report["con"], report["paths"]
+    ids = [s["dataset_id"] for s in report["summaries"] if s["task"] == "visual_cloze"]
+    a = build_report(con, tmp_path / "a", ids, lance_uri=paths.lance, progress=False)
+    b = build_report(con, tmp_path / "b", ids, lance_uri=paths.lance, progress=False)
+    for name in ["index.html"] + [Path(p).name for p in a["images"]]:
+        assert hashlib.sha256((tmp_path / "a" / name).read_bytes()).digest() == \
+            hashlib.sha256((tmp_path / "b" / name).read_bytes()).digest(), name
+    assert set(a["tasks"]) == {"visual_cloze"}
+    n = con.execute("SELECT count(*) FROM bias_metrics").fetchall()[0][0]
+    assert n == report["res"]["n_datasets"]
+
+
+def test_unknown_dataset_or_foreign_out_folder_is_a_clear_error(report, tmp_path):
+    from features.diagnostics.report import build_report
+    with pytest.raises(ValueError, match="unknown dataset"):
+        build_report(report["con"], tmp_path / "x", ["no-such-dataset"], progress=False)
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("precious")
+    ids = [report["summaries"][0]["dataset_id"]]
+    with pytest.raises(ValueError, match="refusing to replace"):
+        build_report(report["con"], keep, ids, lance_uri=report["paths"].lance, progress=False)
+    assert (keep / "notes.txt").read_text() == "precious"
+
+
+# ----------------------------------------------------------------------------- in a browser
+
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.map.call(document.images, function (i) {
+    return {src: i.getAttribute('src'), w: i.naturalWidth, h: i.naturalHeight, done: i.complete}; });
+  var tables = Array.prototype.map.call(document.querySelectorAll('table'), function (t) {
+    return t.querySelectorAll('tbody tr').length; });
+  var pre = document.createElement('pre'); pre.id = 'probe-result';
+  pre.textContent = JSON.stringify({images: imgs, tables: tables});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+           f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian package `chromium`: "
+                                              "apt-get install -y chromium)")
+def test_report_opens_in_a_browser(report, tmp_path):
+    """The report's own page plus a load-time probe script, in a copy of the report folder: every
+    table has rows and every image decoded (naturalWidth > 0). Also writes a screenshot."""
+    site = tmp_path / "site"
+    shutil.copytree(report["out"], site)
+    page = (site / "index.html").read_text()
+    (site / "index.html").write_text(page.replace("</body>", PROBE + "</body>"))
+    proc = _chromium(["--dump-dom", (site / "index.html").as_uri()], tmp_path / "profile")
+    m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.S)
+    assert m, f"no probe result in the DOM; stderr: {proc.stderr[-2000:]}"
+    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert len(result["tables"]) == 4 and all(n > 0 for n in result["tables"])
+    n_png = len(list(report["out"].glob("*.png")))
+    assert len(result["images"]) == n_png > 0
+    for img in result["images"]:
+        assert img["done"] and img["w"] > 0 and img["h"] > 0, img
+    shot = report["paths"].reports / "latest-screenshot.png"
+    proc = _chromium([f"--screenshot={shot}", "--window-size=1300,1800",
+                      (report["out"] / "index.html").as_uri()], tmp_path / "profile2")
+    assert shot.is_file() and shot.stat().st_size > 10_000, proc.stderr[-2000:]
+    from PIL import Image
+    with Image.open(shot) as im:
+        arr = np.asarray(im.convert("L"))
+    assert arr.std() > 10                      # not a blank page
+    keep = os.environ.get("MRQA_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
