@@ -25,7 +25,8 @@ from tqdm import tqdm
 from etl.clean_rules import clean_text, clean_title
 from etl.config import Paths
 from etl.filters import DEFAULT_FILTERS, RecipeView, StepView, filter_recipe
-from etl.repair import Repairer, english_frequencies
+from etl.repair import Repairer, english_frequencies, repair_text
+from etl.repair import rule_counts as split_counts_by_rule
 from etl.tokenize import (load_punkt, punkt_from_json, punkt_to_json, reference_tokenize_text, save_punkt,
                            tokenize_text, train_punkt)
 from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
@@ -90,18 +91,22 @@ def _clean_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter]:
     return out, counts
 
 
-def _tokenize_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter, Counter]:
-    """rows of (recipe_id, step_idx, title, body) -> token rows + before/after token counters."""
+def _tokenize_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter, Counter, list[tuple]]:
+    """rows of (recipe_id, step_idx, title, body) -> token rows, before/after token counters, and the
+    rows with the repaired text (etl.repair.repair_text: what steps.title/body store and exports carry)."""
     punkt, rep = _W["punkt"], _W["repairer"]
-    out, before_c, after_c = [], Counter(), Counter()
+    out, before_c, after_c, texts = [], Counter(), Counter(), []
     for rid, idx, title, body in rows:
+        fixed = []
         for fld, text in (("title", title), ("body", body)):
             before, after = pipeline_tokens(text, punkt, rep, _W["cache"], _W["tokenize"])
             for k, (b, a) in enumerate(zip(before, after)):
                 before_c.update(b)
                 after_c.update(a)
                 out.append((rid, idx, fld, k, a))
-    return out, before_c, after_c
+            fixed.append(text if rep is None else repair_text(text, rep)[0])
+        texts.append((rid, idx, *fixed))
+    return out, before_c, after_c, texts
 
 
 def _chunks(xs: list, n: int) -> list[list]:
@@ -209,14 +214,17 @@ def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
     # 4. tokens for kept recipes
     keep_rows = [c for c in cleaned if c[0] not in rejected]
     token_rows: list[tuple] = []
+    repaired: dict[tuple, tuple] = {}
     before, after = Counter(), Counter()
-    for rows, b, a in _map(_tokenize_chunk, _chunks(keep_rows, 1000), cfg.workers,
-                           (punkt_to_json(punkt), cfg.repair), "tokenize"):
+    for rows, b, a, texts in _map(_tokenize_chunk, _chunks(keep_rows, 1000), cfg.workers,
+                                  (punkt_to_json(punkt), cfg.repair), "tokenize"):
         token_rows.extend(rows)
         before.update(b)
         after.update(a)
+        repaired.update({(rid, idx): (t, b_) for rid, idx, t, b_ in texts})
     done_ids = [r[0] for r in recipes]
-    _write(con, done_ids, cleaned, token_rows, rejected, details)
+    stored = [(rid, idx, *repaired.get((rid, idx), (t, b_))) for rid, idx, t, b_ in cleaned]
+    _write(con, done_ids, stored, token_rows, rejected, details)
     dt = time.perf_counter() - t0
     from etl.vocab import store_vocab_stats, vocab_figures
     vb, va = vocab_figures(before, cfg.top_oov), vocab_figures(after, cfg.top_oov)
@@ -224,6 +232,7 @@ def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
     summary = {
         "recipes": len(recipes), "steps": len(steps), "kept": len(recipes) - len(rejected),
         "rejected": dict(Counter(rejected.values())), "rule_changes": dict(sorted(rule_counts.items())),
+        "repairs": {k: v for k, v in repair_rule_counts(before).items() if v["types"]} if cfg.repair else {},
         "sentences": len(token_rows), "tokens": sum(after.values()),
         "punkt": "trained" if trained else "loaded", "chars": n_chars, "seconds": round(dt, 2),
         "chars_per_s": round(n_chars / dt) if dt else None,
@@ -232,6 +241,11 @@ def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
     }
     log.info("clean: %s", summary)
     return CleanResult(summary, before, after)
+
+
+def repair_rule_counts(before: Counter) -> dict[str, dict[str, int]]:
+    """Per repair rule: the word types and token occurrences of `before` (tokens before repair) it split."""
+    return split_counts_by_rule(Repairer(), before)
 
 
 # ----------------------------------------------------------------------------- benchmark
@@ -266,7 +280,7 @@ def _clean_and_tokenize_chunk(rows: list[tuple]) -> int:
     """The work of the clean stage on a chunk (the token rows are built as for the warehouse);
     only the token count travels back, the warehouse write is not part of this benchmark."""
     cleaned, _ = _clean_chunk(rows)
-    out, _b, _a = _tokenize_chunk(cleaned)
+    out, _b, _a, _texts = _tokenize_chunk(cleaned)
     return sum(len(r[4]) for r in out)
 
 

@@ -62,23 +62,75 @@ def read_vocab_stats(con, scope: str) -> dict[str, dict]:
 
 
 def vocab_report(con, paths=None, top: int = 30) -> dict:
-    """Recompute before/after repair figures from the cleaned steps of ok recipes; store as 'report'."""
+    """Recompute the vocabulary figures of ok recipes from their raw text: cleaned (etl.clean_rules)
+    before repair, then after each repair rule in turn (cumulative, in etl.repair.RULES order), and after
+    all of them; the remaining OOV types grouped by pattern; U+FFFD replacement characters left in the
+    cleaned text (a sign of text broken before it reached us). Stored as scope 'report'."""
+    from etl.clean_rules import clean_text, clean_title
     from etl.config import Paths
+    from etl.repair import RULES, rule_counts
     from etl.tokenize import load_punkt, tokenize_text, untrained_punkt
     paths = paths or Paths.from_env()
     punkt = load_punkt(paths.models) or untrained_punkt()
     rep = Repairer()
     before, after = Counter(), Counter()
-    for title, body in con.execute("SELECT s.title, s.body FROM steps s JOIN recipes r USING (recipe_id) "
-                                   "WHERE r.status = 'ok'").fetchall():
-        for text in (title, body):
+    replacement_chars = 0
+    for title_raw, body_raw in con.execute(
+            "SELECT s.title_raw, s.body_raw FROM steps s JOIN recipes r USING (recipe_id) "
+            "WHERE r.status = 'ok'").fetchall():
+        for text in (clean_title(title_raw or ""), clean_text(body_raw or "")):
+            replacement_chars += (text or "").count("\ufffd")
             for sent in tokenize_text(text or "", punkt):
                 before.update(sent)
                 after.update(rep.repair_tokens(sent))
     vb, va = vocab_figures(before, top, rep), vocab_figures(after, top, rep)
     store_vocab_stats(con, "report", vb, va)
-    return {"dictionary": DICTIONARY, "before_repair": vb, "after_repair": va,
+    by_rule = rule_counts(rep, before)
+    cumulative = []
+    for k, rule in enumerate(RULES):
+        partial = Repairer(rules=frozenset(RULES[:k + 1]))
+        repaired = Counter()
+        for tok, n in before.items():
+            for part in partial.repair_token(tok):
+                repaired[part] += n
+        f = vocab_figures(repaired, 0, rep)
+        cumulative.append({"rule": rule, **by_rule[rule],
+                           "types_in_dict_share": f["types_in_dict_share"],
+                           "tokens_in_dict_share": f["tokens_in_dict_share"]})
+    return {"dictionary": DICTIONARY, "before_repair": vb, "after_repair": va, "by_rule": cumulative,
+            "oov_by_pattern": oov_by_pattern(after, rep, top), "replacement_chars": replacement_chars,
             "repairs": repair_summary(before, rep, top)}
+
+
+OOV_PATTERNS = ("slash", "colon", "digits_glued", "period_inside", "hyphen", "non_ascii", "rare_or_misspelt")
+
+
+def oov_pattern(word: str) -> str:
+    """The shape of an out-of-vocabulary word type (what kind of tokenization failure it may be)."""
+    if "/" in word or "\\" in word:
+        return "slash"
+    if ":" in word:
+        return "colon"
+    if any(c.isdigit() for c in word):
+        return "digits_glued"
+    if "." in word.strip("."):
+        return "period_inside"
+    if "-" in word:
+        return "hyphen"
+    if not word.isascii():
+        return "non_ascii"
+    return "rare_or_misspelt"
+
+
+def oov_by_pattern(counts: Counter, rep: Repairer, top: int = 10) -> dict[str, dict]:
+    """Remaining OOV word types grouped by `oov_pattern`: types, occurrences, most frequent examples."""
+    groups: dict[str, Counter] = {k: Counter() for k in OOV_PATTERNS}
+    for t, n in counts.items():
+        if is_word(t) and not rep.in_dictionary(t.lower()):
+            groups[oov_pattern(t.lower())][t.lower()] += n
+    return {k: {"types": len(c), "tokens": sum(c.values()),
+                "top": [[w, n] for w, n in sorted(c.items(), key=lambda x: (-x[1], x[0]))[:top]]}
+            for k, c in groups.items()}
 
 
 def repair_summary(before: Counter, rep: Repairer, top: int = 30) -> dict:

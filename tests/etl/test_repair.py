@@ -75,3 +75,41 @@ def test_labelled_oov_of_the_real_instructables_page(rep, shared_fixtures):
     oov = {t for t in words if not rep.in_dictionary(t)}
     assert len(words) > 200 and oov <= set(LABELLED_REAL_OOV_KEEP), oov - set(LABELLED_REAL_OOV_KEEP)
     assert [t for t in oov if len(rep.repair_token(t)) > 1] == []
+
+
+@pytest.mark.parametrize("tok,want,rule", [
+    ("and/or", "and / or", "slash_compound"),
+    ("sugar/butter/vanilla/egg", "sugar / butter / vanilla / egg", "slash_compound"),
+    ("hand/", "hand /", "slash_compound"),
+    ("stalks6-8", "stalks 6-8", "word_digits"),
+    ("butter300g", "butter 300 g", "word_digits"),
+    ("ingredients:1", "ingredients : 1", "colon_number"),
+    ("recipe:4c", "recipe : 4 c", "colon_number"),
+    ("bar.unmolding", "bar . unmolding", "sentence_period"),
+    ("carots-", "carots", "dangling_hyphen"),
+    ("-Next", "Next", "dangling_hyphen"),
+    ("~1c", "~ 1 c", "leading_symbol"),
+    ("120gmargarine", "120 g margarine", "number_unit_word"),
+])
+def test_split_rules(rep, tok, want, rule):
+    assert " ".join(rep.repair_token(tok)) == want
+    assert rep.rule_of[tok] == rule
+
+
+@pytest.mark.parametrize("tok", ["1/2", "3/4-inch", "2:30", "surlatable.com", "images/foo.jpg",
+                                 "http://x.com/a/b", "e.g", "approx", "9x13", "mp3", "silpat-covered"])
+def test_split_rules_keep_fractions_times_urls_abbreviations(rep, tok):
+    assert rep.repair_token(tok) == (tok,)
+
+
+def test_repair_text_and_rule_selection():
+    from etl.repair import WORD_RULES, Repairer, repair_text
+    text = "1/2 cup sugar2 tbsp butter1 and/or (preheatoven), ingredients:1 cup. Bake the bar.Unmolding"
+    fixed, n = repair_text(text, Repairer())
+    assert fixed == ("1/2 cup sugar 2 tbsp butter 1 and / or (preheat oven), ingredients: 1 cup. "
+                     "Bake the bar. Unmolding")
+    assert n == 6 and repair_text(fixed, Repairer()) == (fixed, 0)      # idempotent
+    only_words = Repairer(rules=frozenset(WORD_RULES))
+    assert only_words.repair_token("and/or") == ("and/or",)
+    with pytest.raises(ValueError, match="unknown repair rule"):
+        Repairer(rules=frozenset({"nope"}))
