@@ -97,9 +97,12 @@ def vocab_report(con, paths=None, top: int = 30) -> dict:
         cumulative.append({"rule": rule, **by_rule[rule],
                            "types_in_dict_share": f["types_in_dict_share"],
                            "tokens_in_dict_share": f["tokens_in_dict_share"]})
+    from etl.spelling import Speller, spelling_report
+    domain_terms = frozenset(t.lower() for t, n in after.items() if n >= 3)   # the corpus' own words
     return {"dictionary": DICTIONARY, "before_repair": vb, "after_repair": va, "by_rule": cumulative,
             "oov_by_pattern": oov_by_pattern(after, rep, top), "replacement_chars": replacement_chars,
-            "repairs": repair_summary(before, rep, top)}
+            "repairs": repair_summary(before, rep, top),
+            "spelling": spelling_report(after, Speller(rep, domain_terms), top)}
 
 
 OOV_PATTERNS = ("slash", "colon", "digits_glued", "period_inside", "hyphen", "non_ascii", "rare_or_misspelt")

@@ -95,3 +95,14 @@ def test_export_steps_query_carries_raw_cleaned_text_and_tokens(real):
     con.execute("CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT 'none' AS dataset_id")
     cols = [d[0] for d in con.execute(load_query("export_steps") + " LIMIT 0").description]
     assert {"title", "body", "title_raw", "body_raw", "title_tokens", "body_tokens", "image_ids"} <= set(cols)
+
+
+def test_spelling_is_reported_apart_and_conservative(real):
+    spelling = real[3]["spelling"]
+    assert spelling["types_corrected"] > 0
+    for word, fix, _n in spelling["examples"]:
+        assert word.islower() and word.isalpha() and fix != word
+    from etl.spelling import Speller
+    sp = Speller(keep=frozenset({"silpat"}))
+    assert sp.correct("silpat") is None and sp.correct("Remainning") is None    # domain term, capitalised
+    assert sp.correct("remainning") == "remaining"
