@@ -1,41 +1,26 @@
-"""`mrqa demo`: the pipeline flow (flows/pipeline.py) on the embedded sample kitchen.
+"""`mrqa demo`: the pipeline flow (flows/pipeline.py) with the sample kitchen's parameters.
 
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
 clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset ->
 bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
-knobs 0-1-1 next to Hasty Student. Each stage is a Prefect subflow, timed (wall and CPU seconds);
-a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo` prints.
+knobs 0-1-1 (`TRAIN_DATASETS`) next to Hasty Student. Each stage is a Prefect subflow, timed (wall
+and CPU seconds); a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo`
+prints.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
-from pathlib import Path
 
 from prefect import flow
 
-from etl.config import DEMO_RECIPES, Paths
+from etl.config import DEMO_RECIPES
+from flows.pipeline import pipeline_flow, stage_summary
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
 DEFAULT_RECIPES = DEMO_RECIPES
-
-
-def sample_dir_for(paths: Paths, recipes: int, seed: int) -> Path:
-    return paths.home / "sample" / f"n{recipes}-seed{seed}"
-
-
-def ensure_sample(paths: Paths, recipes: int, seed: int, workers: int | None) -> dict:
-    """Build the sample kitchen unless a finished build (its manifest) is already there."""
-    from etl.sample.generate import build_sample
-    out = sample_dir_for(paths, recipes, seed)
-    manifest = out / "manifest.json"
-    if manifest.exists():
-        m = json.loads(manifest.read_text())
-        log.info("sample kitchen already built at %s (content %s)", out, m.get("content_sha256"))
-        return {"out": str(out), "reused": True, **{k: m[k] for k in ("n_recipes", "content_sha256") if k in m}}
-    return {"out": str(out), "reused": False, **build_sample(out, recipes, seed, workers=workers)}
+TRAIN_DATASETS = ("vc-recipeqa-", "vc-k011-")     # visual cloze: RecipeQA-style preset, knobs 0-1-1
 
 
 @flow(name="demo", log_prints=True)
@@ -43,11 +28,12 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
               crawl_workers: int = 8, train: bool = True, train_epochs: int = 3,
               dask_address: str | None = None) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
-    short training); returns the pipeline summary plus the digest printed by `mrqa demo`."""
-    from flows.pipeline import pipeline_flow
+    short training on `TRAIN_DATASETS`); returns the pipeline summary plus the digest printed by
+    `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
-                            crawl_workers=crawl_workers, seed=seed, train=train, train_epochs=train_epochs,
+                            crawl_workers=crawl_workers, seed=seed, train=train,
+                            train_datasets=list(TRAIN_DATASETS), train_epochs=train_epochs,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)
@@ -55,57 +41,9 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
     return summary
 
 
-TRAIN_PREFIXES = ("vc-recipeqa-", "vc-k011-")     # visual cloze: RecipeQA-style preset, knobs 0-1-1
-
-
-def short_training(paths: Paths, generated: dict, seed: int, max_epochs: int = 3) -> list[dict]:
-    """Export the visual-cloze preset and knob setting 0-1-1 (with vectors) and train the tiny HTRN
-    transformer briefly on each; returns accuracy next to Hasty Student, or the reason a dataset was
-    skipped (a split without questions, or the trainer refusing the data)."""
-    from etl.warehouse import connect
-    from features.datasets.export import export_parquet
-    from flows.train import train_flow
-
-    ids = [d["dataset_id"] for d in generated.get("datasets", [])
-           if d["dataset_id"].startswith(TRAIN_PREFIXES)]
-    rows: list[dict] = []
-    con = connect(paths)
-    try:
-        splits = {(ds, sp): n for ds, sp, n in con.execute(
-            "SELECT dataset_id, split, count(*) FROM questions WHERE list_contains(?, dataset_id) GROUP BY ALL",
-            [ids]).fetchall()}
-        trainable = []
-        for ds in ids:
-            empty = [sp for sp in ("train", "val", "test") if not splits.get((ds, sp))]
-            if empty:
-                reason = f"no {'/'.join(empty)} questions"
-                log.warning("demo training skipped on %s: %s", ds, reason)
-                rows.append({"dataset_id": ds, "skipped": reason})
-            else:
-                trainable.append(ds)
-        export_dir = paths.exports / "demo-train"
-        if trainable:
-            export_parquet(con, trainable, export_dir, with_vectors=True, lance_uri=paths.lance)
-    finally:
-        con.close()
-    for dataset_id in trainable:
-        try:
-            m = train_flow(str(export_dir), dataset_id, scorer="transformer", tiny=True,
-                           overrides={"max_epochs": max_epochs, "seed": seed})
-        except ValueError as e:          # the trainer's own refusal (e.g. no usable examples)
-            log.warning("demo training skipped on %s: %s", dataset_id, e)
-            rows.append({"dataset_id": dataset_id, "skipped": str(e)})
-            continue
-        rows.append({"dataset_id": dataset_id, "scorer": "transformer (tiny)",
-                     **{k: m.get(k) for k in ("test_acc", "val_acc", "hasty_student_acc",
-                                               "faithfulness", "context_ablation", "run_id")}})
-    return sorted(rows, key=lambda r: r["dataset_id"])
-
-
 def demo_digest(summary: dict) -> dict:
     """What `mrqa demo` prints: per-stage status/time/counts, in-vocab share, datasets, bias table,
     model accuracy next to Hasty Student, where the report is."""
-    from flows.pipeline import stage_summary
     ing, cln, emb = (stage_summary(summary, s) for s in ("ingest", "clean", "embed"))
     gen, rep, trn = (stage_summary(summary, s) for s in ("generate", "report", "train"))
     counts = {

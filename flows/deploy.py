@@ -4,7 +4,7 @@ Registers, against the server at PREFECT_API_URL, on a `process` work pool (crea
 - `mrqa-weekly-refresh`: every Monday 03:00 UTC, re-scrape stale (> 7 days) or missing/partial
   recipes, then the incremental pipeline (clean, embed new images, regenerate, report);
 - `mrqa-pipeline`: the whole pipeline on demand (parameters: listing / sitemap / urls_file /
-  sample_recipes, seed, train, sweep, force, ...);
+  sample_recipes, seed, train + train_datasets, sweep, force, ...);
 - `mrqa-generate`, `mrqa-report`, `mrqa-sweep`: those stages on demand with their parameters.
 A process worker (`prefect worker start --pool NAME`) runs them from this repository's directory,
 with MRQA_HOME set to the home given at deploy time.
@@ -41,9 +41,10 @@ DEPLOYMENTS: tuple[DeploymentSpec, ...] = (
                    tags=("mrqa", "scheduled")),
     DeploymentSpec("mrqa-pipeline", "flows/pipeline.py:pipeline_flow",
                    "The whole pipeline on demand: ingest (listing / sitemap / urls_file / sample_recipes) "
-                   "-> clean -> embed -> generate -> report (-> train, sweep)."),
+                   "-> clean -> embed -> generate -> report (-> train on train_datasets, sweep)."),
     DeploymentSpec("mrqa-generate", "flows/generate.py:generate_flow",
-                   "Generate datasets on demand: all settings, or task_name + knobs / preset."),
+                   "Generate datasets on demand: every setting (all_settings), or task_name + knobs / "
+                   "preset."),
     DeploymentSpec("mrqa-report", "flows/report.py:report_flow",
                    "Rebuild the bias report on demand (datasets: all, or the given ids)."),
     DeploymentSpec("mrqa-sweep", "flows/train.py:sweep_flow",

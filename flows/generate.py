@@ -27,13 +27,13 @@ def generate_task(settings: list[tuple[str, KnobParams]], seed: int, encoder_id:
 
 
 @flow(name="generate")
-def generate_flow(all: bool = True, seed: int = 0, encoder_id: str | None = None,
+def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | None = None,
                   task_name: str | None = None, knobs: tuple[int, int, int] | None = None,
                   preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None) -> dict:
-    """Generate datasets: every setting (`all`), one knob setting (`task_name` + `knobs`), or a
-    preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}."""
+    """Generate datasets: every setting (`all_settings`), one knob setting (`task_name` + `knobs`),
+    or a preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}."""
     settings = settings_for(task_name, knobs, preset, k3_mode, overrides,
-                            all_settings=all and not (task_name or knobs or preset))
+                            all_settings=all_settings and not (task_name or knobs or preset))
     t0 = time.perf_counter()
     summaries = generate_task(settings, seed, encoder_id)
     # wall time of the whole task (datasets are assembled on several threads, so the per-dataset

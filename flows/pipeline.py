@@ -1,5 +1,5 @@
 """Prefect flow `pipeline`: ingest -> clean -> embed (new images; neighbours) -> generate -> report
-(-> optional short training / sweep), each stage a subflow of flows/*.py.
+(-> optional short training of the given datasets / sweep), each stage a subflow of flows/*.py.
 
 Re-runs skip finished work: before a stage runs, the flow fingerprints the stage's input tables and
 parameters and its output tables/files (etl/stage_state is the DuckDB table `pipeline_stages`); a
@@ -23,7 +23,15 @@ from typing import Callable
 from prefect import flow
 
 from etl.config import Paths
+from etl.sample.kitchen import served_sample
 from etl.warehouse import connect, utcnow
+from features.datasets.export import export_parquet
+from flows.clean import clean_flow
+from flows.embed import embed_flow
+from flows.generate import generate_flow
+from flows.ingest import ingest_instructables
+from flows.report import report_flow
+from flows.train import short_training, sweep_flow
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
@@ -70,6 +78,7 @@ class Stage:
     outputs: list[Tab] = field(default_factory=list)
     output_files: Callable[[dict], list[str]] = lambda summary: []
     cacheable: bool = True                 # False: always runs (e.g. crawling a live site)
+    skip_reason: str | None = None         # set: the stage is planned but cannot run (e.g. nothing to train)
 
 
 _RECIPES_CORE = Tab("recipes", ("url", "fetched_at", "status", "status_reason"))
@@ -107,6 +116,10 @@ def run_stage(paths: Paths, stage: Stage, force: bool = False) -> dict:
 
     Returns {stage, status: completed|skipped|failed, seconds, cpu_s, summary | error, traceback}."""
     t0, c0 = time.perf_counter(), cpu_seconds()
+    if stage.skip_reason:
+        log.info("stage %s skipped: %s", stage.name, stage.skip_reason)
+        return {"stage": stage.name, "status": "skipped", "seconds": 0.0, "cpu_s": 0.0,
+                "reason": stage.skip_reason, "summary": {}}
     con = connect(paths)
     try:
         inputs_fp = fingerprint(con, stage.inputs, stage.params)
@@ -152,17 +165,13 @@ def run_stage(paths: Paths, stage: Stage, force: bool = False) -> dict:
 # ----------------------------------------------------------------------------- stage bodies
 
 def _ingest(params: dict, paths: Paths) -> dict:
-    from flows.ingest import ingest_instructables
     common = dict(allow_hosts=list(params["allow_hosts"]), allow_private=params["allow_private"],
                   delay_s=params["delay_s"], workers=params["crawl_workers"], max_pages=params["max_pages"],
                   stale_days=params["stale_days"])
     if params.get("sample_recipes"):
-        from etl.sample.server import SiteServer
-        from flows.demo import ensure_sample
-        sample = ensure_sample(paths, params["sample_recipes"], params["sample_seed"], params["sample_workers"])
-        with SiteServer(Path(sample["out"]) / "site") as server:
-            log.info("sample kitchen served at %s", server.url)
-            s = ingest_instructables(listing=f"{server.url}/cooking/", rescrape=params["rescrape"],
+        with served_sample(paths, params["sample_recipes"], params["sample_seed"],
+                           params["sample_workers"]) as (sample, url):
+            s = ingest_instructables(listing=f"{url}/cooking/", rescrape=params["rescrape"],
                                      source=params["source"] or "sample",
                                      **{**common, "allow_private": True, "delay_s": 0.0})
         return {"sample": sample, **s}
@@ -171,23 +180,10 @@ def _ingest(params: dict, paths: Paths) -> dict:
                                 source=params["source"] or "instructables", **common)
 
 
-def _train(paths: Paths, seed: int, max_epochs: int) -> dict:
-    from flows.demo import short_training
-    con = connect(paths, read_only=True)
-    try:
-        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY dataset_id").fetchall()]
-    finally:
-        con.close()
-    return {"runs": short_training(paths, {"datasets": [{"dataset_id": i} for i in ids]}, seed, max_epochs)}
-
-
 def _sweep(paths: Paths, params: dict) -> dict:
-    from etl.warehouse import connect as _connect
-    from features.datasets.export import export_parquet
-    from flows.train import sweep_flow
     export_dir = paths.exports / "all"
     if not (export_dir / "questions").exists():
-        con = _connect(paths)
+        con = connect(paths)
         try:
             ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
             export_parquet(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
@@ -208,47 +204,43 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         stages.append(Stage("ingest", lambda: _ingest(p, paths), ingest_params, [],
                             [_RECIPES_CORE, _STEPS_RAW, _IMAGES],
                             cacheable=bool(p["sample_recipes"]) and not p["rescrape"]))
-    stages.append(Stage("clean", lambda: _call("flows.clean:clean_flow", workers=p["clean_workers"]),
+    stages.append(Stage("clean", lambda: clean_flow(workers=p["clean_workers"]),
                         {"workers": p["clean_workers"]},
                         [_RECIPES_CORE, _STEPS_RAW, Tab("images", ("url", "path", "sha256", "status_reason"))],
                         [_STEPS_CLEAN, Tab("step_tokens"), Tab("recipes", ("url", "fetched_at"))]))
     embed_params = {"encoder_id": p["encoder_id"], "k": p["k"]}
-    stages.append(Stage("embed", lambda: _call("flows.embed:embed_flow", encoder_id=p["encoder_id"], k=p["k"]),
+    stages.append(Stage("embed", lambda: embed_flow(encoder_id=p["encoder_id"], k=p["k"]),
                         embed_params,
                         [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, _IMAGES],
                         [Tab("encoders"), Tab("neighbours")],
                         output_files=lambda s: [paths.lance] if "://" not in paths.lance else []))
     if p["generate"]:
-        stages.append(Stage("generate", lambda: _call("flows.generate:generate_flow", all=True, seed=p["seed"],
-                                                          encoder_id=p["encoder_id"]),
+        stages.append(Stage("generate", lambda: generate_flow(all_settings=True, seed=p["seed"],
+                                                              encoder_id=p["encoder_id"]),
                             {"seed": p["seed"], "encoder_id": p["encoder_id"]},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
                             [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]))
     if p["report"]:
         out = str(paths.reports / "latest")
-        stages.append(Stage("report", lambda: _report_summary(_call("flows.report:report_flow", out=out,
-                                                                    seed=p["seed"])),
+        stages.append(Stage("report", lambda: _report_summary(report_flow(out=out, seed=p["seed"])),
                             {"seed": p["seed"], "out": out},
                             [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("bias_metrics")],
                             output_files=lambda s: [s["index"]] if s.get("index") else []))
     if p["train"]:
-        stages.append(Stage("train", lambda: _train(paths, p["seed"], p["train_epochs"]),
-                            {"seed": p["seed"], "max_epochs": p["train_epochs"]},
-                            [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("runs")]))
+        datasets = list(p["train_datasets"] or ())
+        stages.append(Stage("train", lambda: {"runs": short_training(paths, datasets, p["seed"],
+                                                                     p["train_epochs"])},
+                            {"seed": p["seed"], "max_epochs": p["train_epochs"], "datasets": datasets},
+                            [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("runs")],
+                            skip_reason=None if datasets else "no train_datasets given (dataset ids or "
+                                                              "id prefixes to train on)"))
     if p["sweep"]:
         sweep_params = {k: p[k] for k in ("seed", "sweep_scorers", "sweep_tasks", "sweep_tiny")}
         stages.append(Stage("sweep", lambda: _sweep(paths, p), sweep_params,
                             [Tab("datasets", ("created_at",)), Tab("questions")], [],
                             output_files=lambda s: [s["out"]] if s.get("out") else []))
     return stages
-
-
-def _call(target: str, **kwargs):
-    """Import module:function when the stage runs (an import error is that stage's failure)."""
-    import importlib
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)(**kwargs)
 
 
 def _report_summary(res: dict) -> dict:
@@ -325,7 +317,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   source: str | None = None, allow_hosts: list[str] = (), allow_private: bool = False,
                   delay_s: float = 1.0, crawl_workers: int = 4, max_pages: int | None = None,
                   clean_workers: int = 1, encoder_id: str | None = None, k: int = 100, seed: int = 0,
-                  generate: bool = True, report: bool = True, train: bool = False, train_epochs: int = 3,
+                  generate: bool = True, report: bool = True, train: bool = False,
+                  train_datasets: list[str] | None = None, train_epochs: int = 3,
                   sweep: bool = False, sweep_scorers: list[str] = ("transformer", "impatient"),
                   sweep_tasks: list[str] = ("visual_cloze",), sweep_tiny: bool = True,
                   force: list[str] = (), dask_address: str | None = None,
@@ -334,6 +327,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
 
     Ingest sources: `sample_recipes` (build and serve the sample kitchen), `listing`, `sitemap`,
     `urls_file`, `rescrape` (stale/missing recipes); none: start at clean on the existing warehouse.
+    `train`: end with a short tiny-model training of `train_datasets` (dataset ids or id prefixes,
+    e.g. "vc-k011-"); without any the train stage is skipped and says why.
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the

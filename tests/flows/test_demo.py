@@ -1,8 +1,14 @@
-"""The demo's short training stage always finishes: a dataset whose split has no questions is
-skipped with the reason recorded (and shown in the printed summary) instead of training."""
+"""The short training stage always finishes: a dataset whose split has no questions, or a requested
+id prefix that matches no dataset, is skipped with the reason recorded (and shown in the demo's
+printed summary) instead of training; the pipeline without datasets to train skips the stage and
+says why."""
 from __future__ import annotations
 
-from flows.demo import demo_digest, format_digest, short_training
+import inspect
+
+from flows.demo import TRAIN_DATASETS, demo_digest, format_digest
+from flows.pipeline import build_stages, pipeline_flow, run_stage
+from flows.train import SHORT_TRAIN_EXPORT, short_training
 
 
 def _question(ds: str, i: int, split: str) -> tuple:
@@ -10,20 +16,39 @@ def _question(ds: str, i: int, split: str) -> tuple:
             "{}")
 
 
+def _dataset(ds: str, n: int) -> tuple:
+    return (ds, "visual_cloze", 0, 1, "1", None, 0, "enc", "{}", "2024-01-01 00:00:00", n, n, "x")
+
+
 def test_short_training_skips_datasets_with_an_empty_split(paths, con):
     rows = [_question("vc-k011-s0-abc", i, sp) for i, sp in enumerate(["train", "train", "test"])]
     rows += [_question("vc-k000-s0-abc", 9, "val")]                # not a demo training dataset
     con.executemany("INSERT INTO questions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.executemany("INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_dataset("vc-k011-s0-abc", 3), _dataset("vc-recipeqa-s0-abc", 0), _dataset("vc-k000-s0-abc", 1)])
     con.close()
-    generated = {"datasets": [{"dataset_id": d} for d in ("vc-k011-s0-abc", "vc-recipeqa-s0-abc",
-                                                          "vc-k000-s0-abc")]}
-    out = short_training(paths, generated, seed=0)
+    out = short_training(paths, list(TRAIN_DATASETS), seed=0)
     assert out == [{"dataset_id": "vc-k011-s0-abc", "skipped": "no val questions"},
                    {"dataset_id": "vc-recipeqa-s0-abc", "skipped": "no train/val/test questions"}]
-    assert not (paths.exports / "demo-train").exists()           # nothing to export, nothing trained
+    assert not (paths.exports / SHORT_TRAIN_EXPORT).exists()      # nothing to export, nothing trained
 
     summary = {"stages": [{"stage": "train", "status": "completed", "seconds": 1.0, "cpu_s": 0.5,
                            "summary": {"runs": out}}], "total_s": 1.0}
     text = format_digest(demo_digest(summary))
     assert "vc-k011-s0-abc: skipped (no val questions)" in text
     assert "train     completed" in text
+
+    assert short_training(paths, ["vc-k000-s0-abc", "tc-"], seed=0) == [
+        {"dataset_id": "tc-", "skipped": "no generated dataset matches"},
+        {"dataset_id": "vc-k000-s0-abc", "skipped": "no train/test questions"}]
+
+
+def test_pipeline_train_stage_without_datasets_is_skipped_with_its_reason(paths):
+    params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+    stages = build_stages({**params, "train": True, "generate": False, "report": False}, paths)
+    assert [s.name for s in stages] == ["clean", "embed", "train"]
+    res = run_stage(paths, stages[-1])
+    assert res["status"] == "skipped" and "no train_datasets given" in res["reason"]
+    stages = build_stages({**params, "train": True, "train_datasets": ["vc-k011-"]}, paths)
+    train = next(s for s in stages if s.name == "train")
+    assert train.skip_reason is None and train.params["datasets"] == ["vc-k011-"]

@@ -85,9 +85,21 @@ def test_prefect_yaml_matches_mrqa_deploy():
         assert y["entrypoint"] == d.entrypoint
         assert [s["cron"] for s in y.get("schedules", [])] == ([d.cron] if d.cron else [])
         assert y.get("parameters", {}) == d.parameters
+        assert " ".join(y["description"].split()) == d.description
+        assert tuple(y["tags"]) == d.tags
         assert y["work_pool"]["name"] == "mrqa-process"
         module, func = d.entrypoint.split(":")
         assert f"def {func}(" in (REPO / module).read_text()
+
+
+def test_deployment_parameters_are_parameters_of_their_flows():
+    """A renamed flow parameter cannot leave a deployment passing the old name."""
+    import importlib
+    import inspect
+    for d in DEPLOYMENTS:
+        module, func = d.entrypoint.split(":")
+        fn = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), func)
+        assert set(d.parameters) <= set(inspect.signature(fn.fn).parameters), d.name
 
 
 def _deploy(env, pool, *names):

@@ -1,4 +1,4 @@
-"""The generate flow (real Prefect run) and the CLI commands of issue 6."""
+"""The generate flow (real Prefect run) and the CLI commands generate, datasets and export."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ def test_generate_flow_and_cli(paths, con, prefect_harness, tmp_path):
     from flows.generate import generate_flow
     _world(con, paths)
     con.close()
-    res = generate_flow(all=False, seed=0, task_name="visual_cloze", knobs=(0, 1, 0))
+    res = generate_flow(all_settings=False, seed=0, task_name="visual_cloze", knobs=(0, 1, 0))
     assert res["n_datasets"] == 1 and res["n_questions"] > 0
     ds = res["datasets"][0]
     assert ds["dataset_id"].startswith("vc-k010-s0-") and ds["encoder_id"] == ENC
