@@ -27,12 +27,6 @@ class RecipeRecord:
     def to_json(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, d: dict) -> "RecipeRecord":
-        d = dict(d)
-        d["steps"] = [StepRecord(**s) for s in d.get("steps", [])]
-        return cls(**d)
-
 
 def image_id(recipe_id: str, step_idx: int, ord_: int) -> str:
     """RecipeQA naming: <recipe_id>_<step_idx>_<ord>.jpg"""

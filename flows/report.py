@@ -1,4 +1,4 @@
-"""Prefect flow: the benchmark bias report (issue 7). Thin over features/diagnostics/report.py.
+"""Prefect flow: the benchmark bias report. Thin over features/diagnostics/report.py.
 
 Computes Hasty Student / distance probe / overlap for every dataset (or the given ones), writes
 DuckDB `bias_metrics` and a static HTML report (default MRQA_HOME/reports/latest), and publishes the

@@ -8,7 +8,7 @@ process on purpose: see flows/ingest.py (per-host politeness; parsing is < 1% of
 
 What the Dask workers need (prefect-dask runs each task through Prefect on the worker):
 - the same code and virtual environment as the flow (`pip install -e .` of this repo, same pins);
-- `PREFECT_API_URL` of the Prefect server the flow reports to (STACK_NOTES.md: without it every
+- `PREFECT_API_URL` of the Prefect server the flow reports to (without it every
   worker starts its own temporary server). The flow also ships its settings context with each task;
   the environment variable makes workers right for anything else they run;
 - the files the stage reads at the same paths (MRQA_HOME/images, the encoder weights): a shared

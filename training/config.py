@@ -5,9 +5,9 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 
-SCORERS = ("transformer", "bidaf", "impatient", "hasty")
+SCORERS = ("transformer", "bidaf", "impatient", "question_only")   # the allowed `ModelConfig.scorer` names
 TEXT_FEATURES = ("tokens", "vectors")
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
 
@@ -15,7 +15,7 @@ VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
 @dataclass
 class ModelConfig:
     """GM3C: modality encoders (BiLSTM hidden 256 -> 512-d features) + a scoring function."""
-    scorer: str = "transformer"        # transformer (HTRN) | bidaf | impatient | hasty
+    scorer: str = "transformer"        # one of SCORERS (training/model.py)
     text_features: str = "tokens"      # tokens (learned embeddings + BiLSTM per step) | vectors
     vocab_size: int = 0                # tokens: filled from the dataset's vocabulary
     text_dim: int = 0                  # vectors: dimension of the precomputed step-text vectors
@@ -80,20 +80,6 @@ class TrainConfig:
     def small(cls, **kw) -> "TrainConfig":
         return replace(cls(max_epochs=12, patience=4, min_epochs=4, warmup_steps=50, max_steps_per_recipe=12,
                            max_tokens_per_step=24, min_token_freq=1, lr=1e-3, threads=1), **kw)
-
-
-def to_dict(cfg) -> dict:
-    return asdict(cfg)
-
-
-@dataclass
-class RunSpec:
-    """One training run: which dataset, where it lives, how to train."""
-    dataset_id: str
-    export_dir: str
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    run_id: str | None = None
 
 
 SIZES = ("paper", "small", "tiny")

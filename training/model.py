@@ -1,4 +1,5 @@
-"""GM3C: modality encoders + a scoring function (DESIGN.md §9), built from a `ModelConfig`.
+"""GM3C: modality encoders + a scoring function, built from a `ModelConfig`. GM3C with the
+`transformer` scorer is the paper's HTRN.
 
 Encoders: each context step -> a 2h-d feature (tokens: embeddings + BiLSTM, mean over tokens; or a
 projected step-text vector), then a BiLSTM across steps. Query images (frozen vectors) -> projected
@@ -8,7 +9,8 @@ pair a score; cross-entropy over the choices.
 Scorers: `transformer` (HTRN: [CLS, steps..., SEP, query...] -> encoder -> CLS -> FC), `bidaf`
 (bi-directional attention flow between steps and query items, modelling BiLSTM, pooled -> FC),
 `impatient` (Impatient Reader: attention over the steps re-read at every query item with a
-recurrent read state, cosine score against the query), `hasty` (context-free: query only -> FC).
+recurrent read state, cosine score against the query), `question_only` (context-free, like a
+hypothesis-only NLI baseline: the question and choice images alone -> FC; it never sees the recipe).
 """
 from __future__ import annotations
 
@@ -196,8 +198,9 @@ class ImpatientScorer(nn.Module):
         return self.scale * F.cosine_similarity(g, u, dim=-1)
 
 
-class HastyScorer(nn.Module):
-    """Context-free neural baseline: the query alone -> FC (what the choices give away)."""
+class QuestionOnlyScorer(nn.Module):
+    """Context-free learned baseline: the query alone (question + choice images) -> FC, i.e. what the
+    question and choices give away without the recipe."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -210,7 +213,7 @@ class HastyScorer(nn.Module):
 
 
 SCORER_CLASSES = {"transformer": TransformerScorer, "bidaf": BiDAFScorer, "impatient": ImpatientScorer,
-                  "hasty": HastyScorer}
+                  "question_only": QuestionOnlyScorer}
 
 
 class GM3C(nn.Module):
@@ -224,7 +227,7 @@ class GM3C(nn.Module):
         self.register_buffer("img_std", torch.ones(cfg.image_dim))
         self.register_buffer("text_mean", torch.zeros(cfg.text_dim))
         self.register_buffer("text_std", torch.ones(cfg.text_dim))
-        self.context = StepEncoder(cfg) if cfg.scorer != "hasty" else None
+        self.context = StepEncoder(cfg) if cfg.scorer != "question_only" else None
         self.query = QueryEncoder(cfg)
         self.scorer = SCORER_CLASSES[cfg.scorer](cfg)
 

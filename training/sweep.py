@@ -25,7 +25,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
           train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True) -> dict:
     """Train every (dataset of `tasks` [and `knobs` labels], scorer); write the table + plot."""
     from etl.config import Paths
-    from training.hasty import hasty_student_accuracy
+    from training.baselines import hasty_student_accuracy
     from training.train import train_run
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
     datasets = [d for d in list_datasets(export_dir) if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
@@ -38,7 +38,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
                              max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
                              max_train_questions=train_cfg.max_train_questions)
         test_split = "test" if "test" in ds.splits else "val"
-        hasty, _ = hasty_student_accuracy(ds, test_split)
+        hasty = hasty_student_accuracy(ds, test_split)
         for scorer in scorers:
             t0 = time.perf_counter()
             m = train_run(export_dir, d["dataset_id"], replace(model_cfg, scorer=scorer, text_features=text_features),
@@ -112,7 +112,7 @@ def checks(rows: list[dict], summary: list[dict]) -> list[str]:
             beat = [sc for sc, v in vals.items() if hasty is not None and v > hasty]
             out.append(f"{task} ({label}): best scorer {best} ({vals[best]:.3f}); above Hasty Student "
                        f"({hasty:.3f}): {', '.join(beat) or 'none'}")
-            free = rs.get("hasty", {}).get(col)
+            free = rs.get("question_only", {}).get(col)
             if free is not None:           # the learned context-free scorer: what the recipe adds
                 out.append(f"{task} ({label}): learned context-free scorer {free:.3f}; the best recipe-reading "
                            f"scorer adds {vals[best] - free:+.3f}")

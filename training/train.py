@@ -24,13 +24,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.config import ModelConfig, TrainConfig, configs_for
+from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, configs_for
 from training.data import QADataset, foreign_context_rows, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device  # noqa: F401
 from training.model import GM3C
 
 log = logging.getLogger(__name__)
 CKPT_FORMAT = "mrqa-gm3c-1"
+RENAMED_SCORERS = {"hasty": "question_only"}      # scorer names in older checkpoints -> today's
 
 
 class CheckpointError(ValueError):
@@ -138,7 +139,7 @@ def accuracy_with_foreign_context(model, ds: QADataset, split: str, device, batc
                                   amp: bool = True) -> dict:
     """Context ablation: accuracy when every question is given another recipe's steps
     (`foreign_context_rows`). A model that reads the recipe loses accuracy; one that answers from the
-    question images alone (a learned Hasty Student) keeps it."""
+    question images alone (the `question_only` scorer) keeps it."""
     rows, own = foreign_context_rows(ds.splits[split].recipe_row)
     res = evaluate(model, ds, split, device, batch_size, amp, ctx_rows=rows)
     return {"accuracy": res["accuracy"], "n": res["n"], "kept_own_context": own}
@@ -268,7 +269,9 @@ def load_checkpoint(path: Path) -> tuple[GM3C, dict]:
     missing = [k for k in ("model_args", "train_config", "meta", "state_dict") if k not in ck]
     if missing:
         raise CheckpointError(f"{path} lacks {', '.join(missing)}")
-    model = GM3C(ModelConfig(**ck["model_args"]))
+    args = dict(ck["model_args"])
+    args["scorer"] = RENAMED_SCORERS.get(args.get("scorer"), args.get("scorer"))
+    model = GM3C(ModelConfig(**args))
     try:
         model.load_state_dict(ck["state_dict"])
     except RuntimeError as e:
@@ -341,7 +344,7 @@ def train_run(export_dir: Path, dataset_id: str, model_cfg: ModelConfig, cfg: Tr
 
 def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, started) -> dict:
     from etl.config import Paths
-    from training.hasty import hasty_student_accuracy
+    from training.baselines import hasty_student_accuracy
     if ds is None:
         ds = load_qa_dataset(export_dir, dataset_id, model_cfg.text_features, max_steps=cfg.max_steps_per_recipe,
                              max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
@@ -362,7 +365,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
     test = evaluate(model, ds, test_split, device, amp=cfg.amp,
                     attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
     ablation = context_ablation(model, ds, test_split, device, test["accuracy"], amp=cfg.amp)
-    hasty, hasty_src = hasty_student_accuracy(ds, test_split)
+    hasty = hasty_student_accuracy(ds, test_split)
     metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
                "world_size": d.world,
                "amp": bool(cfg.amp and device.type == "cuda"),
@@ -371,7 +374,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                "test_acc": test["accuracy"], "val_acc": res["best_val_acc"], "best_epoch": res["best_epoch"],
                "epochs_run": res["epochs_run"], "train_seconds": round(train_s, 2),
                "examples_per_s": round(float(np.mean([h["examples_per_s"] for h in res["history"]])), 1),
-               "hasty_student_acc": hasty, "hasty_student_source": hasty_src,
+               "hasty_student_acc": hasty,
                "n_params": sum(p.numel() for p in model.parameters()),
                "faithfulness": test.get("faithfulness"),
                "context_ablation": ablation,
@@ -429,10 +432,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="training.train", description=__doc__.splitlines()[0])
     p.add_argument("--export", required=True, help="Parquet export directory (mrqa export)")
     p.add_argument("--dataset", required=True, help="dataset_id inside the export")
-    p.add_argument("--scorer", default="transformer", choices=["transformer", "bidaf", "impatient", "hasty"])
-    p.add_argument("--text-features", default="tokens", choices=["tokens", "vectors"])
+    p.add_argument("--scorer", default="transformer", choices=SCORERS)
+    p.add_argument("--text-features", default="tokens", choices=TEXT_FEATURES)
     p.add_argument("--tiny", action="store_true", help="tiny model + short training (tests, CPU demos)")
-    p.add_argument("--size", choices=["paper", "small", "tiny"], help="config size (default paper; --tiny = tiny)")
+    p.add_argument("--size", choices=SIZES, help="config size (default paper; --tiny = tiny)")
     p.add_argument("--layers", type=int, help="transformer scorer layers (default: the size's)")
     p.add_argument("--width", type=int, help="transformer scorer width d_model (default: the size's)")
     p.add_argument("--warmup-steps", type=int)

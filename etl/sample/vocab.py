@@ -5,7 +5,7 @@ Pure data. Colours are RGB tuples; renderers and text generators read these tabl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,6 @@ class Ingredient:
     taste: str                     # sweet | savoury | both
     unit: str                      # count | cup | tbsp | tsp | g | oz | ml | pinch | slice
     rare: bool = False             # a real word a naive segmenter may break ("maraschinos", "gnocchi")
-
-    @property
-    def is_fluid(self) -> bool:
-        return self.shape in ("liquid", "paste", "powder", "grain")
 
 
 def _i(name, plural, colour, inner, shape, taste, unit, rare=False) -> Ingredient:

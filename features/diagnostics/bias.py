@@ -3,9 +3,10 @@
 Everything is measured in the dataset's own feature space (datasets.encoder_id), with cosine
 distance, from the question rows alone -- no model of the recipe context:
 
-- **Hasty Student** (RecipeQA §4.2, context-free): cloze picks the choice closest on average to
-  the question items; coherence picks the image most dissimilar (mean distance) to the other three;
-  ordering picks the ordering with the smallest mean distance between consecutive images.
+- **Hasty Student** (RecipeQA §4.2, context-free; the rule and the per-task distances live in
+  features/diagnostics/hasty.py): cloze picks the choice closest on average to the question items;
+  coherence picks the image most dissimilar (mean distance) to the other three; ordering picks the
+  ordering with the smallest mean distance between consecutive images.
 - **Distance probe** (Meta-RecipeQA Fig. 2): each choice is described only by its distance from the
   question (cloze: from the mean of the question vectors; coherence: from the mean of the other three
   images; ordering: the mean consecutive distance of the ordering) -- the raw distance, its gap to
@@ -27,53 +28,11 @@ import duckdb
 import numpy as np
 
 from features.datasets.knobs import N_CHOICES, stable_key
+from features.diagnostics.hasty import cloze_distances, coherence_distances, hasty_student, ordering_distances
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
 TITLE_SUFFIX = "_title"
-
-
-# ----------------------------------------------------------------------------- distances per task
-
-def cos_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine distance 1 - cos along the last axis (broadcasting); zero vectors count as distance 1."""
-    na = np.linalg.norm(a, axis=-1)
-    nb = np.linalg.norm(b, axis=-1)
-    return 1.0 - (a * b).sum(-1) / np.maximum(na * nb, 1e-12)
-
-
-def cloze_distances(question: np.ndarray, choices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """question (n, k, d) context vectors, choices (n, 4, d) ->
-    (hasty (n, 4): mean distance of each choice to the k question items -- lower is picked;
-     probe (n, 4): distance of each choice from the mean question vector)."""
-    hasty = cos_dist(choices[:, :, None, :], question[:, None, :, :]).mean(-1)
-    probe = cos_dist(choices, question.mean(axis=1)[:, None, :])
-    return hasty, probe
-
-
-def coherence_distances(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """images (n, 4, d) -> (hasty (n, 4): minus the mean distance of each image to the other three,
-    so the most dissimilar image has the lowest score; probe (n, 4): distance of each image from
-    the mean of the other three)."""
-    m = images.shape[1]
-    pair = cos_dist(images[:, :, None, :], images[:, None, :, :])       # (n, 4, 4), zero diagonal
-    hasty = -(pair.sum(-1) / (m - 1))
-    loo = (images.sum(axis=1, keepdims=True) - images) / (m - 1)
-    probe = cos_dist(images, loo)
-    return hasty, probe
-
-
-def ordering_distances(orderings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """orderings (n, 4 choices, L images, d) -> mean consecutive distance per choice (n, 4), used
-    both as the Hasty Student score (lowest picked) and as the probe's distance."""
-    steps = cos_dist(orderings[:, :, :-1, :], orderings[:, :, 1:, :])    # (n, 4, L-1)
-    s = steps.mean(-1)
-    return s, s.copy()
-
-
-def hasty_student(scores: np.ndarray) -> np.ndarray:
-    """The choice each question's Hasty Student picks: the lowest score (ties: the first)."""
-    return np.argmin(scores, axis=1)
 
 
 def answer_ranks(dist: np.ndarray, answers: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 
 from etl.warehouse import run_sql_tests
 from features.embed.train_encoder import TrainConfig, train_encoder
-from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+from features.vectors.store import FeatureStore
 from flows.embed import embed_flow, run_embed
 
 _spec = importlib.util.spec_from_file_location(

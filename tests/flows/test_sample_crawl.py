@@ -1,4 +1,4 @@
-"""Issue 3 must-show: crawling a small sample kitchen with the real crawler (through the ingest
+"""Crawling a small sample kitchen with the real crawler (through the ingest
 flow, over a real loopback server injecting faults) reproduces its ground truth, and cleaning then
 rejects exactly the planted non-recipes with the planted reasons."""
 from __future__ import annotations

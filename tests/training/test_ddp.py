@@ -1,5 +1,5 @@
 """2-process DDP training (torchrun, gloo on CPU, tiny config) gives a checkpoint as accurate as the
-single-process run of the same seed (issue 9: `torchrun` DDP for the trainer)."""
+single-process run of the same seed (`torchrun` DDP for the trainer)."""
 from __future__ import annotations
 
 import pytest

@@ -15,7 +15,7 @@ def swept(toy_export, tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRQA_HOME", str(toy_export["home"]))
-        r = CliRunner().invoke(app, ["sweep", "--scorers", "transformer,bidaf,hasty", "--tasks", "visual_cloze",
+        r = CliRunner().invoke(app, ["sweep", "--scorers", "transformer,bidaf,question_only", "--tasks", "visual_cloze",
                                      "--knobs", "recipeqa,0-0-0", "--text-features", "vectors", "--tiny",
                                      "--max-epochs", "2", "--seed", "0", "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -26,8 +26,8 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     out, printed = swept
     rows = pq.read_table(out / "accuracy.parquet").to_pylist()
     assert sorted((r["knobs"], r["scorer"]) for r in rows) == [
-        ("0-0-0", "bidaf"), ("0-0-0", "hasty"), ("0-0-0", "transformer"),
-        ("recipeqa", "bidaf"), ("recipeqa", "hasty"), ("recipeqa", "transformer")]
+        ("0-0-0", "bidaf"), ("0-0-0", "question_only"), ("0-0-0", "transformer"),
+        ("recipeqa", "bidaf"), ("recipeqa", "question_only"), ("recipeqa", "transformer")]
     from etl.warehouse import connect
     con = connect()
     for r in rows:
@@ -41,7 +41,7 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
             assert r["faithfulness_ratio"] > 0 and r["rollout_ratio"] > 0
         else:
             assert r["faithfulness_ratio"] is None
-        if r["scorer"] == "hasty":            # context-free: another recipe's steps change nothing
+        if r["scorer"] == "question_only":            # context-free: another recipe's steps change nothing
             assert r["foreign_context_acc"] == r["test_acc"]
     con.close()
     for knobs in ("recipeqa", "0-0-0"):       # Hasty Student: one figure per dataset, whatever the scorer
@@ -52,11 +52,11 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
         assert f"| visual_cloze | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} |" in md
         assert f"| {r['epochs']} | {r['foreign_context_acc']:.3f} |" in md
     acc = {(r["scorer"], r["knobs"]): r["test_acc"] for r in rows}
-    for scorer in ("transformer", "bidaf", "hasty"):   # summary line: preset and knob mean from the rows
+    for scorer in ("transformer", "bidaf", "question_only"):   # summary line: preset and knob mean from the rows
         assert f"| visual_cloze | {scorer} | {acc[scorer, 'recipeqa']:.3f} | {acc[scorer, '0-0-0']:.3f} (1) |" in md
     best = max(acc["transformer", "0-0-0"], acc["bidaf", "0-0-0"])
-    assert (f"visual_cloze (knob mean): learned context-free scorer {acc['hasty', '0-0-0']:.3f}; the best "
-            f"recipe-reading scorer adds {best - acc['hasty', '0-0-0']:+.3f}") in md
+    assert (f"visual_cloze (knob mean): learned context-free scorer {acc['question_only', '0-0-0']:.3f}; the best "
+            f"recipe-reading scorer adds {best - acc['question_only', '0-0-0']:+.3f}") in md
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

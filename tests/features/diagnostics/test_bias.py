@@ -1,47 +1,12 @@
-"""Hasty Student, distance probe and overlap on tiny hand-made vector sets with known answers."""
+"""Distance probe and overlap on tiny hand-made vector sets with known answers (Hasty Student:
+test_hasty.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from features.diagnostics.bias import (answer_ranks, cloze_distances, coherence_distances, distance_probe,
-                           hasty_student, ordering_distances, probe_features, recipe_overlap)
-
-
-def unit(*v):
-    a = np.asarray(v, dtype=np.float64)
-    return a / np.linalg.norm(a)
-
-
-E = np.eye(4)
-
-
-def test_cloze_hasty_student_picks_the_choice_closest_to_the_question():
-    # question images all near axis 0; choice 2 is axis 0 itself, the others are orthogonal axes
-    q = np.stack([unit(1, 0.1, 0, 0), unit(1, 0, 0.1, 0), unit(1, 0, 0, 0.1)])[None]
-    choices = np.stack([E[1], E[2], E[0], E[3]])[None]
-    hasty, probe = cloze_distances(q, choices)
-    assert hasty.shape == probe.shape == (1, 4)
-    assert hasty_student(hasty).tolist() == [2]
-    assert int(np.argmin(probe[0])) == 2
-    assert probe[0, 2] < 0.01 and probe[0, 0] > 0.9
-
-
-def test_coherence_hasty_student_picks_the_odd_one_out():
-    imgs = np.stack([unit(1, 0.1, 0, 0), unit(1, 0, 0.1, 0), E[3], unit(1, 0, 0, 0.1)])[None]
-    hasty, probe = coherence_distances(imgs)
-    assert hasty_student(hasty).tolist() == [2]
-    assert int(np.argmax(probe[0])) == 2
-
-
-def test_ordering_hasty_student_picks_the_smoothest_sequence():
-    # a smooth path through 4 points: a -> b -> c -> d with small steps
-    a, b, c, d = unit(1, 0, 0, 0), unit(1, 0.3, 0, 0), unit(1, 0.6, 0, 0), unit(1, 0.9, 0, 0)
-    orders = np.stack([np.stack([a, c, b, d]), np.stack([d, a, c, b]), np.stack([a, b, c, d]),
-                       np.stack([b, d, a, c])])[None]
-    hasty, probe = ordering_distances(orders)
-    assert hasty_student(hasty).tolist() == [2]
-    assert np.allclose(hasty, probe)
+from features.diagnostics.bias import answer_ranks, distance_probe, probe_features, recipe_overlap
+from features.diagnostics.hasty import hasty_student
 
 
 def test_answer_ranks_and_features_are_slot_invariant():

@@ -1,16 +1,17 @@
-"""Hasty Student accuracy (context-free heuristic, RecipeQA paper) from the dataset's own vectors, and
-its recipe-reading counterpart for visual cloze, the step-text match (`step_text_match_accuracy`).
+"""Model-free reference figures on a loaded QADataset, next to a trained model's accuracy.
 
-Uses helper F's features.diagnostics.bias distance functions when importable; otherwise the same rule
-here: cloze = the choice most similar (cosine) to the question's other images; coherence = the
-image least similar to the other three; ordering = the sequence with the smallest summed cosine
-distance between consecutive images. It reads only the question and choices, never the recipe.
+- Hasty Student (`hasty_student_accuracy`): the context-free rule of features/diagnostics/hasty.py,
+  applied to the dataset's own image vectors; it reads only the question and the choices.
+- The step-text match (`step_text_match_accuracy`), its recipe-reading counterpart for visual cloze.
+
+The adapters here only rebuild, from the dataset's per-choice queries, the arrays the rule takes.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from features.diagnostics.hasty import cloze_distances, coherence_distances, hasty_student, ordering_distances
 from training.data import QADataset
 
 
@@ -18,35 +19,18 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
 
-def hasty_student_predictions(ds: QADataset, split: str = "test") -> np.ndarray:
-    """Predicted choice per question of `split` (trainer-local rule, see module doc)."""
-    sp = ds.splits[split]
-    q = _unit(ds.images[torch.as_tensor(sp.query)])          # (Q, C, M, d)
-    mask = torch.as_tensor(sp.query > 0)
-    if ds.task == "visual_cloze":
-        # query c = the question with the placeholder filled by choice c: mean pairwise cosine
-        sims = torch.einsum("qcmd,qcnd->qcmn", q, q)
-        pair = mask[..., :, None] & mask[..., None, :] & ~torch.eye(q.shape[2], dtype=torch.bool)
-        score = (sims * pair).sum((-1, -2)) / pair.sum((-1, -2)).clamp(min=1)
-    elif ds.task == "visual_coherence":
-        # query c = the question minus image c: the most coherent remainder wins
-        sims = torch.einsum("qcmd,qcnd->qcmn", q, q)
-        pair = mask[..., :, None] & mask[..., None, :] & ~torch.eye(q.shape[2], dtype=torch.bool)
-        score = (sims * pair).sum((-1, -2)) / pair.sum((-1, -2)).clamp(min=1)
-    else:
-        consecutive = (q[:, :, :-1] * q[:, :, 1:]).sum(-1)      # cosine of neighbours in the sequence
-        score = consecutive.sum(-1)
-    return score.argmax(-1).numpy()
-
-
 def _placeholder_column(query: np.ndarray) -> np.ndarray:
     """Visual cloze queries (Q, C, M): the column where the choices differ (the placeholder's)."""
     return (query != query[:, :1]).any(1).argmax(1)
 
 
-def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
-    """The same rule through helper F's features.diagnostics.bias (cloze/coherence/ordering distances)."""
-    from features.diagnostics import bias
+def hasty_student_picks(ds: QADataset, split: str = "test") -> np.ndarray:
+    """The choice Hasty Student picks for each question of `split`.
+
+    The dataset holds one query per choice (training/data.py); the rule wants the question's items
+    and the choices: cloze = the placeholder column gives the choices, the other columns the
+    question; coherence = query c is the question minus image c, so the four images are rebuilt
+    from queries 0 and 1; ordering = the queries are the candidate orderings."""
     sp = ds.splits[split]
     q = ds.images[torch.as_tensor(sp.query)].numpy()           # (Q, C, M, d)
     if ds.task == "visual_cloze":
@@ -55,23 +39,18 @@ def _bias_predictions(ds: QADataset, split: str) -> np.ndarray:
         choices = q[rows, :, p]                                    # (Q, 4, d)
         keep = np.array([[j for j in range(q.shape[2]) if j != pi] for pi in p])
         question = q[rows[:, None], 0, keep]                       # (Q, M-1, d)
-        scores, _ = bias.cloze_distances(question, choices)
+        scores, _ = cloze_distances(question, choices)
     elif ds.task == "visual_coherence":
-        # query c is the question minus image c, in order: rebuild the 4 question images
         images = np.stack([q[:, 1, 0], q[:, 0, 0], q[:, 0, 1], q[:, 0, 2]], axis=1)
-        scores, _ = bias.coherence_distances(images)
+        scores, _ = coherence_distances(images)
     else:
-        scores, _ = bias.ordering_distances(q)
-    return bias.hasty_student(scores)
+        scores, _ = ordering_distances(q)
+    return hasty_student(scores)
 
 
-def hasty_student_accuracy(ds: QADataset, split: str = "test") -> tuple[float, str]:
-    """(accuracy, source): helper F's features.diagnostics.bias rule when importable, else ours (same rule)."""
-    try:
-        pred, src = _bias_predictions(ds, split), "features.diagnostics.bias"
-    except ImportError:
-        pred, src = hasty_student_predictions(ds, split), "training.hasty"
-    return float((pred == ds.splits[split].answer).mean()), src
+def hasty_student_accuracy(ds: QADataset, split: str = "test") -> float:
+    """Share of the questions of `split` that Hasty Student answers correctly."""
+    return float((hasty_student_picks(ds, split) == ds.splits[split].answer).mean())
 
 
 def step_text_match_accuracy(ds: QADataset, split: str = "test",
