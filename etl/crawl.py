@@ -6,7 +6,14 @@ the DuckDB connection is used only from the calling thread. Every URL's outcome 
 killed at any point and restarted ends with the same warehouse:
 - a recipe page with a 200 in `pages` and its raw body on disk is not fetched again (`cached`);
 - a page that failed for good (404, robots, size, type...) is not retried; transient failures are;
-- images still `pending` are downloaded (to a temp file, renamed when complete and decoded).
+- images still `pending` are downloaded (to a temp file, renamed when complete and decoded); their
+  results are committed every `image_batch` images or `image_batch_seconds`, whichever comes first,
+  so a killed crawl re-downloads at most one batch.
+
+No single input stops a stage: any exception while fetching, parsing or loading one page, or
+downloading one image, becomes a `rejects` row (reason, and the exception class in the detail) and
+the crawl goes on. Recipe ids are checked before anything is fetched (`bad_recipe_id`), and every
+file written goes through `contained_path`, which refuses paths that leave images/ or raw/.
 
 Re-scrape (`rescrape_targets`) selects recipes with missing steps, images not ok, transient
 failures, or pages older than `stale_days`, and refetches them with conditional GET.
@@ -17,6 +24,7 @@ import hashlib
 import io
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -33,7 +41,7 @@ from etl.config import Paths
 from etl.http_fetch import FetchConfig, Fetcher, FetchResult
 from etl.bulk import load_recipes, reject_rows, update_rows, upsert_rows
 from etl.load import mark_recipe
-from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url
+from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url, recipe_id_problem
 from etl.records import RecipeRecord
 from etl.robots import RobotsCache
 from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
@@ -41,17 +49,20 @@ from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
 log = logging.getLogger(__name__)
 
 PERMANENT = {"http_404", "http_error", "too_large", "bad_content_type", "robots_disallowed",
-             "host_not_allowed", "parse_error", "no_steps"}
-TRANSIENT = {"retries_exhausted", "truncated"}
+             "host_not_allowed", "parse_error", "no_steps", "too_deep", "bad_recipe_id", "load_error"}
+TRANSIENT = {"retries_exhausted", "truncated", "crawl_error"}
 IMAGE_STATUS = {"http_404": "missing", "retries_exhausted": "missing", "http_error": "missing",
                 "host_not_allowed": "missing", "robots_disallowed": "missing",
                 "truncated": "broken", "too_large": "broken", "bad_content_type": "broken",
-                "image_decode_error": "broken"}
+                "image_decode_error": "broken", "image_error": "broken", "bad_path": "broken"}
 NOT_RECIPES = {"cooking", "craft", "workshop", "living", "outside", "teachers", "circuits",
                "member", "search", "about", "contact", "sitemap", "create", "contest", "projects",
                "tag", "how-to-write-a-great-instructable", "index.html"}
-IMAGE_BATCH = 500
 PAGE_BATCH = 50
+
+
+class UnsafePath(ValueError):
+    """A file path built from outside data that would leave its folder."""
 
 
 @dataclass
@@ -62,6 +73,8 @@ class CrawlConfig:
     respect_robots: bool = True
     stale_days: float | None = None          # re-scrape: refresh pages older than this
     progress: bool = True
+    image_batch: int = 50                    # commit image results after this many ...
+    image_batch_seconds: float = 5.0         # ... or this many seconds, whichever comes first
     fetch: FetchConfig = field(default_factory=FetchConfig)
 
 
@@ -85,6 +98,7 @@ class Crawler:
         self.config = config or CrawlConfig()
         self.fetcher = Fetcher(self.config.fetch)
         self.robots = RobotsCache(self.fetcher)
+        self.fetcher.hop_check = self._redirect_gate
         self.counts: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
 
@@ -96,11 +110,12 @@ class Crawler:
             "discovered", "fetched", "cached", "not_modified", "parsed", "loaded",
             "images_ok", "images_cached", "images_missing", "images_broken")}
         out["rejected"] = dict(sorted(self.rejected.items()))
+        out["rejected_total"] = sum(self.rejected.values())
         return out
 
     # ------------------------------------------------------------------------ raw store
     def raw_path(self, sha: str) -> Path:
-        return self.paths.raw / sha[:2] / sha[2:]
+        return contained_path(self.paths.raw, sha[:2], sha[2:])
 
     def store_raw(self, body: bytes) -> str:
         sha = hashlib.sha256(body).hexdigest()
@@ -115,7 +130,10 @@ class Crawler:
     def _cached_body(self, row) -> bytes | None:
         if row is None or not row[3]:
             return None
-        p = self.raw_path(row[3])
+        try:
+            p = self.raw_path(row[3])
+        except UnsafePath:
+            return None
         return p.read_bytes() if p.exists() else None
 
     def _page_row(self, url: str):
@@ -170,6 +188,12 @@ class Crawler:
             return "robots_disallowed", "robots.txt disallows this URL"
         return None
 
+    def _redirect_gate(self, url: str, kind: str) -> tuple[str, str] | None:
+        """The Fetcher's check of each redirect target (the host policy it applies itself)."""
+        if kind == "robots" or not self.config.respect_robots or self.robots.allowed(url):
+            return None
+        return "robots_disallowed", "robots.txt disallows this URL"
+
     def _log_robots(self) -> None:
         while self.robots.fetched:
             res = self.robots.fetched.pop()
@@ -190,18 +214,18 @@ class Crawler:
             if body is None:
                 continue
             soup = BeautifulSoup(body, DEFAULT_BACKEND)
-            found = [urljoin(url, a["href"]) for a in soup.select("a.ible-title[href]")]
+            found = [u for a in soup.select("a.ible-title[href]") if (u := _join(url, a["href"]))]
             for u in found:
                 rid = recipe_id_from_url(u)
                 if rid and rid not in recipes:
                     recipes[rid] = _strip_query(u)
             more = []
             if not found and channel_re is not None:   # a category page: follow channel listings
-                more = [urljoin(url, a["href"]) for a in soup.find_all("a", href=True)
-                        if channel_re.match(urlsplit(urljoin(url, a["href"])).path)]
+                more = [u for a in soup.find_all("a", href=True)
+                        if (u := _join(url, a["href"])) and channel_re.match(urlsplit(u).path)]
             nxt = soup.select_one("a[rel~=next][href], link[rel~=next][href]")
-            if nxt is not None:
-                more.insert(0, urljoin(url, nxt["href"]))
+            if nxt is not None and _join(url, nxt["href"]):
+                more.insert(0, _join(url, nxt["href"]))
             for u in more:
                 if u not in seen:
                     seen.add(u)
@@ -232,7 +256,8 @@ class Crawler:
             if root is None:
                 self._reject("ingest", url, "parse_error", "sitemap is not XML")
                 continue
-            locs = [urljoin(url, (el.text or "").strip()) for el in root.iter("{*}loc") if (el.text or "").strip()]
+            locs = [u for el in root.iter("{*}loc") if (el.text or "").strip()
+                    and (u := _join(url, el.text.strip()))]
             if etree.QName(root).localname == "sitemapindex":
                 todo.extend(locs)
                 continue
@@ -247,7 +272,7 @@ class Crawler:
     def read_url_file(self, path: Path, limit: int | None = None) -> list[str]:
         """One URL per line; blank lines and #comments ignored; duplicates (by slug) dropped."""
         recipes: dict[str, str] = {}
-        for ln in Path(path).read_text().splitlines():
+        for ln in Path(path).read_text(errors="replace").splitlines():
             ln = ln.strip()
             if not ln or ln.startswith("#"):
                 continue
@@ -292,8 +317,9 @@ class Crawler:
         slugs: set[str] = set()
         for url in urls:
             rid = recipe_id_from_url(url)
-            if not rid:
-                self._reject("ingest", url, "parse_error", "URL has no recipe slug")
+            problem = recipe_id_problem(rid)
+            if problem:
+                self._reject("ingest", url, "bad_recipe_id", f"recipe id {rid!r}: {problem}")
                 continue
             if rid in slugs:
                 continue
@@ -325,10 +351,21 @@ class Crawler:
                     self._flush_pages(batch, existing)
             self._flush_pages(batch, existing)
         self._log_robots()
+        log.info("pages: %d loaded, %d rejected in all so far", self.counts["loaded"],
+                 sum(self.rejected.values()))
         return self.summary()
 
     def _page_job(self, url: str, rid: str, cached: bytes | None, row) -> PageOutcome:
-        """Worker thread: fetch (or take the cached body), store raw, parse. No DB access."""
+        """Worker thread: fetch (or take the cached body), store raw, parse. No DB access.
+        Never raises: an unexpected exception becomes the page's reject reason."""
+        try:
+            return self._page_job_unguarded(url, rid, cached, row)
+        except Exception as e:  # noqa: BLE001 - one page must never stop the crawl
+            log.warning("page %s failed: %s: %s", url, type(e).__name__, e)
+            return PageOutcome(url=url, recipe_id=rid, reason="crawl_error",
+                               detail=f"{type(e).__name__}: {e}")
+
+    def _page_job_unguarded(self, url: str, rid: str, cached: bytes | None, row) -> PageOutcome:
         out = PageOutcome(url=url, recipe_id=rid)
         body = cached
         if body is not None:
@@ -354,13 +391,38 @@ class Crawler:
             out.record = parse_page(body, url=url)
         except ParseError as e:
             out.reason, out.detail = e.reason, e.detail
+        except Exception as e:  # noqa: BLE001 - e.g. RecursionError, MemoryError from odd markup
+            out.reason, out.detail = "parse_error", f"{type(e).__name__}: {e}"
         return out
 
     def _flush_pages(self, outs: list[PageOutcome], existing: dict) -> None:
         """Main thread: write a batch of outcomes in one transaction (recipes and crawl log together,
-        so a kill leaves either both or neither)."""
+        so a kill leaves either both or neither). When the warehouse refuses the batch, each record
+        is tried alone (rolled back) and the ones it refuses become `load_error` rejects, so one bad
+        record cannot take its batch down."""
         if not outs:
             return
+        try:
+            self._write_pages(outs, existing)
+        except Exception as e:  # noqa: BLE001 - find the record(s) the warehouse refuses
+            if not any(o.record is not None for o in outs):
+                raise
+            log.warning("a page batch failed to load (%s: %s); trying its records one by one",
+                        type(e).__name__, e)
+            self._isolate_load_errors(outs, existing)
+            self._write_pages(outs, existing)
+        for out in outs:
+            res = out.fetch
+            if res is not None and res.ok:
+                self.counts["not_modified" if res.not_modified else "fetched"] += 1
+            if out.record is not None:
+                self.counts["parsed"] += 1
+                self.counts["loaded"] += 1
+            else:
+                self.rejected[f"ingest/{out.reason}"] += 1
+        outs.clear()
+
+    def _write_pages(self, outs: list[PageOutcome], existing: dict) -> None:
         loaded, rejected, log_rows = [], [], []
         for out in outs:
             src, split = existing.get(out.recipe_id, (self.config.source, None))
@@ -384,15 +446,20 @@ class Crawler:
             upsert_rows(self.con, "rejects", reject_rows("ingest", [
                 (out.recipe_id, out.reason, f"{out.url}: {out.detail}") for out, _ in rejected]))
             upsert_rows(self.con, "pages", log_rows)
+
+    def _isolate_load_errors(self, outs: list[PageOutcome], existing: dict) -> None:
         for out in outs:
-            res = out.fetch
-            if res is not None and res.ok:
-                self.counts["not_modified" if res.not_modified else "fetched"] += 1
-        self.counts["parsed"] += len(loaded)
-        self.counts["loaded"] += len(loaded)
-        for out, _ in rejected:
-            self.rejected[f"ingest/{out.reason}"] += 1
-        outs.clear()
+            if out.record is None:
+                continue
+            src, split = existing.get(out.recipe_id, (self.config.source, None))
+            self.con.execute("BEGIN")
+            try:
+                load_recipes(self.con, [(out.record, src, split)])
+            except Exception as e:  # noqa: BLE001 - whatever the warehouse refuses
+                log.warning("recipe %s cannot be loaded: %s: %s", out.recipe_id, type(e).__name__, e)
+                out.record, out.reason, out.detail = None, "load_error", f"{type(e).__name__}: {e}"
+            finally:
+                self.con.execute("ROLLBACK")
 
     # ------------------------------------------------------------------------ images
     def download_images(self, recipe_ids: Iterable[str] | None = None, retry_failed: bool = False) -> dict:
@@ -407,22 +474,40 @@ class Crawler:
         if not rows:
             return self.summary()
         updates, page_rows = [], []
-        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="img") as pool:
+        cfg = self.config
+        with ThreadPoolExecutor(cfg.workers, thread_name_prefix="img") as pool:
             futs = [pool.submit(self._image_job, iid, rid, url) for iid, rid, url in rows]
             bar = tqdm(as_completed(futs), total=len(futs), desc="images", unit="img",
-                       disable=not self.config.progress, leave=False)
+                       disable=not cfg.progress, leave=False)
+            flushed_at = time.monotonic()
             for fut in bar:
                 upd, page_row = fut.result()
                 updates.append(upd)
                 page_rows.append(page_row)
-                if len(updates) >= IMAGE_BATCH:
+                if (len(updates) >= cfg.image_batch
+                        or time.monotonic() - flushed_at >= cfg.image_batch_seconds):
                     self._flush_images(updates, page_rows)
+                    flushed_at = time.monotonic()
         self._flush_images(updates, page_rows)
         self._log_robots()
+        log.info("images: %d ok, %d rejected in all so far", self.counts["images_ok"],
+                 sum(self.rejected.values()))
         return self.summary()
 
     def _image_job(self, iid: str, rid: str, url: str) -> tuple[dict, dict]:
-        dest = self.paths.images / rid / iid
+        """Worker thread: download, decode-check. Never raises: an unexpected exception becomes
+        the image's reject reason (`image_error`)."""
+        try:
+            return self._image_job_unguarded(iid, rid, url)
+        except Exception as e:  # noqa: BLE001 - one image must never stop the crawl
+            log.warning("image %s failed: %s: %s", url, type(e).__name__, e)
+            reason = "bad_path" if isinstance(e, UnsafePath) else "image_error"
+            upd = {"image_id": iid, "path": None, "sha256": None, "width": None, "height": None,
+                   "status": "broken", "status_reason": reason, "detail": f"{type(e).__name__}: {e}"}
+            return upd, self._page_log_row(url, "image", None, None, None, f"{reason}: {upd['detail']}")
+
+    def _image_job_unguarded(self, iid: str, rid: str, url: str) -> tuple[dict, dict]:
+        dest = contained_path(self.paths.images, rid, iid)
         upd = {"image_id": iid, "path": None, "sha256": None, "width": None, "height": None,
                "status": "ok", "status_reason": None}
         gate = self._gate(url)
@@ -481,11 +566,38 @@ def decode_check(data: bytes) -> tuple[int, int]:
         return im.size
 
 
+def contained_path(base: Path, *parts: str) -> Path:
+    """`base / parts...` for file names that come from outside data (recipe ids, image ids,
+    hashes). Raises UnsafePath for an empty, `.`/`..` or separator-bearing part, or a path that
+    does not resolve inside `base` (a symlink pointing out included). Every crawler writer uses it."""
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise UnsafePath(f"unsafe path component {part!r} under {base}")
+    path = base.joinpath(*parts)
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise UnsafePath(f"{path} resolves outside {base}")
+    return path
+
+
 def is_recipe_url(url: str) -> bool:
-    parts = [p for p in urlsplit(url).path.split("/") if p]
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return False
+    parts = [p for p in path.split("/") if p]
     if parts and parts[0] == "id":
         parts = parts[1:]
     return len(parts) == 1 and parts[0].lower() not in NOT_RECIPES and "." not in parts[0]
+
+
+def _join(base: str, href: str) -> str | None:
+    """`href` resolved against `base`; None for a link that cannot be parsed."""
+    try:
+        url = urljoin(base, href)
+        urlsplit(url).hostname   # noqa: B018 - raises ValueError for a malformed host
+        return url
+    except ValueError:
+        return None
 
 
 def _strip_query(url: str) -> str:

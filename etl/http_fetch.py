@@ -2,9 +2,13 @@
 Retry-After, conditional GET, size and content-type limits, truncation detection.
 
 `Fetcher.fetch()` never raises for network or HTTP trouble: it returns a `FetchResult` whose
-`reason` is one of the reject reasons of COMMON.md (http_404, http_error, retries_exhausted,
-too_large, bad_content_type, truncated, host_not_allowed) or None on success. Thread-safe: one
-requests.Session per thread (keep-alive), one rate limiter shared by all threads.
+`reason` is one of the reject reasons (http_404, http_error, retries_exhausted, too_large,
+bad_content_type, truncated, host_not_allowed, robots_disallowed) or None on success. Thread-safe:
+one requests.Session per thread (keep-alive), one rate limiter shared by all threads.
+
+Redirects are followed by hand (at most MAX_REDIRECTS hops): every hop passes the host policy and,
+when the caller sets `Fetcher.hop_check` (the crawler does: robots.txt), that check too, before
+it is requested.
 """
 from __future__ import annotations
 
@@ -18,14 +22,18 @@ import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 
+from etl.parse import MAX_PAGE_BYTES
+
 log = logging.getLogger(__name__)
 
+MAX_REDIRECTS = 5
 DEFAULT_HOSTS = ("www.instructables.com", "instructables.com", "content.instructables.com")
 RETRY_STATUS = {429, 500, 502, 503, 504}
 CONTENT_TYPES = {
@@ -39,18 +47,23 @@ CONTENT_TYPES = {
 
 @dataclass
 class FetchConfig:
-    allow_hosts: tuple[str, ...] = ()       # extra hosts (host or host:port); explicit = private ok
-    allow_private: bool = False             # allow private/loopback addresses (the local sample site)
+    allow_hosts: tuple[str, ...] = ()       # extra hosts (host or host:port); may be loopback/private
+    allow_loopback: bool = False            # 127.0.0.0/8 and ::1 (the local sample site)
+    allow_private_network: bool = False     # RFC 1918, fc00::/7, CGNAT 100.64.0.0/10
+    allow_private: bool = False             # old name of allow_loopback (loopback only)
     delay_s: float = 1.0                    # minimum seconds between requests to one host
     timeout_s: float = 20.0
     retries: int = 4                        # extra attempts after the first
     backoff_s: float = 0.5                  # first backoff; doubles each attempt, jittered
     backoff_max_s: float = 30.0
     retry_after_max_s: float = 120.0        # never wait longer than this for one Retry-After
-    max_page_bytes: int = 5 << 20
+    max_page_bytes: int = MAX_PAGE_BYTES
     max_image_bytes: int = 15 << 20
     user_agent: str = "mrqa-crawler/0.1 (+https://github.com/meta-recipeqa; research crawler)"
     pool_size: int = 16
+
+    def __post_init__(self) -> None:
+        self.allow_loopback = self.allow_loopback or self.allow_private
 
 
 @dataclass
@@ -87,53 +100,94 @@ class _Failure(Exception):
 
 # ----------------------------------------------------------------------------- allow-list
 
-class HostPolicy:
-    """Which URLs may be fetched. Explicit allow_hosts pass; default instructables hosts pass unless
-    they resolve to a private address; any other host passes only with allow_private when it is a
-    private/loopback address (the local sample site)."""
+# cloud instance-metadata endpoints (AWS/GCP/Azure/OpenStack, AWS ECS, AWS IPv6, Alibaba, Oracle)
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "192.0.0.192"))
+CGNAT = ipaddress.ip_network("100.64.0.0/10")
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
-    def __init__(self, allow_hosts=(), allow_private: bool = False,
-                 default_hosts=DEFAULT_HOSTS):
+
+def address_class(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """`never` (link-local, metadata, multicast, unspecified, reserved), `loopback`, `private`
+    (RFC 1918, unique-local, CGNAT and other non-global ranges) or `public`. IPv6 forms that
+    embed an IPv4 address (mapped, NAT64, 6to4) are judged by that address."""
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        elif addr in NAT64:
+            addr = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        elif addr.sixtofour is not None:
+            addr = addr.sixtofour
+    if addr in METADATA_ADDRESSES or addr.is_link_local or addr.is_multicast or addr.is_unspecified:
+        return "never"
+    if addr.is_loopback:   # before is_reserved: ::1 lies in the reserved ::/8
+        return "loopback"
+    if addr.is_reserved:
+        return "never"
+    if addr.is_private or addr in CGNAT or not addr.is_global:
+        return "private"
+    return "public"
+
+
+class HostPolicy:
+    """Which URLs may be fetched, judged on the addresses the host resolves to.
+
+    - link-local (169.254.0.0/16, fe80::/10) and cloud metadata addresses: never, whatever the flags;
+    - loopback (127.0.0.0/8, ::1): only with `allow_loopback` (the local sample site);
+    - private networks (RFC 1918, fc00::/7, CGNAT): only with `allow_private_network`;
+    - public addresses: the default instructables hosts, and hosts named in `allow_hosts`.
+    A host named in `allow_hosts` (host or host:port) may also be loopback or private: naming it is
+    the permission. Every address a name resolves to must pass."""
+
+    def __init__(self, allow_hosts=(), allow_loopback: bool = False,
+                 allow_private_network: bool = False, default_hosts=DEFAULT_HOSTS):
         self.explicit = {h.lower() for h in allow_hosts}
         self.defaults = {h.lower() for h in default_hosts}
-        self.allow_private = allow_private
-        self._private: dict[str, bool] = {}
+        self.allow_loopback = allow_loopback
+        self.allow_private_network = allow_private_network
+        self._classes: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
 
     def check(self, url: str) -> str | None:
         """None when allowed, else a human-readable reason."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            host = (parts.hostname or "").lower()
+        except ValueError as e:
+            return f"unparseable URL: {e}"
         if parts.scheme not in ("http", "https"):
             return f"scheme {parts.scheme!r} not allowed"
-        host = (parts.hostname or "").lower()
         if not host:
             return "no host"
+        classes = self._address_classes(host)
+        if "never" in classes:
+            return f"{host} is a link-local or cloud metadata address (never allowed)"
         if host in self.explicit or parts.netloc.lower() in self.explicit:
             return None
-        private = self._is_private(host)
-        if private and not self.allow_private:
-            return f"{host} is a private/loopback address (use allow_private or allow_hosts)"
-        if host in self.defaults or (private and self.allow_private):
+        if "loopback" in classes and not self.allow_loopback:
+            return f"{host} is a loopback address (use allow_loopback or allow_hosts)"
+        if "private" in classes and not self.allow_private_network:
+            return f"{host} is a private-network address (use allow_private_network or allow_hosts)"
+        if host in self.defaults or (classes and "public" not in classes):
             return None
         return f"host {host} is not in the allow-list (add it with allow_hosts)"
 
-    def _is_private(self, host: str) -> bool:
+    def _address_classes(self, host: str) -> frozenset[str]:
         with self._lock:
-            if host in self._private:
-                return self._private[host]
+            if host in self._classes:
+                return self._classes[host]
         try:
             addrs = [ipaddress.ip_address(host)]
         except ValueError:
             try:
                 addrs = [ipaddress.ip_address(ai[4][0].split("%")[0])
                          for ai in socket.getaddrinfo(host, None)]
-            except (socket.gaierror, UnicodeError, ValueError):
+            except (socket.gaierror, UnicodeError, ValueError, OSError):
                 addrs = []   # unresolvable: the request itself will fail and be retried/rejected
-        private = any(a.is_private or a.is_loopback or a.is_link_local or a.is_reserved
-                      or a.is_unspecified for a in addrs)
+        classes = frozenset(address_class(a) for a in addrs)
         with self._lock:
-            self._private[host] = private
-        return private
+            self._classes[host] = classes
+        return classes
 
 
 # ----------------------------------------------------------------------------- rate limit
@@ -165,7 +219,10 @@ class HostRateLimiter:
 class Fetcher:
     def __init__(self, config: FetchConfig | None = None):
         self.config = config or FetchConfig()
-        self.policy = HostPolicy(self.config.allow_hosts, self.config.allow_private)
+        self.policy = HostPolicy(self.config.allow_hosts, self.config.allow_loopback,
+                                 self.config.allow_private_network)
+        # extra check for every redirect target: (url, kind) -> (reason, detail) or None to allow
+        self.hop_check: Callable[[str, str], tuple[str, str] | None] | None = None
         self.limiter = HostRateLimiter(self.config.delay_s)
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
@@ -233,10 +290,14 @@ class Fetcher:
         if last_modified:
             headers["If-Modified-Since"] = last_modified
         current = url
-        for _hop in range(6):                 # follow redirects ourselves: each hop is allow-checked
+        for hop in range(MAX_REDIRECTS + 1):  # follow redirects ourselves: each hop is checked
             why = self.policy.check(current)
             if why:
-                raise _Failure("host_not_allowed", why, retryable=False)
+                raise _Failure("host_not_allowed", why if hop == 0 else f"redirect to {current}: {why}",
+                               retryable=False)
+            gate = self.hop_check(current, kind) if hop and self.hop_check is not None else None
+            if gate:
+                raise _Failure(gate[0], f"redirect to {current}: {gate[1]}", retryable=False)
             self.limiter.acquire(urlsplit(current).hostname or "")
             try:
                 r = self._session().get(current, headers=headers, stream=True, allow_redirects=False,
@@ -248,8 +309,11 @@ class Fetcher:
             except requests.exceptions.RequestException as e:
                 raise _Failure("http_error", f"{type(e).__name__}: {e}", retryable=False) from e
             if r.is_redirect and r.headers.get("Location"):
-                current = urljoin(current, r.headers["Location"])
                 r.close()
+                try:
+                    current = urljoin(current, r.headers["Location"])
+                except ValueError as e:
+                    raise _Failure("http_error", f"bad redirect Location: {e}", retryable=False) from e
                 continue
             break
         else:

@@ -28,7 +28,7 @@ TIMESTAMPS = {"recipes": ["fetched_at"], "pages": ["fetched_at"], "rejects": ["a
 
 
 def _config(**kw) -> CrawlConfig:
-    fetch = dict(allow_private=True, delay_s=0.0, backoff_s=0.02, timeout_s=5)
+    fetch = dict(allow_loopback=True, delay_s=0.0, backoff_s=0.02, timeout_s=5)
     fetch.update(kw.pop("fetch", {}))
     kw = {"source": "sample", "workers": 3, "progress": False, **kw}
     return CrawlConfig(fetch=FetchConfig(**fetch), **kw)
@@ -139,11 +139,11 @@ def test_killed_crawl_restarts_to_the_same_warehouse(tmp_path):
 def test_loopback_refused_by_default_allowed_explicitly(tmp_path, paths, con):
     build_site(tmp_path / "site", n_recipes=1, plant_failures=False)
     with SiteServer(tmp_path / "site") as srv:
-        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_private=False))
+        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_loopback=False))
         assert summary["rejected"] == {"ingest/host_not_allowed": 1}   # robots + listing never fetched
         assert sum(srv.requests_by_path.values()) == 0
         host = srv.url.split("//")[1]
-        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_private=False,
+        summary = _crawl(con, paths, srv.url + "/cooking/", fetch=dict(allow_loopback=False,
                                                                      allow_hosts=(host,)))
         assert summary["loaded"] == 1
 
@@ -151,18 +151,45 @@ def test_loopback_refused_by_default_allowed_explicitly(tmp_path, paths, con):
 def test_host_policy():
     p = HostPolicy()
     assert p.check("https://www.instructables.com/X/") is None
-    assert "private" in p.check("http://127.0.0.1:8000/X/")
-    assert "private" in p.check("http://10.1.2.3/X/")
+    assert "loopback" in p.check("http://127.0.0.1:8000/X/")
+    assert "private-network" in p.check("http://10.1.2.3/X/")
     assert "allow-list" in p.check("https://example.com/X/")
     assert "scheme" in p.check("file:///etc/passwd")
-    assert HostPolicy(allow_private=True).check("http://localhost:1/") is None
+    assert "scheme" in p.check("ftp://127.0.0.1/x")
+    assert HostPolicy(allow_loopback=True).check("http://localhost:1/") is None
     assert HostPolicy(allow_hosts=["127.0.0.1"]).check("http://127.0.0.1:5/") is None
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/", "http://127.9.9.9/", "http://[::1]:80/",
+                                 "http://localhost/"])
+def test_loopback_needs_allow_loopback_only(url):
+    assert HostPolicy().check(url) is not None
+    assert HostPolicy(allow_loopback=True).check(url) is None
+    assert HostPolicy(allow_private_network=True).check(url) is not None
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5/", "http://172.16.3.4/", "http://192.168.1.1/",
+                                 "http://100.64.0.1/", "http://[fd12::1]/", "http://[::ffff:10.0.0.5]/"])
+def test_private_networks_need_their_own_flag(url):
+    assert "private-network" in HostPolicy(allow_loopback=True).check(url)
+    assert HostPolicy(allow_private_network=True).check(url) is None
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://169.254.1.2/",
+                                 "http://[fe80::1]/", "http://[fd00:ec2::254]/", "http://100.100.100.200/",
+                                 "http://[::ffff:169.254.169.254]/", "http://[64:ff9b::a9fe:a9fe]/",
+                                 "http://0.0.0.0/", "http://224.0.0.1/"])
+def test_link_local_and_metadata_are_never_allowed(url):
+    host = url.split("//")[1].split("/")[0]
+    everything = HostPolicy(allow_hosts=[host, host.strip("[]")], allow_loopback=True,
+                            allow_private_network=True)
+    assert "never" in everything.check(url)
 
 
 def test_retry_after_is_honoured_and_retries_exhaust(tmp_path):
     site = tmp_path / "site"
     build_site(site, n_recipes=1, plant_failures=False)
-    cfg = FetchConfig(allow_private=True, delay_s=0, backoff_s=0.01, retries=3)
+    cfg = FetchConfig(allow_loopback=True, delay_s=0, backoff_s=0.01, retries=3)
     with SiteServer(site, faults=FaultConfig(rate_limit_rate=1.0, retry_after_seconds=0.3,
                                              max_faults_per_url=1)) as srv:
         t = time.monotonic()
@@ -240,7 +267,7 @@ def test_rescrape_fills_missing_images_with_conditional_get(tmp_path, paths, con
 def test_delay_is_a_per_host_rate_limit(tmp_path):
     build_site(tmp_path / "site", n_recipes=1, plant_failures=False)
     with SiteServer(tmp_path / "site") as srv:
-        f = Fetcher(FetchConfig(allow_private=True, delay_s=0.1))
+        f = Fetcher(FetchConfig(allow_loopback=True, delay_s=0.1))
         t = time.monotonic()
         for _ in range(4):
             assert f.fetch(srv.url + "/Test-Recipe-000/").ok
