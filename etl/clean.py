@@ -9,13 +9,24 @@
 5. tokenizes kept steps (sentences -> NLTK words -> OOV repair, repairs cached per token type) and
    replaces their `step_tokens`; vocabulary figures before/after repair go to `vocab_stats`.
 Running it twice changes nothing (the output is a function of the raw columns and the Punkt model).
+
+Worker processes come from a `forkserver` (never a plain fork of this process: the CLI runs
+threads, the Prefect temporary server's and DuckDB's, and forking a threaded process can deadlock a
+child on a lock some thread held). They run under concurrent.futures' ProcessPoolExecutor, so a
+worker that dies fails the stage at once with CleanWorkerDied (BrokenProcessPool underneath)
+instead of a wait that never ends; nothing is written to the warehouse before all workers finish.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import duckdb
@@ -34,12 +45,20 @@ from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
 log = logging.getLogger(__name__)
 CACHE_MAX_LINES = 200_000
 CLEAN_REASONS = ("non_food", "non_english", "too_few_steps", "too_many_steps", "video_only")
+START_METHOD = "forkserver"
+# fault injection for the tests: with this set to 1, each worker process exits (code 1) on its first chunk
+CRASH_ENV = "MRQA_CLEAN_WORKER_CRASH"
+
+
+class CleanWorkerDied(RuntimeError):
+    """A clean worker process ended abruptly (killed, out of memory, crashed); nothing was written."""
 
 
 @dataclass
 class CleanConfig:
     workers: int = 2                   # processes for cleaning/tokenizing (1 = in-process)
     chunk_recipes: int = 200
+    chunk_steps: int = 2000            # steps per cleaning task (tokenizing tasks: half as many)
     retrain_punkt: bool = False
     punkt_train_chars: int = 2_000_000
     repair: bool = True
@@ -78,14 +97,17 @@ def pipeline_tokens(text: str, punkt, repairer: Repairer | None,
 _W: dict = {}
 
 
-def _init_worker(punkt_json: dict | None, repair: bool) -> None:
+def _init_worker(punkt_json: dict | None, repair: bool, crash: bool = False) -> None:
     _W["punkt"] = punkt_from_json(punkt_json) if punkt_json else None
     _W["repairer"] = Repairer() if repair else None
     _W["cache"] = {}
     _W["tokenize"] = tokenize_text
+    _W["crash"] = crash
 
 
 def _clean_chunk(rows: list[tuple]) -> tuple[list[tuple], Counter]:
+    if _W.get("crash"):
+        os._exit(1)
     counts: Counter = Counter()
     out = [(rid, idx, *clean_step(t, b, counts)) for rid, idx, t, b in rows]
     return out, counts
@@ -113,14 +135,36 @@ def _chunks(xs: list, n: int) -> list[list]:
     return [xs[i:i + n] for i in range(0, len(xs), n)]
 
 
+@contextmanager
+def worker_pool(workers: int, init_args: tuple) -> Iterator[ProcessPoolExecutor]:
+    """`workers` processes from a forkserver, each initialised with `_init_worker(*init_args)`.
+    A worker that dies raises CleanWorkerDied from the block at once; the pool is torn down
+    without waiting for work still queued."""
+    ctx = mp.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
+        ctx.set_forkserver_preload(["etl.clean"])   # workers fork from a server that imported us
+    crash = os.environ.get(CRASH_ENV) == "1"
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                               initargs=(*init_args, crash))
+    try:
+        yield pool
+    except BrokenProcessPool as e:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise CleanWorkerDied(f"a clean worker process died ({e}); the warehouse is unchanged. "
+                              "Re-run `mrqa clean`, or use --workers 1 to clean in this process") from e
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _map(fn, chunks, workers: int, init_args: tuple, desc: str):
     if workers <= 1 or len(chunks) <= 1:
         _init_worker(*init_args)
         yield from (fn(c) for c in tqdm(chunks, desc=desc, leave=False, disable=len(chunks) < 5))
         return
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=init_args) as pool:
-        yield from tqdm(pool.imap(fn, chunks), total=len(chunks), desc=desc, leave=False,
+    with worker_pool(workers, init_args) as pool:
+        yield from tqdm(pool.map(fn, chunks), total=len(chunks), desc=desc, leave=False,
                         disable=len(chunks) < 5)
 
 
@@ -189,7 +233,7 @@ def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
     # 1. clean
     rule_counts: Counter = Counter()
     cleaned: list[tuple] = []
-    for rows, counts in _map(_clean_chunk, _chunks([s[:4] for s in steps], 2000), cfg.workers,
+    for rows, counts in _map(_clean_chunk, _chunks([s[:4] for s in steps], cfg.chunk_steps), cfg.workers,
                              (None, False), "clean"):
         cleaned.extend(rows)
         rule_counts.update(counts)
@@ -216,7 +260,7 @@ def clean_corpus(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
     token_rows: list[tuple] = []
     repaired: dict[tuple, tuple] = {}
     before, after = Counter(), Counter()
-    for rows, b, a, texts in _map(_tokenize_chunk, _chunks(keep_rows, 1000), cfg.workers,
+    for rows, b, a, texts in _map(_tokenize_chunk, _chunks(keep_rows, max(1, cfg.chunk_steps // 2)), cfg.workers,
                                   (punkt_to_json(punkt), cfg.repair), "tokenize"):
         token_rows.extend(rows)
         before.update(b)
@@ -269,9 +313,8 @@ def _process_texts(rows: list[tuple], workers: int, punkt_json: dict, naive: boo
         for part in _chunks(rows, chunk):
             n_tokens += _clean_and_tokenize_chunk(part)
         return n_tokens
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(punkt_json, True)) as pool:
-        for n in pool.imap_unordered(_clean_and_tokenize_chunk, _chunks(rows, chunk)):
+    with worker_pool(workers, (punkt_json, True)) as pool:
+        for n in pool.map(_clean_and_tokenize_chunk, _chunks(rows, chunk)):
             n_tokens += n
     return n_tokens
 
@@ -327,7 +370,7 @@ def bench_clean(n_recipes: int = 4500, seed: int = 11, workers: int = 2,
         sub.append(r)
         m += len(r[2] or "") + len(r[3] or "")
     pj = punkt_to_json(punkt)
-    english_frequencies()   # load the dictionary once, before timing (forked workers share it)
+    english_frequencies()   # load the dictionary once, before timing
     load_before = _load_average()
     t = time.perf_counter()
     tokens = _process_texts(rows, workers, pj)

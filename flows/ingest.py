@@ -87,8 +87,9 @@ def merge_summaries(*parts: dict) -> dict:
     rejected: Counter = Counter()
     for p in parts:
         rejected.update(p.get("rejected", {}))
-        total.update({k: v for k, v in p.items() if k != "rejected"})
-    return {**dict(total), "rejected": dict(sorted(rejected.items()))}
+        total.update({k: v for k, v in p.items() if k not in ("rejected", "rejected_total")})
+    return {**dict(total), "rejected": dict(sorted(rejected.items())),
+            "rejected_total": sum(rejected.values())}
 
 
 # ----------------------------------------------------------------------------- flow
@@ -96,20 +97,30 @@ def merge_summaries(*parts: dict) -> dict:
 @flow(name="ingest-instructables", log_prints=True)
 def ingest_instructables(listing: str | None = None, urls_file: Path | None = None,
                          sitemap: str | None = None, rescrape: bool = False,
-                         allow_hosts: list[str] = (), allow_private: bool = False,
+                         allow_hosts: list[str] = (), allow_loopback: bool = False,
+                         allow_private_network: bool = False, allow_private: bool = False,
                          source: str = "instructables", delay_s: float = 1.0, workers: int = 4,
                          max_pages: int | None = None, stale_days: float | None = None,
                          progress: bool = True) -> dict:
     """Discover recipe URLs, fetch and load their pages, download their step images.
 
+    `allow_loopback` lets the crawl reach 127.0.0.0/8 and ::1 (the local sample site),
+    `allow_private_network` RFC 1918/unique-local/CGNAT addresses; link-local and cloud metadata
+    addresses are never fetched. `allow_private` is the old name of `allow_loopback` (saved
+    deployment parameters still use it) and opens loopback only.
+
     Returns a summary: discovered, fetched, cached, not_modified, parsed, loaded, images_* and
-    rejected counts by `stage/reason` for this run.
+    rejected counts by `stage/reason` for this run, and rejected_total.
     """
     if not (listing or urls_file or sitemap or rescrape):
         raise ValueError("give a listing URL, a sitemap URL, a URL file, or rescrape=True")
+    if workers < 1 or delay_s < 0 or (max_pages is not None and max_pages < 1):
+        raise ValueError("workers and max_pages must be >= 1 and delay_s >= 0")
     config = CrawlConfig(source=source, workers=workers, max_pages=max_pages, stale_days=stale_days,
                          progress=progress,
-                         fetch=FetchConfig(allow_hosts=tuple(allow_hosts), allow_private=allow_private,
+                         fetch=FetchConfig(allow_hosts=tuple(allow_hosts),
+                                           allow_loopback=allow_loopback or allow_private,
+                                           allow_private_network=allow_private_network,
                                            delay_s=delay_s))
     if scale.dask_address():
         log.info("ingest runs in the flow process (per-host rate limit %.1fs); %s is used by the "
@@ -121,4 +132,6 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
     summary = merge_summaries(s_discover, s_pages, s_images)
     summary["discovered"] = len(urls)
     log.info("ingest summary: %s", summary)
+    log.info("ingest: %d loaded, %d rejected (see `mrqa status` / the rejects table)",
+             summary.get("loaded", 0), summary["rejected_total"])
     return summary

@@ -16,6 +16,7 @@ import random
 import shutil
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
@@ -201,8 +202,10 @@ def build_sample(out_dir: Path, n_recipes: int, seed: int, workers: int | None =
         results = map(_render_chunk, chunks)
         pool = None
     else:
-        pool = mp.get_context("fork").Pool(workers, initializer=_init_worker, initargs=(str(site), seed, image_size))
-        results = pool.imap(_render_chunk, chunks)
+        # forkserver, not fork: the caller may run threads; a dead worker raises BrokenProcessPool at once
+        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver"), initializer=_init_worker,
+                                   initargs=(str(site), seed, image_size))
+        results = pool.map(_render_chunk, chunks)
     try:
         for c, (fs, n_img) in zip(chunks, results):
             files.extend(fs)
@@ -211,8 +214,7 @@ def build_sample(out_dir: Path, n_recipes: int, seed: int, workers: int | None =
     finally:
         bar.close()
         if pool is not None:
-            pool.close()
-            pool.join()
+            pool.shutdown(cancel_futures=True)
     t_render = time.perf_counter() - t0 - t_plan
     files.extend(_site_pages(site, plans))
     gt = "".join(json.dumps(ground_truth(p), ensure_ascii=False, sort_keys=True) + "\n"
