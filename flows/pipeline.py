@@ -173,7 +173,7 @@ def _ingest(params: dict, paths: Paths) -> dict:
                            params["sample_workers"]) as (sample, url):
             s = ingest_instructables(listing=f"{url}/cooking/", rescrape=params["rescrape"],
                                      source=params["source"] or "sample",
-                                     **{**common, "allow_private": True, "delay_s": 0.0})
+                                     **{**common, "allow_loopback": True, "delay_s": 0.0})
         return {"sample": sample, **s}
     return ingest_instructables(listing=params["listing"], sitemap=params["sitemap"],
                                 urls_file=params["urls_file"], rescrape=params["rescrape"],
