@@ -79,7 +79,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 
 
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
-    from features.vectors.store import FeatureStore
+    from features.vectors.store import FeatureStore, vector_rows
     store = FeatureStore(lance_uri)
     encs = [r[0] for r in con.execute("SELECT DISTINCT encoder_id FROM datasets JOIN export_datasets "
                                       "USING (dataset_id) ORDER BY 1").fetchall()]
@@ -104,12 +104,10 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
                 recs = [(i.rsplit("_", 2)[0], rsplit.get(i.rsplit("_", 2)[0])) for i in ids]
             keep = np.array([s in splits for _, s in recs], dtype=bool)
             mat = np.ascontiguousarray(np.asarray(mat, np.float32)[keep])
-            parts.append(pa.table({
-                "item_id": pa.array(ids[keep].tolist(), pa.string()),
-                "recipe_id": pa.array([r for (r, s), k in zip(recs, keep) if k], pa.string()),
-                "split": pa.array([s for (r, s), k in zip(recs, keep) if k], pa.string()),
-                "encoder_id": pa.array([enc] * int(keep.sum()), pa.string()),
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(mat.ravel()), mat.shape[1])}))
+            parts.append(vector_rows(ids[keep].tolist(), mat, id_column="item_id",
+                                     recipe_id=pa.array([r for (r, s), k in zip(recs, keep) if k], pa.string()),
+                                     split=pa.array([s for (r, s), k in zip(recs, keep) if k], pa.string()),
+                                     encoder_id=enc))
         if parts:
             tbl = pa.concat_tables(parts)
             con.register("export_vec_arrow", tbl)

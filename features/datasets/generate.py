@@ -29,6 +29,7 @@ from etl.warehouse import load_query, transaction, utcnow
 from features.datasets.distractors import DenseKnn
 from features.datasets.knobs import KnobParams, dataset_id, splitmix64, stable_key, uniforms
 from features.datasets.tasks import FAMILIES, Skeletons, _variant, build_skeletons
+from features.vectors.store import vector_rows, vectors_column
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
@@ -72,11 +73,6 @@ class Space:
         return np.where(rows >= 0, 1.0 - self.dots(rows, qn[:, None, :])[..., 0], np.nan)
 
 
-def _fixed_list(mat: np.ndarray) -> pa.FixedSizeListArray:
-    mat = np.ascontiguousarray(mat, dtype=np.float32)
-    return pa.FixedSizeListArray.from_arrays(pa.array(mat.ravel()), mat.shape[1])
-
-
 def _list(mat, typ=None) -> pa.ListArray:
     """A (n, m) array as an Arrow list<...> column (variable-size lists, as the schema has)."""
     mat = np.asarray(mat)
@@ -87,7 +83,7 @@ def _list(mat, typ=None) -> pa.ListArray:
 
 
 def read_store_vectors(lance_uri: str, encoder_id: str, space: str) -> tuple[list[str], np.ndarray]:
-    """(ids, matrix) from the feature store (contract C6)."""
+    """(ids, matrix) from the feature store."""
     from features.vectors.store import FeatureStore
     store = FeatureStore(lance_uri)
     if space == "image":
@@ -140,7 +136,7 @@ class Generator:
             raise LookupError(f"no {name} vectors for encoder {self.encoder_id} in {self.lance_uri}; "
                               "run `mrqa embed` first")
         mat = np.asarray(mat, dtype=np.float32)
-        store_tbl = pa.table({"item_id": pa.array(list(ids), pa.string()), "vec": _fixed_list(mat)})
+        store_tbl = vector_rows(list(ids), mat, id_column="item_id", vector_column="vec")
         self.con.register("gen_store_vectors", store_tbl)
         items = self.con.sql(load_query("items_images" if name == "image" else "items_titles")).to_arrow_table()
         self.con.unregister("gen_store_vectors")
@@ -148,7 +144,7 @@ class Generator:
                           dtype=np.float32).reshape(items.num_rows, mat.shape[1])
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         vecs = vecs / np.where(norms > 0, norms, 1.0)
-        tbl = items.set_column(items.schema.get_field_index("vec"), "vec", _fixed_list(vecs))
+        tbl = items.set_column(items.schema.get_field_index("vec"), "vec", vectors_column(vecs))
         tbl = tbl.append_column("idx", pa.array(np.arange(items.num_rows, dtype=np.int64)))
         self.con.register(f"gen_items_{name}_arrow", tbl)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE gen_items_{name} AS SELECT * FROM gen_items_{name}_arrow")

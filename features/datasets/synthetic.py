@@ -1,10 +1,9 @@
 """A synthetic feature world for generation tests and `mrqa bench generate` (no images, no model).
 
-Writes, in contract-C6 shape: recipes/steps/images rows (some images missing, some short recipes),
-an `encoders` row, LanceDB `image_vectors` and `step_text_vectors` (title) with deterministic
-hash-derived, clustered vectors (a step "kind" cluster + a per-recipe style + noise, so distances
-vary and near neighbours exist), and the `neighbours` table (via features.vectors.neighbours when
-available, else exact search with features.vectors.exact).
+Writes, in the feature store's shape: recipes/steps/images rows (some images missing, some short
+recipes), an `encoders` row, LanceDB `image_vectors` and `step_text_vectors` (title) with
+deterministic hash-derived, clustered vectors (a step "kind" cluster + a per-recipe style + noise, so
+distances vary and near neighbours exist), and the `neighbours` table (features.vectors.neighbours).
 """
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
                 dim: int = 32, encoder_id: str = "synthetic-enc-0001", k: int = 100,
                 images_per_step: tuple[int, int] = (1, 3)) -> dict:
     """Create the world; returns counts. Deterministic in (n_recipes, seed, dim)."""
-    from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, image_schema, text_schema
+    from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vector_rows
     rng = np.random.default_rng([seed, 12345])
     centers = _unit(rng.normal(size=(len(KINDS), dim)))
     recipes, steps, images, img_vec_rows, txt_rows = [], [], [], [], []
@@ -77,21 +76,15 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
     split_of = {r[0]: r[6] for r in recipes}
     store = FeatureStore(lance_uri)
     img_mat = _unit(np.stack([v for *_, v in img_vec_rows]))
-    store.upsert(IMAGE_TABLE, pa.table({
-        "id": [r[0] for r in img_vec_rows], "recipe_id": [r[1] for r in img_vec_rows],
-        "step_idx": pa.array([r[2] for r in img_vec_rows], pa.int32()),
-        "split": [split_of[r[1]] for r in img_vec_rows], "encoder_id": [encoder_id] * len(img_vec_rows),
-        "sha256": ["x"] * len(img_vec_rows),
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(img_mat.ravel()), dim)},
-        schema=image_schema(dim)))
+    store.upsert(IMAGE_TABLE, vector_rows(
+        [r[0] for r in img_vec_rows], img_mat, recipe_id=[r[1] for r in img_vec_rows],
+        step_idx=[r[2] for r in img_vec_rows], split=[split_of[r[1]] for r in img_vec_rows],
+        encoder_id=encoder_id, sha256="x"))
     txt_mat = _unit(np.stack([v for *_, v in txt_rows]))
-    store.upsert(TEXT_TABLE, pa.table({
-        "id": [r[0] for r in txt_rows], "recipe_id": [r[1] for r in txt_rows],
-        "step_idx": pa.array([r[2] for r in txt_rows], pa.int32()), "field": ["title"] * len(txt_rows),
-        "split": [split_of[r[1]] for r in txt_rows], "encoder_id": [encoder_id] * len(txt_rows),
-        "text_sha256": ["x"] * len(txt_rows),
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(txt_mat.ravel()), dim)},
-        schema=text_schema(dim)))
+    store.upsert(TEXT_TABLE, vector_rows(
+        [r[0] for r in txt_rows], txt_mat, recipe_id=[r[1] for r in txt_rows],
+        step_idx=[r[2] for r in txt_rows], field="title", split=[split_of[r[1]] for r in txt_rows],
+        encoder_id=encoder_id, text_sha256="x"))
     n_nb = build_neighbours(con, store, encoder_id, k)
     return {"recipes": len(recipes), "steps": len(steps), "images": len(images),
             "image_vectors": len(img_vec_rows), "title_vectors": len(txt_rows), "neighbours": n_nb,
@@ -109,38 +102,8 @@ def _insert(con, table: str, cols: list[str], rows: list[tuple], extra: str = ""
 
 
 def build_neighbours(con, store, encoder_id: str, k: int) -> int:
-    """The C6 neighbours table: D's builder when present (method auto: exact up to EXACT_AUTO_MAX
-    images per split, the recall-checked IVF build above), else exact search here."""
-    try:
-        from features.vectors.neighbours import build_neighbour_table
-    except ImportError:
-        build_neighbour_table = None
-    if build_neighbour_table is not None:
-        build_neighbour_table(con, store, encoder_id, k=k, method="auto")
-        return con.execute("SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]
-    from features.vectors.exact import exact_knn
-    rows = store.image_rows(encoder_id)
-    ids = np.array(rows["id"].to_pylist(), dtype=object)
-    recs = np.array(rows["recipe_id"].to_pylist(), dtype=object)
-    splits = np.array(rows["split"].to_pylist(), dtype=object)
-    mat = rows["vector"].combine_chunks().flatten().to_numpy().reshape(len(ids), -1)
-    con.execute("DELETE FROM neighbours WHERE encoder_id = ?", [encoder_id])
-    total = 0
-    for split in sorted(set(splits)):
-        idx = np.flatnonzero(splits == split)
-        groups = np.unique(recs[idx], return_inverse=True)[1]
-        nn, dist = exact_knn(mat[idx], mat[idx], k, query_groups=groups, base_groups=groups)
-        valid = nn >= 0
-        qi = np.repeat(np.arange(len(idx)), valid.sum(1))
-        ranks = (np.cumsum(valid, axis=1))[valid]
-        cand = nn[valid]
-        tbl = pa.table({"image_id": ids[idx][qi].tolist(), "rank": pa.array(ranks, pa.int32()),
-                        "neighbour_id": ids[idx][cand].tolist(),
-                        "neighbour_recipe_id": recs[idx][cand].tolist(),
-                        "distance": dist[valid].astype(np.float64)})
-        con.register("syn_nb", tbl)
-        con.execute("INSERT INTO neighbours SELECT ?, image_id, rank, neighbour_id, neighbour_recipe_id, "
-                    "distance FROM syn_nb", [encoder_id])
-        con.unregister("syn_nb")
-        total += tbl.num_rows
-    return total
+    """The neighbours table of the world's image vectors (features.vectors.neighbours, method auto:
+    exact up to EXACT_AUTO_MAX images per split, else the recall-checked IVF build); returns its rows."""
+    from features.vectors.neighbours import build_neighbour_table
+    build_neighbour_table(con, store, encoder_id, k=k, method="auto")
+    return con.execute("SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 import torch
 from tqdm import tqdm
 
@@ -24,7 +23,7 @@ from etl.config import Paths
 from etl.warehouse import clear_rejects, record_reject
 from features.embed.encoders import Encoder
 from features.embed.decode import PixelCache, image_items, image_loader, image_size_of
-from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vectors_column
+from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vector_rows
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +102,11 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
     def flush():
         if buf_rows:
             sel = [todo[i] for i in buf_rows]
-            store.upsert(IMAGE_TABLE, pa.table({
-                "id": [it.image_id for it in sel], "recipe_id": [it.recipe_id for it in sel],
-                "step_idx": pa.array([it.step_idx for it in sel], pa.int32()),
-                "split": [it.split for it in sel],
-                "encoder_id": [encoder.encoder_id] * len(sel),
-                "sha256": [it.sha256 for it in sel],
-                "vector": vectors_column(np.concatenate(buf_vecs))}))
+            store.upsert(IMAGE_TABLE, vector_rows(
+                [it.image_id for it in sel], np.concatenate(buf_vecs),
+                recipe_id=[it.recipe_id for it in sel], step_idx=[it.step_idx for it in sel],
+                split=[it.split for it in sel], encoder_id=encoder.encoder_id,
+                sha256=[it.sha256 for it in sel]))
             buf_rows.clear()
             buf_vecs.clear()
 
@@ -170,11 +167,8 @@ def embed_step_texts(con: duckdb.DuckDBPyConnection, store: FeatureStore, encode
     for s in tqdm(range(0, len(todo), 4096), desc="embed texts", unit="chunk", leave=False):
         chunk = todo[s:s + 4096]
         vecs = encoder.encode_texts([it[5] for it in chunk], batch_size)
-        store.upsert(TEXT_TABLE, pa.table({
-            "id": [it[0] for it in chunk], "recipe_id": [it[1] for it in chunk],
-            "step_idx": pa.array([it[2] for it in chunk], pa.int32()),
-            "field": [it[3] for it in chunk], "split": [it[4] for it in chunk],
-            "encoder_id": [encoder.encoder_id] * len(chunk),
-            "text_sha256": [text_sha256(it[5]) for it in chunk],
-            "vector": vectors_column(vecs)}))
+        store.upsert(TEXT_TABLE, vector_rows(
+            [it[0] for it in chunk], vecs, recipe_id=[it[1] for it in chunk],
+            step_idx=[it[2] for it in chunk], field=[it[3] for it in chunk], split=[it[4] for it in chunk],
+            encoder_id=encoder.encoder_id, text_sha256=[text_sha256(it[5]) for it in chunk]))
     return summary

@@ -116,11 +116,10 @@ encode_batch_task = task(encode_batch, name="encode-image-batch", cache_policy=N
 def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spec: EncoderSpec,
                         paths: Paths, cfg: EmbedConfig, submit: Callable, where: str = "dask") -> dict:
     """Embed new/changed ok images with batches run by `submit(spec, files) -> future`."""
-    import pyarrow as pa
     from tqdm import tqdm
 
     from etl.warehouse import clear_rejects, record_reject
-    from features.vectors.store import IMAGE_TABLE, vectors_column
+    from features.vectors.store import IMAGE_TABLE, vector_rows
     from features.embed.embedding import plan_image_embedding
     todo, summary = plan_image_embedding(con, store, spec.encoder_id, paths)
     summary["fanout"] = where
@@ -135,13 +134,11 @@ def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spe
 
     def flush():
         if rows:
-            store.upsert(IMAGE_TABLE, pa.table({
-                "id": [it.image_id for it in rows], "recipe_id": [it.recipe_id for it in rows],
-                "step_idx": pa.array([it.step_idx for it in rows], pa.int32()),
-                "split": [it.split for it in rows],
-                "encoder_id": [spec.encoder_id] * len(rows),
-                "sha256": [it.sha256 for it in rows],
-                "vector": vectors_column(np.concatenate(vecs))}))
+            store.upsert(IMAGE_TABLE, vector_rows(
+                [it.image_id for it in rows], np.concatenate(vecs),
+                recipe_id=[it.recipe_id for it in rows], step_idx=[it.step_idx for it in rows],
+                split=[it.split for it in rows], encoder_id=spec.encoder_id,
+                sha256=[it.sha256 for it in rows]))
             rows.clear()
             vecs.clear()
 

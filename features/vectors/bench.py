@@ -75,13 +75,12 @@ def bench_ann(vectors: np.ndarray, groups: np.ndarray, k: int = 100, n_queries: 
 
 def _bench_table(store, mat: np.ndarray, groups: np.ndarray, split: str):
     """One image_vectors table of `mat` (one split, recipe = group) in `store`: (ids, table)."""
-    from features.vectors.store import IMAGE_TABLE, vectors_column
+    from features.vectors.store import IMAGE_TABLE, vector_rows
     n = len(mat)
     ids = [f"v{i:07d}" for i in range(n)]
-    store.upsert(IMAGE_TABLE, pa.table({
-        "id": ids, "recipe_id": [f"g{g}" for g in groups],
-        "step_idx": pa.array(np.zeros(n, np.int32)), "split": [split] * n,
-        "encoder_id": ["bench"] * n, "sha256": [""] * n, "vector": vectors_column(mat)}))
+    store.upsert(IMAGE_TABLE, vector_rows(ids, mat, recipe_id=[f"g{g}" for g in groups],
+                                          step_idx=np.zeros(n, np.int32), split=split, encoder_id="bench",
+                                          sha256=""))
     return ids, store.find_table(IMAGE_TABLE, "bench")
 
 
@@ -175,7 +174,6 @@ def bench_knn(sizes: list[int], dim: int = 256, k: int = 100, queries: int = 200
     torch exact (timed on `queries` sampled queries against the full split, scaled to all rows:
     exact cost is linear in the number of queries), the IVF ANN build (timed in full, index build
     shown apart) with recall@k on the sampled queries, and optionally the LanceDB index route."""
-    import os
     from features.vectors.neighbours import split_knn
     rows = []
     split_knn(recipe_vectors(2000, dim, seed)[0], np.arange(2000) // 8, k, "ann")   # warm-up (torch init)

@@ -96,8 +96,41 @@ def _in_list(col: str, values) -> str:
 
 
 def vectors_column(matrix: np.ndarray) -> pa.FixedSizeListArray:
+    """An (n, d) matrix as one fixed_size_list<float32>[d] column (DuckDB reads it as FLOAT[d])."""
     m = np.ascontiguousarray(matrix, dtype=np.float32)
     return pa.FixedSizeListArray.from_arrays(pa.array(m.reshape(-1)), m.shape[1])
+
+
+def vector_rows(ids, vectors: np.ndarray, id_column: str = "id", vector_column: str = "vector",
+                **columns) -> pa.Table:
+    """Arrow rows of `ids` and their vectors: every writer of vector rows (the store's image and
+    step-text tables, the export's vector files, the generator's DuckDB views) builds them here.
+
+    Columns, in order: `id_column` (string) = ids; then `columns` -- a str is repeated on every
+    row, a numpy array keeps its dtype, an Arrow array is taken as is, any other sequence becomes a
+    column of its values (string when it is empty or all None); then `vector_column` = the (n, d)
+    matrix as fixed_size_list<float32>[d]. Raises ValueError when a column's length is not len(ids).
+    """
+    n = len(ids)
+    mat = np.asarray(vectors, dtype=np.float32)
+
+    def column(name, value):
+        if isinstance(value, str):
+            return pa.array([value] * n, pa.string())
+        arr = value if isinstance(value, (pa.Array, pa.ChunkedArray)) else pa.array(
+            value if isinstance(value, np.ndarray) and value.dtype != object else list(value))
+        if pa.types.is_null(arr.type):
+            arr = arr.cast(pa.string())
+        if len(arr) != n:
+            raise ValueError(f"vector rows: column {name} has {len(arr)} values for {n} ids")
+        return arr
+
+    data = {id_column: column(id_column, ids)}
+    data.update((name, column(name, value)) for name, value in columns.items())
+    if mat.ndim != 2 or len(mat) != n:
+        raise ValueError(f"vector rows: vectors of shape {mat.shape} for {n} ids (expected ({n}, d))")
+    data[vector_column] = vectors_column(mat)
+    return pa.table(data)
 
 
 class FeatureStore:

@@ -13,7 +13,7 @@ from etl.warehouse import run_sql_tests, table_fingerprint
 from features.vectors.bench import bench_knn, recipe_vectors
 from features.vectors.ivf import IvfKnnConfig
 from features.vectors.neighbours import build_neighbour_table, compute_neighbours, recall_at_k
-from features.vectors.store import IMAGE_TABLE, FeatureStore, vectors_column
+from features.vectors.store import IMAGE_TABLE, FeatureStore, vector_rows
 
 K = 20
 
@@ -21,11 +21,9 @@ K = 20
 def rows_for(vecs, recipe, split, enc="enc-a", prefix="R"):
     n = len(vecs)
     step = [int(i) for i in np.arange(n) - np.searchsorted(recipe, recipe)]
-    return pa.table({
-        "id": [f"{prefix}{r}_{s}_0.jpg" for r, s in zip(recipe, step)],
-        "recipe_id": [f"{prefix}{r}" for r in recipe], "step_idx": pa.array(step, pa.int32()),
-        "split": list(split), "encoder_id": [enc] * n, "sha256": [f"s{i}" for i in range(n)],
-        "vector": vectors_column(vecs)})
+    return vector_rows([f"{prefix}{r}_{s}_0.jpg" for r, s in zip(recipe, step)], vecs,
+                       recipe_id=[f"{prefix}{r}" for r in recipe], step_idx=np.array(step, np.int32),
+                       split=list(split), encoder_id=enc, sha256=[f"s{i}" for i in range(n)])
 
 
 def warehouse_rows(con, rows):

@@ -2,27 +2,22 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 import features.vectors.store as store_mod
-from etl.load import load_recipe
-from etl.records import RecipeRecord, StepRecord
 from features.vectors.bench import clustered_vectors
 from features.vectors.exact import exact_knn, numpy_exact_knn
 from features.vectors.neighbours import build_neighbour_table, compute_neighbours, recall_at_k
-from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vectors_column
+from features.vectors.store import IMAGE_TABLE, FeatureStore, vector_rows
 
 
 def image_rows(n, dim=32, enc="enc-a", per_recipe=3, seed=0, splits=("train", "val")):
     vecs = clustered_vectors(n, dim, seed, per_cluster=20, noise=0.4)
     rid = [f"R{i // per_recipe}" for i in range(n)]
-    return pa.table({
-        "id": [f"R{i // per_recipe}_{i % per_recipe}_0.jpg" for i in range(n)], "recipe_id": rid,
-        "step_idx": pa.array([i % per_recipe for i in range(n)], pa.int32()),
-        "split": [splits[(i // per_recipe) % len(splits)] for i in range(n)],
-        "encoder_id": [enc] * n, "sha256": [f"s{i}" for i in range(n)],
-        "vector": vectors_column(vecs)}), vecs
+    return vector_rows([f"R{i // per_recipe}_{i % per_recipe}_0.jpg" for i in range(n)], vecs, recipe_id=rid,
+                       step_idx=np.array([i % per_recipe for i in range(n)], np.int32),
+                       split=[splits[(i // per_recipe) % len(splits)] for i in range(n)], encoder_id=enc,
+                       sha256=[f"s{i}" for i in range(n)]), vecs
 
 
 def test_exact_knn_matches_brute_force_and_masks_groups():
