@@ -1,6 +1,6 @@
 """The LanceDB feature store: `image_vectors` and `step_text_vectors` with ANN + scalar indexes.
 
-Columns (contract C6): image_vectors(id = image_id, recipe_id, step_idx, split, encoder_id,
+Columns: image_vectors(id = image_id, recipe_id, step_idx, split, encoder_id,
 sha256, vector fixed_size_list<float32>[d]); step_text_vectors(id = "<recipe_id>_<step_idx>_<field>",
 recipe_id, step_idx, field in {title, body}, split, encoder_id, text_sha256, vector). Vectors are
 L2-normalised; distance is cosine everywhere (index build and query).
@@ -13,8 +13,8 @@ Indexes: BITMAP on split and encoder_id, BTREE on recipe_id and id (the prefilte
 a few thousand rows exact search is as fast). The default ANN index, IVF_FLAT (sqrt(n) partitions,
 nprobes 10%), was chosen with `mrqa bench ann` on batched queries, 20k x 256, K=100, same run:
 IVF_FLAT 1,247 q/s at recall@100 0.9998 (8 probes; build 3.4 s) vs IVF_HNSW_SQ 42.5 q/s at 0.998
-(build 20 s) vs exact torch 829 q/s on recipe-structured vectors (features.bench.recipe_vectors);
-IVF_PQ needs refine_factor to pass 0.95 and is then slower still (STACK_NOTES: 0.29-0.53 without).
+(build 20 s) vs exact torch 829 q/s on recipe-structured vectors (features.vectors.bench.recipe_vectors);
+IVF_PQ needs refine_factor to pass 0.95 and is then slower still (recall 0.29-0.53 without).
 On isolated clusters of 50 (no structure beyond them) IVF_FLAT reaches only 0.72-0.87 and
 IVF_HNSW_SQ 0.97 at 36 q/s: pass AnnConfig("IVF_HNSW_SQ") for such spaces. This index serves
 `search()` and the neighbour build's "lance" method; the bulk neighbour table is built by
@@ -243,7 +243,7 @@ class FeatureStore:
     def has_ann_index(self, tbl) -> bool:
         return any(ix.columns[0] == "vector" for ix in tbl.list_indices())
 
-    # ------------------------------------------------------------------ reads (contract C6)
+    # ------------------------------------------------------------------ reads
 
     def _read(self, base: str, encoder_id: str, ids=None, split=None, field=None
               ) -> tuple[list[str], np.ndarray, pa.Table]:
