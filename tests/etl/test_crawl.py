@@ -136,6 +136,48 @@ def test_killed_crawl_restarts_to_the_same_warehouse(tmp_path):
         assert raw(run_paths) == raw(ref_paths)
 
 
+KILLED_IMAGES = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+    from test_crawl import _crawl
+    from etl.config import Paths
+    from etl.warehouse import connect
+    paths = Paths.from_env({home!r}).ensure()
+    _crawl(connect(paths), paths, {listing!r}, workers=1, image_batch=4, image_batch_seconds=60,
+           fetch=dict(delay_s=0.02))
+""")
+
+
+def test_killed_image_downloads_resume_without_refetching_stored_images(tmp_path):
+    """Image results are committed every batch: after a SIGKILL mid-images, the restart fetches only
+    the images not committed yet, each once, and none of the committed ones."""
+    truth = build_site(tmp_path / "site", n_recipes=6, plant_failures=False)
+    paths = Paths.from_env(tmp_path / "run").ensure()
+    with SiteServer(tmp_path / "site") as srv:
+        listing = srv.url + "/cooking/"
+        script = KILLED_IMAGES.format(repo=str(REPO), tests=str(Path(__file__).parent),
+                                      home=str(paths.home), listing=listing)
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        images = lambda: sum(n for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/"))  # noqa: E731
+        deadline = time.time() + 60
+        while images() < 20 and time.time() < deadline:
+            assert proc.poll() is None, "the crawl finished before it could be killed"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        con = connect(paths)
+        stored = {u[len(srv.url):] for u, in con.execute(
+            "SELECT url FROM images WHERE status = 'ok'").fetchall()}
+        assert 8 <= len(stored) < len(truth.images)                    # batches of 4 survived the kill
+        before = dict(srv.requests_by_path)
+        _crawl(con, paths, listing)
+        again = {p: n - before.get(p, 0) for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/")}
+    assert all(again.get(p, 0) == 0 for p in stored)                  # nothing stored is downloaded again
+    assert sum(again.values()) == len(truth.images) - len(stored)      # the rest once each
+    assert con.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchone()[0] == len(truth.images)
+
+
 def test_loopback_refused_by_default_allowed_explicitly(tmp_path, paths, con):
     build_site(tmp_path / "site", n_recipes=1, plant_failures=False)
     with SiteServer(tmp_path / "site") as srv:

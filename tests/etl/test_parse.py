@@ -5,7 +5,10 @@ import json
 
 import pytest
 
-from etl.parse import ParseError, normalise_image_url, parse_page, recipe_id_from_url
+from bs4 import BeautifulSoup
+
+from etl.parse import (MAX_DEPTH, MAX_PAGE_BYTES, ParseError, block_text, nesting_depth, normalise_image_url,
+                       parse_page, recipe_id_from_url, recipe_id_problem)
 
 PAGE = "instructables/egg-drop-chicken-noodle-soup.html"
 CDN = "https://content.instructables.com/"
@@ -128,3 +131,64 @@ def test_no_url_and_no_canonical_is_a_parse_error():
     with pytest.raises(ParseError) as e:
         parse_page("<html><body><section class='step'></section></body></html>")
     assert e.value.reason == "parse_error"
+
+
+def _page_with_body(body_html: str) -> str:
+    return ('<html><body><div class="article-body"><section id="intro" class="step">'
+            '<h2 class="step-title">Introduction: T</h2>'
+            f'<div class="step-body">{body_html}</div></section></div></body></html>')
+
+
+def test_block_text_walks_deep_markup_without_recursion():
+    # 2,000 nested divs: the old recursive walker raised RecursionError here
+    deep = "<div>" * 2000 + "<p>Stir <b>well</b></p>" + "</div>" * 2000
+    soup = BeautifulSoup(f'<div class="step-body">{deep}<p>Serve</p></div>', "lxml")
+    assert nesting_depth(soup, 10_000) > 2000
+    assert block_text(soup.find("div", class_="step-body"), max_depth=10_000) == "Stir well\nServe"
+    with pytest.raises(ParseError) as e:
+        block_text(soup.find("div", class_="step-body"))
+    assert e.value.reason == "too_deep"
+
+
+@pytest.mark.parametrize("backend", ["lxml", "html.parser"])
+def test_deeply_nested_page_is_too_deep(backend):
+    html = _page_with_body("<div>" * 2000 + "x" + "</div>" * 2000)
+    with pytest.raises(ParseError) as e:
+        parse_page(html, url="http://127.0.0.1:8000/Deep/", backend=backend)
+    assert e.value.reason == "too_deep" and str(MAX_DEPTH) in e.value.detail
+    # just under the limit still parses, with the same text as flat markup
+    n = MAX_DEPTH - 10
+    rec = parse_page(_page_with_body("<div>" * n + "<p>a</p><p>b</p>" + "</div>" * n),
+                     url="http://127.0.0.1:8000/Deep/", backend=backend)
+    assert rec.steps[0].body == "a\nb"
+
+
+def test_oversize_page_is_too_large():
+    html = _page_with_body("<p>" + "x" * MAX_PAGE_BYTES + "</p>")
+    with pytest.raises(ParseError) as e:
+        parse_page(html, url="http://127.0.0.1:8000/Big/")
+    assert e.value.reason == "too_large"
+
+
+@pytest.mark.parametrize("rid,ok", [("Egg-Drop", True), ("..", False), (".", False), ("", False),
+                                    (None, False), ("a\\b", False), ("a/b", False), ("x\x00y", False),
+                                    ("..a", True), ("%2e%2e", True)])
+def test_recipe_id_problem(rid, ok):
+    assert (recipe_id_problem(rid) is None) == ok
+
+
+def test_dot_dot_slug_is_a_bad_recipe_id():
+    with pytest.raises(ParseError) as e:
+        parse_page(_page_with_body("<p>a</p>"), url="http://127.0.0.1:8000/../")
+    assert e.value.reason == "bad_recipe_id"
+
+
+def test_malformed_links_and_json_ld_are_skipped():
+    html = ('<html><head><script type="application/ld+json">' + "[" * 5000 + "]" * 5000 + '</script>'
+            '<script type="application/ld+json">{"@type": "HowTo", "name": 5, "step": 7, "@graph": 3}</script>'
+            '</head><body><div class="article-body"><section class="step"><h2 class="step-title">T</h2>'
+            '<noscript><div class="no-js-photoset"><img src="http://[oops/a.jpg"><img src="/ok.jpg"></div>'
+            '</noscript><div class="step-body"><p>a</p></div></section></div></body></html>')
+    rec = parse_page(html, url="http://127.0.0.1:8000/Odd/")
+    assert rec.steps[0].images == ["http://127.0.0.1:8000/ok.jpg"]
+    assert recipe_id_from_url("http://[oops/X/") is None
