@@ -151,7 +151,8 @@ def table_fingerprint(con: duckdb.DuckDBPyConnection, table: str,
                       exclude: Sequence[str] = ()) -> str:
     """A content hash of a table (order-independent), ignoring columns such as timestamps."""
     cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in exclude]
-    rows = con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY ALL").fetchall()
+    quoted = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)   # e.g. rejects.at is a keyword
+    rows = con.execute(f"SELECT {quoted} FROM {table} ORDER BY ALL").fetchall()
     h = hashlib.sha256()
     for r in rows:
         h.update(repr(r).encode())
