@@ -3,7 +3,11 @@ crawl, redirects are checked hop by hop (host policy and robots.txt), slugs cann
 images/, and arbitrary markup makes the parser raise ParseError or nothing."""
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -13,7 +17,7 @@ from hypothesis import strategies as st
 
 from etl.crawl import CrawlConfig, Crawler, UnsafePath, contained_path
 from etl.http_fetch import FetchConfig
-from etl.parse import MAX_DEPTH, ParseError, parse_page, recipe_id_problem
+from etl.parse import MAX_DEPTH, MAX_PAGE_BYTES, ParseError, parse_page, recipe_id_problem
 from etl.records import RecipeRecord
 from etl.sample.server import SiteServer
 from site_builder import build_site, recipe_html
@@ -246,3 +250,67 @@ def test_parse_page_raises_nothing_but_parse_error(doc, url, backend):
     assert all(isinstance(s.body, str) and isinstance(s.title, str) for s in rec.steps)
     assert all(isinstance(u, str) for s in rec.steps for u in s.images)
     assert rec.author is None or isinstance(rec.author, str)
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+MRQA = str(Path(sys.executable).parent / "mrqa")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _mrqa(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([MRQA, "--home", str(home), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def _one_clean_error(r: subprocess.CompletedProcess, rc: int, *words: str) -> None:
+    assert r.returncode == rc, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and all(w in errors[0] for w in words), r.stderr[-3000:]
+
+
+def test_mrqa_parse_deep_and_oversize_pages_are_clean_errors(tmp_path):
+    deep = tmp_path / "deep.html"
+    deep.write_text(_deep_page("Deep-Nest"))
+    _one_clean_error(_mrqa(tmp_path / "home", "parse", str(deep), "--url", "http://127.0.0.1:1/Deep-Nest/"),
+                     2, "too_deep")
+    big = tmp_path / "big.html"
+    with big.open("wb") as f:
+        f.truncate(MAX_PAGE_BYTES + 1)   # sparse: nothing is read past the size check
+    _one_clean_error(_mrqa(tmp_path / "home", "parse", str(big)), 2, "too_large", str(MAX_PAGE_BYTES))
+
+
+@pytest.mark.parametrize("args", [["--max-pages", "-1"], ["--max-pages", "0"], ["--workers", "0"],
+                                  ["--delay", "-1"]])
+def test_mrqa_ingest_refuses_negative_counts(tmp_path, args):
+    r = _mrqa(tmp_path / "home", "ingest", "instructables", "--listing", "http://127.0.0.1:1/cooking/", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and args[0] in r.stderr
+
+
+def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path):
+    _one_clean_error(_mrqa(tmp_path / "home", "embed", "--encoder", "no-such-encoder", "--no-train"),
+                     2, "no-such-encoder")
+
+
+def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path):
+    """A long `mrqa ingest` (a temporary Prefect server running) gets SIGTERM: it exits 143 and no
+    child process (the uvicorn server, pool workers) outlives it."""
+    import psutil
+    build_site(tmp_path / "site", n_recipes=6, plant_failures=False)
+    with SiteServer(tmp_path / "site") as srv:
+        proc = subprocess.Popen([MRQA, "--home", str(tmp_path / "home"), "ingest", "instructables",
+                                 "--listing", srv.url + "/cooking/", "--allow-loopback", "--delay", "0.5",
+                                 "--source", "sample", "--no-progress"],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while srv.requests_by_path["/cooking/"] == 0 and time.time() < deadline:   # the flow is crawling
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            time.sleep(0.1)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        assert any("uvicorn" in " ".join(k.cmdline()) for k in kids)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143
+        _, alive = psutil.wait_procs(kids, timeout=10)
+        assert [k for k in alive if k.status() != psutil.STATUS_ZOMBIE] == []
+        assert "Traceback" not in proc.stderr.read()
