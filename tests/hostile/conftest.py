@@ -42,7 +42,7 @@ def mrqa(*args: str, home: Path, timeout: float = 300, input: str | None = None)
     """Run `mrqa ARGS` as a subprocess with MRQA_HOME=home (no shell; the arguments go through
     untouched)."""
     env = {**os.environ, "MRQA_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
-    p = subprocess.run([str(MRQA), *map(str, args)], env=env, capture_output=True, text=True,
+    p = subprocess.run([str(MRQA), *map(str, args)], env=env, capture_output=True, text=True, check=False,
                        timeout=timeout, input=input)
     return MrqaResult(p.returncode, p.stdout, p.stderr)
 
