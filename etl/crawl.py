@@ -37,11 +37,17 @@ from bs4 import BeautifulSoup
 from PIL import Image
 from tqdm import tqdm
 
+from etl.bulk import load_recipes, reject_rows, update_rows, upsert_rows
 from etl.config import Paths
 from etl.http_fetch import FetchConfig, Fetcher, FetchResult
-from etl.bulk import load_recipes, reject_rows, update_rows, upsert_rows
 from etl.load import mark_recipe
-from etl.parse import DEFAULT_BACKEND, ParseError, parse_page, recipe_id_from_url, recipe_id_problem
+from etl.parse import (
+    DEFAULT_BACKEND,
+    ParseError,
+    parse_page,
+    recipe_id_from_url,
+    recipe_id_problem,
+)
 from etl.records import RecipeRecord
 from etl.robots import RobotsCache
 from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
@@ -404,7 +410,7 @@ class Crawler:
             return
         try:
             self._write_pages(outs, existing)
-        except Exception as e:  # noqa: BLE001 - find the record(s) the warehouse refuses
+        except Exception as e:   # find the record(s) the warehouse refuses
             if not any(o.record is not None for o in outs):
                 raise
             log.warning("a page batch failed to load (%s: %s); trying its records one by one",

@@ -20,9 +20,9 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 

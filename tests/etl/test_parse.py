@@ -4,11 +4,19 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from bs4 import BeautifulSoup
 
-from etl.parse import (MAX_DEPTH, MAX_PAGE_BYTES, ParseError, block_text, nesting_depth, normalise_image_url,
-                       parse_page, recipe_id_from_url, recipe_id_problem)
+from etl.parse import (
+    MAX_DEPTH,
+    MAX_PAGE_BYTES,
+    ParseError,
+    block_text,
+    nesting_depth,
+    normalise_image_url,
+    parse_page,
+    recipe_id_from_url,
+    recipe_id_problem,
+)
 
 PAGE = "instructables/egg-drop-chicken-noodle-soup.html"
 CDN = "https://content.instructables.com/"

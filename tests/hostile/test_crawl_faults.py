@@ -14,19 +14,25 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from site_builder import build_site, recipe_html
 
 from etl.crawl import CrawlConfig, Crawler, UnsafePath, contained_path
 from etl.http_fetch import FetchConfig
-from etl.parse import MAX_DEPTH, MAX_PAGE_BYTES, ParseError, parse_page, recipe_id_problem
+from etl.parse import (
+    MAX_DEPTH,
+    MAX_PAGE_BYTES,
+    ParseError,
+    parse_page,
+    recipe_id_problem,
+)
 from etl.records import RecipeRecord
 from etl.sample.server import SiteServer
-from site_builder import build_site, recipe_html
 
 DEEP = 2000
 
 
 def _crawler(con, paths, **fetch) -> Crawler:
-    cfg = dict(allow_loopback=True, delay_s=0.0, backoff_s=0.01, timeout_s=5, retries=1)
+    cfg = {"allow_loopback": True, "delay_s": 0.0, "backoff_s": 0.01, "timeout_s": 5, "retries": 1}
     return Crawler(con, paths, CrawlConfig(source="sample", workers=2, progress=False,
                                            fetch=FetchConfig(**{**cfg, **fetch})))
 
@@ -123,12 +129,11 @@ class _Redirects:
 def site_and_redirects(tmp_path):
     site = tmp_path / "site"
     build_site(site, n_recipes=1)   # robots.txt disallows /Private-Stew/
-    with SiteServer(site) as srv:
-        with _Redirects({"/Redirect-Ok/": f"{srv.url}/Test-Recipe-000/",
-                         "/Redirect-Robots/": f"{srv.url}/Private-Stew/",
-                         "/Redirect-Private/": "http://10.0.0.5/Stew/",
-                         "/Redirect-Metadata/": "http://169.254.169.254/latest/meta-data/"}) as red:
-            yield srv, red
+    with SiteServer(site) as srv, _Redirects({
+            "/Redirect-Ok/": f"{srv.url}/Test-Recipe-000/", "/Redirect-Robots/": f"{srv.url}/Private-Stew/",
+            "/Redirect-Private/": "http://10.0.0.5/Stew/",
+            "/Redirect-Metadata/": "http://169.254.169.254/latest/meta-data/"}) as red:
+        yield srv, red
 
 
 def _crawl_one(con, paths, url: str, **fetch) -> tuple[str, str]:
@@ -258,39 +263,29 @@ MRQA = str(Path(sys.executable).parent / "mrqa")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _mrqa(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([MRQA, "--home", str(home), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
-
-
-def _one_clean_error(r: subprocess.CompletedProcess, rc: int, *words: str) -> None:
-    assert r.returncode == rc, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr[-3000:]
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(errors) == 1 and all(w in errors[0] for w in words), r.stderr[-3000:]
-
-
-def test_mrqa_parse_deep_and_oversize_pages_are_clean_errors(tmp_path):
+def test_mrqa_parse_deep_and_oversize_pages_are_clean_errors(tmp_path, run_mrqa):
     deep = tmp_path / "deep.html"
     deep.write_text(_deep_page("Deep-Nest"))
-    _one_clean_error(_mrqa(tmp_path / "home", "parse", str(deep), "--url", "http://127.0.0.1:1/Deep-Nest/"),
-                     2, "too_deep")
+    error = run_mrqa("parse", deep, "--url", "http://127.0.0.1:1/Deep-Nest/", home=tmp_path / "home").assert_refused()
+    assert "too_deep" in error
     big = tmp_path / "big.html"
     with big.open("wb") as f:
         f.truncate(MAX_PAGE_BYTES + 1)   # sparse: nothing is read past the size check
-    _one_clean_error(_mrqa(tmp_path / "home", "parse", str(big)), 2, "too_large", str(MAX_PAGE_BYTES))
+    error = run_mrqa("parse", big, home=tmp_path / "home").assert_refused()
+    assert "too_large" in error and str(MAX_PAGE_BYTES) in error
 
 
 @pytest.mark.parametrize("args", [["--max-pages", "-1"], ["--max-pages", "0"], ["--workers", "0"],
                                   ["--delay", "-1"]])
-def test_mrqa_ingest_refuses_negative_counts(tmp_path, args):
-    r = _mrqa(tmp_path / "home", "ingest", "instructables", "--listing", "http://127.0.0.1:1/cooking/", *args)
-    assert r.returncode == 2 and "Traceback" not in r.stderr and args[0] in r.stderr
+def test_mrqa_ingest_refuses_negative_counts(tmp_path, run_mrqa, args):
+    r = run_mrqa("ingest", "instructables", "--listing", "http://127.0.0.1:1/cooking/", *args,
+                 home=tmp_path / "home")
+    assert r.rc == 2 and "Traceback" not in r.stderr and args[0] in r.stderr, r.stderr[-2000:]
 
 
-def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path):
-    _one_clean_error(_mrqa(tmp_path / "home", "embed", "--encoder", "no-such-encoder", "--no-train"),
-                     2, "no-such-encoder")
+def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path, run_mrqa):
+    r = run_mrqa("embed", "--encoder", "no-such-encoder", "--no-train", home=tmp_path / "home")
+    assert "no-such-encoder" in r.assert_refused()
 
 
 def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path):
