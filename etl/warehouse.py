@@ -1,8 +1,9 @@
 """The DuckDB warehouse: connection, a tiny ordered migration runner, upserts, rejects, SQL tests.
 
 Schema files live in sql/schema/ and are applied in the order of sql/migrations.txt, each once,
-recorded in `schema_version` with its checksum. View files (name contains `_v_`) are
-re-applied when they change; any other applied file that changed is refused with an error.
+recorded in `schema_version` with its checksum. The checksum covers the SQL, not the comment lines
+(`-- ...`), so documenting an applied file is safe. View files (name contains `_v_`) are re-applied
+when they change; any other applied file whose SQL changed is refused with an error.
 """
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
     return files
 
 
+def schema_checksums(text: str) -> tuple[str, str]:
+    """(checksum of the SQL without its comment lines, checksum of the whole text). The first is
+    recorded; the second is still accepted for warehouses migrated before comments stopped counting."""
+    sql = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return hashlib.sha256(sql.encode()).hexdigest(), hashlib.sha256(text.encode()).hexdigest()
+
+
 def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply pending schema files in declared order; returns the names applied now."""
     files = migration_files(sql_dir)
@@ -60,13 +68,13 @@ def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str
     done: list[str] = []
     for version, path in enumerate(files, start=1):
         text = path.read_text()
-        sha = hashlib.sha256(text.encode()).hexdigest()
+        sha, whole_text_sha = schema_checksums(text)
         if version in applied:
             name, old_sha = applied[version]
             if name != path.name:
                 raise SchemaError(f"schema version {version} was {name}, now {path.name}: "
                                   "append new files to sql/migrations.txt instead of reordering")
-            if old_sha == sha:
+            if old_sha in (sha, whole_text_sha):
                 continue
             if "_v_" not in path.name:
                 raise SchemaError(f"{path.name} changed after it was applied; add a new migration "

@@ -1,4 +1,4 @@
--- Bias diagnostics per dataset (issue 7, features/diagnostics/bias.py): context-free Hasty Student accuracy,
+-- Bias diagnostics per dataset (features/diagnostics/bias.py): context-free Hasty Student accuracy,
 -- cross-validated distance-probe accuracy (answer picked from choice distances alone), share of the
 -- answer's distance rank among its choices (0 = nearest), and overlap between a recipe's questions
 -- (coverage = share of the recipe's steps its questions show; question_overlap = mean pairwise
