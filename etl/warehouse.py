@@ -54,7 +54,7 @@ def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
 
 def schema_checksums(text: str) -> tuple[str, str]:
     """(checksum of the SQL without its comment lines, checksum of the whole text). The first is
-    recorded; the second is still accepted for warehouses migrated before comments stopped counting."""
+    recorded; a row holding the second (an older runner wrote it) is upgraded to the first."""
     sql = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return hashlib.sha256(sql.encode()).hexdigest(), hashlib.sha256(text.encode()).hexdigest()
 
@@ -74,7 +74,10 @@ def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str
             if name != path.name:
                 raise SchemaError(f"schema version {version} was {name}, now {path.name}: "
                                   "append new files to sql/migrations.txt instead of reordering")
-            if old_sha in (sha, whole_text_sha):
+            if old_sha == whole_text_sha != sha:       # recorded by an older runner: upgrade it
+                con.execute("UPDATE schema_version SET sha256 = ? WHERE version = ?", [sha, version])
+                old_sha = sha
+            if old_sha == sha:
                 continue
             if "_v_" not in path.name:
                 raise SchemaError(f"{path.name} changed after it was applied; add a new migration "
