@@ -1,6 +1,6 @@
 """Where data lives: one base directory, MRQA_HOME (default ./data), overridable by env or argument.
 
-Layout (DESIGN.md §2): warehouse.duckdb, lance/, raw/ (content-addressed fetched bodies), images/,
+Layout (docs/data-model.md): warehouse.duckdb, lance/, raw/ (content-addressed fetched bodies), images/,
 exports/, models/, reports/.
 """
 from __future__ import annotations

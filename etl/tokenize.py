@@ -6,7 +6,7 @@
   Punkt splits within lines.
 - Words: NLTK's `NLTKWordTokenizer` (Treebank + improvements), one sentence at a time.
 
-`tokenize_text(text, punkt) -> list[list[str]]` is the API of contract C5 (text already cleaned).
+`tokenize_text(text, punkt) -> list[list[str]]` is the entry point the clean stage uses (text already cleaned).
 
 Speed (etl.fast_nltk): NLTK 3.10 runs every regex through `nltk.redos` (the `regex` engine under a
 timeout), 3-10x slower than `re`. Lines made only of printable ASCII -- almost all cleaned text --

@@ -4,7 +4,7 @@
   dictionary (wordfreq English 'large'; word = token with a letter, lower-cased), top OOV types.
 - `store_vocab_stats` / `read_vocab_stats`: the `vocab_stats` table.
 - `vocab_report(con)`: recompute before/after figures from the warehouse's cleaned steps.
-- `evaluate_on_ground_truth(path)`: on a sample kitchen ground_truth.jsonl (contract C3), precision
+- `evaluate_on_ground_truth(path)`: on a sample kitchen ground_truth.jsonl (etl/sample/generate.py), precision
   and recall of fused-word and number/unit repairs, removal rate of every planted noise kind, and
   over-splitting of the rare real words.
 """
@@ -19,7 +19,7 @@ from etl.warehouse import utcnow
 
 DICTIONARY = "wordfreq-en-large"
 REPAIR_KINDS = ("fused_word", "number_unit")
-# Our own labels: every OOV token of the real RecipeQA records we have (../shared fixtures), checked
+# Our own labels: every OOV token of the real RecipeQA records of the test fixtures, checked
 # by hand -- none is a fusion (temperatures with a letter 'o' for the degree sign, a project name,
 # made-up words), so none may be split. Over-splitting is measured on them.
 LABELLED_REAL_OOV_KEEP = ("375o", "335o", "Dartssnake", "bacony", "spatchula", "Startch")

@@ -47,7 +47,7 @@ def con(paths):
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory):
-    """One temporary Prefect server for the whole session (STACK_NOTES.md: ~10 s to start)."""
+    """One temporary Prefect server for the whole session (it takes ~10 s to start)."""
     os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect_home")))
     from prefect.testing.utilities import prefect_test_harness
     with prefect_test_harness(server_startup_timeout=120):

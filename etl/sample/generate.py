@@ -1,6 +1,6 @@
-"""Build the sample kitchen: `build_sample(out_dir, n_recipes, seed, workers)` (contract C3).
+"""Build the sample kitchen: `build_sample(out_dir, n_recipes, seed, workers)`.
 
-Writes OUT/site/ (contract C1), OUT/ground_truth.jsonl (never served) and OUT/manifest.json (last:
+Writes OUT/site/ (etl/sample/site.py), OUT/ground_truth.jsonl (never served) and OUT/manifest.json (last:
 its existence means the build finished). Deterministic: plans come from (seed, index), images and
 pages are rendered by a process pool but each recipe only from its own plan, so the bytes do not
 depend on the number of workers; `content_sha256` hashes every file's path and bytes.

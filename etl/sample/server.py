@@ -1,6 +1,6 @@
-"""A static site server for the sample kitchen (contract C2), with injectable transient faults.
+"""A static site server for the sample kitchen, with injectable transient faults.
 
-Serves a directory laid out as in contract C1: `/X/` from `ROOT/X/index.html`, `/a/b.ext` from
+Serves a directory laid out as etl/sample/site.py writes it: `/X/` from `ROOT/X/index.html`, `/a/b.ext` from
 `ROOT/a/b.ext`, query strings ignored, missing files 404. Sends ETag and Last-Modified and answers
 conditional GETs with 304. Faults (429 with Retry-After, 500/503, slow, truncated bodies) are a
 deterministic function of (seed, path, attempt) and transient: a URL faults at most

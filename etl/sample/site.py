@@ -1,6 +1,6 @@
-"""HTML/XML writers for the sample site (contract C1), in instructables' 2024 server markup.
+"""HTML/XML writers for the sample site (layout: docs/architecture.md), in instructables' 2024 server markup.
 
-Mirrors ../shared/fixtures/instructables/egg-drop-chicken-noodle-soup.html: `h1.header-title`,
+Mirrors a real instructables recipe page (the parser tests' fixture page): `h1.header-title`,
 `a[rel=author]`, `meta[property=category|channel]`, JSON-LD Article/BreadcrumbList/HowTo,
 `div.article-body > section.step#intro|#stepN`, `h2.step-title` ("Introduction: ..." / "Step N: ..."),
 images only inside `<noscript><div class="no-js-photoset">`, and in the intro section the author

@@ -1,6 +1,6 @@
 """Knob settings as data: the paper's binary presets, the parameters behind them, dataset ids.
 
-DESIGN.md §7. A dataset is (task, knobs, params, seed, encoder). `KnobParams` holds the underlying
+Definitions: docs/knobs.md. A dataset is (task, knobs, params, seed, encoder). `KnobParams` holds the underlying
 parameters; `KnobParams.preset(task, k1, k2, k3)` gives the paper's values, `recipeqa_preset(task)`
 the biased RecipeQA-style reference. Deterministic randomness helpers (stable 64-bit keys and a
 vectorised splitmix64 stream) live here too, so every random decision is a function of
@@ -19,6 +19,8 @@ TASK_CODES = {"visual_cloze": "vc", "visual_coherence": "vcoh", "visual_ordering
               "textual_cloze": "tc"}
 K3_MODES = ("off", "coin", "all", "balanced")
 N_CHOICES = 4
+AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")
+AF_DEFAULT_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class KnobParams:
     k3_mode: str = "off"                 # off | coin (paper, p=k3_prob) | all | balanced
     k3_prob: float = 0.5
     k3_n_constrained: int = 1            # distractors closer to the question than the answer (coin/all)
+    # beyond the paper: adversarial filtering (features/datasets/adversarial.py); 0 = off
+    af_rounds: int = 0                   # rounds of a held-out question-only ensemble replacing distractors
 
     @classmethod
     def preset_for(cls, task: str, k1: int, k2: int, k3: int, k3_mode: str = "coin",
@@ -56,7 +60,7 @@ class KnobParams:
             if v not in (0, 1):
                 raise ValueError(f"{name} must be 0 or 1, got {v!r}")
         if task == "visual_ordering" and k3:
-            raise ValueError("knob 3 is not defined for visual_ordering (DESIGN.md §7); use k3=0")
+            raise ValueError("knob 3 is not defined for visual_ordering (no question to be close to); use k3=0")
         if k3 and k3_mode not in ("coin", "all", "balanced"):
             raise ValueError(f"--k3-mode must be coin, all or balanced, got {k3_mode!r}")
         p = cls(knob1=k1, knob2=k2, knob3=k3,
@@ -82,7 +86,7 @@ class KnobParams:
         if self.k3_mode not in K3_MODES:
             raise ValueError(f"k3_mode must be one of {K3_MODES}, got {self.k3_mode!r}")
         if task == "visual_ordering" and self.k3_mode != "off":
-            raise ValueError("knob 3 is not defined for visual_ordering (DESIGN.md §7)")
+            raise ValueError("knob 3 is not defined for visual_ordering (no question to be close to)")
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
         if self.distractors not in ("ball", "random_far"):
@@ -95,28 +99,40 @@ class KnobParams:
             raise ValueError("k3_n_constrained must be in 0..3")
         if self.min_steps < 4:
             raise ValueError("min_steps must be at least 4 (a question shows 4 steps)")
+        if self.af_rounds < 0:
+            raise ValueError(f"af_rounds must be 0 (off) or more, got {self.af_rounds}")
+        if self.af_rounds and (self.preset or task not in AF_TASKS):
+            raise ValueError(f"adversarial filtering is defined for the knob settings of {', '.join(AF_TASKS)} "
+                             "(ordering's wrong orderings are a sampling distribution, not a constraint)")
 
     @property
     def knobs_label(self) -> str:
         """Hive partition value: `k1-k2-k3` or the preset name."""
         if self.preset:
             return self.preset
-        return f"{self.knob1}-{self.knob2}-{self.knob3}"
+        return f"{self.knob1}-{self.knob2}-{self.knob3}" + ("-af" if self.af_rounds else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; `af_rounds` only when adversarial filtering is on, so the paper
+        settings' params (and the `-p<hash>` of their variants) are what they were before it existed."""
+        d = asdict(self)
+        if not self.af_rounds:
+            d.pop("af_rounds")
+        return d
 
 
 def dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str:
-    """Deterministic id: `vc-k010-s0-<enc8>`; a `-p<hash6>` suffix when the underlying
-    parameters differ from the paper preset of those knob values (or from the recipeqa preset)."""
+    """Deterministic id: `vc-k010-s0-<enc8>` (`vc-k010-af-s0-<enc8>` with adversarial filtering); a
+    `-p<hash6>` suffix when the underlying parameters differ from the paper preset of those knob values
+    (or from the recipeqa preset; AF with its default rounds counts as the preset)."""
     code = TASK_CODES[task]
     enc8 = hashlib.sha256(encoder_id.encode()).hexdigest()[:8]
     if params.preset:
         base, ref = f"{code}-{params.preset}", KnobParams.recipeqa_preset()
     else:
-        base = f"{code}-k{params.knob1}{params.knob2}{params.knob3}"
-        ref = KnobParams.preset_for(task, params.knob1, params.knob2, params.knob3)
+        base = f"{code}-k{params.knob1}{params.knob2}{params.knob3}" + ("-af" if params.af_rounds else "")
+        ref = KnobParams.preset_for(task, params.knob1, params.knob2, params.knob3,
+                                    af_rounds=AF_DEFAULT_ROUNDS if params.af_rounds else 0)
     did = f"{base}-s{seed}-{enc8}"
     if params != ref:
         h = hashlib.sha256(json.dumps(params.to_json(), sort_keys=True).encode()).hexdigest()[:6]

@@ -1,4 +1,4 @@
-"""Bias diagnostics of a generated benchmark (issue 7): Hasty Student, distance probe, overlap.
+"""Bias diagnostics of a generated benchmark: Hasty Student, distance probe, overlap.
 
 Everything is measured in the dataset's own feature space (datasets.encoder_id), with cosine
 distance, from the question rows alone -- no model of the recipe context:

@@ -1,4 +1,4 @@
-"""The benchmark bias report (issue 7): one static folder, index.html + PNG plots (matplotlib Agg).
+"""The benchmark bias report: one static folder, index.html + PNG plots (matplotlib Agg).
 
 Per task: a table of datasets x (questions, recipes, Hasty Student accuracy, probe accuracy, overlap),
 histograms of the answer's vs the distractors' distance from the question for the RecipeQA-style

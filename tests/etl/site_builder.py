@@ -1,4 +1,4 @@
-"""Tiny instructables-shaped test sites (contract C1 layout), written into tmp_path by the tests.
+"""Tiny instructables-shaped test sites (the sample site's layout), written into tmp_path by the tests.
 
 `build_site(root)` writes a category page, paginated channel listings, recipe pages in the 2024
 markup (with an avatar and "more by" thumbnails that are not step images), JPEG step images,

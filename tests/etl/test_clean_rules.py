@@ -1,4 +1,4 @@
-"""Cleaning rules: one test per planted noise kind (contract C3 styles), counters, idempotency."""
+"""Cleaning rules: one test per planted noise kind of the sample kitchen, counters, idempotency."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The sample-site server (contract C2): layout mapping, validators, 304s, deterministic faults."""
+"""The sample-site server: layout mapping, validators, 304s, deterministic faults."""
 from __future__ import annotations
 
 import requests

@@ -1,4 +1,4 @@
-"""Determinism, layout (contract C1) and ground-truth shape (contract C3) of the sample kitchen."""
+"""Determinism, site layout and ground-truth shape of the sample kitchen."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Every planted defect is in the served site exactly where the ground truth says (contract C3)."""
+"""Every planted defect is in the served site exactly where the ground truth says."""
 from __future__ import annotations
 
 import io

@@ -1,4 +1,4 @@
-"""Knob 3 `balanced` mode (DESIGN.md §7): the answer's distance rank among the choices carries no
+"""Knob 3 `balanced` mode (docs/knobs.md): the answer's distance rank among the choices carries no
 information. Checked independently of the generator's own bookkeeping: ranks are recomputed from
 the feature-store vectors with features.diagnostics.bias, the distance probe is features.diagnostics.bias's, and the
 paper's coin flip / the `all` giveaway are measured on the same questions for contrast."""
