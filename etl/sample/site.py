@@ -1,4 +1,4 @@
-"""HTML/XML writers for the sample site (layout: docs/architecture.md), in instructables' 2024 server markup.
+"""HTML/XML writers for the sample site, in instructables' 2024 server markup.
 
 Mirrors a real instructables recipe page (the parser tests' fixture page): `h1.header-title`,
 `a[rel=author]`, `meta[property=category|channel]`, JSON-LD Article/BreadcrumbList/HowTo,
