@@ -5,8 +5,10 @@ context (the recipe's steps) of its recipe, in the shape of its task: visual tas
 (`{id, body, title, videos}`), textual cloze gives image lists (`{id, body, images, videos}`).
 The importer
 
-1. reads and validates EVERY file and record first (`read_recipeqa`), raising `RecipeQAFormatError`
-   naming the file and record (index + qid) on the first problem, so nothing partial is loaded;
+1. reads and validates EVERY file and record first (`read_recipeqa`, with the schema of
+   etl/recipeqa_schema.py: types, ranges, safe ids, a JSON nesting limit), raising
+   `RecipeQAFormatError` naming the file, record (index + qid) and field on the first problem, so
+   nothing partial is loaded;
 2. merges the recipes across records (`merge_recipes`): titles from visual-task records, image
    lists from textual-cloze records (plus images the questions reference), RecipeQA's split kept;
 3. optionally maps image files of an images directory (`map_images`): status ok + path + sha256 +
@@ -15,6 +17,10 @@ The importer
 4. loads everything in ONE transaction (`load_recipeqa`) with Arrow bulk inserts (executemany is the
    measured alternative, see `mrqa bench import`), as idempotent upserts. The original questions
    become the datasets `recipeqa-original-<task>` (preset `recipeqa-original`).
+
+Re-importing a recipe that is already in the warehouse never drops its rows silently: steps,
+images and step titles the warehouse has and the new files lack are kept (and counted under
+`kept` in the summary) unless `replace=True`, which makes the new files the whole truth.
 """
 from __future__ import annotations
 
@@ -30,23 +36,23 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from etl.recipeqa_schema import (
+    TASKS,
+    RecipeQAFormatError,
+    read_document,
+    validate_record,
+    where,
+)
 from etl.warehouse import transaction, utcnow
 
 log = logging.getLogger(__name__)
 
-TASKS = ("textual_cloze", "visual_cloze", "visual_coherence", "visual_ordering")
 VISUAL_TASKS = TASKS[1:]
-SPLITS = ("train", "val", "test")
-REQUIRED_KEYS = ("recipe_id", "task", "qid", "split", "context", "question", "choice_list", "answer")
 OPTIONAL_KEYS = ("question_text", "context_modality", "question_modality")
 PRESET = "recipeqa-original"
 SOURCE = "recipeqa"
 IMAGE_RE = re.compile(r"^(?P<recipe>.+)_(?P<step>\d+)_(?P<ord>\d+)\.jpg$")
 QID_STEPS_RE = re.compile(r"^\d+-\d+((?:-\d+)+)$")
-
-
-class RecipeQAFormatError(ValueError):
-    """A RecipeQA file that cannot be imported; the message names the file and record."""
 
 
 def dataset_id(task: str) -> str:
@@ -62,44 +68,6 @@ class RecipeQARecord:
     raw: dict
 
 
-def _where(file: str, index: int, rec: object) -> str:
-    qid = rec.get("qid") if isinstance(rec, dict) else None
-    return f"{file}: record {index} (qid {qid!r})"
-
-
-def validate_record(rec: object, file: str, index: int) -> None:
-    """Raise RecipeQAFormatError if `rec` is not a usable RecipeQA record."""
-    where = _where(file, index, rec)
-    if not isinstance(rec, dict):
-        raise RecipeQAFormatError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
-    missing = [k for k in REQUIRED_KEYS if k not in rec]
-    if missing:
-        raise RecipeQAFormatError(f"{where}: missing key(s) {missing}")
-    if rec["task"] not in TASKS:
-        raise RecipeQAFormatError(f"{where}: unknown task {rec['task']!r} (expected one of {TASKS})")
-    if rec["split"] not in SPLITS:
-        raise RecipeQAFormatError(f"{where}: unknown split {rec['split']!r}")
-    if not isinstance(rec["recipe_id"], str) or not rec["recipe_id"]:
-        raise RecipeQAFormatError(f"{where}: recipe_id must be a non-empty string")
-    ctx = rec["context"]
-    if not isinstance(ctx, list) or not ctx:
-        raise RecipeQAFormatError(f"{where}: context must be a non-empty list of steps")
-    for j, step in enumerate(ctx):
-        if not isinstance(step, dict) or not isinstance(step.get("id"), int) \
-                or not isinstance(step.get("body"), str):
-            raise RecipeQAFormatError(f"{where}: context step {j} needs an integer 'id' and a "
-                                      "string 'body'")
-        if not isinstance(step.get("images", []), list) or not isinstance(step.get("videos", []), list):
-            raise RecipeQAFormatError(f"{where}: context step {j}: images/videos must be lists")
-    for k in ("question", "choice_list"):
-        if not isinstance(rec[k], list) or not rec[k]:
-            raise RecipeQAFormatError(f"{where}: {k} must be a non-empty list")
-    ans = rec["answer"]
-    if not isinstance(ans, int) or isinstance(ans, bool) or not 0 <= ans < len(rec["choice_list"]):
-        raise RecipeQAFormatError(f"{where}: answer {ans!r} does not index choice_list "
-                                  f"(length {len(rec['choice_list'])})")
-
-
 def read_recipeqa(files: Sequence[str | os.PathLike]) -> list[RecipeQARecord]:
     """Read and validate all files; raises RecipeQAFormatError before anything is loaded."""
     out: list[RecipeQARecord] = []
@@ -107,21 +75,14 @@ def read_recipeqa(files: Sequence[str | os.PathLike]) -> list[RecipeQARecord]:
     for f in files:
         f = Path(f)
         name = str(f)
-        if not f.is_file():
-            raise RecipeQAFormatError(f"{name}: no such file")
-        try:
-            doc = json.loads(f.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RecipeQAFormatError(f"{name}: malformed JSON ({e})") from e
-        if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-            raise RecipeQAFormatError(f'{name}: expected an object {{"data": [record, ...]}}')
+        doc = read_document(f)
         for i, rec in enumerate(doc["data"]):
             validate_record(rec, name, i)
-            qid = str(rec["qid"])
+            qid = rec["qid"]
             if qid in seen_qids:
                 if seen_qids[qid].raw == rec:
                     continue   # the same record twice (e.g. a file given twice): load it once
-                raise RecipeQAFormatError(f"{_where(name, i, rec)}: qid also used by a different "
+                raise RecipeQAFormatError(f"{where(name, i, rec)}: qid also used by a different "
                                           f"record ({seen_qids[qid].file} record {seen_qids[qid].index})")
             seen_qids[qid] = out_rec = RecipeQARecord(name, i, rec)
             out.append(out_rec)
@@ -137,6 +98,8 @@ class MergedStep:
     title: str | None = None
     images: set[str] = field(default_factory=set)
     n_videos: int = 0
+    kept: bool = False          # only in the warehouse (kept by a re-import without replace)
+    kept_images: set[str] = field(default_factory=set)   # images only the warehouse has
 
 
 @dataclass
@@ -162,7 +125,7 @@ def merge_recipes(records: Iterable[RecipeQARecord]) -> dict[str, MergedRecipe]:
         if mr is None:
             mr = recipes[rid] = MergedRecipe(rid, rec["split"])
         elif mr.split != rec["split"]:
-            raise RecipeQAFormatError(f"{_where(r.file, r.index, rec)}: recipe {rid} is in split "
+            raise RecipeQAFormatError(f"{where(r.file, r.index, rec)}: recipe {rid} is in split "
                                       f"{rec['split']!r} here but {mr.split!r} in another record")
         for s in rec["context"]:
             st = mr.steps.get(s["id"])
@@ -192,6 +155,36 @@ def _flat(xs: list) -> list[str]:
         else:
             out.append(str(x))
     return out
+
+
+def keep_existing(con: duckdb.DuckDBPyConnection, recipes: dict[str, MergedRecipe]) -> dict:
+    """Fold what the warehouse already has for these recipes into them, so a re-import that
+    lacks some steps, images or step titles keeps them; returns what was kept."""
+    staged_ids = pa.table({"recipe_id": list(recipes)})  # noqa: F841 (scanned by DuckDB by name)
+    kept = {"recipes": set(), "steps": 0, "images": 0, "titles": 0}
+    for rid, idx, title, body, n_videos in con.execute(
+            "SELECT recipe_id, step_idx, title_raw, body_raw, n_videos FROM steps "
+            "WHERE recipe_id IN (SELECT recipe_id FROM staged_ids)").fetchall():
+        st = recipes[rid].steps.get(idx)
+        if st is None:
+            recipes[rid].steps[idx] = MergedStep(idx, body or "", title, n_videos=n_videos, kept=True)
+            kept["steps"] += 1
+            kept["recipes"].add(rid)
+        elif st.title is None and title is not None:
+            st.title = title
+            kept["titles"] += 1
+            kept["recipes"].add(rid)
+    for image_id, rid, idx in con.execute(
+            "SELECT image_id, recipe_id, step_idx FROM images "
+            "WHERE recipe_id IN (SELECT recipe_id FROM staged_ids)").fetchall():
+        st = recipes[rid].steps.get(idx)
+        if st is not None and image_id in st.images:
+            continue
+        if st is not None:
+            st.kept_images.add(image_id)
+        kept["images"] += 1        # not deleted either way; counted so the summary says so
+        kept["recipes"].add(rid)
+    return {**kept, "recipes": len(kept["recipes"])}
 
 
 def question_rows(records: Iterable[RecipeQARecord]) -> list[dict]:
@@ -260,7 +253,7 @@ def map_images(names: Iterable[str], images_dir: Path, home: Path | None) -> dic
         p = p.resolve()
         try:
             meta = describe_image(p)
-        except Exception as e:  # PIL raises many types for broken files
+        except Exception as e:  # noqa: BLE001 - PIL raises many types for broken files
             out[name] = {"path": _store_path(p, home), "sha256": None, "width": None,
                          "height": None, "status": "broken",
                          "status_reason": f"image_decode_error: {type(e).__name__}: {e}"[:300]}
@@ -281,11 +274,13 @@ def _store_path(p: Path, home: Path | None) -> str:
 # ----------------------------------------------------------------------------- load
 
 def recipe_rows(recipes: dict[str, MergedRecipe], fetched_at) -> tuple[list, list, list]:
+    """recipes, steps and images rows to write; steps and images kept from the warehouse count
+    in the content hash but are not rewritten."""
     r_rows, s_rows, i_rows = [], [], []
     for rid in sorted(recipes):
         mr = recipes[rid]
         steps = [mr.steps[k] for k in sorted(mr.steps)]
-        content = json.dumps([[s.step_idx, s.title, s.body, sorted(s.images), s.n_videos]
+        content = json.dumps([[s.step_idx, s.title, s.body, sorted(s.images | s.kept_images), s.n_videos]
                               for s in steps], sort_keys=True)
         r_rows.append({
             "recipe_id": rid, "source": SOURCE,
@@ -296,6 +291,8 @@ def recipe_rows(recipes: dict[str, MergedRecipe], fetched_at) -> tuple[list, lis
             "content_sha256": hashlib.sha256(content.encode()).hexdigest(),
             "status": "ok", "status_reason": None})
         for s in steps:
+            if s.kept:
+                continue
             s_rows.append({"recipe_id": rid, "step_idx": s.step_idx, "title_raw": s.title,
                            "body_raw": s.body, "title": s.title, "body": s.body,
                            "n_videos": s.n_videos})
@@ -344,9 +341,13 @@ def _insert(con, table: str, rows: list[dict], cols: Sequence[str], method: str,
 
 def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
                   images_dir: Path | None = None, home: Path | None = None,
-                  method: str = "arrow") -> dict:
-    """Load validated records in one transaction (idempotent upserts); returns counts."""
+                  method: str = "arrow", replace: bool = False) -> dict:
+    """Load validated records in one transaction (idempotent upserts); returns counts.
+
+    Without `replace`, rows of these recipes that the warehouse has and the records lack are
+    kept (summary["kept"]); with it they are deleted (summary["dropped"])."""
     recipes = merge_recipes(records)
+    kept = None if replace else keep_existing(con, recipes)
     now = utcnow()
     r_rows, s_rows, i_rows = recipe_rows(recipes, now)
     q_rows = question_rows(records)     # qids are unique (read_recipeqa checks)
@@ -361,17 +362,15 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
     rids = [r["recipe_id"] for r in r_rows]
     tasks = sorted({q["task"] for q in q_rows})
     staged_ids = pa.table({"recipe_id": rids})  # noqa: F841 (scanned by DuckDB by name)
+    staged_steps = pa.table({"recipe_id": [r["recipe_id"] for r in s_rows],  # noqa: F841
+                             "step_idx": pa.array([r["step_idx"] for r in s_rows], pa.int32())})
     in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"   # a hash join, not a list scan
     with transaction(con):
         _insert(con, "recipes", r_rows, RECIPE_COLS, method)
-        con.execute(f"DELETE FROM steps WHERE {in_ids}")
+        dropped = _drop_missing(con, in_ids, i_rows) if replace else None
+        con.execute("""DELETE FROM steps USING staged_steps s
+                       WHERE steps.recipe_id = s.recipe_id AND steps.step_idx = s.step_idx""")
         _insert(con, "steps", s_rows, STEP_COLS, method, conflict="")
-        keep = {r["image_id"] for r in i_rows}
-        stale = [i for (i,) in con.execute(f"SELECT image_id FROM images WHERE {in_ids}").fetchall()
-                 if i not in keep]
-        if stale:
-            staged_stale = pa.table({"image_id": stale})  # noqa: F841
-            con.execute("DELETE FROM images WHERE image_id IN (SELECT image_id FROM staged_stale)")
         # without an images dir, keep whatever an earlier import mapped (only add new rows)
         _insert(con, "images", i_rows, IMAGE_COLS, method,
                 conflict="OR REPLACE" if images_dir is not None else "OR IGNORE")
@@ -384,9 +383,34 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
             _register_dataset(con, task, now)
     by_status = dict(con.execute(f"SELECT status, count(*) FROM images WHERE {in_ids} "
                                  "GROUP BY status ORDER BY status").fetchall())
-    return {"records": len(records), "recipes": len(r_rows), "steps": len(s_rows),
-            "images": len(i_rows), "images_by_status": by_status, "questions": len(q_rows),
-            "datasets": [dataset_id(t) for t in tasks]}
+    summary = {"records": len(records), "recipes": len(r_rows), "steps": len(s_rows),
+               "images": len(i_rows), "images_by_status": by_status, "questions": len(q_rows),
+               "datasets": [dataset_id(t) for t in tasks]}
+    if kept is not None:
+        summary["kept"] = kept
+        if kept["recipes"]:
+            summary["note"] = (f"kept {kept['steps']} step(s), {kept['images']} image(s) and "
+                               f"{kept['titles']} step title(s) of {kept['recipes']} recipe(s) that "
+                               "the warehouse has and these files lack; replace (--replace) drops them")
+            log.warning("recipeqa: %s", summary["note"])
+    else:
+        summary["dropped"] = dropped
+    return summary
+
+
+def _drop_missing(con, in_ids: str, i_rows: list[dict]) -> dict:
+    """replace=True: delete the steps and images of these recipes that the new rows lack."""
+    n_steps = con.execute(f"""SELECT count(*) FROM steps WHERE {in_ids} AND NOT EXISTS (
+        SELECT 1 FROM staged_steps s WHERE s.recipe_id = steps.recipe_id
+                                       AND s.step_idx = steps.step_idx)""").fetchone()[0]
+    con.execute(f"DELETE FROM steps WHERE {in_ids}")
+    keep = {r["image_id"] for r in i_rows}
+    stale = [i for (i,) in con.execute(f"SELECT image_id FROM images WHERE {in_ids}").fetchall()
+             if i not in keep]
+    if stale:
+        staged_stale = pa.table({"image_id": stale})  # noqa: F841
+        con.execute("DELETE FROM images WHERE image_id IN (SELECT image_id FROM staged_stale)")
+    return {"steps": n_steps, "images": len(stale)}
 
 
 def _register_dataset(con, task: str, now) -> None:
@@ -407,12 +431,13 @@ def _register_dataset(con, task: str, now) -> None:
 
 def import_recipeqa(con: duckdb.DuckDBPyConnection, files: Sequence[str | os.PathLike],
                     images_dir: Path | None = None, home: Path | None = None,
-                    method: str = "arrow") -> dict:
-    """Validate all files, then load them in one transaction. The plain function behind the flow."""
+                    method: str = "arrow", replace: bool = False) -> dict:
+    """Validate all files, then load them in one transaction. The plain function behind the flow.
+    `replace`: see load_recipeqa."""
     if images_dir is not None and not Path(images_dir).is_dir():
         raise RecipeQAFormatError(f"{images_dir}: images directory does not exist")
     records = read_recipeqa(files)
-    summary = load_recipeqa(con, records, images_dir, home, method)
+    summary = load_recipeqa(con, records, images_dir, home, method, replace=replace)
     log.info("recipeqa: %d records -> %d recipes, %d steps, %d images %s, %d questions",
              summary["records"], summary["recipes"], summary["steps"], summary["images"],
              summary["images_by_status"], summary["questions"])
