@@ -25,7 +25,7 @@ from etl.records import image_id
 from etl.sample import site as W
 from etl.sample import vocab as V
 from etl.sample.noise import apply_noise, normalise_ws
-from etl.sample.recipes import RecipePlan, assign_defects, derive_seed, plan_recipe
+from etl.sample.recipes import RecipePlan, assign_authors, assign_defects, derive_seed, plan_recipe
 from etl.sample.render import KitchenRenderer, truncate_jpeg
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,9 @@ N_AVATARS = 16
 def plan_all(n: int, seed: int) -> list[RecipePlan]:
     """Every recipe's plan with unique slugs, noise and image URL paths (cheap; done in the parent)."""
     page_defects, image_defects = assign_defects(seed, n)
-    plans = [plan_recipe(seed, i, page_defects.get(i), image_defects.get(i, ())) for i in range(n)]
+    authors, author_of = assign_authors(seed, n)
+    plans = [plan_recipe(seed, i, authors[author_of[i]], page_defects.get(i), image_defects.get(i, ()))
+             for i in range(n)]
     seen: Counter[str] = Counter()
     for p in plans:
         base = W.slugify(p.title)
@@ -93,7 +95,8 @@ def render_recipe(site: Path, seed: int, size: int, plan: RecipePlan, more_by) -
     if plan.defect == "http_404":
         return []
     files = []
-    r = KitchenRenderer(plan.kitchen_style, derive_seed("kitchen", seed, plan.index), size)
+    # the counter's grain/speckle is seeded by the author: one physical counter per author
+    r = KitchenRenderer(plan.kitchen_style, derive_seed("kitchen", seed, plan.author_id), size)
     for s in plan.steps:
         for im in s.images:
             if im.expected == "missing":
@@ -139,7 +142,8 @@ def ground_truth(plan: RecipePlan) -> dict:
                           "rare_words": sorted({w for w in V.RARE_WORDS if w in " ".join(s.paragraphs)}),
                           "images": images})
     return {"recipe_id": plan.slug, "url_path": f"/{plan.slug}/", "title": plan.title, "channel": plan.channel,
-            "category": plan.category, "listed_in": plan.listed_in, "author": plan.author, "language": plan.language,
+            "category": plan.category, "listed_in": plan.listed_in, "author": plan.author,
+            "author_id": plan.author_id, "language": plan.language,
             "kind": plan.kind, "kitchen_style": plan.kitchen_style, "expected": plan.expected, "steps": steps}
 
 
@@ -249,7 +253,16 @@ def _counts(plans: list[RecipePlan]) -> dict:
             c["noise"] += len(s.noise)
             for im in s.images:
                 c[f"images_{im.expected}"] += 1
+    c.update(author_stats(plans))
     return dict(sorted(c.items()))
+
+
+def author_stats(plans: list[RecipePlan]) -> dict:
+    """How recipes spread over authors: number of authors, share with 1-2 recipes, the most
+    recipes of one author and how many authors have 20 or more."""
+    per = Counter(p.author for p in plans)
+    return {"authors": len(per), "authors_1_2_share": round(sum(v <= 2 for v in per.values()) / len(per), 3),
+            "authors_max_recipes": max(per.values()), "authors_20_plus": sum(v >= 20 for v in per.values())}
 
 
 def bench_sample(n_recipes: int = 300, seed: int = 0, workers: tuple[int, ...] = (1, 2),

@@ -1,8 +1,10 @@
 """Recipe plans: the clean content of one sample recipe (title, steps, labels, what each image shows).
 
-`plan_recipe(seed, index, defect)` is a pure function of its arguments (a private `random.Random`
-seeded from sha256(seed, index)), so any worker builds the same recipe. Noise is added afterwards
-by `etl.sample.noise`; images are drawn from `ImageSpec.depicts` by `etl.sample.render`.
+`plan_recipe(seed, index, author, defect)` is a pure function of its arguments (a private
+`random.Random` seeded from sha256(seed, index)), so any worker builds the same recipe. Authors come
+first, from `assign_authors(seed, n)`: a heavy-tailed number of recipes per author, one kitchen per
+author that each of their recipes varies a little. Noise is added afterwards by `etl.sample.noise`;
+images are drawn from `ImageSpec.depicts` by `etl.sample.render`.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class RecipePlan:
     category: str
     listed_in: str                 # the food channel listing that links it
     author: str
+    author_id: int                 # index of the author in `assign_authors` order
     language: str
     kind: str                      # recipe | non_food
     defect: str | None
@@ -79,6 +82,7 @@ SURFACES = (  # name, rgb, texture
 
 
 def kitchen_style(rng: random.Random) -> dict:
+    """An author's kitchen: counter surface (colour, texture), light and camera framing."""
     name, rgb, texture = rng.choice(SURFACES)
     rgb = [max(0, min(255, c + rng.randint(-18, 18))) for c in rgb]
     return {"surface": name, "counter_rgb": rgb, "texture": texture,
@@ -86,6 +90,58 @@ def kitchen_style(rng: random.Random) -> dict:
                       "direction": rng.choice(["left", "right", "top", "bottom", "centre"])},
             "framing": {"zoom": round(rng.uniform(0.92, 1.08), 3), "dx": rng.randint(-5, 5), "dy": rng.randint(-5, 5),
                         "tilt": round(rng.uniform(0.7, 1.0), 3)}}
+
+
+def recipe_kitchen(kitchen: dict, rng: random.Random) -> dict:
+    """One recipe's take on its author's kitchen: the same counter and light direction, with a
+    small change of light (brightness +-8%, warmth +-0.04) and framing (zoom +-4%, shift +-4 px)."""
+    light, fr = kitchen["light"], kitchen["framing"]
+    return dict(kitchen,
+                light=dict(light, brightness=round(light["brightness"] * rng.uniform(0.92, 1.08), 3),
+                           warmth=round(light["warmth"] + rng.uniform(-0.04, 0.04), 3)),
+                framing=dict(fr, zoom=round(fr["zoom"] * rng.uniform(0.96, 1.04), 3),
+                             dx=fr["dx"] + rng.randint(-4, 4), dy=fr["dy"] + rng.randint(-4, 4)))
+
+
+# ------------------------------------------------------------------------------- authors
+
+NEW_AUTHOR_P = 0.5   # Simon's model: chance that the next recipe is by a new author
+
+
+@dataclass(frozen=True)
+class Author:
+    author_id: int
+    name: str
+    kitchen: dict                  # the author's kitchen (see kitchen_style)
+
+
+def assign_authors(seed: int, n: int, new_author_p: float = NEW_AUTHOR_P) -> tuple[list[Author], list[int]]:
+    """(authors, author_id of each recipe index) for n recipes, by Simon's preferential-attachment
+    model: recipe 0 starts an author; recipe i starts a new one with probability `new_author_p`,
+    else it goes to the author of a uniformly drawn earlier recipe (so an author is picked in
+    proportion to the recipes they already have). Recipes per author then follow a Yule-Simon law
+    with rho = 1 / (1 - p): P(k) = rho * B(k, rho + 1), at p = 0.5 P(k) = 4 / (k (k+1) (k+2)), i.e.
+    about 83% of authors have 1-2 recipes while the earliest ones reach 20-40 at n = 1,000.
+    Recipe i's author depends on recipes 0..i only, so a smaller sample is a prefix of a larger one.
+    Names are unique ("Sunny Fox", then "Sunny Fox 27" when taken)."""
+    if not 0 < new_author_p <= 1:
+        raise ValueError("new_author_p must be in (0, 1]")
+    rng = random.Random(derive_seed("authors", seed))
+    of_recipe: list[int] = []
+    authors: list[Author] = []
+    taken: set[str] = set()
+    for i in range(n):
+        if i == 0 or rng.random() < new_author_p:
+            arng = random.Random(derive_seed("author", seed, len(authors)))
+            name = f"{arng.choice(V.AUTHOR_FIRST)} {arng.choice(V.AUTHOR_SECOND)}"
+            while name in taken:
+                name = f"{name.rsplit(' ', 1)[0] if name.count(' ') > 1 else name} {arng.randint(2, 999)}"
+            taken.add(name)
+            authors.append(Author(len(authors), name, kitchen_style(arng)))
+            of_recipe.append(authors[-1].author_id)
+        else:
+            of_recipe.append(of_recipe[rng.randrange(i)])
+    return authors, of_recipe
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -352,12 +408,11 @@ def _non_english(rng, index: int) -> tuple[str, str, str, list[StepPlan]]:
 
 # ------------------------------------------------------------------------------- entry point
 
-def plan_recipe(seed: int, index: int, defect: str | None = None,
+def plan_recipe(seed: int, index: int, author: Author, defect: str | None = None,
                 image_defects: tuple[str, ...] = ()) -> RecipePlan:
-    """The clean plan of recipe `index` (noise is applied later by etl.sample.noise)."""
+    """The clean plan of recipe `index` by `author` (noise is applied later by etl.sample.noise)."""
     rng = random.Random(derive_seed("recipe", seed, index))
-    style = kitchen_style(rng)
-    author = f"{rng.choice(V.AUTHOR_FIRST)} {rng.choice(V.AUTHOR_SECOND)}"
+    style = recipe_kitchen(author.kitchen, rng)
     language, kind, category = "en", "recipe", "cooking"
     if defect == "non_food":
         title, steps = _non_food(rng, index)
@@ -388,7 +443,7 @@ def plan_recipe(seed: int, index: int, defect: str | None = None,
         if kind_ in image_defects and free:
             rng.choice(free).expected = exp
     return RecipePlan(index=index, title=title, channel=channel, category=category, listed_in=listed_in,
-                      author=author, language=language, kind=kind, defect=defect,
+                      author=author.name, author_id=author.author_id, language=language, kind=kind, defect=defect,
                       image_defects=tuple(image_defects), kitchen_style=style, steps=steps)
 
 
