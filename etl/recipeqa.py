@@ -72,6 +72,7 @@ def read_recipeqa(files: Sequence[str | os.PathLike]) -> list[RecipeQARecord]:
     """Read and validate all files; raises RecipeQAFormatError before anything is loaded."""
     out: list[RecipeQARecord] = []
     seen_qids: dict[str, RecipeQARecord] = {}
+    split_of: dict[str, RecipeQARecord] = {}
     for f in files:
         f = Path(f)
         name = str(f)
@@ -85,6 +86,11 @@ def read_recipeqa(files: Sequence[str | os.PathLike]) -> list[RecipeQARecord]:
                 raise RecipeQAFormatError(f"{where(name, i, rec)}: qid also used by a different "
                                           f"record ({seen_qids[qid].file} record {seen_qids[qid].index})")
             seen_qids[qid] = out_rec = RecipeQARecord(name, i, rec)
+            first = split_of.setdefault(rec["recipe_id"], out_rec)
+            if first.raw["split"] != rec["split"]:
+                raise RecipeQAFormatError(f"{where(name, i, rec)}: recipe {rec['recipe_id']} is in split "
+                                          f"{rec['split']!r} here but {first.raw['split']!r} in "
+                                          f"{first.file} record {first.index}")
             out.append(out_rec)
     return out
 

@@ -270,6 +270,10 @@ RECORD = TypeAdapter(Annotated[TextualCloze | VisualCloze | VisualCoherence | Vi
 
 # ----------------------------------------------------------------------------- one-line reasons
 
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
+              float: "a number", bool: "a boolean", type(None): "null"}
+
+
 def where(file: str, index: int, rec: object) -> str:
     qid = rec.get("qid") if isinstance(rec, dict) else None
     return f"{file}: record {index} (qid {_clip(repr(qid), 60)})"
@@ -289,13 +293,13 @@ def _field(loc: tuple) -> str:
 
 
 def _reason(err: ValidationError, rec: object) -> str:
-    errors = err.errors(include_url=False, include_input=False)
+    errors = err.errors(include_url=False)
     first = errors[0]
     kind, loc = first["type"], tuple(first["loc"])
     if loc and loc[0] in TASKS:       # the discriminated union puts the tag first
         loc = loc[1:]
     if kind in ("model_attributes_type", "dict_type", "model_type") and not loc:
-        return f"a record must be a JSON object, got {type(rec).__name__}"
+        return f"a record must be a JSON object, got {JSON_TYPES.get(type(rec), type(rec).__name__)}"
     if kind == "union_tag_not_found":
         return "missing key 'task'"
     if kind == "union_tag_invalid":
@@ -309,6 +313,8 @@ def _reason(err: ValidationError, rec: object) -> str:
     if kind == "extra_forbidden":
         return f"{_field(loc[:-1]) or 'record'}: unknown key {_clip(repr(loc[-1]))}"
     msg = first["msg"].removeprefix("Value error, ")
+    if kind.endswith("_type") or kind in ("int_from_float", "literal_error"):
+        msg += f" (got {JSON_TYPES.get(type(first['input']), type(first['input']).__name__)})"
     return f"{_field(loc)}: {msg}" if loc else msg
 
 

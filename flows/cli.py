@@ -80,32 +80,31 @@ def sql_test_cmd():
 @app.command("query")
 def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
               fmt: str = typer.Option("table", "--format", help="table | json | csv")):
-    """Ad hoc analyst query (read-only connection)."""
-    import duckdb
+    """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
+    locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
+    from etl.analyst import AnalystQueryError, connect_analyst, run_analyst_query
     from etl.config import Paths
-    from etl.warehouse import connect
+    from etl.warehouse import SchemaError
+    if fmt not in ("table", "json", "csv"):
+        _fail("--format must be table, json or csv")
     paths = Paths.from_env()
     if not paths.warehouse.exists():
         _fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")
-    con = connect(paths, read_only=True)
     try:
-        rel = con.sql(sql)
-    except duckdb.Error as e:
-        _fail(f"query failed: {e}")
-    if rel is None:
-        return
+        con = connect_analyst(paths)
+        result = run_analyst_query(con, sql)
+    except (AnalystQueryError, SchemaError) as e:
+        _fail(str(e))
+    rows = list(zip(*(c.to_pylist() for c in result.columns)))
     if fmt == "json":
-        cols = rel.columns
-        _echo_json([dict(zip(cols, r)) for r in rel.fetchall()])
+        _echo_json([dict(zip(result.column_names, r)) for r in rows])
     elif fmt == "csv":
         import csv
         w = csv.writer(sys.stdout)
-        w.writerow(rel.columns)
-        w.writerows(rel.fetchall())
-    elif fmt == "table":
-        rel.show(max_rows=50)
+        w.writerow(result.column_names)
+        w.writerows(rows)
     else:
-        _fail("--format must be table, json or csv")
+        con.from_arrow(result).show(max_rows=50)
 
 
 @app.command("status")
@@ -292,13 +291,21 @@ def ingest_recipeqa_cmd(
         images: Optional[Path] = typer.Option(None, "--images", help="RecipeQA images directory "
                                               "(images-qa/ or a flat folder of <recipe>_<step>_<k>.jpg); "
                                               "files are mapped in place, never copied."),
-        method: str = typer.Option("arrow", "--method", help="Bulk load method: arrow | executemany.")):
+        method: str = typer.Option("arrow", "--method", help="Bulk load method: arrow | executemany."),
+        replace: bool = typer.Option(False, "--replace", help="Known recipes become exactly what these "
+                                     "files say: their steps and images missing here are deleted "
+                                     "(default: kept, and counted under 'kept').")):
     """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
+    from etl.recipeqa import RecipeQAFormatError, read_recipeqa
     from flows.import_recipeqa import import_recipeqa_flow
     if method not in ("arrow", "executemany"):
         _fail("--method must be arrow or executemany")
+    try:    # a bad file is refused here in a second, before the flow starts Prefect
+        read_recipeqa(files)
+    except RecipeQAFormatError as e:
+        _fail(f"{e}. Nothing was loaded; fix or remove that record and run again.")
     summary = import_recipeqa_flow([str(f) for f in files], str(images) if images else None, method,
-                                   raise_on_error=False)
+                                   raise_on_error=False, replace=replace)
     if "error" in summary:
         _fail(f"{summary['error']}. Nothing was loaded; fix or remove that record and run again.")
     _echo_json(summary)

@@ -12,12 +12,12 @@ from etl.warehouse import connect
 
 
 @task(name="import-recipeqa-files", cache_policy=NO_CACHE)
-def import_files(files: list[str], images_dir: str | None, method: str) -> dict:
+def import_files(files: list[str], images_dir: str | None, method: str, replace: bool = False) -> dict:
     paths = Paths.from_env().ensure()
     con = connect(paths)
     try:
         return import_recipeqa(con, files, Path(images_dir) if images_dir else None,
-                               home=paths.home, method=method)
+                               home=paths.home, method=method, replace=replace)
     except RecipeQAFormatError as e:
         return {"error": str(e), "loaded": False}
     finally:
@@ -26,13 +26,14 @@ def import_files(files: list[str], images_dir: str | None, method: str) -> dict:
 
 @flow(name="import-recipeqa")
 def import_recipeqa_flow(files: list[str], images_dir: str | None = None, method: str = "arrow",
-                         raise_on_error: bool = True) -> dict:
+                         raise_on_error: bool = True, replace: bool = False) -> dict:
     """Validate every file first, then load recipes, steps, images and original questions at once.
 
     A bad file loads nothing: the flow fails (or, with raise_on_error=False, returns
-    {"error": message, "loaded": False} so the CLI can print a clean message).
+    {"error": message, "loaded": False} so the CLI can print a clean message). Without `replace`,
+    rows of known recipes that these files lack are kept (summary "kept"); with it, dropped.
     """
-    summary = import_files(files, images_dir, method)
+    summary = import_files(files, images_dir, method, replace)
     if "error" in summary and raise_on_error:
         raise RecipeQAFormatError(summary["error"])
     return summary

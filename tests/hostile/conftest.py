@@ -4,6 +4,8 @@ fingerprint a warehouse so a test can assert that a refused input changed nothin
 Fixtures (usable from any file in tests/hostile/):
 - `run_mrqa(*args, home=..., timeout=...)` -> MrqaResult(rc, stdout, stderr)
 - `warehouse_fingerprint(home)` -> {"sha256": file hash, "tables": {table: content hash}}
+- `recipeqa_doc(recipe_id, n_steps, images_per_step)` -> a valid RecipeQA document (four records,
+  one per task) about a made-up recipe, for importer and query tests that need no fixtures
 """
 from __future__ import annotations
 
@@ -74,3 +76,33 @@ def run_mrqa():
 @pytest.fixture
 def warehouse_fingerprint():
     return fingerprint
+
+
+def make_recipeqa_doc(recipe_id: str = "toy-soup", n_steps: int = 4, images_per_step: int = 2,
+                      split: str = "val") -> dict:
+    """A valid RecipeQA `{"data": [...]}`: one record per task about one made-up recipe."""
+    steps = range(1, n_steps + 1)
+    img = [[f"{recipe_id}_{s}_{k}.jpg" for k in range(images_per_step)] for s in steps]
+    body = {s: f"Step {s}: stir the pot for {s} minutes." for s in steps}
+    visual_ctx = [{"id": s, "body": body[s], "title": f"Stir {s}", "videos": []} for s in steps]
+    textual_ctx = [{"id": s, "body": body[s], "images": img[s - 1], "videos": []} for s in steps]
+    first = [i[0] for i in img]
+    common = {"recipe_id": recipe_id, "split": split}
+    return {"data": [
+        {**common, "task": "textual_cloze", "qid": f"1000-{recipe_id}-0-1-2", "context": textual_ctx,
+         "question": ["@placeholder", "Stir 2", "Stir 3"], "choice_list": ["Stir 1", "Bake", "Fry"],
+         "answer": 0},
+        {**common, "task": "visual_cloze", "qid": f"2000-{recipe_id}-0-1-2", "context": visual_ctx,
+         "question": [first[0], "@placeholder", first[2]], "choice_list": first[1:3] + first[:1],
+         "answer": 0},
+        {**common, "task": "visual_coherence", "qid": f"3000-{recipe_id}-0-1-2",
+         "context": visual_ctx, "question": first[:3], "choice_list": first[:3], "answer": 1},
+        {**common, "task": "visual_ordering", "qid": f"4000-{recipe_id}-0-1-2", "context": visual_ctx,
+         "question": ["Choose the correct order"], "choice_list": [first, first[::-1]],
+         "answer": 0},
+    ]}
+
+
+@pytest.fixture
+def recipeqa_doc():
+    return make_recipeqa_doc
