@@ -235,6 +235,8 @@ def sample_build_cmd(
     typer.echo("planted: " + ", ".join(f"{k[9:]}={v}" for k, v in c.items() if k.startswith("expected_"))
                + f"; images missing={c.get('images_missing', 0)} broken={c.get('images_broken', 0)}; "
                f"noise instances={c.get('noise', 0)}")
+    typer.echo(f"authors: {c['authors']:,}, {c['authors_1_2_share']:.0%} with 1-2 recipes, most "
+               f"{c['authors_max_recipes']} recipes, {c['authors_20_plus']} with 20+")
     typer.echo(f"content sha256: {r['content_sha256']}")
 
 
@@ -279,6 +281,44 @@ def bench_sample_cmd(
     typer.echo(f"speed-up {workers} workers vs 1: {r['speedup']:.2f}x; identical output: {r['same_hash']}")
     if not r["same_hash"]:
         _fail("the builds differ between worker counts (determinism bug)", code=1)
+
+
+@sample_app.command("cue")
+def sample_cue_cmd(
+        out: Path = typer.Argument(..., help="A sample kitchen build folder (with ground_truth.jsonl)."),
+        encoder: Optional[str] = typer.Option(None, "--encoder", help="Also in this encoder's space "
+                                              "(default: the latest registered in MRQA_HOME, if any)."),
+        no_encoder: bool = typer.Option(False, "--no-encoder", help="Border pixels only."),
+        workers: int = typer.Option(0, "--workers", min=0, help="Image decode workers for the encoder.")):
+    """How strong the kitchen (background) cue is: mean cosine of image pairs from the same recipe
+    (other steps), the same author (other recipes) and different authors, and how often an image's
+    nearest neighbour is from its recipe / its author, in border pixels and an encoder's space."""
+    from etl.config import Paths
+    from etl.sample.cue import measure_cue
+    if not (out / "ground_truth.jsonl").is_file():
+        _fail(f"{out} is not a sample kitchen build (no ground_truth.jsonl); run `mrqa sample build --out {out}`")
+    enc = None
+    paths = Paths.from_env()
+    if not no_encoder and (encoder or paths.warehouse.is_file()):
+        from etl.warehouse import connect
+        from features.embed.encoders import EncoderUnavailable, load_encoder
+        try:
+            enc = load_encoder(connect(paths, read_only=True), encoder, paths=paths)
+        except EncoderUnavailable as e:
+            if encoder:
+                _fail(str(e))
+            typer.echo(f"(no encoder space: {e})")
+    try:
+        res = measure_cue(out, enc, workers)
+    except ValueError as e:
+        _fail(str(e))
+    for space, f in res.items():
+        typer.echo(f"{space}: {f['n_images']:,} images, {f['n_recipes']:,} recipes, {f['n_authors']:,} authors "
+                   f"({f['n_authors_multi']:,} with 2+ recipes)")
+        typer.echo(f"  mean cosine  same recipe {f['cos_same_recipe']}   same author {f['cos_same_author']}   "
+                   f"across authors {f['cos_across_authors']}")
+        typer.echo(f"  1-NN same recipe {f['nn_same_recipe']} (chance {f['nn_same_recipe_chance']})   "
+                   f"same author, other recipe {f['nn_same_author']} (chance {f['nn_same_author_chance']})")
 
 
 

@@ -28,6 +28,20 @@ def test_sample_serve_refuses_a_folder_that_is_not_a_build(tmp_path):
     assert "not a sample kitchen build" in r.output
 
 
+def test_sample_cue_prints_the_ordered_cue(sample_build):
+    out, _, _ = sample_build
+    r = runner.invoke(app, ["sample", "cue", str(out), "--no-encoder"])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"same recipe ([-\d.]+)\s+same author ([-\d.]+)\s+across authors ([-\d.]+)", r.output)
+    assert float(m.group(1)) > float(m.group(2)) > float(m.group(3))
+
+
+def test_sample_cue_refuses_a_folder_that_is_not_a_build(tmp_path):
+    r = runner.invoke(app, ["sample", "cue", str(tmp_path), "--no-encoder"])
+    assert r.exit_code == 2
+    assert "not a sample kitchen build" in r.output
+
+
 @pytest.mark.bench
 def test_bench_sample(tmp_path):
     r = runner.invoke(app, ["bench", "sample", "--recipes", "60"])
