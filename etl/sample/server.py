@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -30,7 +31,7 @@ CONTENT_TYPES = {
     ".xml": "application/xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
     ".txt": "text/plain; charset=utf-8", ".json": "application/json", ".css": "text/css",
 }
-STAT_KEYS = ("served", "not_found", "429", "5xx", "slow", "truncated", "not_modified")
+STAT_KEYS = ("served", "not_found", "429", "5xx", "slow", "truncated", "not_modified", "client_hung_up")
 
 
 @dataclass
@@ -151,6 +152,16 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     allow_reuse_address = True
     site: "SiteServer"
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up mid-request (a crawler's timeout, a cancelled download) is one
+        counted debug line, not a traceback on stderr; anything else keeps the default report."""
+        err = sys.exc_info()[1]
+        if isinstance(err, (ConnectionResetError, BrokenPipeError)):
+            self.site._count("client_hung_up")
+            log.debug("client %s hung up: %s", client_address, err)
+            return
+        super().handle_error(request, client_address)
 
 
 def _fmt_seconds(s: float) -> str:

@@ -69,3 +69,24 @@ def test_served_site_is_crawlable(sample_build):
                     assert r.status_code == (404 if im["expected"] == "missing" else 200)
                     if r.status_code == 200:
                         assert r.headers["Content-Type"] == "image/jpeg"
+
+
+def test_a_client_hanging_up_is_counted_not_a_traceback(sample_build, capfd):
+    import socket
+    import struct
+    import time
+    out, _, _ = sample_build
+    with SiteServer(out / "site") as srv:
+        host, port = srv.url.split("//")[1].split(":")
+        for _ in range(3):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(b"GET /robots.txt HTTP/1.1\r\nHost: x\r\n")      # headers not finished: still reading
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()                                                  # linger 0: a reset, not a FIN
+        for _ in range(50):
+            if srv.stats["client_hung_up"] == 3:
+                break
+            time.sleep(0.05)
+        assert srv.stats["client_hung_up"] == 3
+        assert requests.get(srv.url + "/robots.txt", timeout=5).status_code == 200
+    assert "Traceback" not in capfd.readouterr().err
