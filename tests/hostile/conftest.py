@@ -68,12 +68,12 @@ def fingerprint(home: Path) -> dict:
     return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_mrqa():
     return mrqa
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def warehouse_fingerprint():
     return fingerprint
 
@@ -103,6 +103,6 @@ def make_recipeqa_doc(recipe_id: str = "toy-soup", n_steps: int = 4, images_per_
     ]}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def recipeqa_doc():
     return make_recipeqa_doc

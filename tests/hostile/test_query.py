@@ -1,0 +1,141 @@
+"""`mrqa query` is read-only for real: every attack below is refused (rc 2, one `error:` line, no
+traceback) and leaves the warehouse byte-for-byte unchanged; ordinary analyst queries still work.
+Runs the real `mrqa` command against a warehouse filled by the real RecipeQA importer."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from etl.analyst import AnalystQueryRefused, connect_analyst, run_analyst_query
+from etl.config import Paths
+from etl.recipeqa import import_recipeqa
+from etl.warehouse import connect
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory, recipeqa_doc) -> Path:
+    """A warehouse with one imported recipe (steps, images, four original questions)."""
+    home = tmp_path_factory.mktemp("query_home")
+    src = home / "val.json"
+    src.write_text(json.dumps(recipeqa_doc()))
+    con = connect(Paths(home))
+    import_recipeqa(con, [src])
+    con.close()
+    other = duckdb.connect(str(home / "other.duckdb"))
+    other.execute("CREATE TABLE t (a INTEGER)")
+    other.close()
+    return home
+
+
+def _attacks(home: Path) -> dict[str, str]:
+    db, other = Paths(home).warehouse, home / "other.duckdb"
+    return {
+        "copy_over_warehouse": f"COPY (SELECT 'garbage' AS x) TO '{db}' (FORMAT csv)",
+        "copy_elsewhere": f"COPY recipes TO '{home / 'stolen.csv'}' (FORMAT csv)",
+        "copy_from": f"COPY recipes FROM '{home / 'val.json'}'",
+        "read_text_passwd": "SELECT * FROM read_text('/etc/passwd')",
+        "read_csv_passwd": "SELECT * FROM read_csv('/etc/passwd')",
+        "read_parquet": f"SELECT * FROM read_parquet('{home}/*.parquet')",
+        "glob": "SELECT * FROM glob('/etc/*')",
+        "replacement_scan_file": "SELECT * FROM '/etc/passwd'",
+        "attach_then_insert": f"ATTACH '{other}' AS o (READ_WRITE); INSERT INTO o.t VALUES (1)",
+        "attach": f"ATTACH '{other}' AS o (READ_WRITE)",
+        "detach": "DETACH warehouse",
+        "install": "INSTALL httpfs",
+        "load": "LOAD httpfs",
+        "pragma": "PRAGMA database_size",
+        "set_external_access": "SET enable_external_access = true",
+        "reset": "RESET threads",
+        "two_statements": "SELECT 1; DROP TABLE recipes",
+        "delete": "DELETE FROM recipes",
+        "update": "UPDATE recipes SET title = 'x'",
+        "insert": "INSERT INTO rejects VALUES ('s', 'k', 'r', NULL, now())",
+        "create": "CREATE TABLE evil AS SELECT 1 AS x",
+        "create_temp": "CREATE TEMP TABLE evil AS SELECT 1 AS x",
+        "drop": "DROP TABLE recipes",
+        "export": f"EXPORT DATABASE '{home / 'dump'}'",
+        "call": "CALL pragma_version()",
+        "explain_analyze_delete": "EXPLAIN ANALYZE DELETE FROM recipes",
+        "checkpoint": "CHECKPOINT",
+        "vacuum": "VACUUM",
+        "transaction": "BEGIN TRANSACTION",
+        "empty": "  ;  ",
+    }
+
+
+ATTACKS = sorted(_attacks(Path("/x")))
+# with external access off, DuckDB does not even read a quoted path as a file: an unknown table
+NOT_A_FILE_ANY_MORE = {"replacement_scan_file"}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_is_refused_and_changes_nothing(home, attack, run_mrqa, warehouse_fingerprint):
+    sql = _attacks(home)[attack]
+    other_before = (home / "other.duckdb").read_bytes()
+    before = warehouse_fingerprint(home)
+    res = run_mrqa("query", sql, home=home)
+    line = res.assert_refused()
+    assert ("does not exist" if attack in NOT_A_FILE_ANY_MORE else "refused") in line, line
+    assert warehouse_fingerprint(home) == before
+    assert (home / "other.duckdb").read_bytes() == other_before
+    assert not (home / "stolen.csv").exists() and not (home / "dump").exists()
+    assert "root:" not in res.stdout + res.stderr
+
+
+def test_query_errors_are_one_line(home, run_mrqa, warehouse_fingerprint):
+    before = warehouse_fingerprint(home)
+    for sql, words in (("SELEC 1", "syntax error"), ("SELECT * FROM nope", "nope"),
+                       ("SELECT 'a'::INTEGER", "Conversion Error")):
+        res = run_mrqa("query", sql, home=home)
+        line = res.assert_refused()
+        assert line.startswith("error: query failed") and words in line, line
+    assert warehouse_fingerprint(home) == before
+
+
+@pytest.mark.parametrize("sql, expect", [
+    ("SELECT count(*) AS n FROM recipes", [{"n": 1}]),
+    ("WITH s AS (SELECT * FROM steps) SELECT count(*) AS n FROM s", [{"n": 4}]),
+    ("FROM images SELECT count(*) AS n", [{"n": 8}]),
+    ("SELECT task, answer FROM v_questions ORDER BY task",
+     [{"task": "textual_cloze", "answer": 0}, {"task": "visual_cloze", "answer": 0},
+      {"task": "visual_coherence", "answer": 1}, {"task": "visual_ordering", "answer": 0}]),
+])
+def test_legit_queries_still_work(home, run_mrqa, sql, expect):
+    res = run_mrqa("query", sql, "--format", "json", home=home)
+    assert res.rc == 0, res.stderr
+    assert json.loads(res.stdout) == expect
+
+
+@pytest.mark.parametrize("sql, word", [("DESCRIBE recipes", "recipe_id"), ("SHOW TABLES", "questions"),
+                                       ("EXPLAIN SELECT * FROM steps", "physical_plan"),
+                                       ("EXPLAIN ANALYZE SELECT count(*) FROM steps", "analyzed_plan"),
+                                       ("SUMMARIZE steps", "step_idx")])
+def test_describe_show_explain(home, run_mrqa, sql, word):
+    res = run_mrqa("query", sql, "--format", "csv", home=home)
+    assert res.rc == 0, res.stderr
+    assert word in res.stdout
+
+
+def test_no_warehouse_is_a_clean_error(tmp_path, run_mrqa):
+    res = run_mrqa("query", "SELECT 1", home=tmp_path / "empty")
+    assert "no warehouse" in res.assert_refused()
+
+
+def test_connection_is_locked(home):
+    """The settings cannot be turned back on, and Python variables are not scannable by name."""
+    con = connect_analyst(Paths(home))
+    secret = pa.table({"s": ["only in Python"]})  # noqa: F841 (what a replacement scan would find)
+    assert con.execute("SELECT current_setting('enable_external_access'), "
+                       "current_setting('lock_configuration')").fetchone() == (False, True)
+    with pytest.raises(duckdb.Error, match="configuration has been locked"):
+        con.execute("SET enable_external_access = true")
+    with pytest.raises(AnalystQueryRefused):
+        run_analyst_query(con, "SET lock_configuration = false")
+    with pytest.raises(Exception, match="secret"):
+        run_analyst_query(con, "SELECT * FROM secret")
+    assert run_analyst_query(con, "SELECT count(*) AS n FROM steps").to_pylist() == [{"n": 4}]
+    con.close()
