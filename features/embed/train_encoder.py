@@ -3,7 +3,7 @@
 1. CLIP (`open_clip.ClipLoss`) on (step image, the step's cleaned title + body) pairs;
 2. a recipe-level image-image term (SupCon / InfoNCE on the image tower): images of the same recipe
    are positives, images of the other recipes in the batch negatives. This keeps what a context-free
-   model can exploit (the sample kitchen draws one kitchen style per recipe) in the feature space, as real CLIP
+   model can exploit (in the sample kitchen, each recipe has its author's kitchen style) in the feature space, as real CLIP
    features do, so the knobs have a bias to remove.
 
 Batches are recipe-aware: each recipe's steps are cut into chunks of `images_per_recipe` steps and
