@@ -41,6 +41,7 @@ def test_crawl_then_clean_reproduces_ground_truth(sample, paths, prefect_harness
     rejects = {(s, k, r) for s, k, r in con.execute(
         "SELECT stage, key, reason FROM rejects").fetchall()}
     n_steps = dict(con.execute("SELECT recipe_id, count(*) FROM steps GROUP BY 1").fetchall())
+    authors = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
     images = {i: (st, reason) for i, st, reason in con.execute(
         "SELECT image_id, status, status_reason FROM images").fetchall()}
 
@@ -54,6 +55,7 @@ def test_crawl_then_clean_reproduces_ground_truth(sample, paths, prefect_harness
         # every page that should be ingested was, with all its steps
         assert rid in recipes, rid
         assert n_steps[rid] == len(rec["steps"]), rid
+        assert authors[rid] == rec["author"], (rid, authors[rid], rec["author"])
         if exp["stage"] == "clean":
             planted["clean"] += 1
             assert recipes[rid][0] == "rejected" and recipes[rid][1] == exp["reason"], (rid, recipes[rid])
