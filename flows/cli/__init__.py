@@ -1,0 +1,57 @@
+"""`mrqa`: the command line of the Meta-RecipeQA pipeline.
+
+Each command is a thin wrapper over a flow (flows/) or a library function (etl/, features/, training/);
+heavy libraries are imported inside the commands so `mrqa --help` stays fast. The commands live in one
+module per stage:
+
+    warehouse    init, sql-test, query, status
+    ingest       parse, ingest instructables|recipeqa, sample build|serve|cue
+    clean        clean, tokenize, vocab-report
+    embed        encoder train|add|list|eval, embed
+    datasets     generate, datasets, export, report
+    train        train, evaluate, baselines, sweep
+    orchestrate  demo, pipeline, deploy
+    bench/       bench ... (one module per stage)
+
+Global option --home sets MRQA_HOME (default ./data).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli import bench, clean, datasets, embed, ingest, orchestrate, train, warehouse
+from flows.cli.common import package_version, setup_logging
+
+app = typer.Typer(add_completion=True, no_args_is_help=True,
+                  help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
+                       "de-biased benchmarks with control knobs, train and evaluate.")
+for _stage in (warehouse, ingest, clean, embed, datasets, train, orchestrate):
+    app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
+app.add_typer(bench.app, name="bench")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mrqa {package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME",
+                                              help="Base data directory (default ./data)."),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+          version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the installed version and exit.")):
+    setup_logging(home, verbose)
+
+
+def main() -> None:
+    """Entry point of the `mrqa` script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

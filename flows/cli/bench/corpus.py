@@ -1,0 +1,91 @@
+"""`mrqa bench parse`, `bench sample`, `bench import`, `bench clean`: figures of the corpus stages."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli.common import echo_json, fail
+
+app = typer.Typer()
+
+
+
+@app.command("parse")
+def bench_parse_cmd(pages: list[Path] = typer.Argument(None, help="HTML files or directories "
+                                                        "(default: the shared fixture page)."),
+                    seconds: float = typer.Option(2.0, "--seconds", help="Timing per backend.")):
+    """Parse throughput (pages/s) with bs4's lxml backend (default) vs html.parser, in one run."""
+    from etl.config import REPO_ROOT
+    from etl.parse import DEFAULT_BACKEND, ParseError, bench_parse
+    files: list[Path] = []
+    for p in pages or [REPO_ROOT.parent / "shared" / "fixtures" / "instructables"]:
+        files += sorted(p.rglob("*.html")) if p.is_dir() else [p]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        fail("no HTML pages found; pass page files or directories")
+    try:
+        rates = bench_parse([(f.read_bytes(), None) for f in files], min_seconds=seconds)
+    except ParseError as e:
+        fail(f"a benchmark page is not a recipe page: {e}")
+    other = [b for b in rates if b != DEFAULT_BACKEND][0]
+    typer.echo(f"parse: {rates[DEFAULT_BACKEND]:,.1f} pages/s ({DEFAULT_BACKEND}, default) vs "
+               f"{rates[other]:,.1f} pages/s ({other}): ratio {rates[DEFAULT_BACKEND] / rates[other]:.2f}x "
+               f"over {len(files)} page(s)")
+
+
+@app.command("sample")
+def bench_sample_cmd(
+        recipes: int = typer.Option(300, "--recipes", "-n", min=1, help="Recipes per build."),
+        workers: int = typer.Option(2, "--workers", "-w", min=2, help="Worker count compared with 1 worker."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the sample.")):
+    """Time `sample build` with 1 worker vs N workers (same output hash); prints recipes/s, images/s, ratio."""
+    from etl.sample.generate import bench_sample
+    r = bench_sample(recipes, seed, workers=(1, workers))
+    for w, x in r["runs"].items():
+        typer.echo(f"workers={w}: {recipes} recipes, {x['images']:,} images in {x['seconds']:.2f}s -> "
+                   f"{x['recipes_per_s']:,.1f} recipes/s, {x['images_per_s']:,.1f} images/s")
+    typer.echo(f"speed-up {workers} workers vs 1: {r['speedup']:.2f}x; identical output: {r['same_hash']}")
+    if not r["same_hash"]:
+        fail("the builds differ between worker counts (determinism bug)", code=1)
+
+
+@app.command("import")
+def bench_import_cmd(
+        file: Optional[Path] = typer.Option(None, "--file", help="RecipeQA JSON to synthesise records "
+                                            "from (default: ../shared/fixtures/recipeqa/val_sample.json)."),
+        n: int = typer.Option(20000, "--records", help="Number of synthetic records to load."),
+        n_baseline: int = typer.Option(1000, "--baseline-records",
+                                       help="Records loaded with the (slow) executemany baseline.")):
+    """RecipeQA import throughput (records/s): Arrow bulk insert vs executemany, in one run."""
+    from etl.config import REPO_ROOT
+    from etl.recipeqa import RecipeQAFormatError, bench_import, read_recipeqa
+    src = file or REPO_ROOT.parent / "shared" / "fixtures" / "recipeqa" / "val_sample.json"
+    try:
+        records = read_recipeqa([src])
+    except RecipeQAFormatError as e:
+        fail(str(e))
+    r = bench_import(records, n, n_baseline)
+    typer.echo(f"import: {r['arrow_records_per_s']:,.0f} records/s (arrow, {r['records']} records, "
+               f"{r['recipes']} recipes) vs {r['executemany_records_per_s']:,.0f} records/s "
+               f"(executemany, {r['executemany_records']} records): ratio {r['ratio_arrow_vs_executemany']}x")
+    echo_json(r)
+
+
+@app.command("clean")
+def bench_clean_cmd(
+        recipes: int = typer.Option(4500, "--recipes", help="Sample kitchen recipes to generate: every "
+                                    "recipe differs (no repeated text); 4500 give about 5 M characters."),
+        seed: int = typer.Option(11, "--seed", help="Sample kitchen seed."),
+        workers: int = typer.Option(2, "--workers", help="Worker processes for the main run."),
+        baseline_chars: int = typer.Option(1_000_000, "--baseline-chars",
+                                           help="Characters the naive baseline processes."),
+        no_quality: bool = typer.Option(False, "--no-quality", help="Skip the repair precision/recall.")):
+    """Clean+tokenize+repair throughput: chars, seconds, chars/s with N workers and with 1 process,
+    the naive baseline's chars/s (stock NLTK, no caches), ratios, load average; and repair
+    precision/recall against the sample kitchen's ground truth."""
+    from etl.clean import bench_clean
+    if recipes < 10 or workers < 1:
+        fail("--recipes must be >= 10 and --workers >= 1")
+    echo_json(bench_clean(recipes, seed, workers, baseline_chars, quality=not no_quality))

@@ -1,0 +1,173 @@
+"""`mrqa generate`, `datasets`, `export`, `report`: make the QA datasets with the control knobs,
+list and export them, and report their bias."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli.common import echo_json, fail
+
+app = typer.Typer()
+
+
+
+@app.command("generate")
+def generate_cmd(
+        task: Optional[str] = typer.Option(None, "--task", help="visual_cloze | visual_coherence | "
+                                           "visual_ordering | textual_cloze"),
+        knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
+        preset: Optional[str] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style reference"),
+        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced variants and the presets."),
+        seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
+        encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
+        k3_mode: str = typer.Option("coin", "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
+                                    "question) | all | balanced (closer-distractor count uniform 0..3)."),
+        k: Optional[int] = typer.Option(None, "--k", help="Neighbours used for m_d/s_d and candidates (default 100)."),
+        ratio: Optional[float] = typer.Option(None, "--questions-per-step", help="Knob 1: at most "
+                                              "floor(#steps * ratio) questions per recipe."),
+        extra_removal: Optional[bool] = typer.Option(None, "--extra-removal/--no-extra-removal",
+                                                     help="Knob 1: also remove a random other step."),
+        ball_lo: Optional[float] = typer.Option(None, "--ball-lo-sd", help="Knob 2: lower ball bound "
+                                                "m_d + x*s_d (omit for distance 0)."),
+        ball_hi: Optional[float] = typer.Option(None, "--ball-hi-sd", help="Knob 2: upper ball bound m_d + x*s_d."),
+        n_constrained: Optional[int] = typer.Option(None, "--k3-constrained", help="Knob 3 (coin/all): "
+                                                    "distractors closer to the question than the answer."),
+        k3_prob: Optional[float] = typer.Option(None, "--k3-prob", help="Knob 3 coin probability (paper 0.5)."),
+        weight_power: Optional[float] = typer.Option(None, "--ordering-weight-power", help="Ordering: "
+                                                     "wrong orderings drawn with weight S**power.")):
+    """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
+    from features.datasets.knobs import TASKS
+    from flows.generate import generate_flow
+    overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
+                                         ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
+                                         ("k3_n_constrained", n_constrained), ("k3_prob", k3_prob),
+                                         ("ordering_weight_power", weight_power)) if v is not None}
+    if ball_lo is not None:
+        overrides["ball_lo_sd"] = ball_lo
+    if all_:
+        if task or knobs or preset or overrides:
+            fail("--all generates the paper settings; leave out --task/--knobs/--preset and parameters")
+        kw = {"all": True}
+    else:
+        if task not in TASKS:
+            fail(f"--task must be one of {', '.join(TASKS)} (or use --all), got {task!r}")
+        if preset and knobs:
+            fail("give either --knobs or --preset, not both")
+        if preset:
+            kw = {"all": False, "task_name": task, "preset": preset}
+        else:
+            try:
+                kv = tuple(int(x) for x in (knobs or "").split(","))
+                assert len(kv) == 3
+            except (ValueError, AssertionError):
+                fail("--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0")
+            kw = {"all": False, "task_name": task, "knobs": kv, "k3_mode": k3_mode}
+    from features.datasets.generate import settings_for
+    try:
+        settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode", "coin"),
+                     overrides or None, all_settings=kw["all"])
+    except (ValueError, TypeError) as e:
+        fail(str(e))
+    try:
+        summary = generate_flow(seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
+    except (ValueError, LookupError) as e:
+        fail(str(e))
+    for s in summary["datasets"]:
+        typer.echo(f"{s['dataset_id']:32s} {s['n_questions']:>7,d} questions {s['n_recipes']:>6,d} recipes "
+                   f"{s['seconds']:6.2f}s  positions {s['answer_positions']}  "
+                   f"distance-probe {s['distance_probe_accuracy']}  skipped {s['skips'] or '-'}")
+    typer.echo(f"{summary['n_datasets']} dataset(s), {summary['n_questions']:,d} questions in "
+               f"{summary['seconds']:.1f}s (RecipeQA: 7,986 visual cloze questions from 5,684 recipes; "
+               "Meta-RecipeQA: 8K-22K per task; ours scale with the corpus)")
+
+
+@app.command("datasets")
+def datasets_cmd(fmt: str = typer.Option("table", "--format", help="table | json")):
+    """List generated datasets with question/recipe counts and skips."""
+    from etl.warehouse import connect
+    con = connect()
+    rows = con.execute("""SELECT dataset_id, task, coalesce(preset, concat(knob1, '-', knob2, '-', knob3)),
+                          seed, encoder_id, n_questions, n_recipes,
+                          json_extract(params, '$.skips'), content_sha256
+                          FROM datasets ORDER BY task, dataset_id""").fetchall()
+    if fmt == "json":
+        echo_json([dict(zip(["dataset_id", "task", "knobs", "seed", "encoder_id", "n_questions",
+                              "n_recipes", "skips", "content_sha256"], r)) for r in rows])
+        return
+    if not rows:
+        typer.echo("no datasets; run `mrqa generate --all`")
+    for r in rows:
+        typer.echo(f"{r[0]:36s} {r[1]:17s} {r[2]:10s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
+                   f"skips={r[7]}")
+
+
+@app.command("export")
+def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id to export."),
+               all_: bool = typer.Option(False, "--all", help="Export every dataset."),
+               fmt: str = typer.Option("parquet", "--format", help="parquet | recipeqa-json"),
+               out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
+                                                  "(default MRQA_HOME/exports/<dataset or all>)."),
+               with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
+                                                 "and title vectors of the exported splits."),
+               images: bool = typer.Option(True, "--images/--no-images", help="recipeqa-json: copy "
+                                           "the referenced images (RecipeQA layout).")):
+    """Export datasets as hive-partitioned Parquet or RecipeQA JSON."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.export import export_parquet, export_recipeqa_json
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    if all_ == bool(dataset):
+        fail("give exactly one of --dataset ID or --all")
+    if dataset and dataset not in known:
+        fail(f"no dataset {dataset!r}; `mrqa datasets` lists them")
+    ids = known if all_ else [dataset]
+    if not ids:
+        fail("no datasets to export; run `mrqa generate --all` first")
+    out = out or paths.exports / ("all" if all_ else dataset)
+    if fmt == "parquet":
+        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance)
+    elif fmt == "recipeqa-json":
+        res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
+    else:
+        fail("--format must be parquet or recipeqa-json")
+    echo_json(res)
+
+
+@app.command("report")
+def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", "--dataset",
+                                                            help="dataset_id to report on (repeat, or "
+                                                                 "comma-separated; default: every dataset)."),
+               out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default "
+                                                  "MRQA_HOME/reports/latest; replaced on each run)."),
+               seed: int = typer.Option(0, "--seed", help="Seed of the probe's classifier."),
+               model: str = typer.Option("logreg", "--probe", help="Distance probe: logreg | svm.")):
+    """Bias report: Hasty Student, distance probe and overlap per dataset, as HTML + PNG plots,
+    DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.diagnostics.bias import list_datasets
+    from features.diagnostics.report import check_out_dir
+    from flows.report import report_flow
+    if model not in ("logreg", "svm"):
+        fail("--probe must be logreg or svm")
+    ids = [d for item in (datasets or []) for d in item.split(",") if d.strip()] or None
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    try:
+        known = list_datasets(con, ids)
+    except ValueError as e:
+        fail(str(e))
+    finally:
+        con.close()
+    if not known:
+        fail("no datasets to report on; run `mrqa generate --all` first")
+    try:
+        check_out_dir(out or paths.reports / "latest")
+        res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model)
+    except (ValueError, LookupError) as e:
+        fail(str(e))
+    typer.echo(f"report written: {res['index']} ({res['n_datasets']} datasets, {len(res['images'])} plots)")

@@ -1,0 +1,152 @@
+"""`mrqa encoder ...` and `mrqa embed`: train or register encoders, and embed images and step texts."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from flows.cli.common import echo_json, fail
+
+app = typer.Typer()
+
+
+
+encoder_app = typer.Typer(no_args_is_help=True, help="Image/text encoders (feature spaces): train the "
+                                                     "default, register real open_clip weights, list, evaluate.")
+app.add_typer(encoder_app, name="encoder")
+
+
+@encoder_app.command("train")
+def encoder_train_cmd(
+        epochs: Optional[int] = typer.Option(None, "--epochs", help="Passes over the train steps "
+                                             "(default: TrainConfig's, 8)."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per contrastive "
+                                                 "batch (default 64)."),
+        images_per_recipe: Optional[int] = typer.Option(None, "--images-per-recipe", help="Steps of one "
+                                                        "recipe kept together in a batch (default 4)."),
+        recipe_weight: Optional[float] = typer.Option(None, "--recipe-weight", help="Weight of the "
+                                                      "same-recipe image-image term (0 = CLIP loss only)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
+                                                 "(default: the architecture's, 32)."),
+        lr: Optional[float] = typer.Option(None, "--lr", help="Peak AdamW learning rate (default 1e-3)."),
+        workers: int = typer.Option(0, "--workers", help="Decode workers for images not in the pixel cache."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: "
+                                              "torch's; 1 is faster on a loaded machine)."),
+        max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
+                                                help="Use at most this many train steps (quick runs).")):
+    """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
+    text) pairs plus a same-recipe image-image contrastive term."""
+    from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
+    from etl.warehouse import connect
+    given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
+             "recipe_weight": recipe_weight, "lr": lr}
+    cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers, threads=threads,
+                      max_train_pairs=max_steps, **{k: v for k, v in given.items() if v is not None})
+    if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.images_per_recipe < 1 or cfg.recipe_weight < 0:
+        fail("--epochs and --images-per-recipe must be >= 1, --batch-size >= 2, --recipe-weight >= 0")
+    if threads is not None and threads < 1:
+        fail("--threads must be >= 1")
+    try:
+        res = train_encoder(connect(), cfg=cfg)
+    except TrainingDataError as e:
+        fail(str(e))
+    echo_json(res)
+
+
+@encoder_app.command("add")
+def encoder_add_cmd(
+        clip_model: str = typer.Option("ViT-B-32", "--clip-model", help="open_clip architecture name."),
+        pretrained: str = typer.Option(..., "--pretrained", help="Weights: a local file or an open_clip "
+                                       "tag (resolved from the HF cache; set HF_HUB_OFFLINE=1 offline)."),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="Override input size.")):
+    """Register an open_clip model with real weights as an encoder (prints its encoder_id)."""
+    from etl.warehouse import connect
+    from features.embed.encoders import EncoderUnavailable, register_pretrained_encoder
+    try:
+        typer.echo(register_pretrained_encoder(connect(), clip_model, pretrained, image_size))
+    except EncoderUnavailable as e:
+        fail(str(e))
+
+
+@encoder_app.command("list")
+def encoder_list_cmd():
+    """Registered encoders with kind, dimension and validation metrics."""
+    from etl.warehouse import connect
+    from features.embed.encoders import list_encoders
+    rows = list_encoders(connect())
+    if not rows:
+        typer.echo("no encoders; run `mrqa encoder train`")
+    for r in rows:
+        m = r["metrics"]
+        typer.echo(f"{r['encoder_id']}  {r['kind']:10s} dim={r['dim']:<4d} {r['created_at']:%Y-%m-%d %H:%M}"
+                   + (f"  val i2t R@1={m.get('i2t_r@1')} R@10={m.get('i2t_r@10')}" if m.get("n_pairs") else ""))
+
+
+@encoder_app.command("eval")
+def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id "
+                                                            "(default: the latest)."),
+                     split: str = typer.Option("val", "--split", help="Pairs of this split."),
+                     max_pairs: int = typer.Option(1000, "--max-pairs", help="Seeded sample size."),
+                     workers: int = typer.Option(2, "--workers", help="Image decode workers.")):
+    """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.embed.train_encoder import evaluate_retrieval
+    from features.embed.encoders import EncoderUnavailable, load_encoder
+    from features.embed.decode import image_items
+    paths = Paths.from_env()
+    con = connect(paths)
+    try:
+        enc = load_encoder(con, encoder, paths=paths)
+    except EncoderUnavailable as e:
+        fail(str(e))
+    m = evaluate_retrieval(enc, image_items(con, paths, split=split), max_pairs, num_workers=workers)
+    if m.get("n_pairs", 0) < 2:
+        fail(f"fewer than 2 {split} pairs with images; ingest recipes first")
+    typer.echo(f"encoder {enc.encoder_id} on {m['n_pairs']} {split} pairs (first image of a step, step text)")
+    for k in (1, 10):
+        typer.echo(f"  R@{k:<3d} image->text {m[f'i2t_r@{k}']:.3f}   text->image {m[f't2i_r@{k}']:.3f}"
+                   f"   chance {m[f'chance_r@{k}']:.3f}"
+                   f"   ({m[f'i2t_r@{k}'] / max(m[f'chance_r@{k}'], 1e-9):.0f}x / "
+                   f"{m[f't2i_r@{k}'] / max(m[f'chance_r@{k}'], 1e-9):.0f}x chance)")
+    typer.echo(f"  image->same-recipe R@1 {m['img_same_recipe_r@1']:.3f}   chance "
+               f"{m['chance_same_recipe_r@1']:.3f}   (nearest other image is a step of the same recipe)")
+
+
+@app.command("embed")
+def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the "
+                                                     "latest; trains the default when none exists)."),
+              k: int = typer.Option(100, "--k", help="Neighbours per image in the neighbours table."),
+              workers: int = typer.Option(2, "--workers", help="Image decode workers (0 = in-process)."),
+              decode: str = typer.Option("threads", "--decode", help="threads (the default: a decode "
+                                         "pool in this process, no worker start-up or tensor copies; 1.5x "
+                                         "the DataLoader here) | processes (DataLoader workers)."),
+              batch_size: int = typer.Option(128, "--batch-size", help="Images per encoder batch."),
+              method: str = typer.Option("auto", "--neighbours", help="auto | ann | exact."),
+              no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
+                                            "encoder when none is registered."),
+              no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect."),
+              threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads for the "
+                                                    "encoder (default: torch's; 1 is faster on a loaded machine).")):
+    """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
+    from features.embed.encoders import EncoderUnavailable
+    if method not in ("auto", "ann", "exact") or k < 1:
+        fail("--neighbours must be auto, ann or exact, and --k >= 1")
+    if decode not in ("processes", "threads") or workers < 0:
+        fail("--decode must be processes or threads, and --workers >= 0")
+    if threads is not None:
+        if threads < 1:
+            fail("--threads must be >= 1")
+        import torch
+        torch.set_num_threads(threads)
+    try:
+        if no_prefect:
+            from flows.embed import run_embed
+            res = run_embed(encoder, not no_train, k, workers, batch_size, method, decode=decode)
+        else:
+            from flows.embed import embed_flow
+            res = embed_flow(encoder, not no_train, k, workers, batch_size, method, decode=decode)
+    except (EncoderUnavailable, LookupError) as e:
+        fail(str(e))
+    echo_json(res)

@@ -1,0 +1,104 @@
+"""`mrqa demo`, `pipeline`, `deploy`: run every stage in order, or register the Prefect deployments."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli.common import echo_json, fail
+
+app = typer.Typer()
+
+
+
+def _demo_default_recipes() -> int:
+    from etl.config import DEMO_RECIPES
+    return DEMO_RECIPES
+
+
+@app.command("demo")
+def demo_cmd(recipes: int = typer.Option(_demo_default_recipes(), "--recipes", min=5,
+                                         help="Sample kitchen size (the default fits `make demo` "
+                                              "in 15 minutes on 2 CPU cores)."),
+             seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
+             workers: Optional[int] = typer.Option(None, "--workers", help="Build processes "
+                                                   "(default: all cores)."),
+             train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
+                                        "training run next to Hasty Student."),
+             dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
+                                                        "for the fan-out stages (tcp://HOST:8786)."),
+             summary_json: Optional[Path] = typer.Option(None, "--summary-json",
+                                                         help="Also write the full summary here.")):
+    """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
+    from flows.demo import demo_flow
+    from flows.demo import format_digest
+    summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, dask_address=dask_address)
+    typer.echo(format_digest(summary["digest"]))
+    if summary_json:
+        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+    if summary.get("failed"):
+        raise typer.Exit(1)
+
+
+@app.command("pipeline")
+def pipeline_cmd(
+        listing: Optional[str] = typer.Option(None, "--listing", help="Listing page URL to crawl."),
+        sitemap: Optional[str] = typer.Option(None, "--sitemap", help="Sitemap URL to crawl."),
+        urls: Optional[Path] = typer.Option(None, "--urls", help="File with one recipe URL per line."),
+        rescrape: bool = typer.Option(False, "--rescrape", help="Re-scrape stale, missing or partial recipes."),
+        stale_days: Optional[float] = typer.Option(None, "--stale-days", help="With --rescrape: pages older "
+                                                   "than this are revalidated."),
+        sample: Optional[int] = typer.Option(None, "--sample", min=5, help="Build, serve and crawl a sample "
+                                             "kitchen of N recipes instead of a site."),
+        allow_host: list[str] = typer.Option([], "--allow-host", help="Host the crawler may fetch (repeat)."),
+        allow_private: bool = typer.Option(False, "--allow-private", help="Allow loopback/private hosts."),
+        delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
+        train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
+        sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
+        force: list[str] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
+                                        "'all' for every stage)."),
+        dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler for "
+                                                   "the fan-out stages."),
+        summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary here.")):
+    """ingest -> clean -> embed -> generate -> report (-> train, sweep); unchanged stages are skipped.
+
+    With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
+    existing warehouse."""
+    from flows.pipeline import STAGES, pipeline_flow
+    bad = [f for f in force if f != "all" and f not in STAGES]
+    if bad:
+        fail(f"unknown stage(s) in --force: {bad}; stages are {', '.join(STAGES)} or 'all'")
+    if urls is not None and not urls.is_file():
+        fail(f"--urls {urls}: no such file")
+    summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
+                            rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
+                            allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
+                            train=train, sweep=sweep, force=force, dask_address=dask_address,
+                            raise_on_failure=False)
+    if summary_json:
+        summary_json.write_text(json.dumps(summary, indent=2, default=str))
+    echo_json({"stages": [{k: r.get(k) for k in ("stage", "status", "seconds", "reason", "error")
+                            if r.get(k) is not None} for r in summary["stages"]],
+                "failed": summary.get("failed")})
+    if summary.get("failed"):
+        raise typer.Exit(1)
+
+
+@app.command("deploy")
+def deploy_cmd(pool: str = typer.Option("mrqa-process", "--pool", help="Process work pool (created if missing)."),
+               name: Optional[list[str]] = typer.Option(None, "--name", help="Only this deployment (repeat).")):
+    """Register the scheduled and on-demand deployments against PREFECT_API_URL.
+
+    Their flow runs use this command's MRQA_HOME (`mrqa --home DIR deploy`). Then run a worker:
+    `prefect worker start --pool POOL`."""
+    from flows.deploy import register_deployments
+    try:
+        rows = register_deployments(pool, names=name)
+    except (RuntimeError, ValueError) as e:
+        fail(str(e))
+    for r in rows:
+        typer.echo(f"{r['deployment']:<40} cron={r['cron'] or '-':<12} pool={r['pool']} ({r['entrypoint']})")
+    typer.echo(f"next: prefect worker start --pool {pool}")

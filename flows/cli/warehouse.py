@@ -1,0 +1,76 @@
+"""`mrqa init`, `sql-test`, `query`, `status`: create, test, query and count the warehouse."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from flows.cli.common import echo_json, fail
+
+app = typer.Typer()
+
+
+
+@app.command("init")
+def init_cmd():
+    """Create MRQA_HOME and the warehouse, applying pending schema files."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    n = con.execute("SELECT count(*) FROM schema_version").fetchone()[0]
+    typer.echo(f"warehouse {paths.warehouse} at schema version {n}")
+
+
+@app.command("sql-test")
+def sql_test_cmd():
+    """Run the warehouse data tests (sql/tests/*.sql must return zero rows)."""
+    from etl.warehouse import connect, run_sql_tests
+    failures = {k: v for k, v in run_sql_tests(connect()).items() if v}
+    for name, n in failures.items():
+        typer.secho(f"FAIL {name}: {n} row(s)", fg="red")
+    if failures:
+        raise typer.Exit(1)
+    typer.echo("all SQL data tests pass")
+
+
+@app.command("query")
+def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
+              fmt: str = typer.Option("table", "--format", help="table | json | csv")):
+    """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
+    locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
+    from etl.analyst import AnalystQueryError, connect_analyst, run_analyst_query
+    from etl.config import Paths
+    from etl.warehouse import SchemaError
+    if fmt not in ("table", "json", "csv"):
+        fail("--format must be table, json or csv")
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")
+    try:
+        con = connect_analyst(paths)
+        result = run_analyst_query(con, sql)
+    except (AnalystQueryError, SchemaError) as e:
+        fail(str(e))
+    rows = list(zip(*(c.to_pylist() for c in result.columns)))
+    if fmt == "json":
+        echo_json([dict(zip(result.column_names, r)) for r in rows])
+    elif fmt == "csv":
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(result.column_names)
+        w.writerows(rows)
+    else:
+        con.from_arrow(result).show(max_rows=50)
+
+
+@app.command("status")
+def status_cmd():
+    """Row counts of the warehouse tables and rejects by stage and reason."""
+    from etl.warehouse import connect
+    con = connect()
+    for t in ("recipes", "steps", "step_tokens", "images", "pages", "rejects", "datasets",
+              "questions", "runs"):
+        typer.echo(f"{t:12s} {con.execute(f'SELECT count(*) FROM {t}').fetchone()[0]:>10,d}")
+    for stage, reason, n, *_ in con.execute("SELECT * FROM v_reject_summary").fetchall():
+        typer.echo(f"  reject {stage}/{reason}: {n}")
