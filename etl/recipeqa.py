@@ -116,8 +116,14 @@ class MergedRecipe:
 
 
 def _parse_image(name: str) -> tuple[str, int, int] | None:
+    """(recipe, step, ord) of a RecipeQA image name `<recipe>_<step>_<ord>.jpg`; None for other
+    names, including ones whose numbers are not written plainly (`_01_`), which would not
+    round-trip to the same name."""
     m = IMAGE_RE.match(name)
-    return (m["recipe"], int(m["step"]), int(m["ord"])) if m else None
+    if not m:
+        return None
+    parsed = (m["recipe"], int(m["step"]), int(m["ord"]))
+    return parsed if f"{parsed[0]}_{parsed[1]}_{parsed[2]}.jpg" == name else None
 
 
 def merge_recipes(records: Iterable[RecipeQARecord]) -> dict[str, MergedRecipe]:
@@ -367,13 +373,13 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
                       "status": "pending", "status_reason": None})
     rids = [r["recipe_id"] for r in r_rows]
     tasks = sorted({q["task"] for q in q_rows})
-    staged_ids = pa.table({"recipe_id": rids})  # noqa: F841 (scanned by DuckDB by name)
-    staged_steps = pa.table({"recipe_id": [r["recipe_id"] for r in s_rows],  # noqa: F841
+    staged_ids = pa.table({"recipe_id": rids})   # scanned by DuckDB by name
+    staged_steps = pa.table({"recipe_id": [r["recipe_id"] for r in s_rows],
                              "step_idx": pa.array([r["step_idx"] for r in s_rows], pa.int32())})
     in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"   # a hash join, not a list scan
     with transaction(con):
         _insert(con, "recipes", r_rows, RECIPE_COLS, method)
-        dropped = _drop_missing(con, in_ids, i_rows) if replace else None
+        dropped = _drop_missing(con, staged_ids, staged_steps, i_rows) if replace else None
         con.execute("""DELETE FROM steps USING staged_steps s
                        WHERE steps.recipe_id = s.recipe_id AND steps.step_idx = s.step_idx""")
         _insert(con, "steps", s_rows, STEP_COLS, method, conflict="")
@@ -404,8 +410,10 @@ def load_recipeqa(con: duckdb.DuckDBPyConnection, records: list[RecipeQARecord],
     return summary
 
 
-def _drop_missing(con, in_ids: str, i_rows: list[dict]) -> dict:
-    """replace=True: delete the steps and images of these recipes that the new rows lack."""
+def _drop_missing(con, staged_ids: pa.Table, staged_steps: pa.Table, i_rows: list[dict]) -> dict:
+    """replace=True: delete the steps and images of these recipes that the new rows lack.
+    (DuckDB finds the staged Arrow tables among this function's locals by name.)"""
+    in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"
     n_steps = con.execute(f"""SELECT count(*) FROM steps WHERE {in_ids} AND NOT EXISTS (
         SELECT 1 FROM staged_steps s WHERE s.recipe_id = steps.recipe_id
                                        AND s.step_idx = steps.step_idx)""").fetchone()[0]
