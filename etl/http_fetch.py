@@ -50,7 +50,6 @@ class FetchConfig:
     allow_hosts: tuple[str, ...] = ()       # extra hosts (host or host:port); may be loopback/private
     allow_loopback: bool = False            # 127.0.0.0/8 and ::1 (the local sample site)
     allow_private_network: bool = False     # RFC 1918, fc00::/7, CGNAT 100.64.0.0/10
-    allow_private: bool = False             # old name of allow_loopback (loopback only)
     delay_s: float = 1.0                    # minimum seconds between requests to one host
     timeout_s: float = 20.0
     retries: int = 4                        # extra attempts after the first
@@ -61,9 +60,6 @@ class FetchConfig:
     max_image_bytes: int = 15 << 20
     user_agent: str = "mrqa-crawler/0.1 (+https://github.com/meta-recipeqa; research crawler)"
     pool_size: int = 16
-
-    def __post_init__(self) -> None:
-        self.allow_loopback = self.allow_loopback or self.allow_private
 
 
 @dataclass

@@ -13,6 +13,8 @@ module per stage:
     orchestrate  demo, pipeline, deploy
     bench/       bench ... (one module per stage)
 
+choices.py holds the fixed value sets of options; common.py the error exit and output helpers.
+
 Global option --home sets MRQA_HOME (default ./data).
 """
 from __future__ import annotations
@@ -23,9 +25,9 @@ from typing import Optional
 import typer
 
 from flows.cli import bench, clean, datasets, embed, ingest, orchestrate, train, warehouse
-from flows.cli.common import package_version, setup_logging
+from flows.cli.common import OneLineErrors, package_version, setup_logging
 
-app = typer.Typer(add_completion=True, no_args_is_help=True,
+app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
                        "de-biased benchmarks with control knobs, train and evaluate.")
 for _stage in (warehouse, ingest, clean, embed, datasets, train, orchestrate):
@@ -49,7 +51,9 @@ def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME"
 
 
 def main() -> None:
-    """Entry point of the `mrqa` script."""
+    """Entry point of the `mrqa` script: SIGTERM/SIGINT end its child processes too (flows/signals.py)."""
+    from flows.signals import stop_children_on_signals
+    stop_children_on_signals()
     app()
 
 

@@ -14,13 +14,18 @@ app = typer.Typer()
 
 
 @app.command("clean")
-def clean_cmd(workers: int = typer.Option(2, "--workers", help="Worker processes (1 = in-process)."),
+def clean_cmd(workers: int = typer.Option(2, "--workers", min=1, help="Worker processes (1 = in-process)."),
               retrain_punkt: bool = typer.Option(False, "--retrain-punkt",
                                                  help="Retrain the Punkt sentence model on the corpus."),
               no_repair: bool = typer.Option(False, "--no-repair", help="Store tokens without OOV repair.")):
     """Clean all steps from raw text, reject non-recipes (rejects, stage clean), store step_tokens."""
+    from etl.clean import CleanWorkerDied
     from flows.clean import clean_flow
-    echo_json(clean_flow(workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair))
+    try:
+        summary = clean_flow(workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair)
+    except CleanWorkerDied as e:
+        fail(str(e), code=1)
+    echo_json(summary)
 
 
 @app.command("tokenize")

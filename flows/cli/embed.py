@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from flows.cli.choices import Decode, NeighbourMethod, Split
 from flows.cli.common import echo_json, fail
 
 app = typer.Typer()
@@ -86,7 +87,7 @@ def encoder_list_cmd():
 @encoder_app.command("eval")
 def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id "
                                                             "(default: the latest)."),
-                     split: str = typer.Option("val", "--split", help="Pairs of this split."),
+                     split: Split = typer.Option(Split.val, "--split", help="Pairs of this split."),
                      max_pairs: int = typer.Option(1000, "--max-pairs", help="Seeded sample size."),
                      workers: int = typer.Option(2, "--workers", help="Image decode workers.")):
     """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
@@ -101,7 +102,7 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
         enc = load_encoder(con, encoder, paths=paths)
     except EncoderUnavailable as e:
         fail(str(e))
-    m = evaluate_retrieval(enc, image_items(con, paths, split=split), max_pairs, num_workers=workers)
+    m = evaluate_retrieval(enc, image_items(con, paths, split=split.value), max_pairs, num_workers=workers)
     if m.get("n_pairs", 0) < 2:
         fail(f"fewer than 2 {split} pairs with images; ingest recipes first")
     typer.echo(f"encoder {enc.encoder_id} on {m['n_pairs']} {split} pairs (first image of a step, step text)")
@@ -119,11 +120,12 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
                                                      "latest; trains the default when none exists)."),
               k: int = typer.Option(100, "--k", help="Neighbours per image in the neighbours table."),
               workers: int = typer.Option(2, "--workers", help="Image decode workers (0 = in-process)."),
-              decode: str = typer.Option("threads", "--decode", help="threads (the default: a decode "
-                                         "pool in this process, no worker start-up or tensor copies; 1.5x "
-                                         "the DataLoader here) | processes (DataLoader workers)."),
+              decode: Decode = typer.Option(Decode.threads, "--decode", help="threads: a decode pool in "
+                                            "this process, no worker start-up or tensor copies (1.5x the "
+                                            "DataLoader here); processes: DataLoader workers."),
               batch_size: int = typer.Option(128, "--batch-size", help="Images per encoder batch."),
-              method: str = typer.Option("auto", "--neighbours", help="auto | ann | exact."),
+              method: NeighbourMethod = typer.Option(NeighbourMethod.auto, "--neighbours",
+                                                     help="How the neighbours table is built."),
               no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
                                             "encoder when none is registered."),
               no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect."),
@@ -131,10 +133,19 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
                                                     "encoder (default: torch's; 1 is faster on a loaded machine).")):
     """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
     from features.embed.encoders import EncoderUnavailable
-    if method not in ("auto", "ann", "exact") or k < 1:
-        fail("--neighbours must be auto, ann or exact, and --k >= 1")
-    if decode not in ("processes", "threads") or workers < 0:
-        fail("--decode must be processes or threads, and --workers >= 0")
+    if encoder is not None:   # checked here: inside the flow it would be a logged traceback first
+        from etl.warehouse import connect
+        from features.embed.encoders import list_encoders
+        con = connect()
+        known = [r["encoder_id"] for r in list_encoders(con)]
+        con.close()
+        if encoder not in known:
+            fail(f"unknown encoder {encoder!r}; registered: {', '.join(known) or 'none'} "
+                 "(see `mrqa encoder list`, `mrqa encoder train`)")
+    if k < 1:
+        fail(f"--k must be >= 1, got {k}")
+    if workers < 0:
+        fail(f"--workers must be >= 0, got {workers}")
     if threads is not None:
         if threads < 1:
             fail("--threads must be >= 1")
@@ -143,10 +154,10 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
     try:
         if no_prefect:
             from flows.embed import run_embed
-            res = run_embed(encoder, not no_train, k, workers, batch_size, method, decode=decode)
+            res = run_embed(encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
         else:
             from flows.embed import embed_flow
-            res = embed_flow(encoder, not no_train, k, workers, batch_size, method, decode=decode)
+            res = embed_flow(encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
     except (EncoderUnavailable, LookupError) as e:
         fail(str(e))
     echo_json(res)

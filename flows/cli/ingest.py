@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from flows.cli.choices import ImportMethod
 from flows.cli.common import echo_json, fail
 
 app = typer.Typer()
@@ -23,13 +24,17 @@ def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or 
               url: Optional[str] = typer.Option(None, "--url", help="The page's URL when PAGE is a file "
                                                 "(resolves relative image links; default og:url)."),
               allow_host: list[str] = typer.Option([], "--allow-host", help="Extra host allowed for URLs."),
-              allow_private: bool = typer.Option(False, "--allow-private",
-                                                 help="Allow private/loopback addresses (local sample site).")):
+              allow_loopback: bool = typer.Option(False, "--allow-loopback", "--allow-private",
+                                                  help="Allow loopback addresses, 127.0.0.0/8 and ::1 (the "
+                                                       "local sample site; --allow-private is its old name)."),
+              allow_private_network: bool = typer.Option(False, "--allow-private-network",
+                                                         help="Allow RFC 1918 / unique-local / CGNAT addresses.")):
     """Parse one instructables recipe page and print it as JSON (recipe, steps, step image URLs)."""
     from etl.http_fetch import FetchConfig, Fetcher
-    from etl.parse import ParseError, parse_page
+    from etl.parse import MAX_PAGE_BYTES, ParseError, parse_page
     if page.startswith(("http://", "https://")):
-        res = Fetcher(FetchConfig(allow_hosts=tuple(allow_host), allow_private=allow_private,
+        res = Fetcher(FetchConfig(allow_hosts=tuple(allow_host), allow_loopback=allow_loopback,
+                                  allow_private_network=allow_private_network,
                                   delay_s=0)).fetch(page, kind="page")
         if not res.ok:
             fail(f"could not fetch {page}: {res.reason} ({res.detail})")
@@ -38,11 +43,15 @@ def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or 
         path = Path(page)
         if not path.is_file():
             fail(f"{page} is neither a file nor an http(s) URL")
+        if path.stat().st_size > MAX_PAGE_BYTES:   # the crawler's page limit; checked before reading
+            fail(f"{page}: too_large: {path.stat().st_size} bytes > {MAX_PAGE_BYTES}")
         html = path.read_bytes()
     try:
         rec = parse_page(html, url)
     except ParseError as e:
         fail(f"{page}: {e.reason}: {e.detail}")
+    except Exception as e:  # noqa: BLE001 - a page the parser cannot handle is a parse_error, not a crash
+        fail(f"{page}: parse_error: {type(e).__name__}: {e}")
     echo_json(rec.to_json())
 
 
@@ -54,21 +63,26 @@ def ingest_instructables_cmd(
         sitemap: Optional[str] = typer.Option(None, "--sitemap", help="Sitemap (or sitemap index) URL."),
         rescrape: bool = typer.Option(False, "--rescrape", help="Refetch recipes with missing/partial "
                                       "steps or images (conditional GET) and retry failed images."),
-        stale_days: Optional[float] = typer.Option(None, "--stale-days", help="With --rescrape: also "
+        stale_days: Optional[float] = typer.Option(None, "--stale-days", min=0.0, help="With --rescrape: also "
                                                    "refresh pages fetched more than this many days ago."),
         allow_host: list[str] = typer.Option([], "--allow-host", help="Extra allowed host (repeatable); "
                                              "an explicitly named host may be private."),
-        allow_private: bool = typer.Option(False, "--allow-private", help="Allow private/loopback "
-                                           "addresses (the local sample site)."),
-        delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
-        workers: int = typer.Option(4, "--workers", help="Download threads."),
-        max_pages: Optional[int] = typer.Option(None, "--max-pages", help="Stop after this many recipe pages."),
+        allow_loopback: bool = typer.Option(False, "--allow-loopback", "--allow-private",
+                                            help="Allow loopback addresses, 127.0.0.0/8 and ::1 (the local "
+                                                 "sample site; --allow-private is its old name)."),
+        allow_private_network: bool = typer.Option(False, "--allow-private-network", help="Allow RFC 1918, "
+                                                   "unique-local and CGNAT addresses (link-local and cloud "
+                                                   "metadata addresses are never fetched)."),
+        delay: float = typer.Option(1.0, "--delay", min=0.0, help="Seconds between requests to one host."),
+        workers: int = typer.Option(4, "--workers", min=1, help="Download threads."),
+        max_pages: Optional[int] = typer.Option(None, "--max-pages", min=1,
+                                                help="Stop after this many recipe pages."),
         source: str = typer.Option("instructables", "--source", help="recipes.source value "
                                    "(instructables, or sample for the sample kitchen)."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars.")):
     """Crawl recipe pages and step images into the warehouse (resumable; prints a summary).
 
-    Example: mrqa ingest instructables --listing http://127.0.0.1:8000/cooking/ --allow-private
+    Example: mrqa ingest instructables --listing http://127.0.0.1:8000/cooking/ --allow-loopback
     --source sample --delay 0
     """
     if not (listing or urls or sitemap or rescrape):
@@ -79,7 +93,8 @@ def ingest_instructables_cmd(
         fail("--workers must be >= 1 and --delay >= 0")
     from flows.ingest import ingest_instructables
     summary = ingest_instructables(listing=listing, urls_file=urls, sitemap=sitemap, rescrape=rescrape,
-                                   allow_hosts=list(allow_host), allow_private=allow_private,
+                                   allow_hosts=list(allow_host), allow_loopback=allow_loopback,
+                                   allow_private_network=allow_private_network,
                                    source=source, delay_s=delay, workers=workers, max_pages=max_pages,
                                    stale_days=stale_days, progress=not no_progress)
     echo_json(summary)
@@ -182,20 +197,18 @@ def ingest_recipeqa_cmd(
         images: Optional[Path] = typer.Option(None, "--images", help="RecipeQA images directory "
                                               "(images-qa/ or a flat folder of <recipe>_<step>_<k>.jpg); "
                                               "files are mapped in place, never copied."),
-        method: str = typer.Option("arrow", "--method", help="Bulk load method: arrow | executemany."),
+        method: ImportMethod = typer.Option(ImportMethod.arrow, "--method", help="Bulk load method."),
         replace: bool = typer.Option(False, "--replace", help="Known recipes become exactly what these "
                                      "files say: their steps and images missing here are deleted "
                                      "(default: kept, and counted under 'kept').")):
     """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
     from etl.recipeqa import RecipeQAFormatError, read_recipeqa
-    if method not in ("arrow", "executemany"):
-        fail("--method must be arrow or executemany")
     try:    # a bad file is refused here in a second, before the flow starts Prefect
         read_recipeqa(files)
     except RecipeQAFormatError as e:
         fail(f"{e}. Nothing was loaded; fix or remove that record and run again.")
     from flows.import_recipeqa import import_recipeqa_flow
-    summary = import_recipeqa_flow([str(f) for f in files], str(images) if images else None, method,
+    summary = import_recipeqa_flow([str(f) for f in files], str(images) if images else None, method.value,
                                    raise_on_error=False, replace=replace)
     if "error" in summary:
         fail(f"{summary['error']}. Nothing was loaded; fix or remove that record and run again.")
