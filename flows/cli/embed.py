@@ -20,29 +20,30 @@ app.add_typer(encoder_app, name="encoder")
 @encoder_app.command("train")
 def encoder_train_cmd(
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Passes over the train steps "
-                                             "(default: TrainConfig's, 8)."),
+                                             "(default: TrainConfig's, 16)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Images per contrastive "
                                                  "batch (default 64)."),
         images_per_recipe: Optional[int] = typer.Option(None, "--images-per-recipe", help="Steps of one "
                                                         "recipe kept together in a batch (default 4)."),
         recipe_weight: Optional[float] = typer.Option(None, "--recipe-weight", help="Weight of the "
-                                                      "same-recipe image-image term (0 = CLIP loss only)."),
+                                                      "same-recipe image-image term (default 0 = CLIP loss only; "
+                                                      "> 0 teaches the kitchen cue)."),
         seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
                                                  "(default: the architecture's, 32)."),
         lr: Optional[float] = typer.Option(None, "--lr", help="Peak AdamW learning rate (default 1e-3)."),
         workers: int = typer.Option(0, "--workers", help="Decode workers for images not in the pixel cache."),
-        threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: "
-                                              "torch's; 1 is faster on a loaded machine)."),
+        threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default 1: "
+                                              "the tiny model gains little from more, a loaded machine loses a lot)."),
         max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
                                                 help="Use at most this many train steps (quick runs).")):
     """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
-    text) pairs plus a same-recipe image-image contrastive term."""
+    text) pairs, plus a same-recipe image-image term when --recipe-weight > 0."""
     from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     from etl.warehouse import connect
     given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
-             "recipe_weight": recipe_weight, "lr": lr}
-    cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers, threads=threads,
+             "recipe_weight": recipe_weight, "lr": lr, "threads": threads}
+    cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers,
                       max_train_pairs=max_steps, **{k: v for k, v in given.items() if v is not None})
     if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.images_per_recipe < 1 or cfg.recipe_weight < 0:
         fail("--epochs and --images-per-recipe must be >= 1, --batch-size >= 2, --recipe-weight >= 0")
