@@ -3,14 +3,13 @@ short training of chosen datasets (`short_training`). Thin over training/."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
-from training.config import ModelConfig, TrainConfig, configs_for
+from training.config import ModelConfig, TrainConfig, resolve_configs
 
 log = logging.getLogger(__name__)
 SHORT_TRAIN_EXPORT = "short-train"          # MRQA_HOME/exports/<this>: what `short_training` trains on
@@ -26,8 +25,7 @@ def train_task(export_dir: str, dataset_id: str, model_cfg: ModelConfig, train_c
 def train_flow(export_dir: str, dataset_id: str, scorer: str = "transformer", text_features: str = "tokens",
                tiny: bool = False, overrides: dict | None = None, size: str | None = None) -> dict:
     """One training run; returns its metrics (without the per-epoch history)."""
-    mc, tc = configs_for(size or ("tiny" if tiny else "paper"), scorer=scorer, text_features=text_features)
-    tc = replace(tc, **(overrides or {}))
+    mc, tc = resolve_configs(size, tiny=tiny, scorer=scorer, text_features=text_features, **(overrides or {}))
     m = train_task(export_dir, dataset_id, mc, tc)
     return {k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}
 
@@ -38,8 +36,7 @@ def sweep_flow(export_dir: str, out_dir: str, scorers: list[str], tasks: list[st
                size: str | None = None) -> dict:
     """scorers x knob settings x tasks (training.sweep); returns the summary table."""
     from training.sweep import sweep
-    mc, tc = configs_for(size or ("tiny" if tiny else "paper"))
-    tc = replace(tc, **(overrides or {}))
+    mc, tc = resolve_configs(size, tiny=tiny, text_features=text_features, **(overrides or {}))
     res = sweep(Path(export_dir), Path(out_dir), scorers, tasks, knobs, mc, tc, text_features)
     return {"out": res["out"], "summary": res["summary"], "n_runs": len(res["rows"])}
 

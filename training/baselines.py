@@ -78,3 +78,20 @@ def step_text_match_accuracy(ds: QADataset, split: str = "test",
         at = sims[torch.arange(len(sp)), :, tgt.clamp(min=0)].argmax(-1).numpy()
         out["placeholder_step"] = float((at[ok] == sp.answer[ok]).mean())
     return out
+
+
+def reference_scores(ds: QADataset, split: str = "test") -> dict:
+    """The model-free references of `split` (which must be one of `ds.splits`): chance, Hasty Student
+    and, for visual cloze, the step-text match with the question's own recipe and with another
+    recipe's steps (`step_text_match_foreign_recipe`), rounded to 4 places, as `mrqa baselines` prints them."""
+    from training.data import foreign_context_rows
+    sp = ds.splits[split]
+    res = {"dataset_id": ds.dataset_id, "task": ds.task, "split": split, "n": len(sp),
+           "chance": round(1 / sp.query.shape[1], 4),
+           "hasty_student": round(hasty_student_accuracy(ds, split), 4)}
+    if ds.task == "visual_cloze":
+        match = step_text_match_accuracy(ds, split)
+        res["step_text_match"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in match.items()}
+        foreign = step_text_match_accuracy(ds, split, foreign_context_rows(sp.recipe_row)[0])
+        res["step_text_match_foreign_recipe"] = round(foreign["any_step"], 4)
+    return res

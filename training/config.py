@@ -95,3 +95,35 @@ def configs_for(size: str = "paper", **model_kw) -> tuple[ModelConfig, TrainConf
     if size == "small":
         return ModelConfig.small(**model_kw), TrainConfig.small()
     return ModelConfig(**model_kw), TrainConfig()
+
+
+def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str = "transformer",
+                    text_features: str = "tokens", layers: int | None = None, width: int | None = None,
+                    **train_overrides) -> tuple[ModelConfig, TrainConfig]:
+    """The one place a model size is resolved, for `mrqa train|sweep|bench train`, `python -m
+    training.train` (torchrun) and the training flows: the named `size` (default paper, or tiny with
+    `tiny`), the transformer scorer's `layers` / `width` over the size's, and the TrainConfig fields
+    given in `train_overrides` (None keeps the size's value, e.g. lr, max_epochs, seed).
+
+    Raises ValueError naming the command-line option at fault and what it allows."""
+    size = size or ("tiny" if tiny else "paper")
+    for flag, value, allowed in (("--size", size, SIZES), ("--scorer", scorer, SCORERS),
+                                 ("--text-features", text_features, TEXT_FEATURES)):
+        if value not in allowed:
+            raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+    for flag, v in (("--layers", layers), ("--width", width)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be >= 1, got {v}")
+    lr = train_overrides.get("lr")
+    if lr is not None and not lr > 0:
+        raise ValueError(f"--lr must be > 0, got {lr}")
+    unknown = sorted(set(train_overrides) - set(TrainConfig.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"not TrainConfig fields: {', '.join(unknown)}")
+    model_kw = {k: v for k, v in (("n_layers", layers), ("d_model", width)) if v is not None}
+    mc, tc = configs_for(size, scorer=scorer, text_features=text_features, **model_kw)
+    try:
+        mc.validate()
+    except ValueError as e:                       # e.g. a width that is not a multiple of the heads
+        raise ValueError(f"{e} (--width must be a multiple of the size's heads)") from None
+    return mc, replace(tc, **{k: v for k, v in train_overrides.items() if v is not None})

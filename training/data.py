@@ -148,6 +148,33 @@ def list_datasets(export_dir: Path) -> list[dict]:
     return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
 
 
+def training_export(dataset_id: str, export: Path | None = None, paths=None) -> Path:
+    """The Parquet export to train or score `dataset_id` on: `export` when given (it must be an
+    export), else MRQA_HOME/exports/all when it holds the dataset, else MRQA_HOME/exports/<dataset_id>,
+    which is written now (with vectors) from the warehouse when it does not hold the dataset yet.
+
+    Raises DatasetError when `export` is not an export or the warehouse has no such dataset."""
+    from etl.config import Paths
+    paths = (paths or Paths.from_env()).ensure()
+    if export is not None:
+        if not (Path(export) / "questions").is_dir():
+            raise DatasetError(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")
+        return Path(export)
+    for cand in (paths.exports / "all", paths.exports / dataset_id):
+        if (cand / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(cand)):
+            return cand
+    from etl.warehouse import connect
+    from features.datasets.export import export_parquet
+    con = connect(paths)
+    try:
+        if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
+            raise DatasetError(f"no dataset {dataset_id!r} in the warehouse or exports; `mrqa datasets` lists them")
+        export_parquet(con, [dataset_id], paths.exports / dataset_id, with_vectors=True, lance_uri=paths.lance)
+    finally:
+        con.close()
+    return paths.exports / dataset_id
+
+
 def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
     f = export_dir / "image_vectors.parquet"
     if f.exists():

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, configs_for
+from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
 from training.data import QADataset, foreign_context_rows, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device  # noqa: F401
 from training.model import GM3C
@@ -456,16 +456,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
-    model_kw = {k: v for k, v in (("n_layers", a.layers), ("d_model", a.width)) if v is not None}
-    mc, tc = configs_for(a.size or ("tiny" if a.tiny else "paper"), scorer=a.scorer, text_features=a.text_features,
-                         **model_kw)
-    over = {k: v for k, v in (("max_epochs", a.max_epochs), ("patience", a.patience), ("batch_size", a.batch_size),
-                              ("lr", a.lr), ("seed", a.seed), ("device", a.device),
-                              ("max_train_questions", a.max_train_questions), ("threads", a.threads),
-                              ("warmup_steps", a.warmup_steps), ("schedule", a.schedule)) if v is not None}
-    if a.no_amp:
-        over["amp"] = False
-    return mc, replace(tc, **over)
+    """The configs the parsed arguments ask for (training.config.resolve_configs, like `mrqa train`)."""
+    return resolve_configs(a.size, tiny=a.tiny, scorer=a.scorer, text_features=a.text_features, layers=a.layers,
+                           width=a.width, max_epochs=a.max_epochs, patience=a.patience, batch_size=a.batch_size,
+                           lr=a.lr, seed=a.seed, device=a.device, max_train_questions=a.max_train_questions,
+                           threads=a.threads, warmup_steps=a.warmup_steps, schedule=a.schedule,
+                           amp=False if a.no_amp else None)
 
 
 def main(argv: list[str] | None = None) -> dict:

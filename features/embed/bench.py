@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,22 @@ def synthetic_jpegs(folder: Path, n: int, size: int = 256, seed: int = 0) -> lis
         p.write_bytes(buf.getvalue())
         out.append(p)
     return out
+
+
+@contextmanager
+def bench_image_files(n: int, synthetic: bool = False, synthetic_size: int = 256, con=None, paths=None):
+    """Yield (files, source) for the image benchmarks: up to `n` warehouse images (`con`, `paths`),
+    or `n` synthetic JPEGs of `synthetic_size` pixels in a temporary folder (removed afterwards) when
+    `synthetic`, without a warehouse (`con` None) or when it has fewer than min(n, 256) images."""
+    if synthetic_size < 16:
+        raise ValueError(f"the synthetic image size must be >= 16 pixels, got {synthetic_size}")
+    from features.embed.decode import image_items
+    files = [] if synthetic or con is None else [it.path for it in image_items(con, paths)][:n]
+    if len(files) >= min(n, 256):
+        yield files, "warehouse"
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        yield synthetic_jpegs(Path(tmp), n, size=synthetic_size), f"synthetic {synthetic_size}px JPEGs"
 
 
 def _time_end_to_end(encoder: Encoder, files, batch_size, workers, decode: str = "processes",

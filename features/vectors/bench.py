@@ -229,3 +229,45 @@ def bench_knn(sizes: list[int], dim: int = 256, k: int = 100, queries: int = 200
             "crossover_n": crossover,
             "crossover_note": (f"ANN build faster than numpy exact from n = {crossover} on"
                                if crossover else "ANN build never faster than numpy exact here")}
+
+
+MIN_STORE_VECTORS = 4096          # fewer image vectors in the store: `bench ann` uses synthetic ones
+
+
+def bench_ann_store_or_synthetic(encoder_id: str | None, n: int | None = None, dim: int = 256, k: int = 100,
+                                 queries: int = 1000, seed: int = 0, require_store: bool = False) -> dict:
+    """`bench_ann` on the image vectors of `encoder_id` in the feature store (groups = recipes) when it
+    holds at least MIN_STORE_VECTORS, else on `n` (default 20000) synthetic clustered vectors of `dim`
+    with 4 images per recipe; `source` says which. Each config also gets its q/s ratio against
+    exact torch and exact numpy search. Raises ValueError when `require_store` and the store has fewer."""
+    from features.vectors.store import FeatureStore
+    rows = FeatureStore().image_rows(encoder_id) if encoder_id else None
+    if rows is not None and rows.num_rows >= MIN_STORE_VECTORS:
+        d = rows.schema.field("vector").type.list_size
+        vecs = rows["vector"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+        _, groups = np.unique(np.array(rows["recipe_id"].to_pylist(), dtype=object), return_inverse=True)
+        res = {"source": f"store ({encoder_id})", **bench_ann(vecs, groups, k, queries, seed=seed)}
+    elif require_store:
+        raise ValueError(f"encoder {encoder_id} has fewer than {MIN_STORE_VECTORS} image vectors; "
+                         "omit --encoder for synthetic data")
+    else:
+        n = n or 20000
+        groups = np.arange(n) // 4                     # 4 images per "recipe"
+        res = {"source": "synthetic clustered", **bench_ann(clustered_vectors(n, dim, seed), groups, k, queries,
+                                                            seed=seed)}
+    for c in res["configs"]:
+        c["q_s_vs_exact_torch"] = round(c["q_s"] / res["exact_torch_q_s"], 3)
+        c["q_s_vs_exact_numpy"] = round(c["q_s"] / res["exact_numpy_q_s"], 3)
+    return res
+
+
+def format_knn_row(r: dict, k: int) -> str:
+    """One `bench_knn` size row as the line `mrqa bench knn` prints while it runs."""
+    line = (f"n={r['n']:>7}  numpy exact {r['numpy_s']:>7.1f} s  torch exact {r['torch_s']:>7.1f} s  "
+            f"ANN build {r['ann_s']:>6.1f} s (index {r['ann_index_s']:.1f} s, scanned "
+            f"{100 * r['ann_scanned_share']:.1f}%)  recall@{k} {r[f'recall@{k}']:.4f}  "
+            f"ANN vs numpy x{r['ann_vs_numpy']:.2f}  vs torch x{r['ann_vs_torch']:.2f}  "
+            f"load {r['load_1min']:.1f}")
+    if "lance_train_split" in r:
+        line += f"\n         LanceDB index route (train split): {r['lance_train_split']}"
+    return line

@@ -12,7 +12,6 @@ from flows.cli.common import echo_json, fail
 app = typer.Typer()
 
 
-
 @app.command("clean")
 def clean_cmd(workers: int = typer.Option(2, "--workers", min=1, help="Worker processes (1 = in-process)."),
               retrain_punkt: bool = typer.Option(False, "--retrain-punkt",

@@ -1,14 +1,18 @@
-"""What every `mrqa` command module shares: the one-line error exit, JSON output and logging set-up."""
+"""What every `mrqa` command module shares: the one-line error exit (also for a value an option does
+not accept), comma-separated choices, JSON output and logging set-up."""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
 
 # Loggers that are chatty at INFO and drown the pipeline's own lines.
 NOISY_LOGGERS = ("httpx", "urllib3", "prefect", "distributed", "PIL")
@@ -18,6 +22,48 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     """Print `error: msg` on stderr and leave with `code` (2: bad input or a refused request)."""
     typer.secho(f"error: {msg}", fg="red", err=True)
     raise typer.Exit(code)
+
+
+def one_of(values) -> str:
+    """'a, b or c': the allowed values as an error message lists them."""
+    values = [str(v) for v in values]
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+def bad_value_message(err: typer.BadParameter) -> str:
+    """One line for a value an option refused: `--probe must be logreg or svm, got 'tree'` for a
+    choice option, else `--recipes: 0 is not in the range x>=1.`"""
+    param = err.param
+    if param is None:
+        return err.message
+    long_opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+    name = long_opts[0] if long_opts else param.human_readable_name
+    detail = err.message.removeprefix("Value error, ")
+    allowed = getattr(getattr(param, "type_descriptor", None), "choices", None)
+    if not allowed:
+        return f"{name}: {detail}"
+    got = re.match(r"(.+?) is not one of ", detail)
+    return f"{name} must be {one_of(getattr(c, 'value', c) for c in allowed)}" + (f", got {got[1]}" if got else "")
+
+
+class OneLineErrors(TyperGroup):
+    """The root command group: a value an option of any command refuses ends the command with
+    one `error: ...` line and rc 2, like every other bad input, instead of a usage box."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as err:
+            fail(bad_value_message(err))
+
+
+def parse_choices(option: str, text: str, allowed: type[StrEnum]) -> list[str]:
+    """The comma-separated values of `option` (e.g. --scorers a,b), each checked against `allowed`."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in allowed.__members__]
+    if bad or not values:
+        fail(f"{option} must be a comma-separated list of {one_of(allowed.__members__)}, got {text!r}")
+    return values
 
 
 def echo_json(obj) -> None:

@@ -7,23 +7,23 @@ from typing import Optional
 
 import typer
 
-from flows.cli.common import echo_json, fail
+from flows.cli.choices import ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
+from flows.cli.common import echo_json, fail, one_of
 
 app = typer.Typer()
 
 
-
 @app.command("generate")
 def generate_cmd(
-        task: Optional[str] = typer.Option(None, "--task", help="visual_cloze | visual_coherence | "
-                                           "visual_ordering | textual_cloze"),
+        task: Optional[Task] = typer.Option(None, "--task", help="The question family (one task)."),
         knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
-        preset: Optional[str] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style reference"),
+        preset: Optional[Preset] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style "
+                                                "reference."),
         all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced variants and the presets."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
         encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
-        k3_mode: str = typer.Option("coin", "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
-                                    "question) | all | balanced (closer-distractor count uniform 0..3)."),
+        k3_mode: K3Mode = typer.Option(K3Mode.coin, "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
+                                       "question), all, or balanced (closer-distractor count uniform 0..3)."),
         k: Optional[int] = typer.Option(None, "--k", help="Neighbours used for m_d/s_d and candidates (default 100)."),
         ratio: Optional[float] = typer.Option(None, "--questions-per-step", help="Knob 1: at most "
                                               "floor(#steps * ratio) questions per recipe."),
@@ -36,9 +36,13 @@ def generate_cmd(
                                                     "distractors closer to the question than the answer."),
         k3_prob: Optional[float] = typer.Option(None, "--k3-prob", help="Knob 3 coin probability (paper 0.5)."),
         weight_power: Optional[float] = typer.Option(None, "--ordering-weight-power", help="Ordering: "
-                                                     "wrong orderings drawn with weight S**power.")):
+                                                     "wrong orderings drawn with weight S**power."),
+        adversarial: Optional[bool] = typer.Option(None, "--adversarial/--no-adversarial", help="Adversarial "
+                                                   "filtering: the setting's AF variant (distractors a learned "
+                                                   "question-only ensemble cannot reject; visual cloze, coherence, "
+                                                   "textual cloze). --all makes the AF variants unless --no-adversarial."),
+        af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3).")):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
-    from features.datasets.knobs import TASKS
     from flows.generate import generate_flow
     overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
                                          ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
@@ -49,25 +53,25 @@ def generate_cmd(
     if all_:
         if task or knobs or preset or overrides:
             fail("--all generates the paper settings; leave out --task/--knobs/--preset and parameters")
-        kw = {"all": True}
+        kw = {"all_settings": True}
     else:
-        if task not in TASKS:
-            fail(f"--task must be one of {', '.join(TASKS)} (or use --all), got {task!r}")
+        if task is None:
+            fail(f"--task must be one of {one_of(Task)} (or use --all)")
         if preset and knobs:
             fail("give either --knobs or --preset, not both")
         if preset:
-            kw = {"all": False, "task_name": task, "preset": preset}
+            kw = {"all_settings": False, "task_name": task.value, "preset": preset.value}
         else:
-            try:
-                kv = tuple(int(x) for x in (knobs or "").split(","))
-                assert len(kv) == 3
-            except (ValueError, AssertionError):
-                fail("--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0")
-            kw = {"all": False, "task_name": task, "knobs": kv, "k3_mode": k3_mode}
+            kw = {"all_settings": False, "task_name": task.value, "knobs": _knob_values(knobs),
+                  "k3_mode": k3_mode.value}
+    if af_rounds is not None and not (adversarial or (all_ and adversarial is None)):
+        fail("--af-rounds goes with --adversarial (or --all)")
+    kw.update({"adversarial": adversarial, **({"af_rounds": af_rounds} if af_rounds is not None else {})})
     from features.datasets.generate import settings_for
     try:
         settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode", "coin"),
-                     overrides or None, all_settings=kw["all"])
+                     overrides or None, all_settings=kw["all_settings"], adversarial=adversarial,
+                     **({"af_rounds": af_rounds} if af_rounds is not None else {}))
     except (ValueError, TypeError) as e:
         fail(str(e))
     try:
@@ -83,18 +87,26 @@ def generate_cmd(
                "Meta-RecipeQA: 8K-22K per task; ours scale with the corpus)")
 
 
+def _knob_values(text: Optional[str]) -> tuple[int, int, int]:
+    """--knobs K1,K2,K3 as three ints (whether each is 0 or 1 is the generator's check)."""
+    try:
+        values = tuple(int(x) for x in (text or "").split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        fail(f"--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0; got {text!r}")
+    return values
+
+
 @app.command("datasets")
-def datasets_cmd(fmt: str = typer.Option("table", "--format", help="table | json")):
+def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
     """List generated datasets with question/recipe counts and skips."""
-    from etl.warehouse import connect
-    con = connect()
-    rows = con.execute("""SELECT dataset_id, task, coalesce(preset, concat(knob1, '-', knob2, '-', knob3)),
-                          seed, encoder_id, n_questions, n_recipes,
-                          json_extract(params, '$.skips'), content_sha256
-                          FROM datasets ORDER BY task, dataset_id""").fetchall()
+    from etl.warehouse import connect, load_query
+    cur = connect().execute(load_query("datasets_listing"))
+    columns = [d[0] for d in cur.description]
+    rows = cur.fetchall()
     if fmt == "json":
-        echo_json([dict(zip(["dataset_id", "task", "knobs", "seed", "encoder_id", "n_questions",
-                              "n_recipes", "skips", "content_sha256"], r)) for r in rows])
+        echo_json([dict(zip(columns, r)) for r in rows])
         return
     if not rows:
         typer.echo("no datasets; run `mrqa generate --all`")
@@ -106,7 +118,7 @@ def datasets_cmd(fmt: str = typer.Option("table", "--format", help="table | json
 @app.command("export")
 def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id to export."),
                all_: bool = typer.Option(False, "--all", help="Export every dataset."),
-               fmt: str = typer.Option("parquet", "--format", help="parquet | recipeqa-json"),
+               fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", help="Export format."),
                out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
                                                   "(default MRQA_HOME/exports/<dataset or all>)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
@@ -130,10 +142,8 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
     out = out or paths.exports / ("all" if all_ else dataset)
     if fmt == "parquet":
         res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance)
-    elif fmt == "recipeqa-json":
-        res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
     else:
-        fail("--format must be parquet or recipeqa-json")
+        res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
     echo_json(res)
 
 
@@ -144,7 +154,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
                out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default "
                                                   "MRQA_HOME/reports/latest; replaced on each run)."),
                seed: int = typer.Option(0, "--seed", help="Seed of the probe's classifier."),
-               model: str = typer.Option("logreg", "--probe", help="Distance probe: logreg | svm.")):
+               model: Probe = typer.Option(Probe.logreg, "--probe", help="Distance probe classifier.")):
     """Bias report: Hasty Student, distance probe and overlap per dataset, as HTML + PNG plots,
     DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy."""
     from etl.config import Paths
@@ -152,8 +162,6 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
     from features.diagnostics.bias import list_datasets
     from features.diagnostics.report import check_out_dir
     from flows.report import report_flow
-    if model not in ("logreg", "svm"):
-        fail("--probe must be logreg or svm")
     ids = [d for item in (datasets or []) for d in item.split(",") if d.strip()] or None
     paths = Paths.from_env().ensure()
     con = connect(paths)
@@ -167,7 +175,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
         fail("no datasets to report on; run `mrqa generate --all` first")
     try:
         check_out_dir(out or paths.reports / "latest")
-        res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model)
+        res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model.value)
     except (ValueError, LookupError) as e:
         fail(str(e))
     typer.echo(f"report written: {res['index']} ({res['n_datasets']} datasets, {len(res['images'])} plots)")

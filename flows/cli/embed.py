@@ -11,7 +11,6 @@ from flows.cli.common import echo_json, fail
 app = typer.Typer()
 
 
-
 encoder_app = typer.Typer(no_args_is_help=True, help="Image/text encoders (feature spaces): train the "
                                                      "default, register real open_clip weights, list, evaluate.")
 app.add_typer(encoder_app, name="encoder")

@@ -18,7 +18,6 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(sample_app, name="sample")
 
 
-
 @app.command("parse")
 def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or a URL to fetch."),
               url: Optional[str] = typer.Option(None, "--url", help="The page's URL when PAGE is a file "

@@ -7,19 +7,15 @@ from typing import Optional
 
 import typer
 
+from etl.config import DEMO_RECIPES
+from flows.cli.choices import ForceStage
 from flows.cli.common import echo_json, fail
 
 app = typer.Typer()
 
 
-
-def _demo_default_recipes() -> int:
-    from etl.config import DEMO_RECIPES
-    return DEMO_RECIPES
-
-
 @app.command("demo")
-def demo_cmd(recipes: int = typer.Option(_demo_default_recipes(), "--recipes", min=5,
+def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                          help="Sample kitchen size (the default fits `make demo` "
                                               "in 15 minutes on 2 CPU cores)."),
              seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
@@ -58,7 +54,7 @@ def pipeline_cmd(
         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
         train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
-        force: list[str] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
+        force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
                                         "'all' for every stage)."),
         dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler for "
                                                    "the fan-out stages."),
@@ -67,16 +63,13 @@ def pipeline_cmd(
 
     With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
     existing warehouse."""
-    from flows.pipeline import STAGES, pipeline_flow
-    bad = [f for f in force if f != "all" and f not in STAGES]
-    if bad:
-        fail(f"unknown stage(s) in --force: {bad}; stages are {', '.join(STAGES)} or 'all'")
+    from flows.pipeline import pipeline_flow
     if urls is not None and not urls.is_file():
         fail(f"--urls {urls}: no such file")
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            train=train, sweep=sweep, force=force, dask_address=dask_address,
+                            train=train, sweep=sweep, force=[f.value for f in force], dask_address=dask_address,
                             raise_on_failure=False)
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))

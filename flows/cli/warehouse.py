@@ -5,10 +5,10 @@ import sys
 
 import typer
 
+from flows.cli.choices import QueryFormat
 from flows.cli.common import echo_json, fail
 
 app = typer.Typer()
-
 
 
 @app.command("init")
@@ -36,14 +36,12 @@ def sql_test_cmd():
 
 @app.command("query")
 def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
-              fmt: str = typer.Option("table", "--format", help="table | json | csv")):
+              fmt: QueryFormat = typer.Option(QueryFormat.table, "--format", help="Output format.")):
     """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
     locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
     from etl.analyst import AnalystQueryError, connect_analyst, run_analyst_query
     from etl.config import Paths
     from etl.warehouse import SchemaError
-    if fmt not in ("table", "json", "csv"):
-        fail("--format must be table, json or csv")
     paths = Paths.from_env()
     if not paths.warehouse.exists():
         fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")

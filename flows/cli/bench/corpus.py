@@ -11,7 +11,6 @@ from flows.cli.common import echo_json, fail
 app = typer.Typer()
 
 
-
 @app.command("parse")
 def bench_parse_cmd(pages: list[Path] = typer.Argument(None, help="HTML files or directories "
                                                         "(default: the shared fixture page)."),

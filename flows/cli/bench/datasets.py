@@ -9,7 +9,6 @@ import typer
 app = typer.Typer()
 
 
-
 @app.command("generate")
 def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synthetic recipes (20000 = target)."),
                        dim: int = typer.Option(128, "--dim", help="Vector dimension (default encoder: 128)."),

@@ -1,0 +1,112 @@
+"""The `mrqa` command line as a package (flows/cli/): every command still answers under its name, the
+option value sets match the library's, a refused value is one `error:` line with rc 2, modules stay
+small, no input check is an `assert`, and importing the CLI loads no heavy library."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+CLI_DIR = Path(__file__).resolve().parents[2] / "flows" / "cli"
+COMMANDS = {
+    "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
+    "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
+    "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "export", "report",
+    "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
+    "bench import", "bench clean", "bench decode", "bench embed", "bench ann", "bench knn", "bench generate",
+    "bench report", "bench train"}
+
+
+def command_paths(group, prefix: str = "") -> set[str]:
+    out = set()
+    for name, cmd in group.commands.items():
+        sub = getattr(cmd, "commands", None)
+        out |= command_paths(cmd, f"{prefix}{name} ") if sub is not None else {prefix + name}
+    return out
+
+
+def test_every_command_keeps_its_name():
+    assert command_paths(typer.main.get_command(app)) == COMMANDS
+
+
+def test_version_prints_the_installed_version():
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0, r.output
+    assert r.output == f"mrqa {version('meta-recipeqa')}\n"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["report", "--probe", "tree"], "error: --probe must be logreg or svm, got 'tree'"),
+    (["datasets", "--format", "xml"], "error: --format must be table or json, got 'xml'"),
+    (["train", "--dataset", "d", "--size", "huge"], "error: --size must be paper, small or tiny, got 'huge'"),
+    (["bench", "knn", "--data", "cubes"], "error: --data must be recipes or clustered, got 'cubes'"),
+    (["pipeline", "--force", "embed", "--force", "bake"],
+     "error: --force must be all, ingest, clean, embed, generate, report, train or sweep, got 'bake'"),
+])
+def test_a_refused_choice_is_one_line_naming_the_option_and_its_values(paths, args, line):
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == line
+    assert not (paths.home / "warehouse.duckdb").exists()          # refused before any work
+
+
+def test_help_lists_the_choices():
+    wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
+    r = CliRunner().invoke(app, ["report", "--help"], env=wide)
+    assert r.exit_code == 0 and "logreg|svm" in r.output
+    r = CliRunner().invoke(app, ["generate", "--help"], env=wide)
+    assert "coin|all|balanced" in r.output and "visual_cloze|visual_coherence" in r.output
+
+
+def test_comma_lists_are_checked_against_the_choices(tmp_path):
+    r = CliRunner().invoke(app, ["sweep", "--scorers", "bidaf,nope", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "--scorers must be a comma-separated list of transformer" in r.output
+    r = CliRunner().invoke(app, ["sweep", "--tasks", "textual_cloze", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "--tasks must be a comma-separated list of visual_cloze" in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_choice_sets_match_the_library():
+    from features.datasets.knobs import K3_MODES, TASKS
+    from features.vectors.neighbours import METHODS
+    from flows.cli import choices as c
+    from flows.pipeline import STAGES
+    from training.config import SCORERS, SIZES, TEXT_FEATURES
+    assert tuple(c.Task) == TASKS
+    assert tuple(c.K3Mode) == tuple(m for m in K3_MODES if m != "off")
+    assert tuple(c.ForceStage) == ("all", *STAGES)
+    assert set(c.NeighbourMethod) <= set(METHODS)
+    assert (tuple(c.Scorer), tuple(c.Size), tuple(c.TextFeatures)) == (SCORERS, SIZES, TEXT_FEATURES)
+
+
+def cli_modules() -> list[Path]:
+    return sorted(CLI_DIR.rglob("*.py"))
+
+
+def test_every_cli_module_is_at_most_260_lines():
+    assert len(cli_modules()) >= 12
+    long = {p.relative_to(CLI_DIR).as_posix(): n for p in cli_modules()
+            if (n := len(p.read_text().splitlines())) > 260}
+    assert long == {}
+
+
+def test_no_input_check_is_an_assert():
+    """`python -O` drops asserts, so the CLI never checks input with one."""
+    asserts = [f"{p.name}:{node.lineno}" for p in cli_modules()
+               for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Assert)]
+    assert asserts == []
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    code = ("import sys, flows.cli; print(sorted(m for m in ('torch', 'open_clip', 'prefect', 'lancedb', "
+            "'numpy', 'duckdb', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

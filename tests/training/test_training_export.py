@@ -1,0 +1,76 @@
+"""The training library's two entry helpers: `resolve_configs` (the one resolver of a model size for
+`mrqa train|sweep|bench train`, torchrun and the flows) and `training_export` (the Parquet export a
+dataset is trained or scored on, written from the warehouse when missing)."""
+from __future__ import annotations
+
+import shutil
+from argparse import Namespace
+
+import pytest
+
+from training.config import ModelConfig, TrainConfig, resolve_configs
+from training.data import DatasetError, list_datasets, training_export
+
+
+def test_resolve_configs_sizes_and_overrides():
+    mc, tc = resolve_configs()
+    assert (mc, tc) == (ModelConfig(), TrainConfig())                     # paper by default
+    assert resolve_configs(tiny=True) == (ModelConfig.tiny(), TrainConfig.tiny())
+    assert resolve_configs("small", tiny=True)[0] == ModelConfig.small()   # a named size wins over --tiny
+    mc, tc = resolve_configs("tiny", scorer="bidaf", text_features="vectors", layers=3, width=24, lr=2e-4,
+                             max_epochs=None, seed=7)
+    assert (mc.scorer, mc.text_features, mc.n_layers, mc.d_model) == ("bidaf", "vectors", 3, 24)
+    assert (tc.lr, tc.seed, tc.max_epochs) == (2e-4, 7, TrainConfig.tiny().max_epochs)   # None keeps the size's
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"size": "huge"}, "--size must be one of paper, small, tiny, got 'huge'"),
+    ({"scorer": "hasty"}, "--scorer must be one of transformer, bidaf, impatient, question_only"),
+    ({"text_features": "pixels"}, "--text-features must be one of tokens, vectors"),
+    ({"layers": 0}, "--layers must be >= 1, got 0"),
+    ({"tiny": True, "width": 25}, "multiple of n_heads"),
+    ({"lr": -1.0}, "--lr must be > 0, got -1.0"),
+])
+def test_resolve_configs_refuses_bad_values_naming_the_option(kw, msg):
+    with pytest.raises(ValueError) as e:
+        resolve_configs(**kw)
+    assert msg in str(e.value)
+
+
+def test_resolve_configs_refuses_a_field_trainconfig_lacks():
+    with pytest.raises(TypeError, match="epochs"):
+        resolve_configs(epochs=3)
+
+
+def test_the_torchrun_arguments_resolve_like_the_cli():
+    from training.train import configs_from_args, parse_args
+    a = parse_args(["--export", "x", "--dataset", "d", "--tiny", "--layers", "2", "--lr", "0.01", "--no-amp"])
+    assert isinstance(a, Namespace)
+    mc, tc = configs_from_args(a)
+    ref_mc, ref_tc = resolve_configs(tiny=True, layers=2, lr=0.01, amp=False)
+    assert (mc, tc) == (ref_mc, ref_tc) and tc.amp is False and mc.n_layers == 2
+
+
+def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch):
+    from etl.config import Paths
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    assert training_export(did, toy_home["export"]) == toy_home["export"]          # --export as given
+    assert training_export(did) == toy_home["export"]                               # exports/all holds it
+    with pytest.raises(DatasetError, match="is not a Parquet export"):
+        training_export(did, tmp_path)
+    # a home whose warehouse has the datasets but no export yet: exports/<dataset> is written once
+    home = tmp_path / "home"
+    src = Paths.from_env()
+    home.mkdir()
+    shutil.copy(src.warehouse, home / src.warehouse.name)
+    shutil.copytree(src.lance, home / "lance")
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    out = training_export(did)
+    assert out == home / "exports" / did
+    assert [d["dataset_id"] for d in list_datasets(out)] == [did]
+    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
+    assert stamp and training_export(did) == out                                    # found, not rewritten
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == stamp
+    with pytest.raises(DatasetError, match="no dataset 'nope'"):
+        training_export("nope")
+    assert not (home / "exports" / "nope").exists()
