@@ -65,10 +65,9 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
 @app.command("status")
 def status_cmd():
     """Row counts of the warehouse tables and rejects by stage and reason."""
-    from etl.warehouse import connect
+    from etl.warehouse import connect, load_query
     con = connect()
-    for t in ("recipes", "steps", "step_tokens", "images", "pages", "rejects", "datasets",
-              "questions", "runs"):
-        typer.echo(f"{t:12s} {con.execute(f'SELECT count(*) FROM {t}').fetchone()[0]:>10,d}")
+    for table, n in con.execute(load_query("table_counts")).fetchall():
+        typer.echo(f"{table:12s} {n:>10,d}")
     for stage, reason, n, *_ in con.execute("SELECT * FROM v_reject_summary").fetchall():
         typer.echo(f"  reject {stage}/{reason}: {n}")

@@ -110,3 +110,21 @@ def test_importing_the_cli_loads_no_heavy_library():
             "'numpy', 'duckdb', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_mrqa_script_runs_flows_cli_main():
+    script = Path(sys.executable).parent / "mrqa"
+    if not script.is_file():
+        pytest.skip("no mrqa console script next to this interpreter (not an installed venv)")
+    out = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, f"mrqa {version('meta-recipeqa')}\n")
+
+
+def test_status_prints_every_table_in_order(paths):
+    r = CliRunner().invoke(app, ["init"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["status"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split() for line in r.output.splitlines()]
+    assert rows == [[t, "0"] for t in ("recipes", "steps", "step_tokens", "images", "pages", "rejects",
+                                       "datasets", "questions", "runs")]
