@@ -1,6 +1,7 @@
 """Exports of generated datasets: hive-partitioned Parquet and RecipeQA JSON.
 
 Parquet (`export_parquet`): OUT/questions/task=<task>/knobs=<k1-k2-k3|preset>/split=<split>/*.parquet
+(`knobs=<k1-k2-k3>-af` for an adversarially filtered dataset, features/datasets/adversarial.py)
 with qid, recipe_id, split, question, choice_list, answer, question_step_ids, encoder_id, seed,
 dataset_id, knob columns and provenance; OUT/recipes.parquet and OUT/steps.parquet (every ok recipe
 of the exported splits); with vectors, OUT/image_vectors.parquet (image_id, recipe_id, split,

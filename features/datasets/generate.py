@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import numpy as np
@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from etl.warehouse import load_query, transaction, utcnow
 from features.datasets.distractors import DenseKnn
-from features.datasets.knobs import KnobParams, dataset_id, splitmix64, stable_key, uniforms
+from features.datasets.knobs import (AF_DEFAULT_ROUNDS, AF_TASKS, KnobParams, dataset_id, splitmix64, stable_key,
+                                     uniforms)
 from features.datasets.tasks import FAMILIES, Skeletons, _variant, build_skeletons
 from features.vectors.store import vector_rows, vectors_column
 
@@ -57,6 +58,8 @@ class Space:
     recipe_code: np.ndarray = field(repr=False, default=None)
     text_code: np.ndarray = field(repr=False, default=None)      # case-folded text, -1 for none
     labels: np.ndarray = field(repr=False, default=None)         # what a question shows per item
+    step_idx: np.ndarray = field(repr=False, default=None)       # the item's step in its recipe
+    author_code: np.ndarray = field(repr=False, default=None)    # recipes.author code, -1 for none
 
     def dots(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Inner products of items rows (Q, M) (-1 = padding) with n vectors per row q (Q, n, d) ->
@@ -160,10 +163,20 @@ class Generator:
                    texts, vecs, self.con.execute(f"SELECT md5_number_lower(item_id) AS k FROM gen_items_{name} "
                                                  "ORDER BY idx").fetchnumpy()["k"].astype(np.uint64),
                    recipe_code.astype(np.int64), text_code.astype(np.int64),
-                   item_ids if name == "image" else np.array(texts, dtype=object))
+                   item_ids if name == "image" else np.array(texts, dtype=object),
+                   np.asarray(items.column("step_idx").to_numpy(), dtype=np.int64),
+                   self._author_codes(name))
         self._spaces[name] = sp
         log.info("generate: %d %s items with vectors (encoder %s)", len(item_ids), name, self.encoder_id)
         return sp
+
+    def _author_codes(self, name: str) -> np.ndarray:
+        """Per item of the space (idx order), a code of its recipe's author (-1: none recorded)."""
+        rows = self.con.execute(f"""SELECT coalesce(trim(r.author), '') FROM gen_items_{name} i
+                                    LEFT JOIN recipes r USING (recipe_id) ORDER BY i.idx""").fetchall()
+        names = np.array([a for a, in rows], dtype=object)
+        _, code = np.unique(names, return_inverse=True)
+        return np.where(names == "", -1, code).astype(np.int64)
 
     def _knn_relation(self, space: str) -> str:
         enc = self.encoder_id.replace("'", "''")
@@ -272,6 +285,7 @@ class GeneratedDataset:
     probe_hits: int = 0
     n_recipes: int = 0
     notes: dict = field(default_factory=dict)          # e.g. knob-3 balanced draw statistics
+    adversarial: dict = field(default_factory=dict)    # AF: rounds, pools, ensemble and what it measured
 
     @property
     def n_questions(self) -> int:
@@ -314,6 +328,7 @@ class GeneratedDataset:
                 "n_questions": n, "n_recipes": self.n_recipes,
                 "n_skeletons": self.n_skeletons, "skips": dict(sorted(self.skips.items())),
                 "answer_positions": pos, **({"k3_balanced": self.notes} if self.notes else {}),
+                **({"adversarial": self.adversarial} if self.adversarial else {}),
                 "distance_probe_accuracy": round(self.probe_hits / n, 4) if n else None}
 
 
@@ -332,6 +347,8 @@ def _literal(v) -> str:
         return "'" + v.replace("'", "''") + "'"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_literal(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_literal(str(k))}: {_literal(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"no SQL literal for {v!r}")
 
 
@@ -365,7 +382,8 @@ def register_dataset(con: duckdb.DuckDBPyConnection, ds: GeneratedDataset) -> di
         params = {**ds.params.to_json(), "skips": summary["skips"], "n_skeletons": ds.n_skeletons,
                   "answer_positions": summary["answer_positions"],
                   "distance_probe_accuracy": summary["distance_probe_accuracy"],
-                  **({"k3_balanced": ds.notes} if ds.notes else {})}
+                  **({"k3_balanced": ds.notes} if ds.notes else {}),
+                  **({"adversarial": ds.adversarial} if ds.adversarial else {})}
         p = ds.params
         con.execute("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id,
                        params, created_at, n_questions, n_recipes, content_sha256)
@@ -429,11 +447,14 @@ def default_encoder(con: duckdb.DuckDBPyConnection) -> str:
     return enc
 
 
-def generation_settings(all_settings: bool = True, balanced: bool = True) -> list[tuple[str, KnobParams]]:
+def generation_settings(all_settings: bool = True, balanced: bool = True, adversarial: bool = False,
+                        af_rounds: int = AF_DEFAULT_ROUNDS) -> list[tuple[str, KnobParams]]:
     """`--all`: 8 knob settings for cloze, coherence and textual cloze, 4 for ordering (knob 3 is
     not defined there), plus the RecipeQA-style preset of each task; with `balanced`, also the 4
     k3=1 settings in knob-3 `balanced` mode (beyond the paper: the paper's coin flip leaves the
-    answer's distance rank informative, so a distance probe stays near 50%; balanced brings it to chance)."""
+    answer's distance rank informative, so a distance probe stays near 50%; balanced brings it to chance).
+    With `adversarial`, after those: the adversarially filtered variant (features/datasets/adversarial.py)
+    of every knob setting of the AF tasks (visual cloze, coherence, textual cloze), each a dataset of its own."""
     out = []
     for task in FAMILIES:
         for k1, k2, k3 in itertools.product((0, 1), repeat=3):
@@ -444,15 +465,22 @@ def generation_settings(all_settings: bool = True, balanced: bool = True) -> lis
             out += [(task, KnobParams.preset_for(task, k1, k2, 1, k3_mode="balanced"))
                     for k1, k2 in itertools.product((0, 1), repeat=2)]
         out.append((task, KnobParams.recipeqa_preset()))
+    if adversarial:
+        out += [(t, replace(p, af_rounds=af_rounds)) for t, p in list(out) if t in AF_TASKS and not p.preset]
     return out
 
 
 def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = None,
                  preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None,
-                 all_settings: bool = False) -> list[tuple[str, KnobParams]]:
-    """The (task, params) list of a request; raises ValueError with a clear message on bad input."""
+                 all_settings: bool = False, adversarial: bool | None = None,
+                 af_rounds: int = AF_DEFAULT_ROUNDS) -> list[tuple[str, KnobParams]]:
+    """The (task, params) list of a request; raises ValueError with a clear message on bad input.
+    `adversarial`: None = with `all_settings` the AF variants too, else none; True = the AF variant
+    (of one setting) / the AF variants too (all); False = none."""
+    if af_rounds < 1:
+        raise ValueError(f"--af-rounds must be at least 1, got {af_rounds}")
     if all_settings:
-        return generation_settings()
+        return generation_settings(adversarial=adversarial is not False, af_rounds=af_rounds)
     if task not in FAMILIES:
         raise ValueError(f"task must be one of {', '.join(FAMILIES)}")
     if preset == "recipeqa":
@@ -462,6 +490,8 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = N
     else:
         k1, k2, k3 = knobs or (0, 0, 0)
         params = KnobParams.preset_for(task, k1, k2, k3, k3_mode=k3_mode, **(overrides or {}))
+    if adversarial:
+        params = replace(params, af_rounds=af_rounds)
     params.validate(task)
     return [(task, params)]
 

@@ -187,13 +187,23 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
     keep = np.flatnonzero(keep_mask)
     cols = rows_cols(sel[keep], 3)
     g = lambda a: np.take_along_axis(a[keep], cols, 1)     # noqa: E731
+    picks, dist, dq, closer = g(P["C"]), g(P["D"]), 1.0 - g(P["dd"][..., 0]), g(closer)
+    if p.af_rounds:                 # adversarial filtering: same knobs, distractors a probe cannot reject
+        from features.datasets.adversarial import config, refine_cloze
+        sub, picks, extra = refine_cloze(ds, b, sp, P, keep, picks, need[keep], p.k3_mode == "balanced",
+                                         lo[keep], hi[keep])
+        keep = keep[sub]
+        dist = 1.0 - np.einsum("qmd,qd->qm", sp.vecs[picks], sp.vecs[P["ans"][keep]]).astype(np.float64)
+        dq = sp.cos_to(picks, P["qmean"][keep])
+        closer = dq < P["d_ans_q"][keep][:, None]
+        extra["adversarial"] = config(ds)
     if p.k3_mode == "balanced":
-        extra = {**_balanced_prov(b, keep, feasible, drawn, target), "target_rank": pa.array(target[keep])}
+        extra.update({**_balanced_prov(b, keep, feasible, drawn, target), "target_rank": pa.array(target[keep])})
     m, s = P["m_d"][keep], P["s_d"][keep]
     extra.update({"rule": "ball", "m_d": pa.array(_r(m)), "s_d": pa.array(_r(s)),
                   "ball": _lists(_r(np.stack([lo[keep], hi[keep]], 1))), "ball_sd": [p.ball_lo_sd, p.ball_hi_sd],
                   "k": p.k, "n_ball_candidates": pa.array(n_c[keep]), "n_closer_candidates": pa.array(n_close[keep])})
-    _emit_cloze(ds, b, sp, P, keep, g(P["C"]), g(P["D"]), 1.0 - g(P["dd"][..., 0]), g(closer), extra, need, heads)
+    _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, closer, extra, need, heads)
 
 
 def _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, closer, extra, need, heads) -> None:
@@ -340,6 +350,7 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
         rule = np.where(paper, "paper", "none")
     n_e = elig.sum(1)
     keep_mask = n_e > 0
+    elig_all = elig
     if p.k3_mode == "balanced":       # the eligible candidate whose distance blends in the most
         elig = elig & (np.arange(elig.shape[1])[None, :] == np.argmin(np.where(elig, gap, np.inf), axis=1)[:, None])
     if p.k3_mode != "balanced":
@@ -347,18 +358,27 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     keep = np.flatnonzero(keep_mask)
     col = np.argmax(elig[keep], axis=1)[:, None]
     g = lambda a: np.take_along_axis(a[keep], col, 1)[:, 0]     # noqa: E731
+    pick = {"foreign": g(P["C"]), "anchor": g(P["anchor"]), "D": g(P["D"]), "dq": g(P["dq"]), "frank": g(P["frank"])}
+    af = {}
+    if p.af_rounds:                 # adversarial filtering: same knobs, a foreign image a probe cannot spot
+        from features.datasets.adversarial import config, refine_coherence
+        rules = np.full(len(keep), "rank", dtype=object) if p.k3_mode == "balanced" else rule[keep]
+        sub, pick, af = refine_coherence(ds, b, sp, P, keep, pick["foreign"], elig_all[keep], rules, target[keep],
+                                         lo[keep], hi[keep], exact=p.k3_mode == "balanced")
+        keep = keep[sub]
+        af["adversarial"] = config(ds)
     extra = {"rule": "ball", "m_d": pa.array(_r(P["m_d"][keep])), "s_d": pa.array(_r(P["s_d"][keep])),
              "ball": _lists(_r(np.stack([lo[keep], hi[keep]], 1))), "ball_sd": [p.ball_lo_sd, p.ball_hi_sd],
-             "k": p.k, "anchor_item": pa.array(sp.item_ids[g(P["anchor"])].tolist(), pa.string()),
-             "distance": pa.array(_r(g(P["D"]))), "dist_q": pa.array(_r(g(P["dq"]))),
-             "foreign_rank": pa.array(g(P["frank"])), "n_ball_candidates": pa.array(n_c[keep]),
-             "n_eligible": pa.array(n_e[keep])}
+             "k": p.k, "anchor_item": pa.array(sp.item_ids[pick["anchor"]].tolist(), pa.string()),
+             "distance": pa.array(_r(pick["D"])), "dist_q": pa.array(_r(pick["dq"])),
+             "foreign_rank": pa.array(pick["frank"]), "n_ball_candidates": pa.array(n_c[keep]),
+             "n_eligible": pa.array(n_e[keep]), **af}
     if p.k3_mode == "balanced":
         extra.update({"k3_rule": "rank", "target_rank": pa.array(target[keep]),
                       **_balanced_prov(b, keep, feasible, drawn, target)})
     else:
         extra.update({"k3_rule": pa.array(rule[keep].tolist(), pa.string()), "target_rank": None})
-    _emit_coherence(ds, b, sp, keep, g(P["C"]), P, extra, heads)
+    _emit_coherence(ds, b, sp, keep, pick["foreign"], P, extra, heads)
 
 
 def _emit_coherence(ds, b, sp, keep, foreign, P, extra, heads) -> None:

@@ -1,0 +1,550 @@
+"""Adversarial filtering (AF): distractors a learned question-only adversary cannot reject, inside the knobs.
+
+The paper's knobs control distances in one fixed feature space. A model that learns its own metric
+finds another cue: every photo of a recipe shares one kitchen look (on real sites, one per author), so
+the foreign-looking choice is the wrong one. AF (Zellers et al. 2018, SWAG; Le Bras et al. 2020, AFLite;
+hypothesis-only baselines of NLI) starts from the knob selection of a setting and, for R rounds:
+
+1. trains an ensemble of question-only models (QuestionOnlyModel, below; the members
+   differ in C, seed and fold assignment), each member one model per fold of RECIPES, trained on the
+   other folds; every question's choices and candidates are scored by models that never saw its recipe;
+2. replaces the distractors the ensemble rejects easily (scored below the answer) by the eligible
+   candidate it finds most plausible. Candidate pools: `ball` (the setting's knob-2 ball over the
+   answer's neighbours, as without AF), `author` (images of other recipes by the same author, same
+   split), `recipe` (images of the same recipe from steps neither shown nor the answer's: the answer's
+   own step never is a distractor). Every candidate passes the setting's knob-2 ball (distances
+   recomputed in the dataset's feature space) and keeps its knob-3 rule; no constraint is relaxed.
+
+After the last round a freshly trained held-out ensemble scores the final choices; a question it still
+solves is dropped (`af_still_solved`); in knob-3 `balanced` mode the per-split rank counts are then
+made equal again (`af_rank_rebalance`), so the distance rank stays uninformative.
+
+Coherence: the answer is the foreign image and the 3 coherent images are the question itself, so AF
+replaces the foreign image of a solved question by the eligible candidate the ensemble finds least out
+of place; pools `ball` and `author` (an image of the same recipe would not be foreign).
+Ordering has no AF variant: its choices are permutations of the question's own images (no foreign
+kitchen), and knob 2 is a sampling distribution over the 23 wrong orderings, not a constraint an
+adversarial pick could keep.
+
+Deterministic for a seed: folds from seeded recipe keys, seeded models, ties broken by the seeded
+candidate order (the same pick keys as the knob selection).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+
+from features.datasets.distractors import N_RANKS, pick_keys
+from features.datasets.knobs import md5_key, splitmix64, stable_key
+
+N_FOLDS = 5
+ENSEMBLE = ({"C": 0.1, "seed": 1}, {"C": 1.0, "seed": 2}, {"C": 10.0, "seed": 3})
+PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
+CLOZE_POOLS = ("ball", "author", "recipe")
+COHERENCE_POOLS = ("ball", "author")
+POOL_CAP = 64                           # candidates per question from each extra pool (seeded order)
+BALL_CAP = 64                           # coherence: eligible ball candidates per question (seeded order)
+FEATURE_BUDGET = 1 << 24                # floats of pair features built at once
+
+
+def config(ds) -> dict:
+    """What the dataset's params/provenance record under `adversarial`."""
+    pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
+    return {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
+            "ensemble": [dict(m) for m in ENSEMBLE], "probe": dict(PROBE)}
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def _r(x) -> np.ndarray:
+    return np.round(np.asarray(x, dtype=np.float64), 6)
+
+
+def _lists(mat, typ=None) -> pa.ListArray:
+    mat = np.asarray(mat)
+    vals = mat.reshape(-1)
+    arr = pa.array(vals.tolist() if vals.dtype == object else vals, typ)
+    return pa.ListArray.from_arrays(pa.array(np.arange(len(mat) + 1, dtype=np.int32) * mat.shape[1]), arr)
+
+
+def _insert(others: np.ndarray, value: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """(n, 3) + (n,) -> (n, 4) with value at column pos (the choice order of the datasets)."""
+    j = np.arange(4)[None, :]
+    src = np.clip(j - (j > pos[:, None]), 0, others.shape[1] - 1)
+    return np.where(j == pos[:, None], value[:, None], np.take_along_axis(others, src, axis=1))
+
+
+def recipe_keys(recipe_ids: np.ndarray) -> np.ndarray:
+    """Stable 64-bit key per question's recipe (folds are drawn from these)."""
+    uniq, inv = np.unique(recipe_ids, return_inverse=True)
+    return np.array([md5_key(str(r)) for r in uniq], dtype=np.uint64)[inv]
+
+
+# ----------------------------------------------------------------------------- the adversary
+
+class Adversary:
+    """A held-out question-only ensemble: per member one model per fold of recipes, trained on the others.
+
+    A question is scored, per member, by the model of its fold (which never saw its recipe). A member's
+    folds are the same in every round, so its fold models start from the previous round's weights
+    (`previous`): the choices change a little per round, and the fit takes a few steps, not a full one."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, rkeys: np.ndarray, seed: int,
+                 previous: Adversary | None = None):
+        n_groups = len(np.unique(rkeys))
+        self.n_folds = min(N_FOLDS, n_groups)
+        self.folds, self.models = [], []
+        for m, spec in enumerate(ENSEMBLE):
+            salt = np.uint64(stable_key("af-folds", seed, m))
+            fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
+            models = []
+            for k in range(self.n_folds):
+                train = fold != k
+                init = previous.models[m][k] if previous is not None else None
+                models.append(None if not train.any() else
+                              QuestionOnlyModel(C=spec["C"], seed=spec["seed"] + 7919 * seed)
+                              .fit(X[train], y[train], init=init))
+            self.folds.append(fold)
+            self.models.append(models)
+
+    def score_built(self, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Mean member score (len(rows), c) of the built features X of the questions `rows`."""
+        acc = np.zeros(X.shape[:2])
+        for fold, models in zip(self.folds, self.models):
+            fr = fold[rows]
+            for k in np.unique(fr):
+                sel = fr == k
+                if models[k] is not None:
+                    acc[sel] += models[k].scores(X[sel])
+        return acc / len(self.models)
+
+
+def _mean_scores(advs: list, rows: np.ndarray, build, width: int) -> np.ndarray:
+    """Scores of the questions `rows` by the round's ensemble: this round's adversary and those of the
+    earlier rounds (AFLite-style memory, so a distractor chosen against one cue is not traded back for
+    another), averaged. `build(rows)` gives pair features (n, c, f) for any number c of choices or
+    candidates; `width` = c * f bounds the rows built at once (each chunk built once for all)."""
+    chunk = max(1, FEATURE_BUDGET // max(width, 1))
+    out = []
+    for s in range(0, len(rows), chunk):
+        r = rows[s:s + chunk]
+        X = build(r)
+        out.append(np.mean([a.score_built(X, r) for a in advs], axis=0))
+    return np.concatenate(out) if out else np.zeros((0, 0))
+
+
+def probe_accuracy(X: np.ndarray, y: np.ndarray, rkeys: np.ndarray, seed: int) -> float | None:
+    """The learned question-only probe (cross-fitted, 5 folds by recipe): the share of questions it solves."""
+    if len(y) == 0 or len(np.unique(rkeys)) < 2:
+        return None
+    s = cross_fitted_scores(X, y, rkeys.astype(np.int64), n_folds=min(N_FOLDS, len(np.unique(rkeys))),
+                            seed=PROBE["seed"] + seed, C=PROBE["C"])
+    return round(float((np.argmax(s, axis=1) == y).mean()), 4)
+
+
+# ----------------------------------------------------------------------------- candidate pools
+
+def _members(item_group: np.ndarray, query_group: np.ndarray) -> np.ndarray:
+    """(n, W) items whose group equals each query's group (-1 padding; a query group < 0 has none)."""
+    order = np.argsort(item_group, kind="stable")
+    g = item_group[order]
+    start = np.searchsorted(g, query_group, "left")
+    cnt = np.where(query_group >= 0, np.searchsorted(g, query_group, "right") - start, 0)
+    j = np.arange(max(int(cnt.max()) if len(cnt) else 0, 1))[None, :]
+    return np.where(j < cnt[:, None], order[np.minimum(start[:, None] + j, len(order) - 1)], -1)
+
+
+def _first_by_key(cand: np.ndarray, qkeys: np.ndarray, item_keys: np.ndarray, cap: int) -> np.ndarray:
+    """Per row, the first `cap` valid candidates in seeded pick order (-1 padding)."""
+    order = np.argsort(pick_keys(qkeys, item_keys, cand), axis=1, kind="stable")[:, :cap]
+    out = np.take_along_axis(cand, order, 1)
+    width = max(int((out >= 0).sum(1).max()) if len(out) else 0, 1)
+    return out[:, :width]
+
+
+def _dedupe(cand: np.ndarray) -> np.ndarray:
+    """Per row, keep the first occurrence of each item (pools are concatenated in preference order)."""
+    order = np.argsort(np.where(cand >= 0, cand, np.iinfo(np.int64).max), axis=1, kind="stable")
+    s = np.take_along_axis(cand, order, 1)
+    dup = np.zeros_like(s, dtype=bool)
+    dup[:, 1:] = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
+    out = cand.copy()
+    np.put_along_axis(out, order, np.where(dup, -1, s), 1)
+    return out
+
+
+def extra_pools(sp, pools: tuple, anchor: np.ndarray, shown_steps: np.ndarray, qkeys: np.ndarray,
+                block: int = 2048) -> dict[str, np.ndarray]:
+    """The `author` and `recipe` pools of n questions, each (n, <=POOL_CAP) item rows in seeded order.
+    anchor (n,): an item of the question's recipe (its recipe, split and author); shown_steps (n, s):
+    steps the question shows (the answer's included) -- never in the `recipe` pool."""
+    out = {}
+    split_code = np.unique(sp.splits, return_inverse=True)[1]
+    n_split = int(split_code.max()) + 1 if len(split_code) else 1
+    groups = {"author": (np.where(sp.author_code >= 0, sp.author_code * n_split + split_code, -1),
+                         lambda rows: np.where(sp.author_code[anchor[rows]] >= 0,
+                                               sp.author_code[anchor[rows]] * n_split + split_code[anchor[rows]], -1)),
+              "recipe": (sp.recipe_code, lambda rows: sp.recipe_code[anchor[rows]])}
+    for name in pools:
+        if name not in groups:
+            continue
+        item_group, query = groups[name]
+        parts = []
+        for s in range(0, len(anchor), block):
+            rows = np.arange(s, min(s + block, len(anchor)))
+            cand = _members(item_group, query(rows))
+            own = sp.recipe_code[np.maximum(cand, 0)] == sp.recipe_code[anchor[rows]][:, None]
+            if name == "author":
+                cand = np.where(own, -1, cand)
+            else:
+                at_shown = (sp.step_idx[np.maximum(cand, 0)][..., None] == shown_steps[rows][:, None, :]).any(-1)
+                cand = np.where(at_shown, -1, cand)
+            parts.append(_first_by_key(cand, qkeys[rows], sp.item_keys, POOL_CAP))
+        width = max(p.shape[1] for p in parts) if parts else 1
+        out[name] = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1)
+                                    for p in parts]) if parts else np.full((0, 1), -1, dtype=np.int64)
+    return out
+
+
+def _pool_label(sp, cand: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+    """What a candidate is, whichever pool listed it first: 0 ball (another author's recipe, or no
+    author recorded), 1 author (another recipe by the question's author), 2 recipe (the question's recipe)."""
+    c = np.maximum(cand, 0)
+    same_recipe = sp.recipe_code[c] == sp.recipe_code[anchor][:, None]
+    a = sp.author_code[anchor][:, None]
+    same_author = (a >= 0) & (sp.author_code[c] == a)
+    return np.where(same_recipe, 2, np.where(same_author, 1, 0))
+
+
+def _dist(sp, cand: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Exact cosine distance of candidates (n, M) to one reference item per row (as DenseKnn computes it)."""
+    d = 1.0 - np.einsum("qmd,qd->qm", sp.vecs[np.maximum(cand, 0)], sp.vecs[ref]).astype(np.float64)
+    return np.where(cand >= 0, d, np.nan)
+
+
+def _rebalance(ranks: np.ndarray, splits: np.ndarray, keys: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """knob-3 balanced: keep per split the same number of questions per rank (the first in key order)."""
+    keep = alive.copy()
+    for s in np.unique(splits[alive]):
+        in_s = alive & (splits == s)
+        n = min(int((in_s & (ranks == r)).sum()) for r in range(N_RANKS))
+        for r in range(N_RANKS):
+            members = np.flatnonzero(in_s & (ranks == r))
+            keep[members[np.argsort(keys[members], kind="stable")][n:]] = False
+    return keep
+
+
+def _nothing(ds) -> np.ndarray:
+    """No knob-valid question: nothing to filter (recorded as such)."""
+    ds.adversarial = {**config(ds), "n_knob_questions": 0, "n_kept": 0, "kept_share": None}
+    return np.zeros(0, dtype=np.int64)
+
+
+def _finish(ds, b, keep, solved, rank, exact, K, stats) -> np.ndarray:
+    """Drop the questions still solved (and rebalance ranks in knob-3 balanced mode); returns kept rows."""
+    ds.skip("af_still_solved", solved.sum())
+    alive = ~solved
+    if exact:
+        kept = _rebalance(rank, b.splits[keep], b.qkeys[keep], alive)
+        ds.skip("af_rank_rebalance", (alive & ~kept).sum())
+        alive = kept
+        ds.notes = {**ds.notes, "rank_counts": np.bincount(rank[alive], minlength=N_RANKS).tolist()}
+    ds.adversarial = {**config(ds), **stats, "n_knob_questions": int(K), "n_kept": int(alive.sum()),
+                      "kept_share": round(float(alive.mean()), 4) if K else None}
+    return np.flatnonzero(alive)
+
+
+# ----------------------------------------------------------------------------- cloze
+
+_blas = {"lock": threading.Lock(), "users": 0, "limits": None}
+
+
+def _single_blas_thread(fn):
+    """Run AF with one BLAS thread: its many small solves and products are slower threaded (on 2 busy
+    cores, 6x in wall time), and the datasets run on several threads already. The limit is process-wide:
+    set by the first AF call that starts, restored when the last one running ends."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+        with _blas["lock"]:
+            if _blas["users"] == 0:
+                _blas["limits"] = threadpool_limits(1, user_api="blas")
+            _blas["users"] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _blas["lock"]:
+                _blas["users"] -= 1
+                if _blas["users"] == 0:
+                    _blas["limits"].restore_original_limits()
+    return wrapper
+
+
+@_single_blas_thread
+def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: np.ndarray, exact: bool,
+                 lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """AF of the cloze questions `keep` (batch rows) with knob-selected distractors `picks` (K, 3).
+    need (K,): closer-to-the-question distractors required (exactly, when `exact`); lo/hi (K,): the ball.
+    Returns (rows of `keep` kept, their distractors, provenance columns)."""
+    K, R, seed = len(keep), ds.params.af_rounds, ds.seed
+    if K == 0:
+        return _nothing(ds), picks, {}
+    ans, pos, qkeys = P["ans"][keep], b.pos[keep], b.qkeys[keep]
+    ctx = _unit(P["qmean"][keep])
+    d_ans_q = P["d_ans_q"][keep]
+    rkeys = recipe_keys(b.recipe_ids[keep])
+    title = sp.name == "title"
+    # candidates: the ball pool as the setting, then the extra pools; every one inside the ball
+    ball = np.where((P["C"][keep] >= 0) & (P["D"][keep] > lo[:, None]) & (P["D"][keep] < hi[:, None]),
+                    P["C"][keep], -1)
+    extra = extra_pools(sp, CLOZE_POOLS, ans, b.sk.steps[keep], qkeys)
+    parts = [ball]
+    for name in CLOZE_POOLS[1:]:
+        c = extra[name]
+        d = _dist(sp, c, ans)
+        ok = (c >= 0) & (d > lo[:, None]) & (d < hi[:, None])
+        if title:                                 # never the answer's own text
+            ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
+        parts.append(np.where(ok, c, -1))
+    cand = _dedupe(np.concatenate(parts, axis=1))
+    pool = _pool_label(sp, cand, ans)
+    cand_closer = sp.cos_to(cand, P["qmean"][keep]) < d_ans_q[:, None]
+    cand_txt = sp.text_code[np.maximum(cand, 0)]
+    d = sp.vecs.shape[1]
+
+    def build_choices(ch):
+        return lambda r: pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)),
+                                       sp.vecs[np.maximum(ch[r], 0)])
+
+    cur = picks.copy()
+    cur_pool = _pool_label(sp, picks, ans)
+    cur_closer = sp.cos_to(cur, P["qmean"][keep]) < d_ans_q[:, None]
+    changed_in = np.zeros(K, dtype=np.int64)
+    rows = np.arange(K)
+    solved_by_round, advs = [], []
+    for rnd in range(1, R + 1):
+        choices = _insert(cur, ans, pos)
+        X = build_choices(choices)(rows)
+        advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None))
+        S = np.mean([a.score_built(X, rows) for a in advs], axis=0)
+        Sa = S[rows, pos]
+        dcol = np.arange(3)[None, :] + (np.arange(3)[None, :] >= pos[:, None])
+        Sd = np.take_along_axis(S, dcol, 1)
+        solved_by_round.append(round(float((Sa > Sd.max(1)).mean()), 4) if K else None)
+        Sc = np.where(cand >= 0, _mean_scores(advs, rows, build_choices(cand), cand.shape[1] * 4 * d), -np.inf)
+        slots = np.argsort(Sd, axis=1, kind="stable")
+        for slot_rank in range(3):               # the most easily rejected distractor first
+            s = slots[:, slot_rank]
+            sd = Sd[rows, s]
+            used = (cand[..., None] == cur[:, None, :]).any(-1)
+            n_new = cur_closer.sum(1)[:, None] - cur_closer[rows, s][:, None] + cand_closer
+            elig = (cand >= 0) & ~used & (Sc > sd[:, None]) & ((n_new == need[:, None]) if exact
+                                                                else (n_new >= need[:, None]))
+            if title:                                # choices keep distinct texts
+                others = np.where(np.arange(3)[None, :] == s[:, None], -2, sp.text_code[cur])
+                elig &= ~(cand_txt[..., None] == others[:, None, :]).any(-1)
+            best = np.argmax(np.where(elig, Sc, -np.inf), axis=1)
+            do = np.flatnonzero((sd < Sa) & elig.any(1))
+            c = best[do]
+            cur[do, s[do]] = cand[do, c]
+            cur_pool[do, s[do]] = pool[do, c]
+            cur_closer[do, s[do]] = cand_closer[do, c]
+            Sd[do, s[do]] = Sc[do, c]
+            changed_in[do] = rnd
+    choices = _insert(cur, ans, pos)
+    X = build_choices(choices)(rows)
+    final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
+    others = np.where(np.arange(4)[None, :] == pos[:, None], -np.inf, final)
+    solved = final[rows, pos] > others.max(1)
+    base_X = build_choices(_insert(picks, ans, pos))(rows)
+    stats = {"solved_share_by_round": solved_by_round, "solved_share_final": round(float(solved.mean()), 4) if K else None,
+             "probe_before": probe_accuracy(base_X, pos, rkeys, seed)}
+    sub = _finish(ds, b, keep, solved, cur_closer.sum(1), exact, K, stats)
+    ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
+    ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum()) for i, name in enumerate(CLOZE_POOLS)}
+    names = np.array(CLOZE_POOLS + ("answer",), dtype=object)
+    choice_pool = _insert(cur_pool[sub], np.full(len(sub), len(CLOZE_POOLS)), pos[sub])
+    prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
+            "af_scores": _lists(_r(final[sub]))}
+    return sub, cur[sub], prov
+
+
+# ----------------------------------------------------------------------------- coherence
+
+def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
+    """Pair features of each candidate as the foreign image among the 3 coherent ones: (n, M*4, 4d),
+    per candidate the 3 coherent images (context: the other two + the candidate), then the candidate
+    (context: the 3 coherent)."""
+    def build(r):
+        v = sp.vecs[items[r]].astype(np.float32)                         # (n, 3, d)
+        c = sp.vecs[np.maximum(cand[r], 0)].astype(np.float32)           # (n, M, d)
+        tot = v.sum(1)                                                   # (n, d)
+        ctx_coh = _unit((tot[:, None, None, :] - v[:, None, :, :]) + c[:, :, None, :])   # (n, M, 3, d)
+        ctx_c = np.broadcast_to(_unit(tot)[:, None, None, :], c.shape[:2] + (1, v.shape[2]))
+        ctx = np.concatenate([ctx_coh, ctx_c], axis=2)
+        ch = np.concatenate([np.broadcast_to(v[:, None], ctx_coh.shape), c[:, :, None, :]], axis=2)
+        n, m = c.shape[:2]
+        return pair_features(ctx.reshape(n, m * 4, -1), ch.reshape(n, m * 4, -1))
+    return build
+
+
+def _margins(S: np.ndarray, m: int) -> np.ndarray:
+    """(n, M*4) scores in _coherence_build's layout -> (n, M) foreign score minus the best coherent one."""
+    S = S.reshape(len(S), m, 4)
+    return S[..., 3] - S[..., :3].max(-1)
+
+
+@_single_blas_thread
+def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, ball_elig: np.ndarray,
+                     rule: np.ndarray, target: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: bool):
+    """AF of the coherence questions `keep` with knob-selected foreign images `foreign` (K,).
+    ball_elig (K, W): the ball pool's eligible cells (knob 2 and knob 3 of the setting); rule (K,):
+    the knob-3 rule per question (paper | none | rank); target (K,): the rank under `rank`.
+    Returns (rows of `keep` kept, {foreign, anchor, distance, dist_q, foreign_rank} of the kept, provenance)."""
+    from features.datasets.questions import _coherence_scores
+    K, R, seed = len(keep), ds.params.af_rounds, ds.seed
+    if K == 0:
+        return _nothing(ds), {k: foreign for k in ("foreign", "anchor", "D", "dq", "frank")}, {}
+    items, pos, qkeys = b.items[keep], b.pos[keep], b.qkeys[keep]
+    rkeys = recipe_keys(b.recipe_ids[keep])
+    rows = np.arange(K)
+    d = sp.vecs.shape[1]
+    # ball pool: the setting's eligible cells, with their anchors and knob-3 scores
+    # (the knob pick, then the first eligible cells in the seeded pick order, BALL_CAP in all: the union
+    # of 3 neighbour lists is long)
+    is_pick = P["C"][keep] == foreign[:, None]
+    first = np.argsort(np.where(is_pick, 0, np.where(ball_elig, 1, 2)), axis=1, kind="stable")[:, :BALL_CAP]
+    take = lambda a: np.take_along_axis(a[keep], first, 1)
+    cand_b = np.where(np.take_along_axis(ball_elig, first, 1), take(P["C"]), -1)
+    fields_b = {"anchor": take(P["anchor"]), "D": take(P["D"]), "dq": take(P["dq"]), "frank": take(P["frank"])}
+    # author pool: recomputed distances (anchor = the nearest coherent image), same knob-2/3 tests
+    ca = extra_pools(sp, ("author",), items[:, 0], b.sk.steps[keep], qkeys)["author"]
+    dd = sp.dots(ca, P["qv"][keep])                                              # (K, M, 4)
+    dq, frank, _ = _coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, rows)
+    dist3 = 1.0 - dd[..., 1:]
+    near = np.argmin(dist3, axis=-1)
+    D = np.take_along_axis(dist3, near[..., None], -1)[..., 0]
+    ok = (ca >= 0) & (D > lo[:, None]) & (D < hi[:, None])
+    ok &= np.where((rule == "paper")[:, None], dq < P["min_pair"][keep][:, None], True)
+    ok &= np.where((rule == "rank")[:, None], frank == target[:, None], True)
+    cand = _dedupe(np.concatenate([cand_b, np.where(ok, ca, -1)], axis=1))
+    pool = _pool_label(sp, cand, items[:, 0])
+    fields = {"anchor": np.concatenate([fields_b["anchor"], np.take_along_axis(items, near, 1) if K else near], 1),
+              "D": np.concatenate([fields_b["D"], D], 1), "dq": np.concatenate([fields_b["dq"], dq], 1),
+              "frank": np.concatenate([fields_b["frank"], frank], 1)}
+    cur_col = np.argmax(cand == foreign[:, None], axis=1)       # the knob pick is a ball cell
+    if K and not (cand[rows, cur_col] == foreign).all():
+        raise AssertionError("adversarial: a knob-selected foreign image is not among its eligible cells")
+    changed_in = np.zeros(K, dtype=np.int64)
+    solved_by_round = []
+
+    def build_current(col):
+        return _coherence_build(sp, items, np.take_along_axis(cand, col[:, None], 1))
+
+    advs = []
+    for rnd in range(1, R + 1):
+        cur = build_current(cur_col)
+        X = cur(rows)                                            # (K, 4, f): coherent x3, foreign
+        y = np.full(K, 3)
+        advs.append(Adversary(X, y, rkeys, seed, advs[-1] if advs else None))
+        m_cur = _margins(np.mean([a.score_built(X, rows) for a in advs], axis=0), 1)[:, 0]
+        solved = m_cur > 0
+        solved_by_round.append(round(float(solved.mean()), 4) if K else None)
+        r = np.flatnonzero(solved)                               # only a solved question is changed
+        m = np.where(cand[r] >= 0, _margins(_mean_scores(advs, r, _coherence_build(sp, items, cand),
+                                                         cand.shape[1] * 16 * d), cand.shape[1]), np.inf)
+        m[np.arange(len(r)), cur_col[r]] = np.inf
+        best = np.argmin(m, axis=1)
+        better = m[np.arange(len(r)), best] < m_cur[r]
+        do = r[better]
+        cur_col[do] = best[better]
+        changed_in[do] = rnd
+    cur = build_current(cur_col)
+    X = cur(rows)
+    y = np.full(K, 3)
+    final = Adversary(X, y, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
+    solved = _margins(final, 1)[:, 0] > 0
+    g = lambda a: a[rows, cur_col]
+    stats = {"solved_share_by_round": solved_by_round, "solved_share_final": round(float(solved.mean()), 4) if K else None,
+             "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed)}
+    sub = _finish(ds, b, keep, solved, g(fields["frank"]), exact, K, stats)
+    ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
+    ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}
+    # scores in choice order (the foreign image at pos)
+    coh, fs = final[:, :3], final[:, 3]
+    choice_scores = _insert(coh, fs, pos)[sub]
+    names = np.array(COHERENCE_POOLS + ("question",), dtype=object)
+    choice_pool = _insert(np.full((K, 3), len(COHERENCE_POOLS)), g(pool), pos)[sub]
+    out = {"foreign": g(cand)[sub], "anchor": g(fields["anchor"])[sub], "D": g(fields["D"])[sub],
+           "dq": g(fields["dq"])[sub], "frank": g(fields["frank"])[sub]}
+    prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
+            "af_scores": _lists(_r(choice_scores))}
+    return sub, out, prov
+
+
+# ----------------------------------------------------------------------------- question-only models
+# A minimal private version of the shared question-only API (pair_features, QuestionOnlyModel,
+# cross_fitted_scores), same signatures, used until features/diagnostics/question_only.py exists.
+
+def pair_features(context: np.ndarray, choice: np.ndarray) -> np.ndarray:
+    """context, choice: (n, c, d) unit vectors -> (n, c, 4d) [choice, context, choice*context, |choice-context|]."""
+    context = np.asarray(context, dtype=np.float32)
+    choice = np.asarray(choice, dtype=np.float32)
+    return np.concatenate([choice, context, choice * context, np.abs(choice - context)], axis=-1)
+
+
+class QuestionOnlyModel:
+    """Conditional logit over a question's choices (one weight vector shared by every choice; standardised
+    features, L2 penalty 1/(2C)), fitted by L-BFGS from zero: deterministic, `seed` kept for the API."""
+
+    def __init__(self, C: float = 1.0, seed: int = 0, max_iter: int = 100):
+        self.C, self.seed, self.max_iter = C, seed, max_iter
+
+    def fit(self, X: np.ndarray, y: np.ndarray, init: QuestionOnlyModel | None = None) -> QuestionOnlyModel:
+        """Fit on X (n, c, f), y (n,) the answer's index; `init`: a fitted model to start from."""
+        from scipy.optimize import minimize
+        n, _, f = X.shape
+        flat = X.reshape(-1, f)
+        self.mu = flat.mean(0, dtype=np.float64)
+        self.sd = flat.std(0, dtype=np.float64) + 1e-6
+        Z = ((X - self.mu.astype(np.float32)) / self.sd.astype(np.float32)).astype(np.float32)
+        rows = np.arange(n)
+        z_true = Z[rows, y].sum(0, dtype=np.float64)
+
+        def loss_grad(w):
+            s = Z @ w.astype(np.float32)
+            s = s - s.max(1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(1, keepdims=True)
+            loss = -np.log(np.maximum(p[rows, y], 1e-30)).sum(dtype=np.float64) + (w @ w) / (2 * self.C)
+            grad = (p.reshape(1, -1) @ Z.reshape(-1, f))[0].astype(np.float64) - z_true + w / self.C
+            return float(loss), grad
+
+        w0 = np.zeros(f) if init is None else init.w
+        self.w = minimize(loss_grad, w0, jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter}).x
+        return self
+
+    def scores(self, X: np.ndarray) -> np.ndarray:
+        """(n, c) higher = more plausible as the answer."""
+        v = (self.w / self.sd).astype(np.float32)
+        return X @ v - np.float32(self.mu @ (self.w / self.sd))
+
+
+def cross_fitted_scores(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int = 5, seed: int = 0,
+                        C: float = 1.0) -> np.ndarray:
+    """(n, c) scores where each question is scored by a model that never saw its group (recipe):
+    folds drawn per group from a seeded key."""
+    uniq, inv = np.unique(groups, return_inverse=True)
+    fold = np.array([stable_key("qo-folds", seed, g) % n_folds for g in uniq.tolist()], dtype=np.int64)[inv]
+    out = np.zeros(X.shape[:2])
+    for k in range(n_folds):
+        test = fold == k
+        if test.any() and (~test).any():
+            out[test] = QuestionOnlyModel(C, seed).fit(X[~test], y[~test]).scores(X[test])
+    return out

@@ -1,0 +1,294 @@
+"""Adversarial filtering (features/datasets/adversarial.py) on a synthetic world with a planted
+per-recipe "kitchen" cue (features/datasets/synthetic.py: every image of a recipe shares one style
+vector) and recipes grouped by author.
+
+The knob invariant suite of test_generate.py runs on the AF datasets as well: its tests are loaded
+below and collected again in this module, where `world` holds the AF datasets' exported rows."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from features.datasets.export import export_parquet, tree_sha256
+from features.datasets.generate import generate_datasets, generation_settings
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, dataset_id
+
+ENC = "synthetic-enc-0001"
+N_AUTHORS = 12
+
+
+def _load_invariants():
+    spec = importlib.util.spec_from_file_location("af_knob_invariants", Path(__file__).with_name("test_generate.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_inv = _load_invariants()
+# the knob invariants, collected again here with this module's `world` (the AF datasets)
+test_knob1_counts_and_no_reused_answer_step = _inv.test_knob1_counts_and_no_reused_answer_step
+test_cloze_shape_and_knob2_ball_from_exported_vectors = _inv.test_cloze_shape_and_knob2_ball_from_exported_vectors
+test_knob2_statistics_recomputed_from_neighbours_and_vectors = _inv.test_knob2_statistics_recomputed_from_neighbours_and_vectors
+test_knob3_closer_distractors_on_flagged_questions = _inv.test_knob3_closer_distractors_on_flagged_questions
+test_knob3_coin_flags_about_half_and_balanced_is_uniform = _inv.test_knob3_coin_flags_about_half_and_balanced_is_uniform
+test_skips_are_counted_and_stored = _inv.test_skips_are_counted_and_stored
+test_sql_data_tests_pass = _inv.test_sql_data_tests_pass
+_d = _inv._d
+
+
+def _af(task, k1, k2, k3, mode="coin"):
+    return task, replace(KnobParams.preset_for(task, k1, k2, k3, k3_mode=mode), af_rounds=AF_DEFAULT_ROUNDS)
+
+
+AF_SETTINGS = [_af("visual_cloze", 0, 0, 0), _af("visual_cloze", 0, 1, 1), _af("visual_cloze", 1, 0, 1),
+               _af("visual_cloze", 0, 1, 1, "all"), _af("visual_cloze", 0, 1, 1, "balanced"),
+               _af("visual_coherence", 0, 1, 1), _af("visual_coherence", 1, 0, 0),
+               _af("visual_coherence", 0, 1, 1, "balanced"), _af("textual_cloze", 0, 1, 1, "balanced")]
+
+# content hashes of every non-AF setting (the paper's grid, the knob-3 balanced variants, the presets) on
+# this world, computed by the generator before adversarial filtering existed: AF adds datasets, and
+# leaves these byte-identical
+BEFORE_AF = json.loads((Path(__file__).with_name("adversarial_before_af_hashes.json")).read_text())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.synthetic import build_world
+    home = tmp_path_factory.mktemp("af_home")
+    old = os.environ.get("MRQA_HOME")
+    os.environ["MRQA_HOME"] = str(home)
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    build_world(con, paths.lance, n_recipes=90, seed=3, dim=24, k=100)
+    con.execute(f"""UPDATE recipes SET author = 'author-' ||
+                    CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % {N_AUTHORS} AS VARCHAR)""")
+    paper = generation_settings()
+    bases = [(t, replace(p, af_rounds=0)) for t, p in AF_SETTINGS]
+    summaries = generate_datasets(con, paper + [b for b in bases if b not in paper] + AF_SETTINGS, seed=0,
+                                  encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    af_ids = [s["dataset_id"] for s in summaries if "adversarial" in s]
+    base_of = {dataset_id(t, p, 0, ENC): dataset_id(t, b, 0, ENC) for (t, p), (_, b) in zip(AF_SETTINGS, bases)}
+    out = paths.exports / "af"
+    exp = export_parquet(con, af_ids, out, with_vectors=True, lance_uri=paths.lance)
+    q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
+    rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+    for r in rows:
+        r["prov"] = json.loads(r["provenance"])
+    vec = {}
+    for name, idc in (("image_vectors", "image_id"), ("text_vectors", "item_id")):
+        for i, v in duckdb.sql(f"SELECT {idc}, vector FROM '{out}/{name}.parquet'").fetchall():
+            v = np.asarray(v, dtype=np.float64)
+            vec[i] = v / np.linalg.norm(v)
+    recipes = {r: s for r, s in duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall()}
+    author = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
+    yield {"con": con, "paths": paths, "summaries": {s["dataset_id"]: s for s in summaries}, "rows": rows,
+           "vec": vec, "recipes": recipes, "author": author, "export": exp, "af_ids": af_ids, "out": out,
+           "base_of": base_of}
+    con.close()
+    if old is None:
+        os.environ.pop("MRQA_HOME", None)
+    else:
+        os.environ["MRQA_HOME"] = old
+
+
+def _step_of(item: str) -> tuple[str, int]:
+    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
+    return rid, int(step)
+
+
+def test_paper_settings_and_presets_unchanged_by_af(world):
+    s = world["summaries"]
+    assert set(BEFORE_AF) <= set(s) and len(BEFORE_AF) == len(generation_settings()) == 44
+    assert {did: s[did]["content_sha256"] for did in BEFORE_AF} == BEFORE_AF
+
+
+def test_af_ids_partitions_and_params(world):
+    con = world["con"]
+    assert len(world["af_ids"]) == len(AF_SETTINGS)
+    for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
+        assert did == dataset_id(task, p, 0, ENC) and "-af-" in did
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        adv = params["adversarial"]
+        assert adv["rounds"] == params["af_rounds"] == AF_DEFAULT_ROUNDS
+        assert adv["pools"] == (["ball", "author"] if task == "visual_coherence" else ["ball", "author", "recipe"])
+        assert len(adv["ensemble"]) == 3 and len({m["C"] for m in adv["ensemble"]}) == 3
+    parts = {p.relative_to(world["out"]).parts[1:3] for p in (world["out"] / "questions").rglob("*.parquet")}
+    assert ("task=visual_cloze", "knobs=0-1-1-af") in parts
+    assert ("task=visual_cloze", "knobs=0-1-1balanced-af") in parts
+    assert ("task=visual_coherence", "knobs=1-0-0-af") in parts
+    for r in world["rows"]:
+        assert r["knobs"].endswith("-af") and r["prov"]["adversarial"]["rounds"] == AF_DEFAULT_ROUNDS
+    # the paper settings' params carry no AF field
+    p0 = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                [world["base_of"][world["af_ids"][0]]]).fetchone()[0])
+    assert "af_rounds" not in p0 and "adversarial" not in p0
+
+
+def test_af_distractors_never_the_answer_step_and_pools_are_what_they_say(world):
+    recipes, author = world["recipes"], world["author"]
+    seen = Counter()
+    for r in world["rows"]:
+        if r["task"] not in ("visual_cloze", "textual_cloze"):
+            continue
+        p = r["prov"]
+        pools = p["af_pools"]
+        assert pools[r["answer"]] == "answer" and len(pools) == 4 and len(p["af_scores"]) == 4
+        assert len(set(p["choice_items"])) == 4
+        if r["task"] == "textual_cloze":
+            assert len({c.strip().lower() for c in r["choice_list"]}) == 4
+        dpools = [x for j, x in enumerate(pools) if j != r["answer"]]
+        for d, pool in zip(p["distractors"], dpools):
+            rid, step = _step_of(d["item"])
+            assert rid == d["recipe_id"] and recipes[rid] == r["split"]
+            if rid == r["recipe_id"]:
+                assert pool == "recipe"
+                assert step != p["answer_step"] and step not in r["question_step_ids"], r["qid"]
+            elif author[rid] == author[r["recipe_id"]]:
+                assert pool == "author"
+            else:
+                assert pool == "ball"
+            seen[pool] += 1
+    assert seen["recipe"] > 20 and seen["author"] > 5 and seen["ball"] > 20, seen
+
+
+def test_af_coherence_foreign_image_keeps_knobs_2_and_3(world):
+    vec, recipes, author = world["vec"], world["recipes"], world["author"]
+    pools = Counter()
+    for r in (r for r in world["rows"] if r["task"] == "visual_coherence"):
+        p = r["prov"]
+        assert r["question"][r["answer"]] == p["foreign_item"] and p["af_pools"][r["answer"]] in ("ball", "author")
+        assert p["foreign_recipe_id"] != r["recipe_id"] and recipes[p["foreign_recipe_id"]] == r["split"]
+        assert (p["af_pools"][r["answer"]] == "author") == (author[p["foreign_recipe_id"]] == author[r["recipe_id"]])
+        coherent = p["question_items"]
+        f = vec[p["foreign_item"]]
+        d_anchor = _d(f, vec[p["anchor_item"]])
+        assert p["anchor_item"] in coherent and d_anchor == pytest.approx(p["distance"], abs=1e-5)
+        assert p["ball"][0] - 1e-5 < d_anchor < p["ball"][1] + 1e-5
+        # the anchor: the nearest coherent image whose neighbour list holds the foreign one (ball pool), or
+        # the nearest coherent image (author pool, distances recomputed)
+        assert d_anchor >= min(_d(f, vec[c]) for c in coherent) - 1e-5
+        qmean = np.mean([vec[c] for c in coherent], axis=0)
+        if p["k3_rule"] == "paper":
+            pairs = [_d(vec[a], vec[b]) for j, a in enumerate(coherent) for b in coherent[j + 1:]]
+            assert _d(qmean, f) < min(pairs) + 1e-6
+        if p["k3_rule"] == "rank":
+            allv = [vec[x] for x in r["question"]]
+            loo = [_d(allv[j], np.sum([allv[i] for i in range(4) if i != j], axis=0)) for j in range(4)]
+            assert sum(loo[j] > loo[r["answer"]] for j in range(4) if j != r["answer"]) == p["target_rank"]
+        pools[p["af_pools"][r["answer"]]] += 1
+    assert pools["ball"] > 20, pools
+
+
+def test_answers_balanced_over_positions_after_af(world):
+    for task in ("visual_cloze", "visual_coherence", "textual_cloze"):
+        ans = [a for _, a in {(r["qid"], r["answer"]) for r in world["rows"] if r["task"] == task}]
+        c = np.bincount(ans, minlength=4)
+        assert len(ans) > 100
+        assert ((c - len(ans) / 4) ** 2 / (len(ans) / 4)).sum() < 16.3, (task, c)     # p ~ 0.001, 3 dof
+
+
+def test_kept_questions_are_not_solved_by_the_final_adversary(world):
+    rounds = Counter()
+    for r in world["rows"]:
+        s = r["prov"]["af_scores"]
+        assert s[r["answer"]] <= max(x for j, x in enumerate(s) if j != r["answer"]), r["qid"]
+        rounds[r["prov"]["af_round"]] += 1
+    assert set(rounds) <= set(range(AF_DEFAULT_ROUNDS + 1)) and rounds[0] < sum(rounds.values())
+
+
+def test_af_keeps_a_reported_share_of_the_knob_questions(world):
+    s = world["summaries"]
+    con = world["con"]
+    for did in world["af_ids"]:
+        adv = s[did]["adversarial"]
+        base = s[world["base_of"][did]]
+        assert adv["n_knob_questions"] == base["n_questions"]          # the same knob selection before AF
+        assert adv["n_kept"] == s[did]["n_questions"]
+        assert adv["kept_share"] == pytest.approx(adv["n_kept"] / adv["n_knob_questions"], abs=1e-4)
+        dropped = s[did]["skips"].get("af_still_solved", 0) + s[did]["skips"].get("af_rank_rebalance", 0)
+        assert dropped == adv["n_knob_questions"] - adv["n_kept"]
+        assert adv["kept_share"] >= 0.4, (did, adv)
+        stored = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        assert stored["adversarial"]["kept_share"] == adv["kept_share"]
+
+
+def _probe(rows, vec) -> float:
+    """The learned question-only probe (5-fold by recipe) on exported questions and vectors."""
+    from features.datasets.adversarial import cross_fitted_scores, pair_features
+    ctx, ch = [], []
+    for r in rows:
+        items = r["question"] if r["task"] == "visual_coherence" else r["prov"]["choice_items"]
+        v = np.array([vec[i] for i in items])
+        if r["task"] == "visual_coherence":
+            c = v.sum(0)[None, :] - v
+        else:
+            c = np.repeat(np.mean([vec[i] for j, i in enumerate(r["prov"]["question_items"])
+                                   if j != r["prov"]["placeholder_index"]], axis=0)[None, :], 4, axis=0)
+        ctx.append(c / np.linalg.norm(c, axis=1, keepdims=True))
+        ch.append(v)
+    X = pair_features(np.array(ctx, dtype=np.float32), np.array(ch, dtype=np.float32))
+    y = np.array([r["answer"] for r in rows])
+    groups = np.unique([r["recipe_id"] for r in rows], return_inverse=True)[1]
+    return float((np.argmax(cross_fitted_scores(X, y, groups, n_folds=5, seed=0), axis=1) == y).mean())
+
+
+def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_path):
+    con, s = world["con"], world["summaries"]
+    checked = 0
+    for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
+        if task != "visual_cloze" or p.k3_mode != "coin":
+            continue
+        base = world["base_of"][did]
+        export_parquet(con, [base], tmp_path / base, with_vectors=False)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
+                       "hive_partitioning=true)")
+        before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+        for r in before_rows:
+            r["prov"] = json.loads(r["provenance"])
+        after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
+        before, after = _probe(before_rows, world["vec"]), _probe(after_rows, world["vec"])
+        assert before > 0.5 and after <= 0.35, (did, before, after)
+        assert s[did]["adversarial"]["probe_before"] > 0.5 and s[did]["adversarial"]["probe_after"] <= 0.35
+        checked += 1
+    assert checked == 2
+    for did in world["af_ids"]:
+        assert s[did]["adversarial"]["probe_after"] <= 0.35, (did, s[did]["adversarial"])
+
+
+def test_af_is_deterministic_and_thread_independent(world, tmp_path):
+    con, paths = world["con"], world["paths"]
+    settings = [AF_SETTINGS[1], AF_SETTINGS[5]]
+    again = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                              workers=1)
+    ids = [x["dataset_id"] for x in again]
+    assert [x["content_sha256"] for x in again] == [world["summaries"][i]["content_sha256"] for i in ids]
+    h1 = export_parquet(con, ids, tmp_path / "a", with_vectors=False)["sha256"]
+    h2 = export_parquet(con, ids, tmp_path / "b", with_vectors=False)["sha256"]
+    assert h1 == h2 == tree_sha256(tmp_path / "a")
+    other = generate_datasets(con, settings, seed=1, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    assert all(o["content_sha256"] != a["content_sha256"] for o, a in zip(other, again))
+
+
+def test_af_refuses_ordering_and_presets():
+    from features.datasets.generate import settings_for
+    with pytest.raises(ValueError, match="adversarial filtering is defined"):
+        settings_for("visual_ordering", (0, 1, 0), adversarial=True)
+    with pytest.raises(ValueError, match="adversarial filtering is defined"):
+        settings_for("visual_cloze", preset="recipeqa", adversarial=True)
+    with pytest.raises(ValueError, match="af-rounds"):
+        settings_for("visual_cloze", (0, 1, 0), adversarial=True, af_rounds=0)
+    every = settings_for(all_settings=True)
+    af = [(t, p) for t, p in every if p.af_rounds]
+    assert len(every) == 44 + len(af) and len(af) == 36
+    assert {t for t, _ in af} == {"visual_cloze", "visual_coherence", "textual_cloze"}
+    assert len(settings_for(all_settings=True, adversarial=False)) == 44
