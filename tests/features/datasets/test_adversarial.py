@@ -292,3 +292,23 @@ def test_af_refuses_ordering_and_presets():
     assert len(every) == 44 + len(af) and len(af) == 36
     assert {t for t, _ in af} == {"visual_cloze", "visual_coherence", "textual_cloze"}
     assert len(settings_for(all_settings=True, adversarial=False)) == 44
+
+
+def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness):
+    from typer.testing import CliRunner
+
+    from features.datasets.synthetic import build_world
+    from flows.cli import app
+    build_world(con, paths.lance, n_recipes=30, seed=2, dim=16, k=50)
+    con.close()
+    runner = CliRunner()
+    for args, needle in ((["--task", "visual_ordering", "--knobs", "0,1,0", "--adversarial"], "adversarial filtering"),
+                         (["--task", "visual_cloze", "--preset", "recipeqa", "--adversarial"], "adversarial filtering"),
+                         (["--task", "visual_cloze", "--knobs", "0,1,0", "--af-rounds", "2"], "--af-rounds"),
+                         (["--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial", "--af-rounds", "0"],
+                          "--af-rounds")):
+        r = runner.invoke(app, ["generate", *args])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, (args, r.output)
+    r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
+    assert r.exit_code == 0, r.output
+    assert "vc-k010-af-s0-" in r.output and "af_still_solved" in r.output
