@@ -88,7 +88,7 @@ def cue_figures(x: np.ndarray, recipe: list[str], step: list[int], author: list[
     s = _codes([f"{rc}\0{st}" for rc, st in zip(recipe, step)])
     author_of_r, author_of_s = np.zeros(r.max() + 1, int), np.zeros(s.max() + 1, int)
     author_of_r[r], author_of_s[s] = a, a
-    per_author = lambda v, owner: np.bincount(owner, v, minlength=a.max() + 1)  # noqa: E731
+    per_author = lambda v, owner: np.bincount(owner, v, minlength=a.max() + 1)
     (sa, na), (sr, nr), (ss, ns) = _within(x, a), _within(x, r), _within(x, s)
     sr_a, nr_a = per_author(sr, author_of_r), per_author(nr, author_of_r)
     ss_a, ns_a = per_author(ss, author_of_s), per_author(ns, author_of_s)

@@ -25,7 +25,13 @@ from etl.records import image_id
 from etl.sample import site as W
 from etl.sample import vocab as V
 from etl.sample.noise import apply_noise, normalise_ws
-from etl.sample.recipes import RecipePlan, assign_authors, assign_defects, derive_seed, plan_recipe
+from etl.sample.recipes import (
+    RecipePlan,
+    assign_authors,
+    assign_defects,
+    derive_seed,
+    plan_recipe,
+)
 from etl.sample.render import KitchenRenderer, truncate_jpeg
 
 log = logging.getLogger(__name__)

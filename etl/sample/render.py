@@ -227,7 +227,6 @@ def _contents(d, rng, dep, items, box, R, vkind):
     base, tops = items[0], items[1:]
     _state(d, rng, base, box, R, vkind)
     for t in tops:
-        col = state_colour(t)
         if t["state"] in ("sprinkled", "garnished"):
             _pieces(d, rng, _shrink(box, 0.85), tuple(t["colour"]), R * 0.035, 40, "dot")
         else:

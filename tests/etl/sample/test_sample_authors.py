@@ -35,7 +35,7 @@ def test_author_assignment_is_seeded_and_a_prefix_of_larger_samples():
 
 
 def test_an_authors_recipes_share_the_kitchen_with_small_variation(sample_build):
-    out, summary, gt = sample_build
+    _, summary, gt = sample_build
     by_author = defaultdict(list)
     for g in gt:
         by_author[g["author"]].append(g)

@@ -39,7 +39,7 @@ def test_background_cue_mean_colour_closer_within_recipe(sample_build):
         by_recipe[r["recipe"]].append(r)
     within = [p for rs in by_recipe.values() for p in itertools.combinations(rs, 2)]
     across = [(a, b) for a, b in (rng.sample(rows, 2) for _ in range(4000)) if a["recipe"] != b["recipe"]]
-    dist = lambda a, b: float(np.linalg.norm(mean[id(a)] - mean[id(b)]))  # noqa: E731
+    dist = lambda a, b: float(np.linalg.norm(mean[id(a)] - mean[id(b)]))
     w, x = _mean_dist(within, dist), _mean_dist(across, dist)
     print(f"\nbackground cue: mean-colour distance within recipe {w:.1f}, across recipes {x:.1f}, ratio {w / x:.3f}")
     assert w / x < 0.4
@@ -54,7 +54,7 @@ def test_same_content_across_recipes_is_nearer_than_other_content_in_the_same_ki
         by_key[r["key"]].append(r)
         by_recipe[r["recipe"]].append(r)
     rng = random.Random(1)
-    dist = lambda a, b: float(np.linalg.norm(a["pix"] - b["pix"]))  # noqa: E731
+    dist = lambda a, b: float(np.linalg.norm(a["pix"] - b["pix"]))
     same, control = [], []
     for rs in by_key.values():
         for a, b in itertools.combinations(rs, 2):
@@ -79,7 +79,7 @@ def test_step_content_dominates_within_a_recipe(sample_build):
     for rs in by_recipe.values():
         for a, b in itertools.combinations(rs, 2):
             (same_step if a["step"] == b["step"] else other_step if a["key"] != b["key"] else []).append((a, b))
-    dist = lambda a, b: float(np.linalg.norm(a["pix"] - b["pix"]))  # noqa: E731
+    dist = lambda a, b: float(np.linalg.norm(a["pix"] - b["pix"]))
     s, o = _mean_dist(same_step, dist), _mean_dist(other_step, dist)
     print(f"\nwithin a recipe: same-step photos {s:.0f}, different steps {o:.0f} (ratio {s / o:.3f})")
     assert s < 0.75 * o
