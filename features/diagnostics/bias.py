@@ -297,10 +297,12 @@ def list_datasets(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None 
 
 
 def knobs_label(d: dict) -> str:
-    """`k1-k2-k3` (knob3 may carry its mode, e.g. `1:balanced`), or the preset name."""
+    """`k1-k2-k3` (knob3 may carry its mode, e.g. `1:balanced`; `-af` for an adversarially filtered
+    dataset, whose id carries `-af-`), or the preset name."""
     if d.get("preset"):
         return str(d["preset"])
-    return f"{d['knob1']}-{d['knob2']}-{d['knob3']}"
+    af = "-af" if "-af-" in str(d.get("dataset_id", "")) else ""
+    return f"{d['knob1']}-{d['knob2']}-{d['knob3']}{af}"
 
 
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,

@@ -40,9 +40,11 @@ def setting_sort_key(row: dict) -> tuple:
 
 
 def is_paper_setting(row: dict) -> bool:
-    """A binary knob setting with the paper's parameters (no `-p<hash>` suffix, knob3 0/1 coin)."""
+    """A binary knob setting with the paper's parameters (no `-p<hash>` suffix, knob3 0/1 coin, not an
+    adversarially filtered `-af-` variant)."""
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
-            and str(row.get("knob3")) in ("0", "1", "None") and "-p" not in row["dataset_id"].split("-s")[-1])
+            and str(row.get("knob3")) in ("0", "1", "None") and "-p" not in row["dataset_id"].split("-s")[-1]
+            and "-af-" not in row["dataset_id"])
 
 
 def ordering_by_probe(rows: list[dict]) -> list[dict]:

@@ -312,3 +312,13 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
     r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
     assert r.exit_code == 0, r.output
     assert "vc-k010-af-s0-" in r.output and "af_still_solved" in r.output
+
+
+def test_bias_report_labels_af_datasets_apart_from_the_paper_settings(world):
+    from features.diagnostics.bias import knobs_label, list_datasets
+    from features.diagnostics.report import is_paper_setting
+    rows = {r["dataset_id"]: r for r in list_datasets(world["con"])}
+    for did in world["af_ids"]:
+        assert knobs_label(rows[did]).endswith("-af") and not is_paper_setting(rows[did])
+        assert not knobs_label(rows[world["base_of"][did]]).endswith("-af")
+    assert sum(is_paper_setting(r) for r in rows.values()) == 8 * 3 + 4
