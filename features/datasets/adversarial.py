@@ -501,39 +501,73 @@ def pair_features(context: np.ndarray, choice: np.ndarray) -> np.ndarray:
 
 class QuestionOnlyModel:
     """Conditional logit over a question's choices (one weight vector shared by every choice; standardised
-    features, L2 penalty 1/(2C)), fitted by L-BFGS from zero: deterministic, `seed` kept for the API."""
+    features, L2 penalty 1/(2C)), fitted by L-BFGS from zero (or from `init`): deterministic, `seed` kept
+    for the API."""
 
-    def __init__(self, C: float = 1.0, seed: int = 0, max_iter: int = 100):
+    def __init__(self, C: float = 1.0, seed: int = 0, max_iter: int = 60):
         self.C, self.seed, self.max_iter = C, seed, max_iter
 
     def fit(self, X: np.ndarray, y: np.ndarray, init: QuestionOnlyModel | None = None) -> QuestionOnlyModel:
         """Fit on X (n, c, f), y (n,) the answer's index; `init`: a fitted model to start from."""
-        from scipy.optimize import minimize
-        n, _, f = X.shape
+        n, c, f = X.shape
         flat = X.reshape(-1, f)
         self.mu = flat.mean(0, dtype=np.float64)
         self.sd = flat.std(0, dtype=np.float64) + 1e-6
-        Z = ((X - self.mu.astype(np.float32)) / self.sd.astype(np.float32)).astype(np.float32)
-        rows = np.arange(n)
-        z_true = Z[rows, y].sum(0, dtype=np.float64)
+        Z = ((flat - self.mu.astype(np.float32)) / self.sd.astype(np.float32)).astype(np.float32)
+        pick = np.arange(n) * c + y
+        z_true = Z[pick].sum(0, dtype=np.float64)
 
         def loss_grad(w):
-            s = Z @ w.astype(np.float32)
+            s = (Z @ w.astype(np.float32)).reshape(n, c)
             s = s - s.max(1, keepdims=True)
-            p = np.exp(s)
-            p /= p.sum(1, keepdims=True)
-            loss = -np.log(np.maximum(p[rows, y], 1e-30)).sum(dtype=np.float64) + (w @ w) / (2 * self.C)
-            grad = (p.reshape(1, -1) @ Z.reshape(-1, f))[0].astype(np.float64) - z_true + w / self.C
+            e = np.exp(s)
+            tot = e.sum(1, keepdims=True)
+            loss = -(s.reshape(-1)[pick] - np.log(tot[:, 0])).sum(dtype=np.float64) + (w @ w) / (2 * self.C)
+            grad = ((e / tot).reshape(1, -1) @ Z)[0].astype(np.float64) - z_true + w / self.C
             return float(loss), grad
 
-        w0 = np.zeros(f) if init is None else init.w
-        self.w = minimize(loss_grad, w0, jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter}).x
+        self.w = lbfgs(loss_grad, np.zeros(f) if init is None else init.w.copy(), self.max_iter)
         return self
 
     def scores(self, X: np.ndarray) -> np.ndarray:
         """(n, c) higher = more plausible as the answer."""
         v = (self.w / self.sd).astype(np.float32)
         return X @ v - np.float32(self.mu @ (self.w / self.sd))
+
+
+def lbfgs(loss_grad, w: np.ndarray, max_iter: int, memory: int = 10, rtol: float = 1e-6) -> np.ndarray:
+    """Minimise a smooth convex function: L-BFGS (two-loop recursion) with a backtracking Armijo step;
+    stops after max_iter steps, or when a step lowers the loss by less than rtol of it (the float32
+    loss cannot tell smaller gains apart)."""
+    loss, g = loss_grad(w)
+    S, Y = [], []
+    for _ in range(max_iter):
+        q = g.copy()
+        alphas = []
+        for s_, y_ in reversed(list(zip(S, Y))):
+            a = (s_ @ q) / (y_ @ s_)
+            alphas.append(a)
+            q -= a * y_
+        q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1]) if S else 1.0 / max(np.linalg.norm(g), 1.0)
+        for (s_, y_), a in zip(zip(S, Y), reversed(alphas)):
+            q += s_ * (a - (y_ @ q) / (y_ @ s_))
+        step, slope = 1.0, -(g @ q)
+        while True:
+            w_new = w - step * q
+            loss_new, g_new = loss_grad(w_new)
+            if loss_new <= loss + 1e-4 * step * slope or step < 1e-6:
+                break
+            step *= 0.5
+        if loss_new > loss:
+            break
+        s_, y_ = w_new - w, g_new - g
+        if s_ @ y_ > 1e-12:
+            S, Y = (S + [s_])[-memory:], (Y + [y_])[-memory:]
+        done = loss - loss_new <= rtol * abs(loss)
+        w, loss, g = w_new, loss_new, g_new
+        if done:
+            break
+    return w
 
 
 def cross_fitted_scores(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int = 5, seed: int = 0,
