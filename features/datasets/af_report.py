@@ -79,15 +79,74 @@ def af_report(con, lance_uri: str) -> list[dict]:
     return out
 
 
+def bench_fit(con, lance_uri: str, dataset_id: str) -> dict:
+    """Time the adversary's model fit (numpy L-BFGS) against scipy's L-BFGS-B on the same loss, on the
+    question-only features of one visual cloze dataset (train split -> test split accuracy)."""
+    import time
+
+    from scipy.optimize import minimize
+
+    from features.datasets.adversarial import QuestionOnlyModel, pair_features
+    rows = con.execute("""SELECT split, choice_list, answer, provenance FROM questions WHERE dataset_id = ?
+                          AND task = 'visual_cloze' ORDER BY qid""", [dataset_id]).fetchall()
+    if not rows:
+        raise ValueError(f"no visual cloze questions in dataset {dataset_id!r}")
+    enc = con.execute("SELECT encoder_id FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchone()[0]
+    img, _ = _vectors(lance_uri, enc)
+    ctx, ch = [], []
+    for _, choices, _, prov in rows:
+        p = json.loads(prov)
+        c = np.mean([img[i] for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]], axis=0)
+        ctx.append(np.repeat((c / np.linalg.norm(c))[None, :], 4, axis=0))
+        ch.append([img[i] for i in choices])
+    X = pair_features(np.array(ctx), np.array(ch))
+    y = np.array([r[2] for r in rows])
+    train = np.array([r[0] == "train" for r in rows])
+    test = np.array([r[0] == "test" for r in rows])
+    out = {"dataset_id": dataset_id, "n_train": int(train.sum()), "n_test": int(test.sum())}
+    t0 = time.process_time()
+    m = QuestionOnlyModel(1.0).fit(X[train], y[train])
+    out["numpy_lbfgs_cpu_s"] = round(time.process_time() - t0, 3)
+    out["numpy_lbfgs_test_acc"] = round(float((m.scores(X[test]).argmax(1) == y[test]).mean()), 4)
+    ref = QuestionOnlyModel(1.0)                       # same loss and standardisation, scipy's optimiser
+    t0 = time.process_time()
+    n, c, f = X[train].shape
+    flat = X[train].reshape(-1, f).astype(np.float64)
+    ref.mu, ref.sd = flat.mean(0), flat.std(0) + 1e-6
+    Z = (flat - ref.mu) / ref.sd
+    pick = np.arange(n) * c + y[train]
+
+    def loss_grad(w):
+        s = (Z @ w).reshape(n, c)
+        s = s - s.max(1, keepdims=True)
+        e = np.exp(s)
+        tot = e.sum(1, keepdims=True)
+        grad = ((e / tot).reshape(1, -1) @ Z)[0] - Z[pick].sum(0) + w / ref.C
+        return -(s.reshape(-1)[pick] - np.log(tot[:, 0])).sum() + (w @ w) / (2 * ref.C), grad
+
+    ref.w = minimize(loss_grad, np.zeros(f), jac=True, method="L-BFGS-B").x
+    out["scipy_lbfgsb_cpu_s"] = round(time.process_time() - t0, 3)
+    out["scipy_lbfgsb_test_acc"] = round(float((ref.scores(X[test]).argmax(1) == y[test]).mean()), 4)
+    out["ratio"] = round(out["scipy_lbfgsb_cpu_s"] / max(out["numpy_lbfgs_cpu_s"], 1e-9), 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     from etl.config import Paths
     from etl.warehouse import connect
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", default=None, help="MRQA home (default: $MRQA_HOME or ./data)")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of the table")
+    ap.add_argument("--bench-fit", metavar="DATASET_ID", help="time the adversary's model fit on this visual "
+                    "cloze dataset against scipy's L-BFGS-B instead")
     a = ap.parse_args(argv)
     paths = Paths.from_env(a.home)
     con = connect(paths, read_only=True)
+    if a.bench_fit:
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1, user_api="blas"):
+            print(json.dumps(bench_fit(con, paths.lance, a.bench_fit), indent=1))
+        return
     rows = af_report(con, paths.lance)
     if a.json:
         print(json.dumps(rows, indent=1))

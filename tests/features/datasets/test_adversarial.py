@@ -322,3 +322,17 @@ def test_bias_report_labels_af_datasets_apart_from_the_paper_settings(world):
         assert knobs_label(rows[did]).endswith("-af") and not is_paper_setting(rows[did])
         assert not knobs_label(rows[world["base_of"][did]]).endswith("-af")
     assert sum(is_paper_setting(r) for r in rows.values()) == 8 * 3 + 4
+
+
+def test_af_report_rows_match_the_registered_datasets(world):
+    from features.datasets.af_report import af_report
+    rows = {r["dataset_id"]: r for r in af_report(world["con"], world["paths"].lance)}
+    assert set(rows) == set(world["af_ids"])
+    for did, r in rows.items():
+        s = world["summaries"][did]
+        assert r["af_questions"] == s["n_questions"] and r["kept_share"] == s["adversarial"]["kept_share"]
+        assert r["probe_after"] == s["adversarial"]["probe_after"] and r["base_registered"]
+        if r["task"] == "textual_cloze":
+            assert "oracle_after" not in r
+        else:
+            assert 0.0 <= r["oracle_before"] <= 1.0 and 0.0 <= r["oracle_after"] <= 1.0
