@@ -312,6 +312,8 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
     r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
     assert r.exit_code == 0, r.output
     assert "vc-k010-af-s0-" in r.output and "af_still_solved" in r.output
+    r = runner.invoke(app, ["datasets", "--format", "json"])
+    assert [d["knobs"] for d in json.loads(r.output) if "-af-" in d["dataset_id"]] == ["0-1-0-af"]
 
 
 def test_bias_report_labels_af_datasets_apart_from_the_paper_settings(world):
