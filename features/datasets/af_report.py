@@ -65,7 +65,8 @@ def af_report(con, lance_uri: str) -> list[dict]:
         row = {"dataset_id": did, "task": task, "knobs": base_params.knobs_label + "-af",
                "k3_mode": base_params.k3_mode, "knob_questions": adv["n_knob_questions"], "af_questions": n,
                "kept_share": adv["kept_share"], "probe_before": adv.get("probe_before"),
-               "probe_after": adv.get("probe_after"), "base_registered": bool(base_n)}
+               "probe_after": adv.get("probe_after"), "adversary_final": adv.get("solved_share_final"),
+               "base_registered": bool(base_n)}
         if task != "textual_cloze":
             if enc not in vectors:
                 vectors[enc] = _vectors(lance_uri, enc)
@@ -151,13 +152,17 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         print(json.dumps(rows, indent=1))
         return
+    print("probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
+          "(after);\nadversary: the final held-out ensemble on every AF question before the still-solved ones "
+          "are dropped;\noracle: the choice nearest the recipe's own step text (the question answered by reading)")
     print(f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
-          f"{'after':>6s} {'oracle before':>14s} {'after':>6s}")
+          f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}")
     for r in rows:
         knobs = r["knobs"] if r["k3_mode"] in ("off", "coin") else f"{r['knobs']}({r['k3_mode']})"
         f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
         print(f"{r['task']:17s} {knobs:20s} {r['knob_questions']:7d} {r['af_questions']:6d} {f(r['kept_share']):>6s} "
-              f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r.get('oracle_before')):>14s} "
+              f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r['adversary_final']):>10s} "
+              f"{f(r.get('oracle_before')):>14s} "
               f"{f(r.get('oracle_after')):>6s}")
 
 
