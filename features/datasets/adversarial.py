@@ -36,7 +36,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from features.datasets.distractors import N_RANKS, pick_keys
+from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
 
 N_FOLDS = 5
@@ -407,7 +407,6 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     ball_elig (K, W): the ball pool's eligible cells (knob 2 and knob 3 of the setting); rule (K,):
     the knob-3 rule per question (paper | none | rank); target (K,): the rank under `rank`.
     Returns (rows of `keep` kept, {foreign, anchor, distance, dist_q, foreign_rank} of the kept, provenance)."""
-    from features.datasets.questions import _coherence_scores
     K, R, seed = len(keep), ds.params.af_rounds, ds.seed
     if K == 0:
         return _nothing(ds), {k: foreign for k in ("foreign", "anchor", "D", "dq", "frank")}, {}
@@ -426,7 +425,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     # author pool: recomputed distances (anchor = the nearest coherent image), same knob-2/3 tests
     ca = extra_pools(sp, ("author",), items[:, 0], b.sk.steps[keep], qkeys)["author"]
     dd = sp.dots(ca, P["qv"][keep])                                              # (K, M, 4)
-    dq, frank, _ = _coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, rows)
+    dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, rows)
     dist3 = 1.0 - dd[..., 1:]
     near = np.argmin(dist3, axis=-1)
     D = np.take_along_axis(dist3, near[..., None], -1)[..., 0]

@@ -8,6 +8,9 @@
 - `balanced_targets`: knob 3 `balanced` -- a target rank per question with EXACTLY equal counts per
   rank (per split), among the ranks each question can realise; seeded draws are honoured where the
   quotas allow, the rest are redrawn; questions beyond the quotas are skipped (counted).
+- `coherence_scores`: knob 3 of coherence -- a candidate foreign image's distance to the question and
+  its rank among the coherent images' leave-one-out distances (used by the knob selection and by
+  adversarial filtering).
 """
 from __future__ import annotations
 
@@ -166,3 +169,20 @@ def balanced_targets(feasible: np.ndarray, groups: np.ndarray, drawn: np.ndarray
             fill = np.repeat(np.arange(N_RANKS), left)      # second pass: redraw into the quotas
             target[rest[:len(fill)]] = fill[:len(rest)]
     return target
+
+
+# ----------------------------------------------------------------------------- coherence knob 3
+
+def coherence_scores(P: dict, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dist_q, foreign_rank, gap) of the candidate cells of `rows`: distance to the question mean,
+    how many coherent images look MORE out of place (leave-one-out distance) than the candidate, and
+    the gap to the nearest coherent image's leave-one-out distance."""
+    dd, cs, ss = P["dd"][rows], P["cs"][rows], P["ss"][rows]
+    dq = 1.0 - dd[..., 0]
+    f = [dd[..., 1 + j] for j in range(3)]
+    others = [(1, 2), (0, 2), (0, 1)]
+    loo = [1 - (cs[:, i, None] + f[i]) / np.sqrt(ss[:, i, None] + 2 * (f[j] + f[k]) + 1)
+           for i, (j, k) in enumerate(others)]
+    frank = sum((x > dq).astype(np.int64) for x in loo)
+    gap = np.min([np.abs(x - dq) for x in loo], axis=0)     # to the nearest coherent image's distance
+    return dq, frank, gap

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from features.datasets.distractors import (N_RANKS, DenseKnn, balanced_targets, first_per_group, pick_keys,
-                                  rows_cols, take_first)
+from features.datasets.distractors import (N_RANKS, DenseKnn, balanced_targets, coherence_scores, first_per_group,
+                                  pick_keys, rows_cols, take_first)
 from features.datasets.knobs import uniforms
 
 PLACEHOLDER = "@placeholder"
@@ -295,21 +295,6 @@ def _coherence_pool(b, sp, knn: DenseKnn) -> dict:
     return pool
 
 
-def _coherence_scores(P: dict, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dist_q, foreign_rank, gap) of the candidate cells of `rows`: distance to the question mean,
-    how many coherent images look MORE out of place (leave-one-out distance) than the candidate, and
-    the gap to the nearest coherent image's leave-one-out distance."""
-    dd, cs, ss = P["dd"][rows], P["cs"][rows], P["ss"][rows]
-    dq = 1.0 - dd[..., 0]
-    f = [dd[..., 1 + j] for j in range(3)]
-    others = [(1, 2), (0, 2), (0, 1)]
-    loo = [1 - (cs[:, i, None] + f[i]) / np.sqrt(ss[:, i, None] + 2 * (f[j] + f[k]) + 1)
-           for i, (j, k) in enumerate(others)]
-    frank = sum((x > dq).astype(np.int64) for x in loo)
-    gap = np.min([np.abs(x - dq) for x in loo], axis=0)     # to the nearest coherent image's distance
-    return dq, frank, gap
-
-
 def coherence(ds, b, sp, knn: DenseKnn) -> None:
     p = ds.params
     q = len(b.qids)
@@ -334,7 +319,7 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     n_c = inball.sum(1)
     new = _fill(P, sp, inball)              # whole rows: the same rows whatever knob 3 needs of them
     if len(new):
-        P["dq"][new], P["frank"][new], P["gap"][new] = _coherence_scores(P, new)
+        P["dq"][new], P["frank"][new], P["gap"][new] = coherence_scores(P, new)
     gap = P["gap"]
     ok = n_c > 0
     ds.skip("too_few_ball_candidates", (~ok).sum())

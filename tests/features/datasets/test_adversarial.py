@@ -329,8 +329,10 @@ def test_bias_report_labels_af_datasets_apart_from_the_paper_settings(world):
 def test_af_report_rows_match_the_registered_datasets(world):
     from features.datasets.af_report import af_report
     rows = {r["dataset_id"]: r for r in af_report(world["con"], world["paths"].lance)}
-    assert set(rows) == set(world["af_ids"])
-    for did, r in rows.items():
+    assert set(world["af_ids"]) <= set(rows)             # (another test adds seed-1 variants)
+    assert all("-af-" in did for did in rows)
+    for did in world["af_ids"]:
+        r = rows[did]
         s = world["summaries"][did]
         assert r["af_questions"] == s["n_questions"] and r["kept_share"] == s["adversarial"]["kept_share"]
         assert r["probe_after"] == s["adversarial"]["probe_after"] and r["base_registered"]
