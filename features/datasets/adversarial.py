@@ -28,6 +28,12 @@ adversarial pick could keep.
 
 Deterministic for a seed: folds from seeded recipe keys, seeded models, ties broken by the seeded
 candidate order (the same pick keys as the knob selection).
+
+Recorded per question (provenance): `af_round` (the last round that changed its choices; 0 = the knob
+selection kept), per choice `af_pools` (ball | author | recipe, `answer` / `question` for the others) and
+`af_scores` (the final held-out ensemble's score), and `adversarial` {rounds, pools, ensemble, n_folds,
+probe}. The dataset's params add what AF measured: the ensemble's solved share per round and at the end,
+the learned probe before (knob selection) and after (kept questions), questions in and kept.
 """
 from __future__ import annotations
 
