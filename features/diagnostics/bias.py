@@ -28,7 +28,18 @@ import duckdb
 import numpy as np
 
 from features.datasets.knobs import N_CHOICES, stable_key
-from features.diagnostics.hasty import cloze_distances, coherence_distances, hasty_student, ordering_distances
+from features.diagnostics.hasty import (
+    cloze_distances,
+    coherence_distances,
+    hasty_student,
+    ordering_distances,
+)
+from features.diagnostics.question_only import (
+    QuestionOnlyResult,
+    by_question_length,
+    question_only_probe,
+    task_features,
+)
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
@@ -205,10 +216,28 @@ def _resolve(task: str, row: dict, titles) -> tuple[list[str], list] | None:
     raise ValueError(f"unknown task {task!r}")
 
 
-def dataset_distances(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: VectorLookup,
-                      task: str) -> DatasetDistances:
-    """Resolve every question of `dataset_id` to vectors and compute both distance views."""
-    cur = con.execute("""SELECT qid, recipe_id, question, choice_list, answer, provenance
+@dataclass
+class ResolvedQuestions:
+    """The question rows of one dataset resolved to rows of a VectorLookup matrix (questions whose
+    items all have vectors, in qid order). question_rows[i]: the question's shown items (cloze; empty
+    for coherence and ordering); choice_rows[i]: one row per choice (ordering: one row list per
+    candidate order). The one resolver behind the distance views and the learned probe."""
+    dataset_id: str
+    task: str
+    qids: list[str]
+    recipe_ids: list[str]
+    splits: list[str]
+    answers: np.ndarray          # (n,)
+    question_rows: list[list[int]]
+    choice_rows: list[list]
+    n_questions: int             # rows in the dataset
+    n_missing_vectors: int       # rows left out: some item had no vector in the feature space
+
+
+def resolve_dataset(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: VectorLookup,
+                    task: str) -> ResolvedQuestions:
+    """Resolve every question of `dataset_id` to rows of `lookup` (see ResolvedQuestions)."""
+    cur = con.execute("""SELECT qid, recipe_id, split, question, choice_list, answer, provenance
                          FROM questions WHERE dataset_id = ? ORDER BY qid""", [dataset_id])
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -233,30 +262,39 @@ def dataset_distances(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: V
         keep.append(r)
         q_rows.append(qr)
         c_rows.append(cr)
-    m = lookup.mat
-    n = len(keep)
+    if len(rows) - len(keep):
+        log.warning("bias: %s: %d of %d questions have items without vectors in the feature space; "
+                    "left out", dataset_id, len(rows) - len(keep), len(rows))
+    return ResolvedQuestions(dataset_id, task, [r["qid"] for r in keep], [r["recipe_id"] for r in keep],
+                             [r["split"] for r in keep], np.array([r["answer"] for r in keep], dtype=np.int64),
+                             q_rows, c_rows, len(rows), len(rows) - len(keep))
+
+
+def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistances:
+    """Both distance views (Hasty Student, distance probe) of resolved questions."""
+    task, n = res.task, len(res.qids)
     if n == 0:
         hasty = probe = np.zeros((0, N_CHOICES))
     elif task in ("visual_cloze", "textual_cloze"):
         hasty = np.zeros((n, N_CHOICES))
         probe = np.zeros((n, N_CHOICES))
-        by_len: dict[int, list[int]] = {}
-        for i, q in enumerate(q_rows):
-            by_len.setdefault(len(q), []).append(i)
-        for _, idx in by_len.items():
-            h, p = cloze_distances(m[np.array([q_rows[i] for i in idx])], m[np.array([c_rows[i] for i in idx])])
+        for idx in by_question_length(res.question_rows).values():
+            h, p = cloze_distances(mat[np.array([res.question_rows[i] for i in idx])],
+                                   mat[np.array([res.choice_rows[i] for i in idx])])
             hasty[idx], probe[idx] = h, p
     elif task == "visual_coherence":
-        hasty, probe = coherence_distances(m[np.array(c_rows)])
+        hasty, probe = coherence_distances(mat[np.array(res.choice_rows)])
     else:
-        hasty, probe = ordering_distances(m[np.array(c_rows)])
-    if len(rows) - n:
-        log.warning("bias: %s: %d of %d questions have items without vectors in the feature space; "
-                    "left out", dataset_id, len(rows) - n, len(rows))
-    return DatasetDistances(dataset_id, task, [r["qid"] for r in keep], [r["recipe_id"] for r in keep],
-                            np.array([r["answer"] for r in keep], dtype=np.int64),
+        hasty, probe = ordering_distances(mat[np.array(res.choice_rows)])
+    return DatasetDistances(res.dataset_id, task, res.qids, res.recipe_ids, res.answers,
                             np.asarray(hasty, dtype=np.float64), np.asarray(probe, dtype=np.float64),
-                            len(rows), len(rows) - n)
+                            res.n_questions, res.n_missing_vectors)
+
+
+def dataset_distances(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: VectorLookup,
+                      task: str) -> DatasetDistances:
+    """Resolve every question of `dataset_id` to vectors and compute both distance views."""
+    return resolved_distances(resolve_dataset(con, dataset_id, lookup, task), lookup.mat)
 
 
 # ----------------------------------------------------------------------------- metrics per dataset
@@ -326,12 +364,16 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                "seed": d["seed"], "encoder_id": enc, "n_questions": d["n_questions"],
                "n_recipes": d["n_recipes"], "chance": 1.0 / N_CHOICES, "probe_model": model,
                "probe_folds": n_folds}
-        dist = None
+        dist = qo = None
         if enc is not None:
             key = (enc, space)
             if key not in lookups:
                 lookups[key] = VectorLookup(lance_uri, enc, space)
-            dist = dataset_distances(con, d["dataset_id"], lookups[key], task)
+            res = resolve_dataset(con, d["dataset_id"], lookups[key], task)
+            dist = resolved_distances(res, lookups[key].mat)
+            if res.qids:
+                X = task_features(task, res.question_rows, res.choice_rows, lookups[key].mat)
+                qo = question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
         if dist is None or len(dist.qids) == 0:
             row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None)
         else:
@@ -341,6 +383,7 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
             row.update(n_scored=len(dist.qids), hasty_student_acc=round(hs, 4),
                        probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
                        answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
+        row.update(question_only_row(qo))
         cov, jac = dataset_overlap(con, d["dataset_id"])
         row.update(recipe_coverage=None if cov is None else round(cov, 4),
                    question_overlap=None if jac is None else round(jac, 4))
@@ -350,9 +393,20 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
     return out
 
 
+def question_only_row(qo: QuestionOnlyResult | None) -> dict:
+    """The learned probe's bias_metrics columns (qo_*), rounded; all None when it did not run."""
+    def r4(x):
+        return None if x is None else round(float(x), 4)
+    ci, tci = (qo.ci, qo.test_ci) if qo else (None, None)
+    return {"qo_acc": r4(qo and qo.accuracy), "qo_ci_low": r4(ci and ci[0]), "qo_ci_high": r4(ci and ci[1]),
+            "qo_n_test": qo.n_test if qo else None, "qo_test_acc": r4(qo and qo.test_accuracy),
+            "qo_test_ci_low": r4(tci and tci[0]), "qo_test_ci_high": r4(tci and tci[1])}
+
+
 BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_questions", "n_scored",
                 "n_recipes", "chance", "hasty_student_acc", "probe_acc", "probe_model", "probe_folds",
-                "recipe_coverage", "question_overlap", "answer_rank_share"]
+                "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
+                "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
@@ -404,8 +458,8 @@ def bench_bias(n_questions: int = 20000, repeats: int = 3, dim: int = 128, seed:
     answers = rng.integers(0, 4, size=n_questions)
     groups = [f"r{i // 4}" for i in range(n_questions)]
     t_probe, pr = best(lambda: distance_probe(p1, answers, groups, seed=seed), 1)
-    return [f"bias distances, {n_questions:,d} cloze questions, dim {dim}: vectorised {t_vec * 1e3:.1f} ms "
-            f"({n_questions / t_vec:,.0f} q/s) vs per-question loop {t_loop * 1e3:.0f} ms "
-            f"({n_questions / t_loop:,.0f} q/s): {t_loop / t_vec:.0f}x faster, same numbers",
-            f"distance probe (logreg, 5 folds by recipe): {t_probe:.2f} s "
-            f"({n_questions / t_probe:,.0f} q/s), accuracy on random distances {pr.accuracy:.3f} (chance 0.25)"]
+    return [(f"bias distances, {n_questions:,d} cloze questions, dim {dim}: vectorised {t_vec * 1e3:.1f} ms "
+             f"({n_questions / t_vec:,.0f} q/s) vs per-question loop {t_loop * 1e3:.0f} ms "
+             f"({n_questions / t_loop:,.0f} q/s): {t_loop / t_vec:.0f}x faster, same numbers"),
+            (f"distance probe (logreg, 5 folds by recipe): {t_probe:.2f} s "
+             f"({n_questions / t_probe:,.0f} q/s), accuracy on random distances {pr.accuracy:.3f} (chance 0.25)")]

@@ -18,6 +18,8 @@ further down in this module.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 
@@ -136,3 +138,154 @@ def cross_fitted_scores(X, y, groups, n_folds: int = 5, seed: int = 0, C: float 
         if (~test).any():
             out[test] = QuestionOnlyModel(C, seed).fit(X[~test], y[~test]).scores(X[test])
     return out
+
+
+# ----------------------------------------------------------------------------- features per task
+
+def unit(v: np.ndarray) -> np.ndarray:
+    """v scaled to unit length along the last axis (zero vectors stay zero), float32."""
+    v = np.asarray(v, dtype=np.float32)
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), np.float32(1e-12))
+
+
+def cloze_features(question: np.ndarray, choices: np.ndarray) -> np.ndarray:
+    """Visual / textual cloze. question (n, k, d) the shown items, choices (n, c, d) -> (n, c, 4d):
+    pair features of each choice against the normalised mean of the shown items."""
+    choices = unit(choices)
+    context = np.broadcast_to(unit(unit(question).mean(axis=1))[:, None, :], choices.shape)
+    return pair_features(context, choices)
+
+
+def coherence_features(images: np.ndarray) -> np.ndarray:
+    """Visual coherence. images (n, c, d) -> (n, c, 4d): pair features of each image against the
+    normalised mean of the other images of the question (the choice is the odd image out)."""
+    images = unit(images)
+    others = unit(images.sum(axis=1, keepdims=True) - images)
+    return pair_features(others, images)
+
+
+def ordering_features(orderings: np.ndarray) -> np.ndarray:
+    """Visual ordering. orderings (n, c, L, d), one image sequence per candidate order -> (n, c, 4d + 3).
+
+    Every consecutive pair (image t as the context, image t+1 as the choice) gets its pair features;
+    a candidate order is described by their mean over the sequence (4d) and by the minimum, mean and
+    maximum cosine between consecutive images (3). The mean keeps position: its `choice` part is the
+    mean of images 2..L and its `context` part the mean of images 1..L-1, so their difference tells
+    which image opens and which closes the order; the mean product is a learned, per-dimension
+    similarity of neighbours, the cosines the Hasty Student's own cue."""
+    seq = unit(orderings)
+    pf = pair_features(seq[:, :, :-1, :], seq[:, :, 1:, :])              # (n, c, L-1, 4d)
+    cos = (seq[:, :, :-1, :] * seq[:, :, 1:, :]).sum(-1)                  # (n, c, L-1)
+    stats = np.stack([cos.min(-1), cos.mean(-1), cos.max(-1)], axis=-1)
+    return np.concatenate([pf.mean(axis=2), stats], axis=-1).astype(np.float32)
+
+
+def by_question_length(question_rows: list[list[int]]) -> dict[int, list[int]]:
+    """Question indices grouped by how many items the question shows (cloze questions may differ)."""
+    out: dict[int, list[int]] = {}
+    for i, q in enumerate(question_rows):
+        out.setdefault(len(q), []).append(i)
+    return out
+
+
+def task_features(task: str, question_rows: list[list[int]], choice_rows: list, mat: np.ndarray) -> np.ndarray:
+    """(n, c, f) probe features of resolved questions (rows of `mat`, as bias.resolve_dataset gives
+    them): cloze from the shown items and the choices, coherence from the four images, ordering from
+    the candidate orders. Cloze questions showing different numbers of items are built per length."""
+    n = len(choice_rows)
+    if task in ("visual_cloze", "textual_cloze"):
+        X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * mat.shape[1]), dtype=np.float32)
+        for idx in by_question_length(question_rows).values():
+            X[idx] = cloze_features(mat[np.array([question_rows[i] for i in idx])],
+                                    mat[np.array([choice_rows[i] for i in idx])])
+        return X
+    if task == "visual_coherence":
+        return coherence_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * mat.shape[1]))
+    if task == "visual_ordering":
+        return ordering_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * mat.shape[1] + 3))
+    raise ValueError(f"unknown task {task!r}")
+
+
+# ----------------------------------------------------------------------------- the probe
+
+def recipe_bootstrap_interval(correct: np.ndarray, groups, level: float = 0.95, n_boot: int = 2000,
+                              seed: int = 0) -> tuple[float, float] | None:
+    """Percentile interval of the accuracy, resampling whole recipes (a recipe's questions share its
+    kitchen, so they are not independent draws): each of `n_boot` resamples draws as many recipes as
+    there are, with replacement, and takes sum(correct) / sum(questions) over them. Seeded; None for
+    no questions."""
+    correct = np.asarray(correct, dtype=np.float64)
+    if len(correct) == 0:
+        return None
+    _, inv = np.unique(np.asarray([str(g) for g in groups], dtype=object), return_inverse=True)
+    hits = np.bincount(inv, weights=correct)
+    size = np.bincount(inv).astype(np.float64)
+    draw = np.random.default_rng(seed).integers(0, len(size), size=(n_boot, len(size)))
+    acc = hits[draw].sum(1) / size[draw].sum(1)
+    lo, hi = np.quantile(acc, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+@dataclass
+class QuestionOnlyResult:
+    """The learned probe on one dataset. accuracy/ci over every scored question; test_* over the
+    questions of split = test. Every question is scored by a model that never saw its recipe."""
+    accuracy: float | None
+    ci: tuple[float, float] | None
+    n: int
+    test_accuracy: float | None
+    test_ci: tuple[float, float] | None
+    n_test: int
+    chance: float
+    n_folds: int
+    scores: np.ndarray = field(repr=False, default_factory=lambda: np.zeros((0, 4)))
+
+
+def question_only_probe(X: np.ndarray, answers: np.ndarray, groups, splits=None, n_folds: int = 5,
+                        seed: int = 0, C: float = 1.0, min_questions: int = 20) -> QuestionOnlyResult:
+    """Cross-fitted accuracy of the question-only model on X (n, c, f) with 95% bootstrap-by-recipe
+    intervals, overall and on the split = test questions (`splits`, one per question; None: no test
+    figure). None accuracies when there are fewer than `min_questions` questions or than 2 recipes."""
+    X = np.asarray(X, dtype=np.float32)
+    answers = np.asarray(answers, dtype=np.int64)
+    groups = [str(g) for g in groups]
+    n, c = X.shape[:2]
+    n_groups = len(set(groups))
+    if n < min_questions or n_groups < 2:
+        return QuestionOnlyResult(None, None, n, None, None, 0, 1.0 / c if c else 0.25, min(n_folds, n_groups))
+    scores = cross_fitted_scores(X, answers, groups, n_folds, seed, C)
+    correct = scores.argmax(1) == answers
+    test = np.array([s == "test" for s in splits]) if splits is not None else np.zeros(n, dtype=bool)
+    tg = [g for g, t in zip(groups, test) if t]
+    return QuestionOnlyResult(float(correct.mean()), recipe_bootstrap_interval(correct, groups, seed=seed), n,
+                              float(correct[test].mean()) if test.any() else None,
+                              recipe_bootstrap_interval(correct[test], tg, seed=seed), int(test.sum()),
+                              1.0 / c, min(n_folds, n_groups), scores)
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+def bench_question_only(n_questions: int = 3000, dim: int = 128, seed: int = 0) -> list[str]:
+    """`mrqa bench report`: seconds of the learned probe (5 folds by recipe) on one cloze dataset of
+    random unit vectors with a planted cue, against the distance probe on the same questions."""
+    import time
+
+    from features.diagnostics.bias import distance_probe
+    from features.diagnostics.hasty import cloze_distances
+    rng = np.random.default_rng(seed)
+    q = unit(rng.normal(size=(n_questions, 3, dim)))
+    c = rng.normal(size=(n_questions, 4, dim)).astype(np.float32)
+    answers = rng.integers(0, 4, size=n_questions)
+    c[np.arange(n_questions), answers] += 0.3 * q.mean(1) / np.linalg.norm(q.mean(1), axis=-1, keepdims=True)
+    c = unit(c)
+    groups = [f"r{i // 3}" for i in range(n_questions)]
+    t = time.perf_counter()
+    qo = question_only_probe(cloze_features(q, c), answers, groups, seed=seed)
+    t_qo = time.perf_counter() - t
+    t = time.perf_counter()
+    dp = distance_probe(cloze_distances(q, c)[1], answers, groups, seed=seed)
+    t_dp = time.perf_counter() - t
+    line = (f"question-only probe, {n_questions:,d} cloze questions x {dim}-d (features + 5 folds by recipe): "
+            f"{t_qo:.2f} s, accuracy {qo.accuracy:.3f}; distance probe on the same questions {t_dp:.2f} s, "
+            f"accuracy {dp.accuracy:.3f}; ratio {t_qo / t_dp:.1f}x the distance probe's time")
+    return [line]
