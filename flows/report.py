@@ -1,8 +1,9 @@
 """Prefect flow: the benchmark bias report. Thin over features/diagnostics/report.py.
 
-Computes Hasty Student / distance probe / overlap for every dataset (or the given ones), writes
-DuckDB `bias_metrics` and a static HTML report (default MRQA_HOME/reports/latest), and publishes the
-per-task tables and the ordering of settings by probe accuracy as Prefect artifacts.
+Computes Hasty Student / distance probe / learned question-only probe / overlap for every dataset (or
+the given ones), writes DuckDB `bias_metrics` and a static HTML report (default
+MRQA_HOME/reports/latest), and publishes the per-task tables and the ordering of settings by
+learned-probe accuracy as Prefect artifacts.
 """
 from __future__ import annotations
 
@@ -35,16 +36,16 @@ def report_task(datasets: list[str] | None, out: str, seed: int, model: str) -> 
 
 
 def publish_artifacts(res: dict) -> None:
-    """One table artifact per task + a markdown summary with the ordering by probe accuracy."""
+    """One table artifact per task + a markdown summary with the ordering by learned-probe accuracy."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     for task_name, info in res["tasks"].items():
         create_table_artifact(table=info["table"], key=f"bias-{task_name.replace('_', '-')}",
                               description=f"Bias diagnostics of the {task_name} datasets")
     md = [f"# Bias report\n\nHTML: `{res['index']}` ({res['n_datasets']} datasets)\n",
-          "Settings by distance-probe accuracy, most biased first:\n", "```",
+          "Settings by learned question-only probe accuracy, most biased first:\n", "```",
           *format_ordering(res["tasks"]), "```"]
     create_markdown_artifact(markdown="\n".join(md), key="bias-report-summary",
-                             description="Ordering of settings by probe accuracy")
+                             description="Ordering of settings by learned-probe accuracy")
 
 
 @flow(name="report", log_prints=True)

@@ -208,12 +208,26 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
 
 # ----------------------------------------------------------------------------- the probe
 
-def recipe_bootstrap_interval(correct: np.ndarray, groups, level: float = 0.95, n_boot: int = 2000,
-                              seed: int = 0) -> tuple[float, float] | None:
-    """Percentile interval of the accuracy, resampling whole recipes (a recipe's questions share its
-    kitchen, so they are not independent draws): each of `n_boot` resamples draws as many recipes as
-    there are, with replacement, and takes sum(correct) / sum(questions) over them. Seeded; None for
-    no questions."""
+def wilson_interval(k: float, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval of k successes in n independent trials; None for n = 0."""
+    from scipy.stats import norm
+    if n == 0:
+        return None
+    z = float(norm.ppf((1 + level) / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def accuracy_interval(correct: np.ndarray, groups, level: float = 0.95, n_boot: int = 2000,
+                      seed: int = 0) -> tuple[float, float] | None:
+    """95% interval of an accuracy: the union of the Wilson score interval (questions as independent
+    draws) and the percentile bootstrap that resamples whole recipes (a recipe's questions share its
+    kitchen, so they are not independent). Each alone can be too narrow -- Wilson when a recipe's
+    questions move together, the bootstrap when there are few recipes -- so the wider ends are kept.
+    The bootstrap draws as many recipes as there are, with replacement, `n_boot` times (seeded) and
+    takes sum(correct) / sum(questions). None for no questions."""
     correct = np.asarray(correct, dtype=np.float64)
     if len(correct) == 0:
         return None
@@ -223,7 +237,8 @@ def recipe_bootstrap_interval(correct: np.ndarray, groups, level: float = 0.95, 
     draw = np.random.default_rng(seed).integers(0, len(size), size=(n_boot, len(size)))
     acc = hits[draw].sum(1) / size[draw].sum(1)
     lo, hi = np.quantile(acc, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    wlo, whi = wilson_interval(float(correct.sum()), len(correct), level)
+    return float(min(lo, wlo)), float(max(hi, whi))
 
 
 @dataclass
@@ -243,8 +258,8 @@ class QuestionOnlyResult:
 
 def question_only_probe(X: np.ndarray, answers: np.ndarray, groups, splits=None, n_folds: int = 5,
                         seed: int = 0, C: float = 1.0, min_questions: int = 20) -> QuestionOnlyResult:
-    """Cross-fitted accuracy of the question-only model on X (n, c, f) with 95% bootstrap-by-recipe
-    intervals, overall and on the split = test questions (`splits`, one per question; None: no test
+    """Cross-fitted accuracy of the question-only model on X (n, c, f) with 95% intervals
+    (`accuracy_interval`), overall and on the split = test questions (`splits`, one per question; None: no test
     figure). None accuracies when there are fewer than `min_questions` questions or than 2 recipes."""
     X = np.asarray(X, dtype=np.float32)
     answers = np.asarray(answers, dtype=np.int64)
@@ -257,9 +272,9 @@ def question_only_probe(X: np.ndarray, answers: np.ndarray, groups, splits=None,
     correct = scores.argmax(1) == answers
     test = np.array([s == "test" for s in splits]) if splits is not None else np.zeros(n, dtype=bool)
     tg = [g for g, t in zip(groups, test) if t]
-    return QuestionOnlyResult(float(correct.mean()), recipe_bootstrap_interval(correct, groups, seed=seed), n,
+    return QuestionOnlyResult(float(correct.mean()), accuracy_interval(correct, groups, seed=seed), n,
                               float(correct[test].mean()) if test.any() else None,
-                              recipe_bootstrap_interval(correct[test], tg, seed=seed), int(test.sum()),
+                              accuracy_interval(correct[test], tg, seed=seed), int(test.sum()),
                               1.0 / c, min(n_folds, n_groups), scores)
 
 

@@ -1,9 +1,11 @@
 """The benchmark bias report: one static folder, index.html + PNG plots (matplotlib Agg).
 
-Per task: a table of datasets x (questions, recipes, Hasty Student accuracy, probe accuracy, overlap),
-histograms of the answer's vs the distractors' distance from the question for the RecipeQA-style
-preset and every knob setting (Meta-RecipeQA Fig. 2), and a knob-effect plot (accuracy per knob
-value with the other knobs fixed, Fig. 5). The numbers go to DuckDB `bias_metrics` too.
+Per task: a table of datasets x (questions, recipes, Hasty Student accuracy, distance-probe accuracy,
+learned question-only probe accuracy with its 95% interval, overlap), histograms of the answer's vs
+the distractors' distance from the question for the RecipeQA-style preset and every knob setting
+(Meta-RecipeQA Fig. 2), a knob-effect plot (accuracy per knob value with the other knobs fixed,
+Fig. 5), and a plot of the three context-free adversaries side by side per setting. Settings are
+ranked by the learned probe (see `ordering_by_probe`). The numbers go to DuckDB `bias_metrics` too.
 
     res = build_report(con, out_dir)        # -> {"index": ".../index.html", "tasks": {...}, ...}
 
@@ -21,15 +23,17 @@ import duckdb
 import numpy as np
 from matplotlib.figure import Figure
 
-from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
 from features.datasets.knobs import TASKS
+from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
 
 log = logging.getLogger(__name__)
+QO_KEYS = ("qo_acc", "qo_ci_low", "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high")
 PNG_META = {"Software": None}          # no matplotlib version in the file: byte-stable output
 TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id", "encoder"),
                  ("n_questions", "questions"),
                  ("n_recipes", "recipes"), ("hasty_student_acc", "Hasty Student"),
-                 ("probe_acc", "distance probe"), ("recipe_coverage", "recipe coverage"),
+                 ("probe_acc", "distance probe"), ("qo_acc", "learned probe (95% CI)"),
+                 ("qo_test_acc", "learned probe, test split (95% CI)"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
 
@@ -48,13 +52,25 @@ def is_paper_setting(row: dict) -> bool:
 
 
 def ordering_by_probe(rows: list[dict]) -> list[dict]:
-    """Settings sorted by probe accuracy, most biased first (None last)."""
-    return sorted(rows, key=lambda r: (r["probe_acc"] is None, -(r["probe_acc"] or 0), r["dataset_id"]))
+    """Settings sorted by the learned question-only probe's cross-fitted accuracy (qo_acc), most
+    biased first; ties and settings without it by the distance probe; None last.
+
+    The learned probe is the stronger adversary, so it ranks: it sees the choice and question vectors
+    themselves, and its product features sum to the cosine the distance probe and the Hasty Student
+    use, so it can learn their cue -- and also a metric of its own (a shared kitchen or author look)
+    that no fixed distance shows. A setting that only fools the distance probe is not de-biased.
+    The figure over all questions ranks (more questions, narrower interval than the test split's)."""
+    def key(r):
+        qo, pr = r.get("qo_acc"), r.get("probe_acc")
+        return (qo is None and pr is None, -(qo if qo is not None else -1.0), -(pr or 0), r["dataset_id"])
+    return sorted(rows, key=key)
 
 
 def _fmt(v, col: str) -> str:
     if v is None:
         return "–"
+    if col in ("qo_acc", "qo_test_acc"):
+        return f"{100 * v:.1f}%"
     if col in ("hasty_student_acc", "probe_acc", "recipe_coverage"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
@@ -68,9 +84,20 @@ def _fmt(v, col: str) -> str:
     return str(v)
 
 
+def with_interval(r: dict, col: str) -> str:
+    """A learned-probe accuracy with its 95% interval, e.g. `76.7% [73.0, 80.1] n=300`."""
+    prefix = "qo_test" if col == "qo_test_acc" else "qo"
+    lo, hi = r.get(f"{prefix}_ci_low"), r.get(f"{prefix}_ci_high")
+    if r.get(col) is None or lo is None or hi is None:
+        return _fmt(r.get(col), col)
+    n = f" n={r['qo_n_test']:,d}" if col == "qo_test_acc" and r.get("qo_n_test") is not None else ""
+    return f"{_fmt(r[col], col)} [{100 * lo:.1f}, {100 * hi:.1f}]{n}"
+
+
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
-    return [{label: _fmt(r.get(col), col) for col, label in TABLE_COLUMNS}
+    return [{label: with_interval(r, col) if col in ("qo_acc", "qo_test_acc") else _fmt(r.get(col), col)
+             for col, label in TABLE_COLUMNS}
             for r in sorted(rows, key=setting_sort_key)]
 
 
@@ -165,6 +192,42 @@ def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
     return path
 
 
+def plot_adversaries(rows: list[dict], path: Path, task: str) -> Path | None:
+    """Per setting, the context-free adversaries side by side: Hasty Student, distance probe, and the
+    learned question-only probe over all questions and over the test split (95% bootstrap-by-recipe
+    intervals as error bars); dashed line = chance."""
+    rows = [r for r in sorted(rows, key=setting_sort_key)
+            if any(r.get(c) is not None for c in ("hasty_student_acc", "probe_acc", "qo_acc"))]
+    if not rows:
+        return None
+    bars = [("hasty_student_acc", None, "Hasty Student", "tab:gray"),
+            ("probe_acc", None, "distance probe", "tab:blue"),
+            ("qo_acc", "qo", "learned probe (all)", "tab:red"),
+            ("qo_test_acc", "qo_test", "learned probe (test split)", "tab:orange")]
+    x = np.arange(len(rows))
+    width = 0.2
+    fig = Figure(figsize=(max(6.0, 0.9 * len(rows) + 2), 3.6), dpi=80)
+    ax = fig.add_subplot(1, 1, 1)
+    for k, (col, ci, label, colour) in enumerate(bars):
+        v = np.array([np.nan if r.get(col) is None else 100 * r[col] for r in rows])
+        err = None
+        if ci:
+            lo = np.array([np.nan if r.get(f"{ci}_ci_low") is None else 100 * r[f"{ci}_ci_low"] for r in rows])
+            hi = np.array([np.nan if r.get(f"{ci}_ci_high") is None else 100 * r[f"{ci}_ci_high"] for r in rows])
+            err = np.nan_to_num(np.vstack([v - lo, hi - v]))
+        ax.bar(x + (k - 1.5) * width, np.nan_to_num(v), width, yerr=err, capsize=2, color=colour, label=label)
+    ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=6, loc="upper right", ncol=2)
+    ax.set_title(f"{task}: context-free adversaries per setting (dashed = chance)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata=PNG_META)
+    return path
+
+
 # ----------------------------------------------------------------------------- HTML
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1300px;color:#222}
@@ -186,26 +249,32 @@ def render_html(tasks: dict[str, dict]) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>Meta-RecipeQA bias report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>Meta-RecipeQA bias report</h1>",
-             "<p class='note'>Chance is 25% (4 choices). <b>Hasty Student</b>: context-free pick by "
+             ("<p class='note'>Chance is 25% (4 choices). <b>Hasty Student</b>: context-free pick by "
              "distance (cloze: the choice closest on average to the question; coherence: the image most "
              "dissimilar to the others; ordering: the smoothest sequence). <b>Distance probe</b>: logistic "
              "regression on each choice's distance from the question (value, gap to the nearest, rank), "
-             "5-fold cross-validated by recipe. <b>Recipe coverage</b>: share of a recipe's steps its "
+             "5-fold cross-validated by recipe. <b>Learned probe</b>: a conditional logit on the frozen "
+             "vectors of the question and the choices (never the recipe text) that learns its own metric; "
+             "every question is scored by a model fitted on other recipes (5-fold GroupKFold by recipe); "
+             "over all questions and over the test split, with 95% intervals from a bootstrap that "
+             "resamples recipes. Settings are ranked by it: it is the stronger adversary. "
+             "<b>Recipe coverage</b>: share of a recipe's steps its "
              "questions show; <b>question overlap</b>: mean pairwise Jaccard of their step sets. "
              "<b>Answer distance rank</b>: how often the answer is the nearest / 2nd / 3rd / farthest "
-             "choice.</p>", "<ul>"]
+             "choice.</p>"), "<ul>"]
     parts += [f"<li><a href='#{t}'>{t}</a></li>" for t in tasks]
     parts.append("</ul>")
     for task, info in tasks.items():
         parts.append(f"<h2 id='{task}'>{task}</h2>")
         parts.append(_html_table(info["table"], "metrics"))
         for enc, ordering in info["ordering"].items():
-            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['probe_acc'], 'probe_acc')})"
+            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['qo_acc'], 'qo_acc')})"
                                   for r in ordering)
-            parts.append(f"<p class='note'>Settings by probe accuracy (most biased first), encoder "
+            parts.append(f"<p class='note'>Settings by learned-probe accuracy (most biased first), encoder "
                          f"<code>{html.escape(str(enc))}</code>: {order}</p>")
         for name in info["plots"]:
-            alt = "knob effect plot" if name.startswith("knobs_") else "choice distance histograms"
+            alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting"}.get(
+                name.split("_")[0] + "_", "choice distance histograms")
             parts.append(f"<img src='{html.escape(name)}' alt='{task} {alt}'>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
@@ -246,9 +315,11 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
             hist = plot_histograms(group, out_dir / f"hist_{tag}.png", f"{task} [{enc}]")
             knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", f"{task} [{enc}]")
-            plots += [p.name for p in (hist, knobs) if p]
+            adv = plot_adversaries(group, out_dir / f"adversaries_{tag}.png", f"{task} [{enc}]")
+            plots += [p.name for p in (hist, knobs, adv) if p]
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
-                              "hasty_student_acc": r["hasty_student_acc"]} for r in ordering_by_probe(group)]
+                              "hasty_student_acc": r["hasty_student_acc"], **{k: r.get(k) for k in QO_KEYS}}
+                             for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
         clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
         tasks[task] = {"rows": clean, "table": table_rows(clean), "ordering": ordering, "plots": plots}
@@ -267,12 +338,14 @@ def _slug(s: str) -> str:
 
 
 def format_ordering(tasks: dict[str, dict]) -> list[str]:
-    """Printable lines: per task and encoder, settings by probe accuracy (most biased first)."""
+    """Printable lines: per task and encoder, settings by learned-probe accuracy (most biased first),
+    with the test-split figure and its 95% interval, the distance probe and the Hasty Student."""
     lines = []
     for task, info in tasks.items():
         for enc, ordering in info["ordering"].items():
             lines.append(f"{task} (encoder {enc}):")
-            lines += [f"  {str(r['knobs']):14s} probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
+            lines += [f"  {r['knobs']!s:14s} learned {_fmt(r.get('qo_acc'), 'qo_acc'):>6s}  "
+                      f"test {with_interval(r, 'qo_test_acc'):28s}  probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
                       f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}"
                       for r in ordering]
     return lines

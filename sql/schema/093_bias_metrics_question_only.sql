@@ -1,7 +1,9 @@
 -- The learned question-only probe per dataset (features/diagnostics/question_only.py): a conditional
 -- logit on the dataset's frozen vectors (question and choices only, never the recipe text), each
 -- question scored by a model fitted on other recipes (GroupKFold by recipe). Overall accuracy over
--- every scored question and over the test-split questions, each with a 95% bootstrap-by-recipe interval.
+-- every scored question and over the test-split questions, each with a 95% interval: the percentile
+-- bootstrap that resamples recipes, widened where needed to the Wilson score interval (with few recipes
+-- the bootstrap alone is too narrow), see question_only.accuracy_interval.
 ALTER TABLE bias_metrics ADD COLUMN IF NOT EXISTS qo_acc DOUBLE;
 ALTER TABLE bias_metrics ADD COLUMN IF NOT EXISTS qo_ci_low DOUBLE;
 ALTER TABLE bias_metrics ADD COLUMN IF NOT EXISTS qo_ci_high DOUBLE;

@@ -36,8 +36,8 @@ def report(tmp_path_factory):
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.generate import generate_datasets
-    from features.diagnostics.report import build_report
     from features.datasets.synthetic import build_world
+    from features.diagnostics.report import build_report
     home = tmp_path_factory.mktemp("report_home")
     old = os.environ.get("MRQA_HOME")
     os.environ["MRQA_HOME"] = str(home)
@@ -73,6 +73,7 @@ def test_report_has_a_table_and_plots_per_task(report):
     imgs = re.findall(r"<img src='([^']+)'", page)
     assert sorted(imgs) == sorted(p.name for p in out.glob("*.png"))
     assert page.count("<table") == 4
+    assert "Learned probe" in page and "learned probe, test split (95% CI)" in page
 
 
 def test_bias_metrics_rows_match_the_report_and_the_generator(report):
@@ -104,10 +105,44 @@ def test_ordering_printed_and_probe_finds_the_preset_bias(report):
     assert lines[0] == f"visual_cloze (encoder {ENC}):" and any("recipeqa" in ln for ln in lines)
     assert list(report["res"]["tasks"]["visual_cloze"]["ordering"]) == [ENC]
     cloze = report["res"]["tasks"]["visual_cloze"]["ordering"][ENC]
-    accs = [r["probe_acc"] for r in cloze]
-    assert accs == sorted(accs, reverse=True)
+    accs = [r["qo_acc"] for r in cloze]        # ranked by the learned probe, the stronger adversary
+    assert None not in accs and accs == sorted(accs, reverse=True)
     preset = next(r for r in cloze if r["knobs"] == "recipeqa")
     assert preset["probe_acc"] > 0.5           # synthetic world: a per-recipe style term = the cue
+    assert preset["qo_acc"] > 0.5
+    assert any(re.match(rf"\s+recipeqa\s+learned\s+{100 * preset['qo_acc']:.1f}%", ln) for ln in lines)
+
+
+def test_learned_probe_in_table_rows_and_plot(report):
+    """Every dataset has the learned probe's figures: overall and test split inside their intervals,
+    the test questions a subset of the scored ones; the table shows them with the interval; one
+    adversaries plot per task."""
+    from features.diagnostics.report import setting_sort_key
+    con, res, out = report["con"], report["res"], report["out"]
+    rows = con.execute("""SELECT n_scored, chance, qo_acc, qo_ci_low, qo_ci_high, qo_n_test, qo_test_acc,
+                                 qo_test_ci_low, qo_test_ci_high FROM bias_metrics""").fetchall()
+    assert len(rows) == res["n_datasets"]
+    for ns, chance, acc, lo, hi, nt, tacc, tlo, thi in rows:
+        assert chance == 0.25 and lo <= acc <= hi and 0 <= nt < ns
+        if nt:
+            assert tlo <= tacc <= thi and thi - tlo >= hi - lo  # fewer questions, wider interval
+        else:
+            assert tacc is None and tlo is None and thi is None
+    assert any(r[5] for r in rows)                              # the small world has some test recipes
+    for task, info in res["tasks"].items():
+        assert f"adversaries_{task}.png" in info["plots"] and (out / f"adversaries_{task}.png").is_file()
+        for row, metrics in zip(info["table"], sorted(info["rows"], key=setting_sort_key)):
+            assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\]", row["learned probe (95% CI)"])
+            test = row["learned probe, test split (95% CI)"]
+            assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\] n=\d+", test) or \
+                (test == "–" and metrics["qo_n_test"] == 0)
+
+
+def test_ordering_prefers_the_learned_probe_and_falls_back_to_the_distance_probe():
+    from features.diagnostics.report import ordering_by_probe
+    rows = [{"dataset_id": "a", "qo_acc": 0.4, "probe_acc": 0.9}, {"dataset_id": "b", "qo_acc": 0.8, "probe_acc": 0.3},
+            {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5}, {"dataset_id": "d", "qo_acc": None, "probe_acc": None}]
+    assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "a", "c", "d"]
 
 
 def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
@@ -115,7 +150,7 @@ def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
     con, paths = report["con"], report["paths"]
     ids = [s["dataset_id"] for s in report["summaries"] if s["task"] == "visual_cloze"]
     a = build_report(con, tmp_path / "a", ids, lance_uri=paths.lance, progress=False)
-    b = build_report(con, tmp_path / "b", ids, lance_uri=paths.lance, progress=False)
+    build_report(con, tmp_path / "b", ids, lance_uri=paths.lance, progress=False)
     for name in ["index.html"] + [Path(p).name for p in a["images"]]:
         assert hashlib.sha256((tmp_path / "a" / name).read_bytes()).digest() == \
             hashlib.sha256((tmp_path / "b" / name).read_bytes()).digest(), name
@@ -156,7 +191,7 @@ def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
            f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian package `chromium`: "
@@ -169,7 +204,7 @@ def test_report_opens_in_a_browser(report, tmp_path):
     page = (site / "index.html").read_text()
     (site / "index.html").write_text(page.replace("</body>", PROBE + "</body>"))
     proc = _chromium(["--dump-dom", (site / "index.html").as_uri()], tmp_path / "profile")
-    m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.S)
+    m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.DOTALL)
     assert m, f"no probe result in the DOM; stderr: {proc.stderr[-2000:]}"
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert len(result["tables"]) == 4 and all(n > 0 for n in result["tables"])
