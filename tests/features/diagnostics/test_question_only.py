@@ -1,0 +1,256 @@
+"""The learned question-only probe on hand-made vector worlds: near 100% on a planted giveaway and
+near chance without one, for every task; folds never split a recipe; seeded determinism; intervals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from features.diagnostics.question_only import (
+    QuestionOnlyModel,
+    accuracy_interval,
+    cross_fitted_scores,
+    pair_features,
+    question_only_probe,
+    recipe_folds,
+    task_features,
+    unit,
+    wilson_interval,
+)
+
+DIM = 16
+
+
+class World:
+    """A vector matrix and question rows in the shape bias.resolve_dataset gives them."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.vectors: list[np.ndarray] = []
+
+    def add(self, v: np.ndarray) -> int:
+        self.vectors.append(unit(v))
+        return len(self.vectors) - 1
+
+    def noise(self) -> np.ndarray:
+        return self.rng.normal(size=DIM)
+
+    @property
+    def mat(self) -> np.ndarray:
+        return np.array(self.vectors, dtype=np.float32)
+
+
+def _cloze_world(n: int, planted: bool, seed: int = 0):
+    """Each recipe has a kitchen look (a random direction): the shown items and, when planted, the
+    answer carry it; distractors come from other kitchens. Without the plant the answer is one more
+    other-kitchen image."""
+    w = World(seed)
+    q_rows, c_rows, answers, groups = [], [], [], []
+    for i in range(n):
+        kitchen = w.noise()
+        q_rows.append([w.add(1.5 * kitchen + w.noise()) for _ in range(3)])
+        ans = int(w.rng.integers(0, 4))
+        c_rows.append([w.add((1.5 * kitchen if planted and j == ans else 1.5 * w.noise()) + w.noise())
+                       for j in range(4)])
+        answers.append(ans)
+        groups.append(f"r{i // 2}")
+    return q_rows, c_rows, np.array(answers), groups, w.mat
+
+
+def _coherence_world(n: int, planted: bool, seed: int = 0):
+    """Three images of one kitchen and, when planted, the answer from another kitchen; without the
+    plant all four share the kitchen and the answer index is arbitrary."""
+    w = World(seed)
+    c_rows, answers, groups = [], [], []
+    for i in range(n):
+        kitchen, other = w.noise(), w.noise()
+        ans = int(w.rng.integers(0, 4))
+        c_rows.append([w.add(1.5 * (other if planted and j == ans else kitchen) + w.noise()) for j in range(4)])
+        answers.append(ans)
+        groups.append(f"r{i // 2}")
+    return [[] for _ in c_rows], c_rows, np.array(answers), groups, w.mat
+
+
+def _ordering_world(n: int, planted: bool, seed: int = 0, length: int = 4):
+    """A recipe's images drift along one 'progress' direction step by step (planted) or not at all.
+    The candidate orders: the true one and three permutations that move its first or last image."""
+    w = World(seed)
+    progress = w.noise()
+    c_rows, answers, groups = [], [], []
+    for i in range(n):
+        imgs = [w.add(w.noise() + (3.0 * t * progress / np.linalg.norm(progress) if planted else 0))
+                for t in range(length)]
+        true = list(range(length))
+        wrong = []
+        while len(wrong) < 3:
+            p = [int(x) for x in w.rng.permutation(length)]
+            if (p[0], p[-1]) != (0, length - 1) and p not in wrong:
+                wrong.append(p)
+        ans = int(w.rng.integers(0, 4))
+        orders = wrong[:ans] + [true] + wrong[ans:]
+        c_rows.append([[imgs[k] for k in o] for o in orders])
+        answers.append(ans)
+        groups.append(f"r{i // 2}")
+    return [[] for _ in c_rows], c_rows, np.array(answers), groups, w.mat
+
+
+WORLDS = {"visual_cloze": _cloze_world, "textual_cloze": _cloze_world,
+          "visual_coherence": _coherence_world, "visual_ordering": _ordering_world}
+
+
+@pytest.mark.parametrize("task", list(WORLDS))
+def test_planted_giveaway_is_found_and_no_signal_stays_near_chance(task):
+    q, c, y, g, mat = WORLDS[task](400, planted=True)
+    X = task_features(task, q, c, mat)
+    assert X.shape[:2] == (400, 4)
+    res = question_only_probe(X, y, g, seed=0)
+    assert res.accuracy > 0.95, res
+    assert res.chance == 0.25 and res.n == 400 and res.n_folds == 5
+    q, c, y, g, mat = WORLDS[task](400, planted=False)
+    res = question_only_probe(task_features(task, q, c, mat), y, g, seed=0)
+    assert 0.15 < res.accuracy < 0.35, res
+
+
+@pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence"])
+def test_shuffled_answers_leave_only_chance(task):
+    """The same planted vectors with the answer index drawn at random: nothing to learn."""
+    q, c, _, g, mat = WORLDS[task](400, planted=True)
+    y = np.random.default_rng(7).integers(0, 4, size=400)
+    res = question_only_probe(task_features(task, q, c, mat), y, g, seed=0)
+    assert 0.15 < res.accuracy < 0.35, res
+
+
+def test_the_probe_sees_a_cue_no_fixed_distance_shows():
+    """The giveaway lives in two dimensions of 16 (a 'kitchen look'): the cosine to the question
+    mixes it with fourteen dimensions of noise, the learned metric weighs those two. The learned
+    probe beats both the nearest choice and the distance probe by a clear margin."""
+    from features.diagnostics.bias import distance_probe
+    from features.diagnostics.hasty import cloze_distances
+    rng = np.random.default_rng(1)
+    n = 600
+    look = np.zeros((n, DIM))
+    look[:, :2] = rng.normal(size=(n, 2))
+    q = unit(rng.normal(size=(n, 3, DIM)) + look[:, None, :])
+    c = rng.normal(size=(n, 4, DIM))
+    y = rng.integers(0, 4, size=n)
+    c[np.arange(n), y] += look
+    c = unit(c)
+    groups = [f"r{i}" for i in range(n)]
+    dist = cloze_distances(q, c)[1]
+    nearest = float((dist.argmin(1) == y).mean())
+    probe = distance_probe(dist, y, groups).accuracy
+    learned = question_only_probe(task_features("visual_cloze", *_as_rows(q, c)), y, groups).accuracy
+    assert learned > max(nearest, probe) + 0.08, (learned, nearest, probe)
+
+
+def _as_rows(q: np.ndarray, c: np.ndarray):
+    """Dense arrays -> (question rows, choice rows, matrix), the resolved-rows form."""
+    n, k, d = q.shape
+    mat = np.concatenate([q.reshape(-1, d), c.reshape(-1, d)]).astype(np.float32)
+    q_rows = np.arange(n * k).reshape(n, k).tolist()
+    c_rows = (n * k + np.arange(n * 4)).reshape(n, 4).tolist()
+    return q_rows, c_rows, mat
+
+
+def test_pair_features_layout():
+    ctx = unit(np.random.default_rng(0).normal(size=(2, 4, 3)))
+    ch = unit(np.random.default_rng(1).normal(size=(2, 4, 3)))
+    f = pair_features(ctx, ch)
+    assert f.shape == (2, 4, 12) and f.dtype == np.float32
+    assert np.allclose(f[..., :3], ch) and np.allclose(f[..., 3:6], ctx)
+    assert np.allclose(f[..., 6:9], ch * ctx) and np.allclose(f[..., 9:], np.abs(ch - ctx))
+
+
+def test_model_is_slot_invariant():
+    """One weight vector for every choice: permuting a question's choices permutes its scores."""
+    q, c, y, _, mat = _cloze_world(200, planted=True)
+    X = task_features("visual_cloze", q, c, mat)
+    m = QuestionOnlyModel().fit(X, y)
+    perm = [3, 1, 0, 2]
+    assert np.allclose(m.scores(X)[:, perm], m.scores(X[:, perm]), atol=1e-5)
+
+
+def test_folds_never_put_a_recipe_on_both_sides():
+    rng = np.random.default_rng(0)
+    groups = [f"r{int(x)}" for x in rng.integers(0, 57, size=500)]
+    fold = recipe_folds(groups, n_folds=5, seed=3)
+    assert sorted(set(fold.tolist())) == [0, 1, 2, 3, 4]
+    for k in range(5):
+        test = {g for g, f in zip(groups, fold) if f == k}
+        train = {g for g, f in zip(groups, fold) if f != k}
+        assert test and train and not test & train
+    # the folds depend on the set of recipes and the seed, not on the row order
+    order = rng.permutation(500)
+    again = recipe_folds([groups[i] for i in order], n_folds=5, seed=3)
+    assert again.tolist() == fold[order].tolist()
+    assert recipe_folds(["a"] * 10, 5).tolist() == [0] * 10            # one recipe: nothing to hold out
+
+
+def test_each_question_is_scored_by_the_model_of_the_other_recipes():
+    q, c, y, g, mat = _cloze_world(150, planted=True)
+    X = task_features("visual_cloze", q, c, mat)
+    scores = cross_fitted_scores(X, y, g, n_folds=4, seed=2)
+    fold = recipe_folds(g, 4, 2)
+    for k in range(4):
+        held = fold == k
+        direct = QuestionOnlyModel(1.0, 2).fit(X[~held], y[~held]).scores(X[held])
+        assert np.allclose(scores[held], direct, atol=1e-5)
+
+
+def test_same_seed_same_scores_other_seed_other_folds():
+    q, c, y, g, mat = _coherence_world(200, planted=True)
+    X = task_features("visual_coherence", q, c, mat)
+    a = cross_fitted_scores(X, y, g, seed=5)
+    b = cross_fitted_scores(X, y, g, seed=5)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(recipe_folds(g, 5, 5), recipe_folds(g, 5, 6))
+    r1 = question_only_probe(X, y, g, ["test" if i % 3 == 0 else "train" for i in range(200)], seed=5)
+    r2 = question_only_probe(X, y, g, ["test" if i % 3 == 0 else "train" for i in range(200)], seed=5)
+    assert (r1.accuracy, r1.ci, r1.test_accuracy, r1.test_ci) == (r2.accuracy, r2.ci, r2.test_accuracy, r2.test_ci)
+
+
+def test_test_split_figure_counts_only_test_questions():
+    q, c, y, g, mat = _cloze_world(300, planted=False, seed=4)
+    X = task_features("visual_cloze", q, c, mat)
+    splits = ["test" if int(gr[1:]) % 4 == 0 else "train" for gr in g]
+    res = question_only_probe(X, y, g, splits, seed=0)
+    test = np.array([s == "test" for s in splits])
+    correct = res.scores.argmax(1) == y
+    assert res.n_test == int(test.sum()) > 0
+    assert res.test_accuracy == pytest.approx(correct[test].mean())
+    assert res.accuracy == pytest.approx(correct.mean())
+    assert question_only_probe(X, y, g, None).test_accuracy is None
+
+
+def test_interval_holds_the_estimate_and_shrinks_with_more_recipes():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (40, 400, 4000):
+        correct = rng.random(n) < 0.6
+        groups = [f"r{i // 2}" for i in range(n)]
+        lo, hi = accuracy_interval(correct, groups, seed=0)
+        assert lo <= correct.mean() <= hi
+        widths.append(hi - lo)
+    assert widths[0] > widths[1] > widths[2]
+    assert accuracy_interval(np.zeros(0), []) is None
+
+
+def test_interval_is_wider_when_a_recipes_questions_move_together():
+    """Recipes answered all-right or all-wrong: the recipe bootstrap widens the interval beyond
+    Wilson's (which treats questions as independent)."""
+    n = 600
+    groups = [f"r{i // 10}" for i in range(n)]
+    together = np.array([int(g[1:]) % 2 == 0 for g in groups])
+    lo, hi = accuracy_interval(together, groups, seed=0)
+    wlo, whi = wilson_interval(float(together.sum()), n)
+    assert lo <= wlo and hi >= whi and (hi - lo) > 1.5 * (whi - wlo)
+
+
+def test_too_few_questions_give_no_figure():
+    q, c, y, g, mat = _cloze_world(10, planted=True)
+    res = question_only_probe(task_features("visual_cloze", q, c, mat), y, g)
+    assert res.accuracy is None and res.ci is None and res.n == 10
+
+
+def test_unknown_task_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown task"):
+        task_features("visual_riddle", [], [], np.zeros((0, DIM), np.float32))
