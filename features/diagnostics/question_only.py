@@ -191,19 +191,30 @@ def by_question_length(question_rows: list[list[int]]) -> dict[int, list[int]]:
 def task_features(task: str, question_rows: list[list[int]], choice_rows: list, mat: np.ndarray) -> np.ndarray:
     """(n, c, f) probe features of resolved questions (rows of `mat`, as bias.resolve_dataset gives
     them): cloze from the shown items and the choices, coherence from the four images, ordering from
-    the candidate orders. Cloze questions showing different numbers of items are built per length."""
-    n = len(choice_rows)
+    the candidate orders; then the distance probe's own features of the choice's cosine distance
+    (value, gap to the nearest and to the mean, rank one-hot: bias.probe_features), so the learned
+    probe can use every cue the distance probe uses, including the non-linear "the answer is never
+    the nearest". Cloze questions showing different numbers of items are built per length."""
+    from features.diagnostics.bias import probe_features
+    n, d = len(choice_rows), mat.shape[1]
     if task in ("visual_cloze", "textual_cloze"):
-        X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * mat.shape[1]), dtype=np.float32)
+        X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * d), dtype=np.float32)
         for idx in by_question_length(question_rows).values():
             X[idx] = cloze_features(mat[np.array([question_rows[i] for i in idx])],
                                     mat[np.array([choice_rows[i] for i in idx])])
-        return X
-    if task == "visual_coherence":
-        return coherence_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * mat.shape[1]))
-    if task == "visual_ordering":
-        return ordering_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * mat.shape[1] + 3))
-    raise ValueError(f"unknown task {task!r}")
+    elif task == "visual_coherence":
+        X = coherence_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d), np.float32)
+    elif task == "visual_ordering":
+        X = ordering_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d + 3), np.float32)
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    if n == 0:
+        return np.zeros(X.shape[:2] + (X.shape[2] + 7,), np.float32)
+    # cosine distance of each choice: 1 - the summed product part (unit vectors), or for ordering
+    # 1 - the mean consecutive cosine
+    dist = 1.0 - (X[..., -2] if task == "visual_ordering" else X[..., 2 * d:3 * d].sum(-1))
+    ranks = probe_features(dist.astype(np.float64)).reshape(X.shape[0], X.shape[1], -1)
+    return np.concatenate([X, ranks.astype(np.float32)], axis=-1)
 
 
 # ----------------------------------------------------------------------------- the probe

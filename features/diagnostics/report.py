@@ -55,11 +55,12 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
     """Settings sorted by the learned question-only probe's cross-fitted accuracy (qo_acc), most
     biased first; ties and settings without it by the distance probe; None last.
 
-    The learned probe is the stronger adversary, so it ranks: it sees the choice and question vectors
-    themselves, and its product features sum to the cosine the distance probe and the Hasty Student
-    use, so it can learn their cue -- and also a metric of its own (a shared kitchen or author look)
-    that no fixed distance shows. A setting that only fools the distance probe is not de-biased.
-    The figure over all questions ranks (more questions, narrower interval than the test split's)."""
+    The learned probe is the stronger adversary, so it ranks: it is given the distance probe's own
+    features (each choice's distance, its gap to the nearest, its rank) and also the choice and
+    question vectors themselves, so besides the fixed-distance cue it can learn a metric of its own
+    (a shared kitchen or author look) that no fixed distance shows. A setting that only fools the
+    distance probe is not de-biased. The figure over all questions ranks (more questions, narrower
+    interval than the test split's)."""
     def key(r):
         qo, pr = r.get("qo_acc"), r.get("probe_acc")
         return (qo is None and pr is None, -(qo if qo is not None else -1.0), -(pr or 0), r["dataset_id"])
@@ -254,7 +255,8 @@ def render_html(tasks: dict[str, dict]) -> str:
              "dissimilar to the others; ordering: the smoothest sequence). <b>Distance probe</b>: logistic "
              "regression on each choice's distance from the question (value, gap to the nearest, rank), "
              "5-fold cross-validated by recipe. <b>Learned probe</b>: a conditional logit on the frozen "
-             "vectors of the question and the choices (never the recipe text) that learns its own metric; "
+             "vectors of the question and the choices (never the recipe text) plus the distance probe's "
+             "features, so it learns its own metric on top of the fixed distances; "
              "every question is scored by a model fitted on other recipes (5-fold GroupKFold by recipe); "
              "over all questions and over the test split, with 95% intervals from a bootstrap that "
              "resamples recipes. Settings are ranked by it: it is the stronger adversary. "

@@ -142,6 +142,19 @@ def test_the_probe_sees_a_cue_no_fixed_distance_shows():
     assert learned > max(nearest, probe) + 0.08, (learned, nearest, probe)
 
 
+def test_the_probe_also_learns_the_distance_rank_cue():
+    """'The answer is always the second nearest choice' is not monotone in any similarity; the
+    distance probe learns it from the rank, and so must the learned probe (it carries those features)."""
+    from features.diagnostics.hasty import cloze_distances
+    rng = np.random.default_rng(2)
+    n = 400
+    q = unit(rng.normal(size=(n, 3, DIM)))
+    c = unit(rng.normal(size=(n, 4, DIM)) + 0.8 * q.mean(1, keepdims=True))
+    y = np.argsort(cloze_distances(q, c)[1], axis=1)[:, 1]
+    learned = question_only_probe(task_features("visual_cloze", *_as_rows(q, c)), y, [f"r{i}" for i in range(n)])
+    assert learned.accuracy > 0.95
+
+
 def _as_rows(q: np.ndarray, c: np.ndarray):
     """Dense arrays -> (question rows, choice rows, matrix), the resolved-rows form."""
     n, k, d = q.shape
