@@ -42,7 +42,8 @@ def publish_artifacts(res: dict) -> None:
         create_table_artifact(table=info["table"], key=f"bias-{task_name.replace('_', '-')}",
                               description=f"Bias diagnostics of the {task_name} datasets")
     md = [f"# Bias report\n\nHTML: `{res['index']}` ({res['n_datasets']} datasets)\n",
-          "Settings by learned question-only probe accuracy, most biased first:\n", "```",
+          ("Settings by learned question-only probe accuracy (or the distance probe's where higher), "
+           "most biased first:\n"), "```",
           *format_ordering(res["tasks"]), "```"]
     create_markdown_artifact(markdown="\n".join(md), key="bias-report-summary",
                              description="Ordering of settings by learned-probe accuracy")

@@ -105,8 +105,8 @@ def test_ordering_printed_and_probe_finds_the_preset_bias(report):
     assert lines[0] == f"visual_cloze (encoder {ENC}):" and any("recipeqa" in ln for ln in lines)
     assert list(report["res"]["tasks"]["visual_cloze"]["ordering"]) == [ENC]
     cloze = report["res"]["tasks"]["visual_cloze"]["ordering"][ENC]
-    accs = [r["qo_acc"] for r in cloze]        # ranked by the learned probe, the stronger adversary
-    assert None not in accs and accs == sorted(accs, reverse=True)
+    best = [max(r["qo_acc"], r["probe_acc"]) for r in cloze]   # the learned probe, or the distance probe
+    assert best == sorted(best, reverse=True)                   # where that reads higher
     preset = next(r for r in cloze if r["knobs"] == "recipeqa")
     assert preset["probe_acc"] > 0.5           # synthetic world: a per-recipe style term = the cue
     assert preset["qo_acc"] > 0.5
@@ -138,11 +138,13 @@ def test_learned_probe_in_table_rows_and_plot(report):
                 (test == "–" and metrics["qo_n_test"] == 0)
 
 
-def test_ordering_prefers_the_learned_probe_and_falls_back_to_the_distance_probe():
+def test_ordering_by_the_best_adversary():
+    """The learned probe ranks unless the distance probe reads higher; missing figures last."""
     from features.diagnostics.report import ordering_by_probe
-    rows = [{"dataset_id": "a", "qo_acc": 0.4, "probe_acc": 0.9}, {"dataset_id": "b", "qo_acc": 0.8, "probe_acc": 0.3},
-            {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5}, {"dataset_id": "d", "qo_acc": None, "probe_acc": None}]
-    assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "a", "c", "d"]
+    rows = [{"dataset_id": "a", "qo_acc": 0.4, "probe_acc": 0.6}, {"dataset_id": "b", "qo_acc": 0.8, "probe_acc": 0.3},
+            {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5}, {"dataset_id": "d", "qo_acc": None, "probe_acc": None},
+            {"dataset_id": "e", "qo_acc": 0.7, "probe_acc": 0.2}]
+    assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "e", "a", "c", "d"]
 
 
 def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
