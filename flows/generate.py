@@ -26,22 +26,54 @@ def generate_task(settings: list[tuple[str, KnobParams]], seed: int, encoder_id:
         con.close()
 
 
+@task(name="question-only-probe", cache_policy=NO_CACHE)
+def probe_task(dataset_ids: list[str], seed: int) -> dict[str, dict]:
+    """The learned question-only probe of each new dataset (features/diagnostics/bias.py)."""
+    from features.diagnostics.bias import learned_probe_rows
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    try:
+        return learned_probe_rows(con, dataset_ids, lance_uri=paths.lance, seed=seed)
+    finally:
+        con.close()
+
+
+def format_probe_line(s: dict) -> str:
+    """One printed line: a dataset's learned-probe accuracy on its test split (95% interval) next to
+    chance, or why there is none."""
+    if s.get("qo_test_acc") is None:
+        acc = "-" if s.get("qo_acc") is None else f"{100 * s['qo_acc']:.1f}%"
+        return f"{s['dataset_id']:32s} learned question-only probe: all questions {acc}, no test-split questions"
+    return (f"{s['dataset_id']:32s} learned question-only probe, test split {100 * s['qo_test_acc']:.1f}% "
+            f"[{100 * s['qo_test_ci_low']:.1f}, {100 * s['qo_test_ci_high']:.1f}] n={s['qo_n_test']} "
+            f"(all questions {100 * s['qo_acc']:.1f}%; chance 25.0%)")
+
+
 @flow(name="generate")
 def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | None = None,
                   task_name: str | None = None, knobs: tuple[int, int, int] | None = None,
                   preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None,
-                  adversarial: bool | None = None, af_rounds: int = AF_DEFAULT_ROUNDS) -> dict:
+                  adversarial: bool | None = None, af_rounds: int = AF_DEFAULT_ROUNDS,
+                  probe: bool = True) -> dict:
     """Generate datasets: every setting (`all_settings`), one knob setting (`task_name` + `knobs`),
     or a preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}.
     `adversarial`: the adversarially filtered variant of the setting (True), or with `all_settings`
-    the AF variants next to every setting (None, the default, or True; False: none)."""
+    the AF variants next to every setting (None, the default, or True; False: none). `probe`: add the
+    learned question-only probe (qo_* keys) to each dataset's summary and print it (about a second
+    per dataset)."""
     settings = settings_for(task_name, knobs, preset, k3_mode, overrides,
                             all_settings=all_settings and not (task_name or knobs or preset),
                             adversarial=adversarial, af_rounds=af_rounds)
     t0 = time.perf_counter()
     summaries = generate_task(settings, seed, encoder_id)
     # wall time of the whole task (datasets are assembled on several threads, so the per-dataset
-    # seconds overlap and their sum is more than this)
+    # seconds overlap and their sum is more than this); the probe below is not counted
+    seconds = round(time.perf_counter() - t0, 3)
+    if probe and summaries:
+        rows = probe_task([x["dataset_id"] for x in summaries], seed)
+        for x in summaries:
+            x.update(rows.get(x["dataset_id"], {}))
+            print(format_probe_line(x))
     return {"datasets": summaries, "n_datasets": len(summaries),
             "n_questions": sum(s["n_questions"] for s in summaries),
-            "seconds": round(time.perf_counter() - t0, 3)}
+            "seconds": seconds}

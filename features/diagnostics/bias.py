@@ -1,4 +1,4 @@
-"""Bias diagnostics of a generated benchmark: Hasty Student, distance probe, overlap.
+"""Bias diagnostics of a generated benchmark: Hasty Student, distance probe, learned probe, overlap.
 
 Everything is measured in the dataset's own feature space (datasets.encoder_id), with cosine
 distance, from the question rows alone -- no model of the recipe context:
@@ -15,6 +15,10 @@ distance, from the question rows alone -- no model of the recipe context:
   rank is a feature it can learn "the answer is the nearest" and also "the answer is never the
   nearest". Accuracy is out-of-fold over K folds grouped by recipe (folds from a stable hash of
   recipe_id, so a recipe never sits on both sides and results do not depend on row order).
+- **Learned question-only probe** (features/diagnostics/question_only.py): a conditional logit on
+  the question's and the choices' vectors themselves plus the distance probe's features, each
+  question scored by a model fitted on other recipes; overall and on the test split, with 95%
+  intervals. It finds cues no fixed distance shows (a shared kitchen or author look).
 - **Overlap** (bias 1): per recipe, the share of its steps (intro excluded) that the union of its
   questions shows, and the mean pairwise Jaccard overlap of the step sets of its questions.
 """
@@ -291,6 +295,15 @@ def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistan
                             res.n_questions, res.n_missing_vectors)
 
 
+def learned_probe(res: ResolvedQuestions, mat: np.ndarray, n_folds: int = 5, seed: int = 0
+                  ) -> QuestionOnlyResult | None:
+    """The learned question-only probe on resolved questions (None when there are none)."""
+    if not res.qids:
+        return None
+    X = task_features(res.task, res.question_rows, res.choice_rows, mat)
+    return question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
+
+
 def dataset_distances(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: VectorLookup,
                       task: str) -> DatasetDistances:
     """Resolve every question of `dataset_id` to vectors and compute both distance views."""
@@ -371,9 +384,7 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                 lookups[key] = VectorLookup(lance_uri, enc, space)
             res = resolve_dataset(con, d["dataset_id"], lookups[key], task)
             dist = resolved_distances(res, lookups[key].mat)
-            if res.qids:
-                X = task_features(task, res.question_rows, res.choice_rows, lookups[key].mat)
-                qo = question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
+            qo = learned_probe(res, lookups[key].mat, n_folds, seed)
         if dist is None or len(dist.qids) == 0:
             row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None)
         else:
@@ -390,6 +401,27 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
         if keep_distances:
             row["_distances"] = dist
         out.append(row)
+    return out
+
+
+def learned_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], lance_uri: str | None = None,
+                       seed: int = 0, n_folds: int = 5) -> dict[str, dict]:
+    """The learned question-only probe alone (the qo_* columns of `question_only_row`) for each of
+    `dataset_ids`, e.g. for the summary `mrqa generate` prints right after generating."""
+    from etl.config import Paths
+    lance_uri = lance_uri or Paths.from_env().lance
+    lookups: dict[tuple[str, str], VectorLookup] = {}
+    out = {}
+    for d in list_datasets(con, dataset_ids):
+        enc = d["encoder_id"] or _latest_encoder(con)
+        qo = None
+        if enc is not None:
+            key = (enc, "title" if d["task"] == "textual_cloze" else "image")
+            if key not in lookups:
+                lookups[key] = VectorLookup(lance_uri, *key)
+            res = resolve_dataset(con, d["dataset_id"], lookups[key], d["task"])
+            qo = learned_probe(res, lookups[key].mat, n_folds, seed)
+        out[d["dataset_id"]] = question_only_row(qo)
     return out
 
 

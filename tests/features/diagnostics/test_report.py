@@ -225,3 +225,22 @@ def test_report_opens_in_a_browser(report, tmp_path):
     keep = os.environ.get("MRQA_REPORT_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_generate_summary_probe_equals_the_report(report):
+    """The learned-probe figures `mrqa generate` prints are the ones the report stores (same seed)."""
+    from features.diagnostics.bias import learned_probe_rows
+    from features.diagnostics.report import QO_KEYS
+    from flows.generate import format_probe_line
+    con = report["con"]
+    ids = [s["dataset_id"] for s in report["summaries"] if s["task"] in ("visual_ordering", "visual_coherence")]
+    got = learned_probe_rows(con, ids, lance_uri=report["paths"].lance, seed=0)
+    stored = {r[0]: dict(zip(QO_KEYS, r[1:])) for r in con.execute(
+        f"SELECT dataset_id, {', '.join(QO_KEYS)} FROM bias_metrics").fetchall()}
+    assert set(got) == set(ids)
+    for did, row in got.items():
+        assert row == pytest.approx(stored[did])
+        line = format_probe_line({"dataset_id": did, **row})
+        assert did in line and "learned question-only probe" in line
+        if row["qo_test_acc"] is not None:
+            assert f"test split {100 * row['qo_test_acc']:.1f}% [" in line and "chance 25.0%" in line
