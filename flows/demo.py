@@ -42,8 +42,9 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
 
 
 def demo_digest(summary: dict) -> dict:
-    """What `mrqa demo` prints: per-stage status/time/counts, in-vocab share, datasets, bias table,
-    model accuracy next to Hasty Student, where the report is."""
+    """What `mrqa demo` prints: per-stage status/time/counts, in-vocab share, datasets, bias table
+    (Hasty Student, distance probe, learned question-only probe), model accuracy next to Hasty
+    Student, where the report is."""
     ing, cln, emb = (stage_summary(summary, s) for s in ("ingest", "clean", "embed"))
     gen, rep, trn = (stage_summary(summary, s) for s in ("generate", "report", "train"))
     counts = {
@@ -61,7 +62,8 @@ def demo_digest(summary: dict) -> dict:
              for ph in ("before", "after")} if cln else {}
     datasets = [{k: d.get(k) for k in ("dataset_id", "task", "knobs", "n_questions")}
                 for d in gen.get("datasets", [])]
-    bias = {task: [{k: row.get(k) for k in ("setting", "questions", "Hasty Student", "distance probe")}
+    bias = {task: [{k: row.get(k) for k in ("setting", "questions", "Hasty Student", "distance probe",
+                                            "learned probe, test split (95% CI)")}
                    for row in info.get("table", [])] for task, info in rep.get("tasks", {}).items()}
     models = list(trn.get("runs", []))
     keys = ("stage", "status", "seconds", "cpu_s", "reason", "error")
@@ -95,11 +97,13 @@ def format_digest(d: dict) -> str:
         by_task.setdefault(ds["task"], []).append(f"{ds['knobs']}:{ds['n_questions']}")
     out.append(f"datasets ({len(d['datasets'])}; setting:questions):")
     out += [f"  {t:<16} " + " ".join(v) for t, v in by_task.items()]
-    out.append("bias (setting: questions, Hasty Student, distance probe):")
+    out.append("bias (setting: questions, Hasty Student, distance probe, learned question-only probe on the "
+               "test split [95% CI]; chance 25%):")
     for task, rows in d["bias"].items():
         out.append(f"  {task}")
-        out += [f"    {r['setting']:<10} {str(r['questions']):>6}  hasty {r['Hasty Student']}  "
-                f"probe {r['distance probe']}" for r in rows]
+        out += [f"    {r['setting']:<10} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
+                f"probe {r['distance probe']}  learned {r.get('learned probe, test split (95% CI)', '–')}"
+                for r in rows]
     if d["models"]:
         out.append("model (tiny HTRN transformer) vs Hasty Student:")
         for m in d["models"]:

@@ -244,3 +244,16 @@ def test_generate_summary_probe_equals_the_report(report):
         assert did in line and "learned question-only probe" in line
         if row["qo_test_acc"] is not None:
             assert f"test split {100 * row['qo_test_acc']:.1f}% [" in line and "chance 25.0%" in line
+
+
+def test_demo_summary_shows_the_learned_probe(report):
+    """The demo's printed bias table carries the learned probe's test-split figure of every setting."""
+    from flows.demo import demo_digest, format_digest
+    res = report["res"]
+    summary = {"stages": [{"stage": "report", "status": "completed", "seconds": 1.0, "cpu_s": 0.5,
+                           "summary": res}], "total_s": 1.0}
+    text = format_digest(demo_digest(summary))
+    assert "learned question-only probe on the test split [95% CI]" in text
+    for info in res["tasks"].values():
+        for row in info["table"]:
+            assert f"learned {row['learned probe, test split (95% CI)']}" in text
