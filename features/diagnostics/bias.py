@@ -40,6 +40,7 @@ from features.diagnostics.hasty import (
 )
 from features.diagnostics.question_only import (
     QuestionOnlyResult,
+    bench_question_only,
     by_question_length,
     question_only_probe,
     task_features,
@@ -458,8 +459,9 @@ def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
 # ----------------------------------------------------------------------------- benchmark
 
 def bench_bias(n_questions: int = 20000, repeats: int = 3, dim: int = 128, seed: int = 0) -> list[str]:
-    """`mrqa bench report`: cloze distances vectorised vs a per-question loop (same numbers), and
-    the probe's cross-validated fit, on random unit vectors."""
+    """`mrqa bench report`: cloze distances vectorised vs a per-question loop (same numbers), the
+    probe's cross-validated fit, on random unit vectors, and the learned question-only probe on one
+    dataset-sized set (3,000 questions) against the distance probe on the same questions."""
     import time
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(n_questions, 3, dim)).astype(np.float32)
@@ -494,4 +496,5 @@ def bench_bias(n_questions: int = 20000, repeats: int = 3, dim: int = 128, seed:
              f"({n_questions / t_vec:,.0f} q/s) vs per-question loop {t_loop * 1e3:.0f} ms "
              f"({n_questions / t_loop:,.0f} q/s): {t_loop / t_vec:.0f}x faster, same numbers"),
             (f"distance probe (logreg, 5 folds by recipe): {t_probe:.2f} s "
-             f"({n_questions / t_probe:,.0f} q/s), accuracy on random distances {pr.accuracy:.3f} (chance 0.25)")]
+             f"({n_questions / t_probe:,.0f} q/s), accuracy on random distances {pr.accuracy:.3f} (chance 0.25)"),
+            *bench_question_only(3000, dim, seed)]

@@ -305,8 +305,11 @@ def bench_question_only(n_questions: int = 3000, dim: int = 128, seed: int = 0) 
     c[np.arange(n_questions), answers] += 0.3 * q.mean(1) / np.linalg.norm(q.mean(1), axis=-1, keepdims=True)
     c = unit(c)
     groups = [f"r{i // 3}" for i in range(n_questions)]
+    mat = np.concatenate([q.reshape(-1, dim), c.reshape(-1, dim)])            # the resolved-rows form
+    q_rows = np.arange(3 * n_questions).reshape(-1, 3).tolist()
+    c_rows = (3 * n_questions + np.arange(4 * n_questions)).reshape(-1, 4).tolist()
     t = time.perf_counter()
-    qo = question_only_probe(cloze_features(q, c), answers, groups, seed=seed)
+    qo = question_only_probe(task_features("visual_cloze", q_rows, c_rows, mat), answers, groups, seed=seed)
     t_qo = time.perf_counter() - t
     t = time.perf_counter()
     dp = distance_probe(cloze_distances(q, c)[1], answers, groups, seed=seed)
