@@ -5,8 +5,8 @@ finds another cue: every photo of a recipe shares one kitchen look (on real site
 the foreign-looking choice is the wrong one. AF (Zellers et al. 2018, SWAG; Le Bras et al. 2020, AFLite;
 hypothesis-only baselines of NLI) starts from the knob selection of a setting and, for R rounds:
 
-1. trains an ensemble of question-only models (QuestionOnlyModel, below; the members
-   differ in C, seed and fold assignment), each member one model per fold of RECIPES, trained on the
+1. trains an ensemble of question-only models (QuestionOnlyModel of features/diagnostics/question_only.py;
+   the members differ in C, seed and fold assignment), each member one model per fold of RECIPES, trained on the
    other folds; every question's choices and candidates are scored by models that never saw its recipe;
 2. replaces the distractors the ensemble rejects easily (scored below the answer) by the eligible
    candidate it finds most plausible. Candidate pools: `ball` (the setting's knob-2 ball over the
@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
+from features.diagnostics.question_only import QuestionOnlyModel, pair_features
 
 N_FOLDS = 5
 ENSEMBLE = ({"C": 0.1, "seed": 1}, {"C": 1.0, "seed": 2}, {"C": 10.0, "seed": 3})
@@ -494,86 +495,8 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
 
 
 # ----------------------------------------------------------------------------- question-only models
-# A minimal private version of the shared question-only API (pair_features, QuestionOnlyModel,
-# cross_fitted_scores), same signatures, used until features/diagnostics/question_only.py exists.
-
-def pair_features(context: np.ndarray, choice: np.ndarray) -> np.ndarray:
-    """context, choice: (n, c, d) unit vectors -> (n, c, 4d) [choice, context, choice*context, |choice-context|]."""
-    context = np.asarray(context, dtype=np.float32)
-    choice = np.asarray(choice, dtype=np.float32)
-    return np.concatenate([choice, context, choice * context, np.abs(choice - context)], axis=-1)
-
-
-class QuestionOnlyModel:
-    """Conditional logit over a question's choices (one weight vector shared by every choice; standardised
-    features, L2 penalty 1/(2C)), fitted by L-BFGS from zero (or from `init`): deterministic, `seed` kept
-    for the API."""
-
-    def __init__(self, C: float = 1.0, seed: int = 0, max_iter: int = 60):
-        self.C, self.seed, self.max_iter = C, seed, max_iter
-
-    def fit(self, X: np.ndarray, y: np.ndarray, init: QuestionOnlyModel | None = None) -> QuestionOnlyModel:
-        """Fit on X (n, c, f), y (n,) the answer's index; `init`: a fitted model to start from."""
-        n, c, f = X.shape
-        flat = X.reshape(-1, f)
-        self.mu = flat.mean(0, dtype=np.float64)
-        self.sd = flat.std(0, dtype=np.float64) + 1e-6
-        Z = ((flat - self.mu.astype(np.float32)) / self.sd.astype(np.float32)).astype(np.float32)
-        pick = np.arange(n) * c + y
-        z_true = Z[pick].sum(0, dtype=np.float64)
-
-        def loss_grad(w):
-            s = (Z @ w.astype(np.float32)).reshape(n, c)
-            s = s - s.max(1, keepdims=True)
-            e = np.exp(s)
-            tot = e.sum(1, keepdims=True)
-            loss = -(s.reshape(-1)[pick] - np.log(tot[:, 0])).sum(dtype=np.float64) + (w @ w) / (2 * self.C)
-            grad = ((e / tot).reshape(1, -1) @ Z)[0].astype(np.float64) - z_true + w / self.C
-            return float(loss), grad
-
-        self.w = lbfgs(loss_grad, np.zeros(f) if init is None else init.w.copy(), self.max_iter)
-        return self
-
-    def scores(self, X: np.ndarray) -> np.ndarray:
-        """(n, c) higher = more plausible as the answer."""
-        v = (self.w / self.sd).astype(np.float32)
-        return X @ v - np.float32(self.mu @ (self.w / self.sd))
-
-
-def lbfgs(loss_grad, w: np.ndarray, max_iter: int, memory: int = 10, rtol: float = 1e-6) -> np.ndarray:
-    """Minimise a smooth convex function: L-BFGS (two-loop recursion) with a backtracking Armijo step;
-    stops after max_iter steps, or when a step lowers the loss by less than rtol of it (the float32
-    loss cannot tell smaller gains apart)."""
-    loss, g = loss_grad(w)
-    S, Y = [], []
-    for _ in range(max_iter):
-        q = g.copy()
-        alphas = []
-        for s_, y_ in reversed(list(zip(S, Y))):
-            a = (s_ @ q) / (y_ @ s_)
-            alphas.append(a)
-            q -= a * y_
-        q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1]) if S else 1.0 / max(np.linalg.norm(g), 1.0)
-        for (s_, y_), a in zip(zip(S, Y), reversed(alphas)):
-            q += s_ * (a - (y_ @ q) / (y_ @ s_))
-        step, slope = 1.0, -(g @ q)
-        while True:
-            w_new = w - step * q
-            loss_new, g_new = loss_grad(w_new)
-            if loss_new <= loss + 1e-4 * step * slope or step < 1e-6:
-                break
-            step *= 0.5
-        if loss_new > loss:
-            break
-        s_, y_ = w_new - w, g_new - g
-        if s_ @ y_ > 1e-12:
-            S, Y = (S + [s_])[-memory:], (Y + [y_])[-memory:]
-        done = loss - loss_new <= rtol * abs(loss)
-        w, loss, g = w_new, loss_new, g_new
-        if done:
-            break
-    return w
-
+# pair_features and QuestionOnlyModel come from features/diagnostics/question_only.py (the shared
+# API); the folds below are AF's own (a seeded key per recipe), so its datasets stay as generated.
 
 def cross_fitted_scores(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int = 5, seed: int = 0,
                         C: float = 1.0) -> np.ndarray:

@@ -43,9 +43,8 @@ class QuestionOnlyModel:
         self.C, self.seed, self.max_iter = C, seed, max_iter
 
     def fit(self, X: np.ndarray, y: np.ndarray, init: QuestionOnlyModel | None = None) -> QuestionOnlyModel:
-        """Fit on X (n, c, f) choice features and y (n,) the answer's index."""
-        X = np.asarray(X, dtype=np.float32)
-        y = np.asarray(y, dtype=np.int64)
+        """Fit on X (n, c, f) choice features (float32) and y (n,) the answer's index."""
+        X, y = np.asarray(X), np.asarray(y, dtype=np.int64)
         n, c, f = X.shape
         if n == 0:
             raise ValueError("QuestionOnlyModel.fit needs at least one question")
@@ -71,7 +70,7 @@ class QuestionOnlyModel:
     def scores(self, X: np.ndarray) -> np.ndarray:
         """(n, c) choice scores, higher = more plausible as the answer."""
         v = (self.w / self.sd).astype(np.float32)
-        return np.asarray(X, dtype=np.float32) @ v - np.float32(self.mu @ (self.w / self.sd))
+        return np.asarray(X) @ v - np.float32(self.mu @ (self.w / self.sd))
 
 
 def lbfgs(loss_grad, w: np.ndarray, max_iter: int, memory: int = 10, rtol: float = 1e-6) -> np.ndarray:
