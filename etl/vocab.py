@@ -39,7 +39,9 @@ def vocab_figures(counts: Counter, top: int = 30, repairer: Repairer | None = No
     in_tokens = sum(n for w, n in words.items() if rep.in_dictionary(w))
     total = sum(words.values())
     oov = [(w, n) for w, n in words.most_common() if not rep.in_dictionary(w)][:top]
-    return {"n_word_types": len(words), "n_word_tokens": total,
+    # n_oov_types, not only the share: a repair that merges in-dictionary variants ("word-" into
+    # "word") shrinks the type count and can lower the share while removing no OOV type
+    return {"n_word_types": len(words), "n_word_tokens": total, "n_oov_types": len(words) - in_types,
             "types_in_dict_share": round(in_types / len(words), 4) if words else None,
             "tokens_in_dict_share": round(in_tokens / total, 4) if total else None,
             "top_oov": oov}

@@ -57,3 +57,16 @@ def ordering_distances(orderings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def hasty_student(scores: np.ndarray) -> np.ndarray:
     """The choice each question's Hasty Student picks: the lowest score (ties: the first)."""
     return np.argmin(scores, axis=1)
+
+
+def probe_features(dist: np.ndarray) -> np.ndarray:
+    """Per choice (rows n*4): [distance, distance - min, distance - mean, rank one-hot (4)].
+    Depends only on the set of distances of the question, never on the choice's slot."""
+    n, c = dist.shape
+    order = np.argsort(dist, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    rank[np.arange(n)[:, None], order] = np.arange(c)[None, :]
+    onehot = np.eye(c)[rank]                                               # (n, c, c)
+    feats = np.concatenate([dist[..., None], (dist - dist.min(1, keepdims=True))[..., None],
+                            (dist - dist.mean(1, keepdims=True))[..., None], onehot], axis=-1)
+    return feats.reshape(n * c, -1)

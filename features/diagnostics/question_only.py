@@ -191,10 +191,10 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
     """(n, c, f) probe features of resolved questions (rows of `mat`, as bias.resolve_dataset gives
     them): cloze from the shown items and the choices, coherence from the four images, ordering from
     the candidate orders; then the distance probe's own features of the choice's cosine distance
-    (value, gap to the nearest and to the mean, rank one-hot: bias.probe_features), so the learned
+    (value, gap to the nearest and to the mean, rank one-hot: hasty.probe_features), so the learned
     probe can use every cue the distance probe uses, including the non-linear "the answer is never
     the nearest". Cloze questions showing different numbers of items are built per length."""
-    from features.diagnostics.bias import probe_features
+    from features.diagnostics.hasty import probe_features
     n, d = len(choice_rows), mat.shape[1]
     if task in ("visual_cloze", "textual_cloze"):
         X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * d), dtype=np.float32)
@@ -286,34 +286,3 @@ def question_only_probe(X: np.ndarray, answers: np.ndarray, groups, splits=None,
                               float(correct[test].mean()) if test.any() else None,
                               accuracy_interval(correct[test], tg, seed=seed), int(test.sum()),
                               1.0 / c, min(n_folds, n_groups), scores)
-
-
-# ----------------------------------------------------------------------------- benchmark
-
-def bench_question_only(n_questions: int = 3000, dim: int = 128, seed: int = 0) -> list[str]:
-    """`mrqa bench report`: seconds of the learned probe (5 folds by recipe) on one cloze dataset of
-    random unit vectors with a planted cue, against the distance probe on the same questions."""
-    import time
-
-    from features.diagnostics.bias import distance_probe
-    from features.diagnostics.hasty import cloze_distances
-    rng = np.random.default_rng(seed)
-    q = unit(rng.normal(size=(n_questions, 3, dim)))
-    c = rng.normal(size=(n_questions, 4, dim)).astype(np.float32)
-    answers = rng.integers(0, 4, size=n_questions)
-    c[np.arange(n_questions), answers] += 0.3 * q.mean(1) / np.linalg.norm(q.mean(1), axis=-1, keepdims=True)
-    c = unit(c)
-    groups = [f"r{i // 3}" for i in range(n_questions)]
-    mat = np.concatenate([q.reshape(-1, dim), c.reshape(-1, dim)])            # the resolved-rows form
-    q_rows = np.arange(3 * n_questions).reshape(-1, 3).tolist()
-    c_rows = (3 * n_questions + np.arange(4 * n_questions)).reshape(-1, 4).tolist()
-    t = time.perf_counter()
-    qo = question_only_probe(task_features("visual_cloze", q_rows, c_rows, mat), answers, groups, seed=seed)
-    t_qo = time.perf_counter() - t
-    t = time.perf_counter()
-    dp = distance_probe(cloze_distances(q, c)[1], answers, groups, seed=seed)
-    t_dp = time.perf_counter() - t
-    line = (f"question-only probe, {n_questions:,d} cloze questions x {dim}-d (features + 5 folds by recipe): "
-            f"{t_qo:.2f} s, accuracy {qo.accuracy:.3f}; distance probe on the same questions {t_dp:.2f} s, "
-            f"accuracy {dp.accuracy:.3f}; ratio {t_qo / t_dp:.1f}x the distance probe's time")
-    return [line]
