@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 OTHER = {
     ".gitignore": "What git ignores: .venv/, data/ and caches.",
     "README.md": "What the project is, set-up, the command line, the pipeline, and this file tree.",
-    "features/embed/mrqa-tiny-clip.json": "open_clip configuration of the default encoder (tiny ViT + text tower, 128-d).",
+    "features/embed/mrqa-tiny-clip.json":
+        "open_clip configuration of the default encoder (tiny ViT + text tower, 128-d).",
     "prefect.yaml": "The Prefect deployments for `prefect deploy --all` (process work pool, weekly cron).",
     "pyproject.toml": "The package: pinned dependencies, the `mrqa` console script, pytest settings and markers.",
     "sql/migrations.txt": "The order in which the files of sql/schema/ are applied.",

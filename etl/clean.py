@@ -38,8 +38,15 @@ from etl.config import Paths
 from etl.filters import DEFAULT_FILTERS, RecipeView, StepView, filter_recipe
 from etl.repair import Repairer, english_frequencies, repair_text
 from etl.repair import rule_counts as split_counts_by_rule
-from etl.tokenize import (load_punkt, punkt_from_json, punkt_to_json, reference_tokenize_text, save_punkt,
-                           tokenize_text, train_punkt)
+from etl.tokenize import (
+    load_punkt,
+    punkt_from_json,
+    punkt_to_json,
+    reference_tokenize_text,
+    save_punkt,
+    tokenize_text,
+    train_punkt,
+)
 from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
 
 log = logging.getLogger(__name__)

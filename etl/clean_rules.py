@@ -72,10 +72,14 @@ def strip_html(text: str) -> tuple[str, int]:
     """HTML tags, comments, script/style blocks out (line-level tags become newlines); entities decoded."""
     n = 0
     if "<" in text:
-        text, k = _HTML_BLOCK.subn(" ", text); n += k
-        text, k = _HTML_COMMENT.subn(" ", text); n += k
-        text, k = _HTML_BREAK.subn("\n", text); n += k
-        text, k = _HTML_TAG.subn(" ", text); n += k
+        text, k = _HTML_BLOCK.subn(" ", text)
+        n += k
+        text, k = _HTML_COMMENT.subn(" ", text)
+        n += k
+        text, k = _HTML_BREAK.subn("\n", text)
+        n += k
+        text, k = _HTML_TAG.subn(" ", text)
+        n += k
     ents = _HTML_ENTITY.findall(text) if "&" in text else None
     if ents:
         text = _HTML_ENTITY.sub(lambda m: html.unescape(m.group(0)), text)

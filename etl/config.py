@@ -21,7 +21,7 @@ class Paths:
     home: Path
 
     @classmethod
-    def from_env(cls, home: str | os.PathLike | None = None) -> "Paths":
+    def from_env(cls, home: str | os.PathLike | None = None) -> Paths:
         base = home if home is not None else os.environ.get("MRQA_HOME", "data")
         return cls(Path(base).expanduser().resolve())
 
@@ -54,7 +54,7 @@ class Paths:
     def reports(self) -> Path:
         return self.home / "reports"
 
-    def ensure(self) -> "Paths":
+    def ensure(self) -> Paths:
         for p in (self.home, self.raw, self.images, self.exports, self.models, self.reports):
             p.mkdir(parents=True, exist_ok=True)
         return self

@@ -300,7 +300,9 @@ class Crawler:
                OR EXISTS (SELECT 1 FROM steps s WHERE s.recipe_id = r.recipe_id
                           AND coalesce(s.title_raw, '') = '' AND coalesce(s.body_raw, '') = '')
                OR EXISTS (SELECT 1 FROM images i WHERE i.recipe_id = r.recipe_id AND i.status <> 'ok')
-               OR {'FALSE' if stale is None else f"coalesce(p.fetched_at, TIMESTAMP '1970-01-01') < now()::TIMESTAMP - INTERVAL {float(stale) * 86400} SECOND"})
+               OR {'FALSE' if stale is None else
+                   f"coalesce(p.fetched_at, TIMESTAMP '1970-01-01') < now()::TIMESTAMP "
+                   f"- INTERVAL {float(stale) * 86400} SECOND"})
             ORDER BY r.recipe_id""", [source, source]).fetchall()
         urls = [r[0] for r in rows]
         self.counts["discovered"] += len(urls)

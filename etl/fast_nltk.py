@@ -65,7 +65,7 @@ def _is_word_char(ch: str) -> bool:
 
 
 def _opening_quote(text: str) -> bool:
-    """Some "'" not preceded by a word character and followed by one (the (?<!\w)'(?=\w) test)."""
+    r"""Some "'" not preceded by a word character and followed by one (the (?<!\w)'(?=\w) test)."""
     i = text.find("'")
     while i >= 0:
         if (i == 0 or not _is_word_char(text[i - 1])) and i + 1 < len(text) and _is_word_char(text[i + 1]):
@@ -116,7 +116,7 @@ _NEEDS = {
 
 
 def _final_period_possessive(text: str) -> str:
-    """`([^\.])(\.)([\]\)}>"\'»”’ ]*+)\s*$` -> r"\1 \2 \3 " on printable ASCII: the only possible
+    """`([^\\.])(\\.)([\\]\\)}>"\'»”’ ]*+)\\s*$` -> r"\1 \2 \3 " on printable ASCII: the only possible
     match is a '.' (not after another '.') followed by closers/spaces up to the end."""
     t = text.rstrip(" ])}>\"'")
     if len(t) >= 2 and t[-1] == "." and t[-2] != ".":
@@ -125,7 +125,7 @@ def _final_period_possessive(text: str) -> str:
 
 
 def _final_period(text: str) -> str:
-    """`([^\.])(\.)([\]\)}>"\']*)\s*$` -> r"\1 \2\3 " on printable ASCII: a '.' (not after another
+    """`([^\\.])(\\.)([\\]\\)}>"\']*)\\s*$` -> r"\1 \2\3 " on printable ASCII: a '.' (not after another
     '.') followed by closers, then spaces, up to the end; the spaces are replaced by one."""
     u = text.rstrip(" ")
     v = u.rstrip("])}>\"'")

@@ -59,7 +59,7 @@ def parse_page(html: str | bytes, url: str | None = None,
         raise ParseError("too_large", f"{size} bytes > {MAX_PAGE_BYTES}")
     try:
         soup = BeautifulSoup(html, backend)
-    except Exception as e:  # noqa: BLE001 - any parser failure is a parse_error
+    except Exception as e:
         raise ParseError("parse_error", f"{type(e).__name__}: {e}") from e
     depth = nesting_depth(soup, MAX_DEPTH)
     if depth > MAX_DEPTH:

@@ -476,6 +476,28 @@ def synthesise_records(records: list[RecipeQARecord], n: int) -> list[RecipeQARe
     return out
 
 
+def sample_kitchen_records(n_recipes: int = 20, seed: int = 0) -> list[RecipeQARecord]:
+    """RecipeQA-format visual cloze records made from the embedded sample kitchen's recipe plans (text
+    and image names, no image files): the default input of `mrqa bench import`, so the benchmark needs
+    no third-party file. One record per recipe with at least four steps; they pass `validate_record`."""
+    from etl.sample.generate import plan_all
+    out = []
+    for plan in plan_all(n_recipes, seed):
+        if plan.kind != "recipe" or len(plan.steps) < 4:
+            continue
+        rid = plan.slug or f"sample-{plan.index}"
+        context = [{"id": s.step_idx + 1, "title": s.title, "body": "\n".join(s.paragraphs), "videos": []}
+                   for s in plan.steps]
+        names = [f"{rid}_{s.step_idx}_0.jpg" for s in plan.steps[:4]]
+        rec = {"recipe_id": rid, "qid": f"{rid}-vc", "split": "val", "task": "visual_cloze",
+               "context_modality": ["body", "title", "videos"], "question_modality": ["image"],
+               "context": context, "question": names[:3] + ["@placeholder"],
+               "choice_list": [names[3], names[0], names[1], names[2]], "answer": 0}
+        validate_record(rec, "sample-kitchen", len(out))
+        out.append(RecipeQARecord("sample-kitchen", len(out), rec))
+    return out
+
+
 def bench_import(records: list[RecipeQARecord], n: int = 20000, n_baseline: int = 1000) -> dict:
     """records/s of the Arrow bulk load vs executemany, each into a fresh in-memory warehouse.
 

@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -27,7 +27,7 @@ class SchemaError(RuntimeError):
 
 def utcnow() -> datetime:
     """Naive UTC timestamp (DuckDB TIMESTAMP has no zone)."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @contextmanager

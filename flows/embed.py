@@ -16,10 +16,10 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.embed.fanout import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
 from features.embed.embedding import EmbedConfig, embed_images, embed_step_texts
-from features.embed.train_encoder import TrainConfig, train_encoder
 from features.embed.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
+from features.embed.fanout import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
+from features.embed.train_encoder import TrainConfig, train_encoder
 from features.vectors.neighbours import build_neighbour_table
 from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
 from flows import scale

@@ -104,9 +104,9 @@ def bench_embed(n_images: int = 1024, batch_size: int = 128, n_workers: int = 2,
     from distributed import Client
 
     from etl.config import Paths
-    from features.embed.fanout import encode_batch, encoder_spec
-    from features.embed.encoders import latest_encoder_id
     from features.embed.decode import image_items
+    from features.embed.encoders import latest_encoder_id
+    from features.embed.fanout import encode_batch, encoder_spec
     paths = Paths.from_env()
     with duckdb.connect(str(paths.warehouse), read_only=True) as con:
         encoder_id = encoder_id or latest_encoder_id(con)

@@ -38,11 +38,11 @@ class ModelConfig:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
 
     @classmethod
-    def tiny(cls, **kw) -> "ModelConfig":
+    def tiny(cls, **kw) -> ModelConfig:
         return replace(cls(emb_dim=16, lstm_hidden=16, n_layers=1, d_model=32, n_heads=2, dropout=0.0), **kw)
 
     @classmethod
-    def small(cls, **kw) -> "ModelConfig":
+    def small(cls, **kw) -> ModelConfig:
         return replace(cls(emb_dim=32, lstm_hidden=32, n_layers=2, d_model=64, n_heads=4, dropout=0.1), **kw)
 
 
@@ -71,13 +71,13 @@ class TrainConfig:
     threads: int = 0                   # CPU threads for torch (0: torch's default)
 
     @classmethod
-    def tiny(cls, **kw) -> "TrainConfig":
+    def tiny(cls, **kw) -> TrainConfig:
         return replace(cls(batch_size=16, max_epochs=3, patience=2, min_epochs=0, warmup_steps=0,
                            max_steps_per_recipe=12,
                            max_tokens_per_step=16, min_token_freq=1, lr=3e-3, threads=1), **kw)
 
     @classmethod
-    def small(cls, **kw) -> "TrainConfig":
+    def small(cls, **kw) -> TrainConfig:
         return replace(cls(max_epochs=12, patience=4, min_epochs=4, warmup_steps=50, max_steps_per_recipe=12,
                            max_tokens_per_step=24, min_token_freq=1, lr=1e-3, threads=1), **kw)
 

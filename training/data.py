@@ -198,7 +198,7 @@ def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None)
         if len(ids):
             return {(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1])): v for i, v in
                     zip(ids, np.asarray(mat, np.float32))}, "store:body"
-    except Exception as e:                                   # no store here: fall back to the export
+    except Exception as e:  # noqa: BLE001 - no store here (any LanceDB error): fall back to the export
         log.info("no body vectors in the feature store (%s); trying the export's title vectors", e)
     f = export_dir / "text_vectors.parquet"
     if f.exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.config import ModelConfig, TrainConfig, VISUAL_TASKS
+from training.config import VISUAL_TASKS, ModelConfig, TrainConfig
 from training.data import list_datasets, load_qa_dataset
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             rs = [r for r in rows if r["task"] == task and r["scorer"] == scorer]
             pre = [r for r in rs if r["knobs"] == "recipeqa"]
             kn = [r for r in rs if r["knobs"] != "recipeqa"]
-            mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None  # noqa: E731
+            mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None
             out.append({"task": task, "scorer": scorer, "recipeqa_preset": mean(pre, "test_acc"),
                         "knob_mean": mean(kn, "test_acc"), "n_knob_settings": len(kn),
                         "hasty_preset": mean(pre, "hasty_student_acc"),
@@ -89,7 +89,7 @@ def markdown(rows: list[dict], summary: list[dict]) -> str:
                      f"{r['foreign_context_acc']:.3f} | {att} |")
     lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset "
                   "| Hasty knob mean |", "|---|---|---|---|---|---|"]
-    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    f = lambda v: "-" if v is None else f"{v:.3f}"
     for s in summary:
         lines.append(f"| {s['task']} | {s['scorer']} | {f(s['recipeqa_preset'])} | {f(s['knob_mean'])} "
                      f"({s['n_knob_settings']}) | {f(s['hasty_preset'])} | {f(s['hasty_knob_mean'])} |")

@@ -17,7 +17,7 @@ import os
 import random
 import time
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
 from training.data import QADataset, foreign_context_rows, load_qa_dataset
-from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device  # noqa: F401
+from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
 from training.model import GM3C
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ def load_checkpoint(path: Path) -> tuple[GM3C, dict]:
         raise CheckpointError(f"no checkpoint at {path}")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - torch.load raises many types for a broken file
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupted or truncated?): "
                               f"{type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(ck, dict) or ck.get("format") != CKPT_FORMAT:
@@ -331,7 +331,7 @@ def record_run(row: dict, home: Path | None = None, attempts: int = 10) -> bool:
 def train_run(export_dir: Path, dataset_id: str, model_cfg: ModelConfig, cfg: TrainConfig,
               runs_dir: Path | None = None, record: bool = True, ds: QADataset | None = None) -> dict:
     """Load, train, test, save: the whole run. Returns the metrics dict (also in metrics.json)."""
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    started = datetime.now(UTC).replace(tzinfo=None)
     set_seed(cfg.seed)
     threads_before = torch.get_num_threads()
     if cfg.threads:
@@ -389,7 +389,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
                     "config": json.dumps({"model": asdict(model.cfg), "train": asdict(cfg)}),
                     "metrics": json.dumps({k: v for k, v in metrics.items()
                                            if k not in ("history", "model_args", "train_config")}),
-                    "started_at": started, "finished_at": datetime.now(timezone.utc).replace(tzinfo=None)})
+                    "started_at": started, "finished_at": datetime.now(UTC).replace(tzinfo=None)})
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
 

@@ -128,7 +128,8 @@ def _nn_probe(x, r, s, a, block) -> dict:
         hit_a.append((a[nn] == a[q])[ok])
         ch_a.append(((n_a[a[q]] - n_r[r[q]]) / np.maximum(len(x) - n_r[r[q]], 1))[ok])
     cat = np.concatenate
-    return {"nn_same_recipe": round(float(cat(hit_r).mean()), 4), "nn_same_recipe_chance": round(float(cat(ch_r).mean()), 4),
+    return {"nn_same_recipe": round(float(cat(hit_r).mean()), 4),
+            "nn_same_recipe_chance": round(float(cat(ch_r).mean()), 4),
             "nn_same_author": round(float(cat(hit_a).mean()), 4) if cat(hit_a).size else None,
             "nn_same_author_chance": round(float(cat(ch_a).mean()), 4) if cat(ch_a).size else None,
             "nn_author_queries": int(cat(hit_a).size)}

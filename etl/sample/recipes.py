@@ -348,7 +348,7 @@ def _food_recipe(rng, index: int, defect: str | None) -> tuple[str, str, list[St
         steps.append(StepPlan(1, rng.choice(V.ACTIONS["gather"].titles), lines,
                               {"ingredients": sorted(ings), "action": "gather", "state": "whole",
                                "vessel": "counter", "tool": "none"}, _images(rng, rng.choice([0, 1, 1, 2]), dep)))
-    for (phase, verb, names), s in zip(ops, sim):
+    for (_phase, verb, names), s in zip(ops, sim):
         k = len(steps)
         sents = _sentences(rng, verb, s["labels"]["ingredients"], s["vessel"], s["tool"], mixture_name,
                            rng.choice([1, 2, 2]))

@@ -322,7 +322,7 @@ def _whole(d, rng, it, bbox, r, tilt):
         d.rounded_rectangle((cx - r * 0.8, cy - h, cx + r * 0.8, cy + h), r * 0.08, fill=col, outline=edge)
     elif shape in ("cluster", "small"):
         n, s = (5, 0.22) if shape == "cluster" else (9, 0.15)
-        for k in range(n):
+        for _k in range(n):
             x, y = cx + rng.uniform(-0.6, 0.6) * r, cy + rng.uniform(-0.4, 0.4) * r
             d.ellipse((x - r * s, y - r * s, x + r * s, y + r * s), fill=col, outline=edge)
     elif shape in ("liquid", "paste"):   # in a small jar/cup on the counter
@@ -330,7 +330,7 @@ def _whole(d, rng, it, bbox, r, tilt):
         d.rectangle((cx - r * 0.33, cy - r * 0.1, cx + r * 0.33, cy + r * 0.52), fill=col)
     else:                                 # powder / grain: a mound
         d.ellipse((cx - r * 0.8, cy - r * 0.4, cx + r * 0.8, cy + r * 0.4), fill=col, outline=edge)
-        for k in range(8):
+        for _k in range(8):
             x, y = cx + rng.uniform(-0.5, 0.5) * r, cy + rng.uniform(-0.2, 0.2) * r
             d.point((x, y), fill=_shade(col, 0.8))
 
@@ -367,11 +367,11 @@ def _tool(d, tool: str, x: float, y: float, R: float):
 
 
 def _nonfood(d, rng, items, cx, cy, R, tilt):
-    for k, it in enumerate(items or [{"name": "plywood", "colour": [214, 180, 130]}]):
+    for _k, it in enumerate(items or [{"name": "plywood", "colour": [214, 180, 130]}]):
         col = tuple(it["colour"])
         if it["name"] == "circuit board":
             d.rectangle((cx - R, cy - R * 0.6, cx + R, cy + R * 0.6), fill=col, outline=(10, 60, 30))
-            for j in range(6):
+            for _j in range(6):
                 x, y = cx + rng.uniform(-0.8, 0.6) * R, cy + rng.uniform(-0.4, 0.3) * R
                 d.rectangle((x, y, x + R * 0.25, y + R * 0.15), fill=(20, 20, 20))
                 d.line((x, y + R * 0.2, x + R * 0.25, y + R * 0.2), fill=(220, 190, 60))

@@ -60,9 +60,9 @@ class FaultConfig:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"     # keep-alive: every response carries Content-Length
     disable_nagle_algorithm = True    # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
-    server: "_Server"
+    server: _Server
 
-    def log_message(self, format, *args):  # noqa: A002 - silence the default stderr log
+    def log_message(self, format, *args):
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_HEAD(self):
@@ -151,7 +151,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
     allow_reuse_address = True
-    site: "SiteServer"
+    site: SiteServer
 
     def handle_error(self, request, client_address) -> None:
         """A client that hangs up mid-request (a crawler's timeout, a cancelled download) is one
@@ -189,7 +189,7 @@ class SiteServer:
         self.url = ""
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self) -> "SiteServer":
+    def start(self) -> SiteServer:
         httpd = _Server((self.host, self.port), _Handler)
         httpd.site = self
         self._httpd = httpd
@@ -211,7 +211,7 @@ class SiteServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "SiteServer":
+    def __enter__(self) -> SiteServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

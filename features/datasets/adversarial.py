@@ -370,11 +370,13 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     others = np.where(np.arange(4)[None, :] == pos[:, None], -np.inf, final)
     solved = final[rows, pos] > others.max(1)
     base_X = build_choices(_insert(picks, ans, pos))(rows)
-    stats = {"solved_share_by_round": solved_by_round, "solved_share_final": round(float(solved.mean()), 4) if K else None,
+    stats = {"solved_share_by_round": solved_by_round,
+             "solved_share_final": round(float(solved.mean()), 4) if K else None,
              "probe_before": probe_accuracy(base_X, pos, rkeys, seed)}
     sub = _finish(ds, b, keep, solved, cur_closer.sum(1), exact, K, stats)
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
-    ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum()) for i, name in enumerate(CLOZE_POOLS)}
+    ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum())
+                                             for i, name in enumerate(CLOZE_POOLS)}
     names = np.array(CLOZE_POOLS + ("answer",), dtype=object)
     choice_pool = _insert(cur_pool[sub], np.full(len(sub), len(CLOZE_POOLS)), pos[sub])
     prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
@@ -477,7 +479,8 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     final = Adversary(X, y, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
     solved = _margins(final, 1)[:, 0] > 0
     g = lambda a: a[rows, cur_col]
-    stats = {"solved_share_by_round": solved_by_round, "solved_share_final": round(float(solved.mean()), 4) if K else None,
+    stats = {"solved_share_by_round": solved_by_round,
+             "solved_share_final": round(float(solved.mean()), 4) if K else None,
              "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed)}
     sub = _finish(ds, b, keep, solved, g(fields["frank"]), exact, K, stats)
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)

@@ -57,7 +57,8 @@ def bench_generate(home: Path, n_recipes: int, dim: int = 128, k: int = 100, see
     t_all, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_q = sum(s["n_questions"] for s in summaries)
     lines.append(f"generate --all: {len(summaries)} datasets, {n_q:,d} questions from {n_recipes:,d} recipes "
-                 f"in {t_all:.1f}s total, {cpu:.1f} CPU-s over all threads ({t_all / len(summaries):.2f}s per dataset on "
+                 f"in {t_all:.1f}s total, {cpu:.1f} CPU-s over all threads "
+                 f"({t_all / len(summaries):.2f}s per dataset on "
                  f"average; target "
                  f"<= 120s at 20,000 recipes); {before} before, {_load()} after")
 

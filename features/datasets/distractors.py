@@ -34,7 +34,7 @@ class DenseKnn:
 
     @classmethod
     def build(cls, target: np.ndarray, cand: np.ndarray, n_items: int, vecs: np.ndarray, k: int,
-              block: int = 1 << 18) -> "DenseKnn":
+              block: int = 1 << 18) -> DenseKnn:
         """From (target, cand) rows ordered by (target, rank) -- already filtered to other recipes
         of the same split and rank <= k."""
         tgt, start = np.unique(target, return_index=True)

@@ -52,6 +52,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     m = re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
     if m:
         import tempfile
+
         from pyarrow import fs as pafs
         uri = f"{m[1]}://{'/' if m[1] == 'file' else ''}{m[2]}"
         dest_fs, dest = pafs.FileSystem.from_uri(uri)
@@ -71,7 +72,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         _copy(con, load_query("export_questions"), out / "questions", partition=True)
         _copy(con, load_query("export_recipes"), out / "recipes.parquet")
         _copy(con, load_query("export_steps"), out / "steps.parquet")
-        counts = {"questions": con.execute("SELECT count(*) FROM (" + load_query("export_questions") + ")").fetchall()[0][0]}
+        n_questions = con.execute("SELECT count(*) FROM (" + load_query("export_questions") + ")").fetchall()[0][0]
+        counts = {"questions": n_questions}
         if with_vectors:
             counts.update(_export_vectors(con, out, lance_uri))
     finally:

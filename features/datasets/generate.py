@@ -27,8 +27,15 @@ import pyarrow.compute as pc
 
 from etl.warehouse import load_query, transaction, utcnow
 from features.datasets.distractors import DenseKnn
-from features.datasets.knobs import (AF_DEFAULT_ROUNDS, AF_TASKS, KnobParams, dataset_id, splitmix64, stable_key,
-                                     uniforms)
+from features.datasets.knobs import (
+    AF_DEFAULT_ROUNDS,
+    AF_TASKS,
+    KnobParams,
+    dataset_id,
+    splitmix64,
+    stable_key,
+    uniforms,
+)
 from features.datasets.tasks import FAMILIES, Skeletons, _variant, build_skeletons
 from features.vectors.store import vector_rows, vectors_column
 
@@ -245,7 +252,7 @@ class Generator:
         return b
 
     # -- datasets -------------------------------------------------------------------------------
-    def generate(self, task: str, params: KnobParams, seed: int) -> "GeneratedDataset":
+    def generate(self, task: str, params: KnobParams, seed: int) -> GeneratedDataset:
         params.validate(task)
         fam = FAMILIES[task]
         b = self.batch(task, params, seed)
@@ -531,7 +538,7 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
             t0 = time.perf_counter()
             try:
                 results[i].set_result((gen.generate(*settings[i], seed), time.perf_counter() - t0))
-            except BaseException as e:            # surfaces in the registering thread, in order
+            except BaseException as e:  # noqa: BLE001 - re-raised in the registering thread, in order
                 for j in idx[n:]:
                     results[j].set_exception(e)
                 return

@@ -54,7 +54,7 @@ class KnobParams:
 
     @classmethod
     def preset_for(cls, task: str, k1: int, k2: int, k3: int, k3_mode: str = "coin",
-                   **overrides) -> "KnobParams":
+                   **overrides) -> KnobParams:
         """The paper's binary setting (k1, k2, k3) with `overrides` on the underlying parameters."""
         for name, v in (("k1", k1), ("k2", k2), ("k3", k3)):
             if v not in (0, 1):
@@ -73,7 +73,7 @@ class KnobParams:
         return replace(p, **overrides) if overrides else p
 
     @classmethod
-    def recipeqa_preset(cls, **overrides) -> "KnobParams":
+    def recipeqa_preset(cls, **overrides) -> KnobParams:
         """RecipeQA-style reference: steps reused across questions, random far distractors."""
         p = cls(knob1=None, knob2=None, knob3=None, preset="recipeqa", min_steps=4,
                 questions_per_step=0.5, remove_answer_step=False, extra_step_removal=False,

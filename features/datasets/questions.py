@@ -10,8 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from features.datasets.distractors import (N_RANKS, DenseKnn, balanced_targets, coherence_scores, first_per_group,
-                                  pick_keys, rows_cols, take_first)
+from features.datasets.distractors import (
+    N_RANKS,
+    DenseKnn,
+    balanced_targets,
+    coherence_scores,
+    first_per_group,
+    pick_keys,
+    rows_cols,
+    take_first,
+)
 from features.datasets.knobs import uniforms
 
 PLACEHOLDER = "@placeholder"
@@ -175,7 +183,7 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
         gap = np.where(S, np.abs((1.0 - P["dd"][..., 0]) - P["d_ans_q"][:, None]), np.inf)
         order = np.argsort(gap, axis=1, kind="stable")
         inv = np.argsort(order, axis=1)
-        pick = lambda m, n: np.take_along_axis(take_first(np.take_along_axis(m, order, 1), n), inv, 1)  # noqa: E731
+        pick = lambda m, n: np.take_along_axis(take_first(np.take_along_axis(m, order, 1), n), inv, 1)
         sel = pick(close, need) | pick(far, 3 - need)
     else:
         keep_mask = ok & (n_close >= need)
@@ -186,7 +194,7 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
     closer = (1.0 - P["dd"][..., 0]) < P["d_ans_q"][:, None]
     keep = np.flatnonzero(keep_mask)
     cols = rows_cols(sel[keep], 3)
-    g = lambda a: np.take_along_axis(a[keep], cols, 1)     # noqa: E731
+    g = lambda a: np.take_along_axis(a[keep], cols, 1)
     picks, dist, dq, closer = g(P["C"]), g(P["D"]), 1.0 - g(P["dd"][..., 0]), g(closer)
     if p.af_rounds:                 # adversarial filtering: same knobs, distractors a probe cannot reject
         from features.datasets.adversarial import config, refine_cloze
@@ -342,7 +350,7 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
         ds.skip("no_candidate_meets_knob3", (ok & ~keep_mask).sum())
     keep = np.flatnonzero(keep_mask)
     col = np.argmax(elig[keep], axis=1)[:, None]
-    g = lambda a: np.take_along_axis(a[keep], col, 1)[:, 0]     # noqa: E731
+    g = lambda a: np.take_along_axis(a[keep], col, 1)[:, 0]
     pick = {"foreign": g(P["C"]), "anchor": g(P["anchor"]), "D": g(P["D"]), "dq": g(P["dq"]), "frank": g(P["frank"])}
     af = {}
     if p.af_rounds:                 # adversarial filtering: same knobs, a foreign image a probe cannot spot

@@ -36,8 +36,8 @@ from features.diagnostics.hasty import (
     cloze_distances,
     coherence_distances,
     hasty_student,
-    probe_features,
     ordering_distances,
+    probe_features,
 )
 from features.diagnostics.question_only import (
     QuestionOnlyResult,

@@ -5,7 +5,8 @@ learned question-only probe accuracy with its 95% interval, overlap), histograms
 the distractors' distance from the question for the RecipeQA-style preset and every knob setting
 (Meta-RecipeQA Fig. 2), a knob-effect plot (accuracy per knob value with the other knobs fixed,
 Fig. 5), and a plot of the three context-free adversaries side by side per setting. Settings are
-ranked by the learned probe, or the distance probe where higher (see `ordering_by_probe`). The numbers go to DuckDB `bias_metrics` too.
+ranked by the learned probe, or the distance probe where higher (see `ordering_by_probe`). The numbers go to
+DuckDB `bias_metrics` too.
 
     res = build_report(con, out_dir)        # -> {"index": ".../index.html", "tasks": {...}, ...}
 
@@ -179,7 +180,7 @@ def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
         ax = fig.add_subplot(1, len(probe), n + 1)
         for c, (label, pts) in zip(colours, lines):
             ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "o-", color=c, label=label)
-        for c, (label, pts) in zip(colours, hasty.get(j, [])):
+        for c, (_label, pts) in zip(colours, hasty.get(j, [])):
             ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], "s:", color=c, alpha=0.6)
         ax.axhline(25, color="grey", lw=0.8, ls="--")
         for r in preset:

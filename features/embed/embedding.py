@@ -21,8 +21,8 @@ from tqdm import tqdm
 
 from etl.config import Paths
 from etl.warehouse import clear_rejects, record_reject
-from features.embed.encoders import Encoder
 from features.embed.decode import PixelCache, image_items, image_loader, image_size_of
+from features.embed.encoders import Encoder
 from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vector_rows
 
 log = logging.getLogger(__name__)

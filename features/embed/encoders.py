@@ -17,10 +17,11 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -231,7 +232,7 @@ def resolve_pretrained(model_name: str, pretrained: str) -> Path:
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
     try:
         path = download_pretrained(cfg)
-    except Exception as e:  # noqa: BLE001 - any hub/network failure means "not available"
+    except Exception as e:
         raise EncoderUnavailable(
             f"weights for {model_name}/{pretrained} are not available"
             f"{' (HF_HUB_OFFLINE is set and they are not in the cache)' if offline else ''}: "
@@ -251,7 +252,7 @@ def register_pretrained_encoder(con: duckdb.DuckDBPyConnection, model_name: str,
         model, _, _ = build_model(model_name, str(weights), torch.device("cpu"), image_size)
     except EncoderUnavailable:
         raise
-    except Exception as e:  # noqa: BLE001 - a wrong/corrupt file for this architecture
+    except Exception as e:
         raise EncoderUnavailable(f"could not load {weights} into {model_name}: "
                                  f"{type(e).__name__}: {str(e)[:300]}") from e
     w_sha, p_sha = file_sha256(weights), preprocess_sha256(model)

@@ -29,9 +29,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
-from features.embed.encoders import (Encoder, EncoderUnavailable, build_model, file_sha256,
-                               get_encoder_row, pick_device)
 from features.embed.decode import image_dataset, image_size_of
+from features.embed.encoders import Encoder, EncoderUnavailable, build_model, file_sha256, get_encoder_row, pick_device
 
 if TYPE_CHECKING:      # flow-side only: workers import this module, keep LanceDB out of it
     import duckdb
@@ -119,8 +118,8 @@ def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spe
     from tqdm import tqdm
 
     from etl.warehouse import clear_rejects, record_reject
-    from features.vectors.store import IMAGE_TABLE, vector_rows
     from features.embed.embedding import plan_image_embedding
+    from features.vectors.store import IMAGE_TABLE, vector_rows
     todo, summary = plan_image_embedding(con, store, spec.encoder_id, paths)
     summary["fanout"] = where
     if not todo:

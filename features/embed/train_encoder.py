@@ -36,10 +36,20 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from etl.config import Paths
-from features.embed.encoders import (TINY_MODEL, Encoder, EncoderUnavailable, _store_path, embed_dim,
-                               file_sha256, make_encoder_id, pick_device, preprocess_sha256,
-                               register_encoder, register_tiny_config)
 from features.embed.decode import ImageItem, PixelCache, image_items, image_loader, image_size_of
+from features.embed.encoders import (
+    TINY_MODEL,
+    Encoder,
+    EncoderUnavailable,
+    _store_path,
+    embed_dim,
+    file_sha256,
+    make_encoder_id,
+    pick_device,
+    preprocess_sha256,
+    register_encoder,
+    register_tiny_config,
+)
 
 log = logging.getLogger(__name__)
 

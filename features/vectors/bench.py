@@ -143,10 +143,10 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: "AnnConfig") -> dict:
+def _lance_build(mat, groups, k, qsel, ex_idx, workdir, cfg: AnnConfig) -> dict:
     """LanceDB route on one split: index build time, batched-query q/s and recall on the sample."""
-    from features.vectors.store import FeatureStore
     from features.vectors.neighbours import _lance_split_knn
+    from features.vectors.store import FeatureStore
     n = len(mat)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         store = FeatureStore(str(Path(tmp) / "lance"), ann=cfg)

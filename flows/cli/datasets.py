@@ -19,7 +19,8 @@ def generate_cmd(
         knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
         preset: Optional[Preset] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style "
                                                 "reference."),
-        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced variants and the presets."),
+        all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced "
+                                  "variants and the presets."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
         encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
         k3_mode: K3Mode = typer.Option(K3Mode.coin, "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
@@ -40,7 +41,8 @@ def generate_cmd(
         adversarial: Optional[bool] = typer.Option(None, "--adversarial/--no-adversarial", help="Adversarial "
                                                    "filtering: the setting's AF variant (distractors a learned "
                                                    "question-only ensemble cannot reject; visual cloze, coherence, "
-                                                   "textual cloze). --all makes the AF variants unless --no-adversarial."),
+                                                   "textual cloze). --all makes the AF variants unless "
+                                                   "--no-adversarial."),
         af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3).")):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from flows.generate import generate_flow

@@ -38,8 +38,8 @@ def encoder_train_cmd(
                                                 help="Use at most this many train steps (quick runs).")):
     """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
     text) pairs, plus a same-recipe image-image term when --recipe-weight > 0."""
-    from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     from etl.warehouse import connect
+    from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
              "recipe_weight": recipe_weight, "lr": lr, "threads": threads}
     cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers,
@@ -93,9 +93,9 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
     """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.embed.train_encoder import evaluate_retrieval
-    from features.embed.encoders import EncoderUnavailable, load_encoder
     from features.embed.decode import image_items
+    from features.embed.encoders import EncoderUnavailable, load_encoder
+    from features.embed.train_encoder import evaluate_retrieval
     paths = Paths.from_env()
     con = connect(paths)
     try:

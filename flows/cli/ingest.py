@@ -104,8 +104,10 @@ def sample_build_cmd(
         recipes: int = typer.Option(1000, "--recipes", "-n", min=1, help="Number of recipes (20000 = RecipeQA scale)."),
         seed: int = typer.Option(0, "--seed", help="Seed: same recipes + seed give byte-identical files."),
         out: Path = typer.Option(Path("data/sample"), "--out", help="Output folder (site/, ground_truth.jsonl, "
-                                                                    "manifest.json); an earlier build there is replaced."),
-        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Worker processes (default: CPU count)."),
+                                                                    "manifest.json); an earlier build there is "
+                                                                    "replaced."),
+        workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
+                                              help="Worker processes (default: CPU count)."),
         image_size: int = typer.Option(128, "--image-size", min=32, max=512, help="Image side in pixels."),
         no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar.")):
     """Generate the sample kitchen: a deterministic recipe site with images, noise and ground truth."""
@@ -130,7 +132,8 @@ def sample_serve_cmd(
         out: Path = typer.Argument(..., help="A build folder (with site/) or the site folder itself."),
         port: int = typer.Option(8000, "--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0 = any free)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
-        fail_rate: float = typer.Option(0.0, "--fail-rate", min=0.0, max=1.0, help="Share of requests answered 500/503."),
+        fail_rate: float = typer.Option(0.0, "--fail-rate", min=0.0, max=1.0,
+                                        help="Share of requests answered 500/503."),
         rate_limit_rate: float = typer.Option(0.0, "--rate-limit-rate", min=0.0, max=1.0,
                                               help="Share answered 429 with Retry-After."),
         slow_rate: float = typer.Option(0.0, "--slow-rate", min=0.0, max=1.0, help="Share delayed by --slow-seconds."),

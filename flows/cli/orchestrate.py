@@ -28,8 +28,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
                                                          help="Also write the full summary here.")):
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
-    from flows.demo import demo_flow
-    from flows.demo import format_digest
+    from flows.demo import demo_flow, format_digest
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, dask_address=dask_address)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:

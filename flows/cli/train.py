@@ -144,14 +144,17 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
               size: Optional[Size] = typer.Option(None, "--size", help=SIZE_HELP),
               max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap per run."),
               patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience."),
-              max_train: Optional[int] = typer.Option(None, "--max-train-questions", help="Cap train questions per run."),
+              max_train: Optional[int] = typer.Option(None, "--max-train-questions",
+                                                      help="Cap train questions per run."),
               seed: Optional[int] = typer.Option(None, "--seed", help="Seed of every run."),
               threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
               layers: Optional[int] = typer.Option(None, "--layers", help=LAYERS_HELP),
               width: Optional[int] = typer.Option(None, "--width", help=WIDTH_HELP),
               lr: Optional[float] = typer.Option(None, "--lr", help=LR_HELP),
-              export: Optional[Path] = typer.Option(None, "--export", help="Parquet export (default MRQA_HOME/exports/all)."),
-              out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default MRQA_HOME/reports/sweep).")):
+              export: Optional[Path] = typer.Option(None, "--export",
+                                                    help="Parquet export (default MRQA_HOME/exports/all)."),
+              out: Optional[Path] = typer.Option(None, "--out",
+                                                 help="Report directory (default MRQA_HOME/reports/sweep).")):
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
     from etl.config import Paths
     from training.sweep import sweep

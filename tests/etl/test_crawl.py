@@ -18,7 +18,7 @@ from etl.sample.server import FaultConfig, SiteServer
 from etl.warehouse import connect, table_fingerprint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # site_builder.py next to this file
-from site_builder import build_site, recipe_html  # noqa: E402
+from site_builder import build_site, recipe_html
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = FaultConfig(fail_rate=0.1, rate_limit_rate=0.1, slow_rate=0.05, slow_seconds=0.2,
@@ -74,7 +74,8 @@ def test_crawl_with_faults_ends_ingested_or_rejected(tmp_path, paths, con):
     assert all((paths.home / p).is_file() and len(s) == 64 and w == 24 for p, s, w in ok)
     assert not any(paths.images.rglob(".part-*"))
     # every fetched page is in the crawl log and stored content-addressed
-    for sha, in con.execute("SELECT body_sha256 FROM pages WHERE kind <> 'image' AND body_sha256 IS NOT NULL").fetchall():
+    pages = con.execute("SELECT body_sha256 FROM pages WHERE kind <> 'image' AND body_sha256 IS NOT NULL").fetchall()
+    for sha, in pages:
         assert (paths.raw / sha[:2] / sha[2:]).is_file()
     assert summary["images_ok"] == sum(s == "ok" for s in truth.images.values())
     assert summary["rejected"]["ingest/http_404"] == 1
@@ -132,7 +133,7 @@ def test_killed_crawl_restarts_to_the_same_warehouse(tmp_path):
         resumed = _crawl(con, run_paths, listing)
         assert resumed["cached"] > 0
         assert _fingerprints(con) == _fingerprints(ref)
-        raw = lambda p: sorted(str(f.relative_to(p.raw)) for f in p.raw.rglob("*") if f.is_file())  # noqa: E731
+        raw = lambda p: sorted(str(f.relative_to(p.raw)) for f in p.raw.rglob("*") if f.is_file())
         assert raw(run_paths) == raw(ref_paths)
 
 
@@ -159,7 +160,7 @@ def test_killed_image_downloads_resume_without_refetching_stored_images(tmp_path
                                       home=str(paths.home), listing=listing)
         proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
-        images = lambda: sum(n for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/"))  # noqa: E731
+        images = lambda: sum(n for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/"))
         deadline = time.time() + 60
         while images() < 20 and time.time() < deadline:
             assert proc.poll() is None, "the crawl finished before it could be killed"

@@ -14,7 +14,6 @@ from etl.recipeqa import import_recipeqa
 from etl.vocab import vocab_report
 from etl.warehouse import load_query, table_fingerprint
 
-
 SHARED = Path(os.environ.get("MRQA_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 VAL_DEV = SHARED / "fixtures" / "recipeqa" / "val_dev.json"
 

@@ -7,8 +7,7 @@ import shutil
 
 import pytest
 
-from etl.recipeqa import (RecipeQAFormatError, bench_import, import_recipeqa, read_recipeqa,
-                          synthesise_records)
+from etl.recipeqa import RecipeQAFormatError, bench_import, import_recipeqa, read_recipeqa, synthesise_records
 from etl.warehouse import run_sql_tests, table_fingerprint
 
 TABLES = ("recipes", "steps", "images", "questions", "datasets")
@@ -151,3 +150,19 @@ def test_cli_ingest_recipeqa(paths, val_json, tmp_path, prefect_harness):
     bad.write_text("{not json")
     res = CliRunner().invoke(app, ["ingest", "recipeqa", str(bad)])
     assert res.exit_code == 2 and "malformed JSON" in res.output and "Traceback" not in res.output
+
+
+def test_sample_kitchen_records_are_valid_recipeqa_and_load():
+    """`mrqa bench import`'s default input needs no third-party file: the sample kitchen's records
+    pass the importer's schema, load into the warehouse, and are the same for the same seed."""
+    from etl.recipeqa import load_recipeqa, sample_kitchen_records
+    from etl.warehouse import connect
+    recs = sample_kitchen_records(12, seed=3)
+    assert recs and [r.raw for r in recs] == [r.raw for r in sample_kitchen_records(12, seed=3)]
+    for r in recs:
+        assert r.raw["choice_list"][r.raw["answer"]] not in r.raw["question"]
+    c = connect(database=":memory:")
+    load_recipeqa(c, synthesise_records(recs, 30), method="arrow")
+    assert c.execute("SELECT count(*) FROM recipes").fetchone()[0] == 30
+    assert c.execute("SELECT count(*) FROM questions").fetchone()[0] == 30
+    c.close()

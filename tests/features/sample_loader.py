@@ -39,6 +39,7 @@ def load_sample(con, sample_dir: Path) -> dict:
 
 if __name__ == "__main__":
     import time
+
     from etl.config import Paths
     from etl.warehouse import connect
     t = time.time()

@@ -51,7 +51,7 @@ def build_toy_warehouse(con, paths, n_recipes: int = 20, steps: int = 4, images_
         rid = f"{prefix}-{r}"
         ids.append(rid)
         plan = []
-        for s in range(steps):
+        for _s in range(steps):
             colour, shape = names[int(rng.integers(len(names)))], SHAPES[int(rng.integers(3))]
             plan.append((colour, shape))
         rec = RecipeRecord(rid, f"https://example.test/{rid}/", f"Toy recipe {r}", category="cooking",

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 def test_clean_flow_and_vocab_report(paths, shared_fixtures, prefect_harness):
     from etl.recipeqa import import_recipeqa
     from etl.warehouse import connect, table_fingerprint
-    from flows.cli import app
     from flows.clean import clean_flow
+    from flows.cli import app
     con = connect(paths)
     import_recipeqa(con, [shared_fixtures / "recipeqa" / "val_sample.json"])
     con.close()

@@ -10,8 +10,8 @@ import lancedb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 import toy_kitchen
+
 from etl.config import Paths
 from etl.warehouse import connect
 from features.embed.train_encoder import TrainConfig, train_encoder
@@ -103,8 +103,9 @@ def test_embed_on_dask_local_cluster_matches_the_local_run(tmp_path, monkeypatch
     # the only difference is torch's intra-op thread count (Dask workers run 1 thread): the first
     # batch encoded in this process with 1 thread gives the workers' vectors bit for bit
     import torch
-    from features.embed.fanout import encode_batch, encoder_spec
+
     from features.embed.decode import image_items
+    from features.embed.fanout import encode_batch, encoder_spec
     with duckdb.connect(str(dask_home.warehouse), read_only=True) as c:
         spec, batch = encoder_spec(c, enc, dask_home), image_items(c, dask_home)[:8]
     threads = torch.get_num_threads()
@@ -166,8 +167,8 @@ def test_parquet_export_and_lance_on_uris(tmp_path, monkeypatch):
 def test_worker_refuses_missing_or_other_weights(tmp_path):
     """A worker without the encoder's weights at the same path, or with other weights, fails with
     a message saying so (never silently encodes with another model)."""
-    from features.embed.fanout import EncoderSpec, worker_encoder
     from features.embed.encoders import EncoderUnavailable
+    from features.embed.fanout import EncoderSpec, worker_encoder
     spec = EncoderSpec("enc-x", "mrqa-tiny-clip", str(tmp_path / "nope.safetensors"), "ab" * 32,
                        32, 128)
     with pytest.raises(EncoderUnavailable, match="not found at .* on this worker"):

@@ -12,7 +12,7 @@ from etl.warehouse import connect
 from flows.cli import app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "etl"))
-from site_builder import build_site  # noqa: E402
+from site_builder import build_site
 
 
 def test_ingest_flow_and_cli(tmp_path, paths, prefect_harness):

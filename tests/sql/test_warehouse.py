@@ -21,6 +21,7 @@ def test_migrations_apply_once_in_declared_order(con):
 
 def test_changed_applied_migration_is_refused(tmp_path):
     import shutil
+
     from etl.config import SQL_DIR
     sql_dir = tmp_path / "sql"
     shutil.copytree(SQL_DIR, sql_dir)

@@ -120,6 +120,7 @@ def _train_each_scorer(ds, cfg):
 
 def test_cli_evaluate_writes_recipeqa_predictions_and_fails_cleanly(trained, toy_home, tmp_path):
     from typer.testing import CliRunner
+
     from flows.cli import app
     out = tmp_path / "pred.json"
     r = CliRunner().invoke(app, ["evaluate", "--run", trained["run_id"], "--dataset", trained["dataset_id"],
@@ -210,6 +211,7 @@ def test_context_ablation_changes_the_context_and_nothing_else(toy_home):
 
 def test_cli_train_model_size_flags_reach_the_checkpoint_and_bad_ones_are_refused(toy_home):
     from typer.testing import CliRunner
+
     from flows.cli import app
     did = toy_home["ids"][("visual_cloze", "0-0-0")]
     args = ["train", "--dataset", did, "--export", str(toy_home["export"]), "--scorer", "transformer", "--tiny",

@@ -53,16 +53,14 @@ def bench_sample_cmd(
 @app.command("import")
 def bench_import_cmd(
         file: Optional[Path] = typer.Option(None, "--file", help="RecipeQA JSON to synthesise records "
-                                            "from (default: ../shared/fixtures/recipeqa/val_sample.json)."),
+                                            "from (default: visual cloze records of the embedded sample kitchen)."),
         n: int = typer.Option(20000, "--records", help="Number of synthetic records to load."),
         n_baseline: int = typer.Option(1000, "--baseline-records",
                                        help="Records loaded with the (slow) executemany baseline.")):
     """RecipeQA import throughput (records/s): Arrow bulk insert vs executemany, in one run."""
-    from etl.config import REPO_ROOT
-    from etl.recipeqa import RecipeQAFormatError, bench_import, read_recipeqa
-    src = file or REPO_ROOT.parent / "shared" / "fixtures" / "recipeqa" / "val_sample.json"
+    from etl.recipeqa import RecipeQAFormatError, bench_import, read_recipeqa, sample_kitchen_records
     try:
-        records = read_recipeqa([src])
+        records = read_recipeqa([file]) if file else sample_kitchen_records()
     except RecipeQAFormatError as e:
         fail(str(e))
     r = bench_import(records, n, n_baseline)

@@ -14,7 +14,8 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
                        dim: int = typer.Option(128, "--dim", help="Vector dimension (default encoder: 128)."),
                        k: int = typer.Option(100, "--k", help="Neighbours per image."),
                        bench_home: Optional[Path] = typer.Option(None, "--bench-home", help="Where the "
-                                                                 "synthetic world lives (default MRQA_HOME/bench/generate-N)."),
+                                                                 "synthetic world lives (default "
+                                                                 "MRQA_HOME/bench/generate-N)."),
                        paper_only: bool = typer.Option(False, "--paper-only", help="Time the paper's 32 "
                                                        "settings only (no knob-3 balanced variants).")):
     """Time `generate --all` per dataset and in total on a synthetic world (neighbours built first,

@@ -56,8 +56,7 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
     from etl.config import Paths
     from etl.warehouse import connect
     from features.embed.bench import bench_embed, bench_image_files
-    from features.embed.encoders import (Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder,
-                                   pick_device)
+    from features.embed.encoders import Encoder, EncoderUnavailable, build_model, embed_dim, load_encoder, pick_device
     paths = Paths.from_env()
     con = connect(paths)
     try:

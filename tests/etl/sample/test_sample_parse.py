@@ -27,7 +27,8 @@ def test_parser_reproduces_ground_truth_of_every_page(sample_build):
             continue
         rec = parse_page(page.read_bytes(), base + g["url_path"])
         assert rec.recipe_id == g["recipe_id"]
-        assert (rec.title, rec.author, rec.category, rec.channel) == (g["title"], g["author"], g["category"], g["channel"])
+        assert (rec.title, rec.author, rec.category, rec.channel) == \
+            (g["title"], g["author"], g["category"], g["channel"])
         assert [s.step_idx for s in rec.steps] == [s["step_idx"] for s in g["steps"]]
         for s, e in zip(rec.steps, g["steps"]):
             assert s.title == " ".join(e["title_raw"].split())

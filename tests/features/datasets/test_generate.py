@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import Counter, defaultdict
 
@@ -121,7 +120,7 @@ def test_knob1_counts_and_no_reused_answer_step(world):
 
 def test_recipeqa_preset_reuses_steps_and_takes_far_distractors(world):
     reused = 0
-    for did, rows in _by_dataset(world, lambda r: r["preset"] == "recipeqa").items():
+    for _did, rows in _by_dataset(world, lambda r: r["preset"] == "recipeqa").items():
         per_recipe = defaultdict(list)
         for r in rows:
             per_recipe[r["recipe_id"]].extend(r["question_step_ids"])
@@ -283,7 +282,7 @@ def test_coherence_variants(world):
 def test_ordering_variants_and_measured_direction(world):
     vec = world["vec"]
     mean_wrong = {}
-    for did, rows in _by_dataset(world, lambda r: r["task"] == "visual_ordering").items():
+    for _did, rows in _by_dataset(world, lambda r: r["task"] == "visual_ordering").items():
         sums = []
         for r in rows:
             choices = [json.loads(c) for c in r["choice_list"]]

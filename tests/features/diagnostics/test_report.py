@@ -82,7 +82,7 @@ def test_bias_metrics_rows_match_the_report_and_the_generator(report):
                           recipe_coverage, question_overlap, answer_rank_share FROM bias_metrics""").fetchall()
     assert len(rows) == res["n_datasets"]
     by_id = {s["dataset_id"]: s for s in report["summaries"]}
-    for did, task, nq, ns, hs, pr, cov, jac, share in rows:
+    for did, task, nq, ns, hs, pr, cov, _jac, share in rows:
         assert nq == by_id[did]["n_questions"] and ns == nq       # every question has its vectors
         assert 0 <= hs <= 1 and 0 <= pr <= 1 and 0 < cov <= 1
         share = json.loads(share)
@@ -142,7 +142,8 @@ def test_ordering_by_the_best_adversary():
     """The learned probe ranks unless the distance probe reads higher; missing figures last."""
     from features.diagnostics.report import ordering_by_probe
     rows = [{"dataset_id": "a", "qo_acc": 0.4, "probe_acc": 0.6}, {"dataset_id": "b", "qo_acc": 0.8, "probe_acc": 0.3},
-            {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5}, {"dataset_id": "d", "qo_acc": None, "probe_acc": None},
+            {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5},
+            {"dataset_id": "d", "qo_acc": None, "probe_acc": None},
             {"dataset_id": "e", "qo_acc": 0.7, "probe_acc": 0.2}]
     assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "e", "a", "c", "d"]
 

@@ -3,14 +3,14 @@ its default uint8 decoders (pixels normalised by the encoder) give the float pat
 from __future__ import annotations
 
 import numpy as np
+from toy_kitchen import build_toy_warehouse
 
 from etl.config import Paths
 from etl.warehouse import connect
 from features.embed.embedding import EmbedConfig, embed_images
-from features.embed.train_encoder import TrainConfig, train_encoder
 from features.embed.encoders import load_encoder
+from features.embed.train_encoder import TrainConfig, train_encoder
 from features.vectors.store import FeatureStore
-from toy_kitchen import build_toy_warehouse
 
 
 def test_embed_from_pixel_cache_equals_decoding_and_still_rejects(tmp_path):

@@ -7,14 +7,20 @@ import json
 import numpy as np
 import pytest
 import torch
+from toy_kitchen import build_toy_warehouse
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.embed.train_encoder import TrainConfig, evaluate_retrieval, load_manifest, train_encoder
-from features.embed.encoders import (EncoderUnavailable, latest_encoder_id, list_encoders, load_encoder,
-                               register_pretrained_encoder, resolve_pretrained)
 from features.embed.decode import image_items
-from toy_kitchen import build_toy_warehouse
+from features.embed.encoders import (
+    EncoderUnavailable,
+    latest_encoder_id,
+    list_encoders,
+    load_encoder,
+    register_pretrained_encoder,
+    resolve_pretrained,
+)
+from features.embed.train_encoder import TrainConfig, evaluate_retrieval, load_manifest, train_encoder
 
 # 32 px keeps the test fast on a busy 2-core machine; colours and shapes stay visible
 CFG = TrainConfig(epochs=15, batch_size=30, lr=3e-3, warmup_steps=4, seed=7, eval_max_pairs=200,
@@ -123,6 +129,7 @@ def test_unavailable_weights_give_a_clear_error(monkeypatch, tmp_path, con):
 def test_cli_reports_unavailable_weights_without_traceback(monkeypatch, tmp_path, paths):
     import huggingface_hub.constants as hc
     from typer.testing import CliRunner
+
     from flows.cli import app
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -177,6 +184,7 @@ def test_used_rows_embedding_matches_the_full_table_and_writes_back():
 
 def test_pixel_cache_decodes_once_and_matches_the_embed_preprocessing(trained, tmp_path):
     from PIL import Image
+
     from features.embed.decode import PixelCache
     paths, con, res = trained
     enc = load_encoder(con, res["encoder_id"], paths=paths)
@@ -200,6 +208,7 @@ def test_pixel_cache_decodes_once_and_matches_the_embed_preprocessing(trained, t
 
 def build_preprocess(size):
     import open_clip
+
     from features.embed.encoders import register_tiny_config
     register_tiny_config()
     return open_clip.create_model_and_transforms("mrqa-tiny-clip", force_image_size=size)[2]

@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from features.embed.bench import bench_embed, synthetic_jpegs
-from features.embed.encoders import Encoder, build_model
 from features.embed.decode import image_loader, open_rgb, split_preprocess, to_model_input
+from features.embed.encoders import Encoder, build_model
 
 
 def _preprocess(size: int):
@@ -174,6 +174,7 @@ def test_decode_workers_unpickle_the_pixel_steps_without_open_clip(tmp_path):
     from pathlib import Path
 
     import open_clip
+
     from features.embed.decode import PixelArray
     pre = open_clip.image_transform(32, is_train=False)           # open_clip's eval preprocess
     pil_steps = pre.transforms[:-2]                                    # before ToTensor, Normalize

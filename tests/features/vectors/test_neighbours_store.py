@@ -111,6 +111,7 @@ def test_bench_knn_tiny_run_and_cli(tmp_path):
         assert r["ann_vs_numpy"] > 0 and r["ann_scanned_share"] > 0
     assert res["crossover_n"] in (None, 600, 1200)
     from typer.testing import CliRunner
+
     from flows.cli import app
     out = CliRunner().invoke(app, ["bench", "knn", "--sizes", "500", "--dim", "8", "--k", "5",
                                    "--queries", "50"])
