@@ -435,12 +435,12 @@ def _register_dataset(con, task: str, now) -> None:
                                           '\n' ORDER BY qid), ''))
         FROM questions WHERE dataset_id = ?""", [did]).fetchone()
     con.execute("""
-        INSERT INTO datasets (dataset_id, task, preset, params, created_at, n_questions, n_recipes,
-                              content_sha256)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO datasets (dataset_id, task, preset, setting, k3_mode, adversarial, params, created_at,
+                              n_questions, n_recipes, content_sha256)
+        VALUES (?, ?, ?, ?, 'off', false, ?, ?, ?, ?, ?)
         ON CONFLICT (dataset_id) DO UPDATE SET n_questions = excluded.n_questions,
             n_recipes = excluded.n_recipes, content_sha256 = excluded.content_sha256""",
-                [did, task, PRESET, json.dumps({"source": SOURCE}), now, n_q, n_r, sha])
+                [did, task, PRESET, PRESET, json.dumps({"source": SOURCE}), now, n_q, n_r, sha])
 
 
 def import_recipeqa(con: duckdb.DuckDBPyConnection, files: Sequence[str | os.PathLike],

@@ -20,7 +20,7 @@ from flows.pipeline import pipeline_flow, stage_summary
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
 DEFAULT_RECIPES = DEMO_RECIPES
-TRAIN_DATASETS = ("vc-recipeqa-", "vc-k011-")     # visual cloze: RecipeQA-style preset, knobs 0-1-1
+TRAIN_DATASETS = ("vc-recipeqa-", "vc-0-1-1-s")   # visual cloze: RecipeQA-style preset, setting 0-1-1
 
 
 @flow(name="demo", log_prints=True)

@@ -51,8 +51,8 @@ def format_probe_line(s: dict) -> str:
 
 @flow(name="generate")
 def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | None = None,
-                  task_name: str | None = None, knobs: tuple[int, int, int] | None = None,
-                  preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None,
+                  task_name: str | None = None, knobs: tuple[int, int, int] | str | None = None,
+                  preset: str | None = None, k3_mode: str | None = None, overrides: dict | None = None,
                   adversarial: bool | None = None, af_rounds: int = AF_DEFAULT_ROUNDS,
                   probe: bool = True) -> dict:
     """Generate datasets: every setting (`all_settings`), one knob setting (`task_name` + `knobs`),

@@ -328,7 +328,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     Ingest sources: `sample_recipes` (build and serve the sample kitchen), `listing`, `sitemap`,
     `urls_file`, `rescrape` (stale/missing recipes); none: start at clean on the existing warehouse.
     `train`: end with a short tiny-model training of `train_datasets` (dataset ids or id prefixes,
-    e.g. "vc-k011-"); without any the train stage is skipped and says why.
+    e.g. "vc-0-1-1-s"); without any the train stage is skipped and says why.
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the

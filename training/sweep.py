@@ -20,6 +20,16 @@ from training.data import list_datasets, load_qa_dataset
 log = logging.getLogger(__name__)
 
 
+def _setting_name(text: str) -> str:
+    """A knob label as the export's partitions spell it (`0-0-1:balanced` -> `0-0-1-balanced`); text that
+    is not a setting is kept as given (it then matches no dataset)."""
+    from features.datasets.knobs import parse_setting
+    try:
+        return parse_setting(text).name
+    except ValueError:
+        return text
+
+
 def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,
           knobs: list[str] | None = None, model_cfg: ModelConfig | None = None,
           train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True) -> dict:
@@ -28,6 +38,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     from training.baselines import hasty_student_accuracy
     from training.train import train_run
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
+    knobs = [_setting_name(k) for k in knobs] if knobs else None
     datasets = [d for d in list_datasets(export_dir) if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
     if not datasets:
         raise ValueError(f"no datasets of {', '.join(tasks)} in {export_dir}")

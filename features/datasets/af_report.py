@@ -50,7 +50,7 @@ def oracle_accuracy(rows: list[tuple], img: dict, title: dict) -> float | None:
 
 
 def af_report(con, lance_uri: str) -> list[dict]:
-    from features.datasets.knobs import KnobParams, dataset_id
+    from features.datasets.knobs import KnobParams, dataset_id, setting_name
     datasets = con.execute("""SELECT dataset_id, task, seed, encoder_id, params, n_questions FROM datasets
                               WHERE json_extract_string(params, '$.af_rounds') IS NOT NULL
                               ORDER BY task, dataset_id""").fetchall()
@@ -62,7 +62,9 @@ def af_report(con, lance_uri: str) -> list[dict]:
         base = dataset_id(task, base_params, seed, enc)
         base_n = con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?", [base]).fetchall()
         adv = params["adversarial"]
-        row = {"dataset_id": did, "task": task, "knobs": base_params.knobs_label + "-af",
+        name = setting_name(base_params.knob1, base_params.knob2, base_params.knob3, base_params.k3_mode,
+                            adversarial=True)
+        row = {"dataset_id": did, "task": task, "knobs": name,
                "k3_mode": base_params.k3_mode, "knob_questions": adv["n_knob_questions"], "af_questions": n,
                "kept_share": adv["kept_share"], "probe_before": adv.get("probe_before"),
                "probe_after": adv.get("probe_after"), "adversary_final": adv.get("solved_share_final"),
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
           f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}")
     for r in rows:
-        knobs = r["knobs"] if r["k3_mode"] in ("off", "coin") else f"{r['knobs']}({r['k3_mode']})"
+        knobs = r["knobs"]
         f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
         print(f"{r['task']:17s} {knobs:20s} {r['knob_questions']:7d} {r['af_questions']:6d} {f(r['kept_share']):>6s} "
               f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r['adversary_final']):>10s} "

@@ -32,6 +32,8 @@ from features.datasets.knobs import (
     AF_TASKS,
     KnobParams,
     dataset_id,
+    legacy_dataset_id,
+    parse_setting,
     splitmix64,
     stable_key,
     uniforms,
@@ -375,9 +377,11 @@ def register_dataset(con: duckdb.DuckDBPyConnection, ds: GeneratedDataset) -> di
     if tbl.num_rows and pc.count_distinct(tbl.column("qid")).as_py() != tbl.num_rows:
         raise ValueError(f"dataset {ds.dataset_id} repeats a qid; nothing was registered")
     summary = ds.summary()
+    # the same dataset under the id it had before setting names (vc-k001-...) is replaced too
+    ids = sorted({ds.dataset_id, legacy_dataset_id(ds.task, ds.params, ds.seed, ds.encoder_id)})
     with transaction(con):
         for t in ("questions", "datasets", "generation_skips"):
-            con.execute(f"DELETE FROM {t} WHERE dataset_id = ?", [ds.dataset_id])
+            con.execute(f"DELETE FROM {t} WHERE dataset_id IN (SELECT unnest(?))", [ids])
         if ds.n_questions:
             con.register("gen_new_questions", tbl)
             con.execute(f"""INSERT INTO questions SELECT ?, qid, ?, recipe_id, split, question, choice_list,
@@ -392,14 +396,12 @@ def register_dataset(con: duckdb.DuckDBPyConnection, ds: GeneratedDataset) -> di
                   **({"k3_balanced": ds.notes} if ds.notes else {}),
                   **({"adversarial": ds.adversarial} if ds.adversarial else {})}
         p = ds.params
-        con.execute("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id,
-                       params, created_at, n_questions, n_recipes, content_sha256)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    [ds.dataset_id, ds.task, p.knob1, p.knob2,
-                     None if p.knob3 is None else (str(p.knob3) if p.k3_mode in ("off", "coin")
-                                                   else f"{p.knob3}:{p.k3_mode}"),
-                     p.preset, ds.seed, ds.encoder_id, json.dumps(params, sort_keys=True), utcnow(),
-                     ds.n_questions, ds.n_recipes, sha])
+        con.execute("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, k3_mode, adversarial, setting,
+                       preset, seed, encoder_id, params, created_at, n_questions, n_recipes, content_sha256)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [ds.dataset_id, ds.task, p.knob1, p.knob2, p.knob3, p.k3_mode, p.af_rounds > 0,
+                     p.setting.name, p.preset, ds.seed, ds.encoder_id, json.dumps(params, sort_keys=True),
+                     utcnow(), ds.n_questions, ds.n_recipes, sha])
         if ds.skips:
             con.executemany("INSERT INTO generation_skips VALUES (?, ?, ?)",
                             [[ds.dataset_id, k, v] for k, v in sorted(ds.skips.items())])
@@ -477,11 +479,13 @@ def generation_settings(all_settings: bool = True, balanced: bool = True, advers
     return out
 
 
-def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = None,
-                 preset: str | None = None, k3_mode: str = "coin", overrides: dict | None = None,
+def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | None = None,
+                 preset: str | None = None, k3_mode: str | None = None, overrides: dict | None = None,
                  all_settings: bool = False, adversarial: bool | None = None,
                  af_rounds: int = AF_DEFAULT_ROUNDS) -> list[tuple[str, KnobParams]]:
     """The (task, params) list of a request; raises ValueError with a clear message on bad input.
+    `knobs`: (k1, k2, k3), or a setting name in any spelling `parse_setting` accepts (`0-0-1-balanced`,
+    `0-0-1:balanced`, `0-1-1-af`, `recipeqa`); `k3_mode` beside it must agree with the name.
     `adversarial`: None = with `all_settings` the AF variants too, else none; True = the AF variant
     (of one setting) / the AF variants too (all); False = none."""
     if af_rounds < 1:
@@ -494,9 +498,13 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = N
         params = KnobParams.recipeqa_preset(**(overrides or {}))
     elif preset:
         raise ValueError(f"unknown preset {preset!r} (only 'recipeqa')")
-    else:
-        k1, k2, k3 = knobs or (0, 0, 0)
-        params = KnobParams.preset_for(task, k1, k2, k3, k3_mode=k3_mode, **(overrides or {}))
+    else:       # a setting name or an older spelling (features.datasets.knobs.parse_setting)
+        text = knobs if isinstance(knobs, str) else ",".join(str(k) for k in (knobs or (0, 0, 0)))
+        setting = parse_setting(text, k3_mode, adversarial)
+        if setting.preset:
+            params = KnobParams.recipeqa_preset(**(overrides or {}))
+        else:
+            params = setting.params(task, af_rounds, **(overrides or {}))
     if adversarial:
         params = replace(params, af_rounds=af_rounds)
     params.validate(task)
@@ -506,7 +514,7 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | None = N
 def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, KnobParams]],
                       seed: int = 0, encoder_id: str | None = None, lance_uri: str | None = None,
                       progress: bool = True, generator: Generator | None = None,
-                      workers: int | None = None) -> list[dict]:
+                      workers: int | None = None, register=None) -> list[dict]:
     """Generate and register every (task, params) setting; returns one summary per dataset, in the
     order of `settings`, with `seconds` (its generation + registration; the first dataset of a space
     also pays for preparing the shared inputs).
@@ -517,7 +525,9 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     releases the GIL, so settings run on `workers` threads (default: the CPU count, at most 4);
     settings that share a skeleton batch (and its lazily filled candidate pools) stay on one thread,
     in order. Registration is serial, in the order of `settings`, on this thread's connection, so the
-    warehouse and every dataset's content are the same whatever `workers` is."""
+    warehouse and every dataset's content are the same whatever `workers` is. `register(con, ds)`
+    (default register_dataset) stores one dataset; the generate flow passes a Prefect task per
+    dataset (with retries) there."""
     import os
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -559,7 +569,7 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
             for i in tqdm(range(len(settings)), desc="datasets", disable=not progress or len(settings) < 2):
                 ds, gen_s = results[i].result()
                 t0 = time.perf_counter()
-                summary = register_dataset(con, ds)
+                summary = (register or register_dataset)(con, ds)
                 summary["seconds"] = round(prep_s[i] + gen_s + time.perf_counter() - t0, 3)
                 out.append(summary)
     finally:

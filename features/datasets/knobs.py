@@ -1,15 +1,18 @@
-"""Knob settings as data: the paper's binary presets, the parameters behind them, dataset ids.
+"""Knob settings as data: the paper's binary presets, the parameters behind them, setting names, dataset ids.
 
-Definitions: docs/knobs.md. A dataset is (task, knobs, params, seed, encoder). `KnobParams` holds the underlying
-parameters; `KnobParams.preset(task, k1, k2, k3)` gives the paper's values, `recipeqa_preset(task)`
-the biased RecipeQA-style reference. Deterministic randomness helpers (stable 64-bit keys and a
-vectorised splitmix64 stream) live here too, so every random decision is a function of
-(seed, task, recipe/question) and never of iteration order.
+Definitions: docs/knobs.md. `setting_name` / `parse_setting` own the one name of a setting
+(`0-0-1-balanced`, `0-1-1-af`, `recipeqa`) that ids, partitions, the CLI and the report use.
+A dataset is (task, knobs, params, seed, encoder). `KnobParams` holds the underlying parameters;
+`KnobParams.preset(task, k1, k2, k3)` gives the paper's values, `recipeqa_preset(task)` the biased
+RecipeQA-style reference. Deterministic randomness helpers (stable 64-bit keys and a vectorised
+splitmix64 stream) live here too, so every random decision is a function of (seed, task,
+recipe/question) and never of iteration order.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -106,11 +109,16 @@ class KnobParams:
                              "(ordering's wrong orderings are a sampling distribution, not a constraint)")
 
     @property
-    def knobs_label(self) -> str:
-        """Hive partition value: `k1-k2-k3` or the preset name."""
+    def setting(self) -> Setting:
+        """The knob setting these parameters were made from (the id-, partition- and report name)."""
         if self.preset:
-            return self.preset
-        return f"{self.knob1}-{self.knob2}-{self.knob3}" + ("-af" if self.af_rounds else "")
+            return Setting(None, None, None, "off", False, self.preset)
+        return Setting(self.knob1, self.knob2, self.knob3, self.k3_mode, self.af_rounds > 0)
+
+    @property
+    def knobs_label(self) -> str:
+        """The setting's one name (`setting_name`): `0-0-1-balanced`, `0-1-1-af`, `recipeqa`, ..."""
+        return self.setting.name
 
     def to_json(self) -> dict:
         """The fields as a dict; `af_rounds` only when adversarial filtering is on, so the paper
@@ -122,9 +130,27 @@ class KnobParams:
 
 
 def dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str:
-    """Deterministic id: `vc-k010-s0-<enc8>` (`vc-k010-af-s0-<enc8>` with adversarial filtering); a
-    `-p<hash6>` suffix when the underlying parameters differ from the paper preset of those knob values
-    (or from the recipeqa preset; AF with its default rounds counts as the preset)."""
+    """Deterministic id `<code>-<setting name>-s<seed>-<enc8>`: `vc-0-1-0-s0-<enc8>`,
+    `vc-0-0-1-balanced-s0-<enc8>`, `vc-0-1-1-af-s0-<enc8>`, `vc-recipeqa-s0-<enc8>`; a `-p<hash6>` suffix
+    when the underlying parameters differ from the preset of that setting (`Setting.params`; AF with
+    its default rounds counts as the preset)."""
+    code = TASK_CODES[task]
+    enc8 = hashlib.sha256(encoder_id.encode()).hexdigest()[:8]
+    setting = params.setting
+    did = f"{code}-{setting.name}-s{seed}-{enc8}"
+    if params != setting.params(task):
+        did += f"-p{params_hash(params)}"
+    return did
+
+
+def params_hash(params: KnobParams) -> str:
+    """6 hex digits of sha256 over the parameters' JSON (the `-p` suffix of a dataset id)."""
+    return hashlib.sha256(json.dumps(params.to_json(), sort_keys=True).encode()).hexdigest()[:6]
+
+
+def legacy_dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str:
+    """The id the same dataset had before setting names (`vc-k010-s0-<enc8>`, `vc-k001-s0-<enc8>-p<hash6>`
+    for balanced, `vc-k010-af-s0-<enc8>`): re-generating a dataset replaces the rows kept under it."""
     code = TASK_CODES[task]
     enc8 = hashlib.sha256(encoder_id.encode()).hexdigest()[:8]
     if params.preset:
@@ -134,10 +160,93 @@ def dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str
         ref = KnobParams.preset_for(task, params.knob1, params.knob2, params.knob3,
                                     af_rounds=AF_DEFAULT_ROUNDS if params.af_rounds else 0)
     did = f"{base}-s{seed}-{enc8}"
-    if params != ref:
-        h = hashlib.sha256(json.dumps(params.to_json(), sort_keys=True).encode()).hexdigest()[:6]
-        did += f"-p{h}"
-    return did
+    return did + (f"-p{params_hash(params)}" if params != ref else "")
+
+
+# ----------------------------------------------------------------------------- setting names
+
+PRESETS = ("recipeqa",)
+NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
+_SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
+                             (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
+                             (?P<af>-af)?$""", re.VERBOSE)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A knob setting: (k1, k2, k3) with its knob-3 mode and adversarial filtering, or a preset.
+    `name` is its one spelling everywhere (CLI, dataset ids, partitions, report, `mrqa datasets`)."""
+    k1: int | None
+    k2: int | None
+    k3: int | None
+    k3_mode: str = "off"                 # off (k3=0) | coin (the paper's) | all | balanced
+    adversarial: bool = False
+    preset: str | None = None
+
+    @property
+    def name(self) -> str:
+        if self.preset:
+            return self.preset
+        return setting_name(self.k1, self.k2, self.k3, self.k3_mode, self.adversarial)
+
+    def params(self, task: str, af_rounds: int = AF_DEFAULT_ROUNDS, **overrides) -> KnobParams:
+        """The preset parameters of this setting for `task` (with `overrides`)."""
+        if self.preset:
+            p = KnobParams.recipeqa_preset(**overrides)
+        else:
+            p = KnobParams.preset_for(task, self.k1, self.k2, self.k3,
+                                      k3_mode=self.k3_mode if self.k3 else "coin", **overrides)
+        return replace(p, af_rounds=af_rounds) if self.adversarial else p
+
+
+def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False) -> str:
+    """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
+    than the paper's coin flip, then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`,
+    `0-1-1-af`, `0-1-1-balanced-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
+    for label, v in (("k1", k1), ("k2", k2), ("k3", k3)):
+        if v not in (0, 1):
+            raise ValueError(f"{label} must be 0 or 1, got {v!r}")
+    mode = k3_mode or ("coin" if k3 else "off")
+    if mode not in K3_MODES:
+        raise ValueError(f"knob-3 mode must be one of {', '.join(K3_MODES)}, got {k3_mode!r}")
+    if k3 == 0 and mode not in ("off", "coin"):
+        raise ValueError(f"knob-3 mode {mode!r} needs k3=1 (with k3=0 knob 3 is off)")
+    if k3 == 1 and mode == "off":
+        mode = "coin"
+    return f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "") + ("-af" if adversarial else "")
+
+
+def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | None = None) -> Setting:
+    """A setting from its name or an older spelling, normalised (`Setting.name` is the canonical name).
+
+    Accepted: `0-0-1-balanced` (the name), `0,0,1` with `k3_mode="balanced"` (`--knobs 0,0,1
+    --k3-mode balanced`), `0-0-1:balanced` (the old knob label), `0-0-1balanced` (the old partition),
+    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, and `recipeqa`.
+    `k3_mode` / `adversarial` given beside the text must agree with it. Raises ValueError otherwise."""
+    raw = str(text)
+    s = raw.strip().lower()
+    if s in PRESETS:
+        if (k3_mode not in (None, "off", "coin")) or adversarial:
+            raise ValueError(f"the {s} preset has no knob-3 mode and no adversarial variant")
+        return Setting(None, None, None, "off", False, s)
+    m = _SETTING_RE.match(s)
+    if not m:
+        raise ValueError(f"not a knob setting: {raw!r}; expected K1-K2-K3 with each 0 or 1, optionally "
+                         f"-all or -balanced (k3=1) and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af; or "
+                         f"{', '.join(PRESETS)}")
+    k1, k2, k3 = (int(m[g]) for g in ("k1", "k2", "k3"))
+    mode = m["mode"]
+    if mode and k3_mode and k3_mode != mode and {mode, k3_mode} != {"coin", "off"}:
+        raise ValueError(f"{raw!r} says knob-3 mode {mode!r} but --k3-mode is {k3_mode!r}")
+    mode = mode or k3_mode
+    if k3 == 0 and mode == "coin" and m["mode"] is None:
+        mode = None                         # --k3-mode coin is the default; it means nothing at k3=0
+    af = bool(m["af"])
+    if adversarial is False and af:
+        raise ValueError(f"{raw!r} names an adversarially filtered setting but --no-adversarial was given")
+    setting_name(k1, k2, k3, mode, af)          # validates values and mode
+    return Setting(k1, k2, k3, (mode if mode in NAMED_MODES else "coin") if k3 else "off",
+                   af or bool(adversarial))
 
 
 # ----------------------------------------------------------------------------- deterministic randomness

@@ -323,8 +323,8 @@ def _latest_encoder(con) -> str | None:
 
 def list_datasets(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None) -> list[dict]:
     """datasets rows (all, or the given ids; unknown ids raise ValueError naming them)."""
-    cur = con.execute("""SELECT dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id,
-                                n_questions, n_recipes, content_sha256
+    cur = con.execute("""SELECT dataset_id, task, knob1, knob2, knob3, k3_mode, adversarial, setting, preset,
+                                seed, encoder_id, n_questions, n_recipes, content_sha256
                          FROM datasets ORDER BY task, dataset_id""")
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -338,12 +338,14 @@ def list_datasets(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None 
 
 
 def knobs_label(d: dict) -> str:
-    """`k1-k2-k3` (knob3 may carry its mode, e.g. `1:balanced`; `-af` for an adversarially filtered
-    dataset, whose id carries `-af-`), or the preset name."""
+    """The setting's one name (datasets.setting, from features.datasets.knobs.setting_name:
+    `0-0-1-balanced`, `0-1-1-af`, `recipeqa`), or the preset name of an imported dataset."""
+    if d.get("setting"):
+        return str(d["setting"])
     if d.get("preset"):
         return str(d["preset"])
-    af = "-af" if "-af-" in str(d.get("dataset_id", "")) else ""
-    return f"{d['knob1']}-{d['knob2']}-{d['knob3']}{af}"
+    from features.datasets.knobs import setting_name
+    return setting_name(d["knob1"], d["knob2"], d["knob3"], d.get("k3_mode"), bool(d.get("adversarial")))
 
 
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
@@ -363,7 +365,8 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
         enc = d["encoder_id"] or _latest_encoder(con)
         space = "title" if task == "textual_cloze" else "image"
         row = {"dataset_id": d["dataset_id"], "task": task, "knobs": knobs_label(d),
-               "knob1": d["knob1"], "knob2": d["knob2"], "knob3": d["knob3"], "preset": d["preset"],
+               "knob1": d["knob1"], "knob2": d["knob2"], "knob3": d["knob3"], "k3_mode": d["k3_mode"],
+               "adversarial": d["adversarial"], "preset": d["preset"],
                "seed": d["seed"], "encoder_id": enc, "n_questions": d["n_questions"],
                "n_recipes": d["n_recipes"], "chance": 1.0 / N_CHOICES, "probe_model": model,
                "probe_folds": n_folds}

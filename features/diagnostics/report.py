@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import itertools
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -45,11 +46,11 @@ def setting_sort_key(row: dict) -> tuple:
 
 
 def is_paper_setting(row: dict) -> bool:
-    """A binary knob setting with the paper's parameters (no `-p<hash>` suffix, knob3 0/1 coin, not an
-    adversarially filtered `-af-` variant)."""
+    """A binary knob setting with the paper's parameters: knob 3 off or the paper's coin flip, not
+    adversarially filtered, and no `-p<hash>` suffix on the id (parameters overridden)."""
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
-            and str(row.get("knob3")) in ("0", "1", "None") and "-p" not in row["dataset_id"].split("-s")[-1]
-            and "-af-" not in row["dataset_id"])
+            and row.get("knob3") is not None and row.get("k3_mode") in ("off", "coin")
+            and not row.get("adversarial") and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
 
 
 def ordering_by_probe(rows: list[dict]) -> list[dict]:
@@ -146,8 +147,7 @@ def knob_effects(rows: list[dict], metric: str = "probe_acc") -> dict[int, list[
     acc: dict[tuple, list[float]] = {}
     for r in rows:
         if is_paper_setting(r) and r.get(metric) is not None:
-            k3 = 0 if str(r["knob3"]) in ("0", "None") else 1
-            acc.setdefault((int(r["knob1"]), int(r["knob2"]), k3), []).append(r[metric])
+            acc.setdefault((int(r["knob1"]), int(r["knob2"]), int(r["knob3"])), []).append(r[metric])
     mean = {k: float(np.mean(v)) for k, v in acc.items()}
     out: dict[int, list] = {}
     for j in range(3):

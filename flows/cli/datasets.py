@@ -16,15 +16,19 @@ app = typer.Typer()
 @app.command("generate")
 def generate_cmd(
         task: Optional[Task] = typer.Option(None, "--task", help="The question family (one task)."),
-        knobs: Optional[str] = typer.Option(None, "--knobs", help="K1,K2,K3 each 0 or 1, e.g. 0,1,0"),
+        knobs: Optional[str] = typer.Option(None, "--knobs", "--setting", help="The knob setting by name: "
+                                            "K1-K2-K3 (each 0 or 1), then -all/-balanced, then -af, e.g. 0-1-0, "
+                                            "0-0-1-balanced, 0-1-1-af (docs/knobs.md); 0,1,0 and 0-0-1:balanced "
+                                            "are read too."),
         preset: Optional[Preset] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style "
                                                 "reference."),
         all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced "
                                   "variants and the presets."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random decision."),
         encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: the latest)."),
-        k3_mode: K3Mode = typer.Option(K3Mode.coin, "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
-                                       "question), all, or balanced (closer-distractor count uniform 0..3)."),
+        k3_mode: Optional[K3Mode] = typer.Option(None, "--k3-mode", help="When K3=1: coin (paper, p=0.5 per "
+                                                 "question; the default), all, or balanced (closer-distractor "
+                                                 "count uniform 0..3); same as the -all/-balanced of the name."),
         k: Optional[int] = typer.Option(None, "--k", help="Neighbours used for m_d/s_d and candidates (default 100)."),
         ratio: Optional[float] = typer.Option(None, "--questions-per-step", help="Knob 1: at most "
                                               "floor(#steps * ratio) questions per recipe."),
@@ -64,14 +68,15 @@ def generate_cmd(
         if preset:
             kw = {"all_settings": False, "task_name": task.value, "preset": preset.value}
         else:
-            kw = {"all_settings": False, "task_name": task.value, "knobs": _knob_values(knobs),
-                  "k3_mode": k3_mode.value}
-    if af_rounds is not None and not (adversarial or (all_ and adversarial is None)):
+            kw = {"all_settings": False, "task_name": task.value, "knobs": knobs or "0-0-0",
+                  "k3_mode": k3_mode.value if k3_mode else None}
+    named_af = bool(knobs) and knobs.strip().lower().endswith("-af")
+    if af_rounds is not None and not (adversarial or named_af or (all_ and adversarial is None)):
         fail("--af-rounds goes with --adversarial (or --all)")
     kw.update({"adversarial": adversarial, **({"af_rounds": af_rounds} if af_rounds is not None else {})})
     from features.datasets.generate import settings_for
     try:
-        settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode", "coin"),
+        settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode"),
                      overrides or None, all_settings=kw["all_settings"], adversarial=adversarial,
                      **({"af_rounds": af_rounds} if af_rounds is not None else {}))
     except (ValueError, TypeError) as e:
@@ -89,17 +94,6 @@ def generate_cmd(
                "Meta-RecipeQA: 8K-22K per task; ours scale with the corpus)")
 
 
-def _knob_values(text: Optional[str]) -> tuple[int, int, int]:
-    """--knobs K1,K2,K3 as three ints (whether each is 0 or 1 is the generator's check)."""
-    try:
-        values = tuple(int(x) for x in (text or "").split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        fail(f"--knobs must be K1,K2,K3 with each 0 or 1, e.g. --knobs 0,1,0; got {text!r}")
-    return values
-
-
 @app.command("datasets")
 def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
     """List generated datasets with question/recipe counts and skips."""
@@ -113,7 +107,7 @@ def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", he
     if not rows:
         typer.echo("no datasets; run `mrqa generate --all`")
     for r in rows:
-        typer.echo(f"{r[0]:36s} {r[1]:17s} {r[2]:10s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
+        typer.echo(f"{r[0]:40s} {r[1]:17s} {r[2]:18s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
                    f"skips={r[7]}")
 
 

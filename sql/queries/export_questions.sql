@@ -1,17 +1,26 @@
--- Questions of the exported datasets (temp view export_datasets(dataset_id)), one row per question,
--- with the hive partition columns task / knobs (k1-k2-k3 or the preset name; `-af` appended for an
--- adversarially filtered dataset) / split.
+-- Questions of the exported datasets (temp view export_datasets(dataset_id)), one row per question, typed
+-- for the Parquet export: the hive partition columns task / knobs (the setting's name, datasets.setting,
+-- written by features/datasets/knobs.py setting_name: 0-0-1, 0-0-1-balanced, 0-1-1-af, recipeqa) / split
+-- are columns of the files too; k1 / k2 / k3 are small integers (NULL for a preset), k3_mode and
+-- adversarial say the knob-3 mode and adversarial filtering; visual ordering's choices are also given as
+-- lists of image ids (choice_orderings; choice_list keeps the JSON text of each ordering).
 WITH chosen AS (
     SELECT dataset_id FROM export_datasets
 ),
 final AS (
-    SELECT q.recipe_id, q.dataset_id, q.qid, q.split, q.question, q.choice_list, q.answer,
-           q.question_step_ids, d.encoder_id, d.seed, d.knob1, d.knob2, d.knob3, d.preset,
-           CAST(q.provenance AS VARCHAR) AS provenance,
-           q.task,
-           coalesce(d.preset, concat(d.knob1, '-', d.knob2, '-', replace(d.knob3, ':', '')))
-               || CASE WHEN coalesce(TRY_CAST(json_extract_string(d.params, '$.af_rounds') AS INTEGER), 0) > 0
-                       THEN '-af' ELSE '' END AS knobs
+    SELECT q.dataset_id, q.qid, q.recipe_id,
+           q.task, d.setting AS knobs, q.split,
+           CAST(d.knob1 AS TINYINT) AS k1,
+           CAST(d.knob2 AS TINYINT) AS k2,
+           CAST(d.knob3 AS TINYINT) AS k3,
+           coalesce(d.k3_mode, 'off') AS k3_mode,
+           coalesce(d.adversarial, false) AS adversarial,
+           d.preset, d.seed, d.encoder_id,
+           q.question, q.choice_list,
+           CASE WHEN q.task = 'visual_ordering'
+                THEN list_transform(q.choice_list, lambda c: from_json(c, '["VARCHAR"]')) END AS choice_orderings,
+           q.answer, q.question_step_ids,
+           CAST(q.provenance AS VARCHAR) AS provenance
     FROM questions q
     JOIN datasets d USING (dataset_id)
     JOIN chosen c USING (dataset_id)

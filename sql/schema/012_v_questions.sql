@@ -15,7 +15,7 @@ COMMENT ON COLUMN v_questions.dataset_id IS 'The dataset (datasets.dataset_id).'
 COMMENT ON COLUMN v_questions.task IS 'visual_cloze | visual_coherence | visual_ordering | textual_cloze.';
 COMMENT ON COLUMN v_questions.knob1 IS 'Knob 1: 0 | 1; NULL for presets.';
 COMMENT ON COLUMN v_questions.knob2 IS 'Knob 2: 0 | 1; NULL for presets.';
-COMMENT ON COLUMN v_questions.knob3 IS 'Knob 3: 0 | 1 | 1:all | 1:balanced; NULL for presets.';
+COMMENT ON COLUMN v_questions.knob3 IS 'Knob 3: 0 | 1; NULL for presets (its mode: datasets.k3_mode; the setting name: datasets.setting).';
 COMMENT ON COLUMN v_questions.preset IS 'recipeqa for the RecipeQA-style preset, else NULL.';
 COMMENT ON COLUMN v_questions.seed IS 'The generation seed.';
 COMMENT ON COLUMN v_questions.encoder_id IS 'The feature space of the distances.';

@@ -17,30 +17,32 @@ def _question(ds: str, i: int, split: str) -> tuple:
 
 
 def _dataset(ds: str, n: int) -> tuple:
-    return (ds, "visual_cloze", 0, 1, "1", None, 0, "enc", "{}", "2024-01-01 00:00:00", n, n, "x")
+    return (ds, "visual_cloze", 0, 1, 1, None, 0, "enc", "{}", "2024-01-01 00:00:00", n, n, "x")
 
 
 def test_short_training_skips_datasets_with_an_empty_split(paths, con):
-    rows = [_question("vc-k011-s0-abc", i, sp) for i, sp in enumerate(["train", "train", "test"])]
-    rows += [_question("vc-k000-s0-abc", 9, "val")]                # not a demo training dataset
+    rows = [_question("vc-0-1-1-s0-abc", i, sp) for i, sp in enumerate(["train", "train", "test"])]
+    rows += [_question("vc-0-0-0-s0-abc", 9, "val")]                # not a demo training dataset
     con.executemany("INSERT INTO questions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    con.executemany("INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [_dataset("vc-k011-s0-abc", 3), _dataset("vc-recipeqa-s0-abc", 0), _dataset("vc-k000-s0-abc", 1)])
+    con.executemany("INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id, "
+                    "params, created_at, n_questions, n_recipes, content_sha256) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_dataset("vc-0-1-1-s0-abc", 3), _dataset("vc-recipeqa-s0-abc", 0), _dataset("vc-0-0-0-s0-abc", 1)])
     con.close()
     out = short_training(paths, list(TRAIN_DATASETS), seed=0)
-    assert out == [{"dataset_id": "vc-k011-s0-abc", "skipped": "no val questions"},
+    assert out == [{"dataset_id": "vc-0-1-1-s0-abc", "skipped": "no val questions"},
                    {"dataset_id": "vc-recipeqa-s0-abc", "skipped": "no train/val/test questions"}]
     assert not (paths.exports / SHORT_TRAIN_EXPORT).exists()      # nothing to export, nothing trained
 
     summary = {"stages": [{"stage": "train", "status": "completed", "seconds": 1.0, "cpu_s": 0.5,
                            "summary": {"runs": out}}], "total_s": 1.0}
     text = format_digest(demo_digest(summary))
-    assert "vc-k011-s0-abc: skipped (no val questions)" in text
+    assert "vc-0-1-1-s0-abc: skipped (no val questions)" in text
     assert "train     completed" in text
 
-    assert short_training(paths, ["vc-k000-s0-abc", "tc-"], seed=0) == [
+    assert short_training(paths, ["vc-0-0-0-s0-abc", "tc-"], seed=0) == [
         {"dataset_id": "tc-", "skipped": "no generated dataset matches"},
-        {"dataset_id": "vc-k000-s0-abc", "skipped": "no train/test questions"}]
+        {"dataset_id": "vc-0-0-0-s0-abc", "skipped": "no train/test questions"}]
 
 
 def test_pipeline_train_stage_without_datasets_is_skipped_with_its_reason(paths):
@@ -49,6 +51,6 @@ def test_pipeline_train_stage_without_datasets_is_skipped_with_its_reason(paths)
     assert [s.name for s in stages] == ["clean", "embed", "train"]
     res = run_stage(paths, stages[-1])
     assert res["status"] == "skipped" and "no train_datasets given" in res["reason"]
-    stages = build_stages({**params, "train": True, "train_datasets": ["vc-k011-"]}, paths)
+    stages = build_stages({**params, "train": True, "train_datasets": ["vc-0-1-1-s"]}, paths)
     train = next(s for s in stages if s.name == "train")
-    assert train.skip_reason is None and train.params["datasets"] == ["vc-k011-"]
+    assert train.skip_reason is None and train.params["datasets"] == ["vc-0-1-1-s"]

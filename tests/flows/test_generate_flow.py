@@ -22,11 +22,11 @@ def test_generate_flow_and_cli(paths, con, prefect_harness, tmp_path):
     res = generate_flow(all_settings=False, seed=0, task_name="visual_cloze", knobs=(0, 1, 0))
     assert res["n_datasets"] == 1 and res["n_questions"] > 0
     ds = res["datasets"][0]
-    assert ds["dataset_id"].startswith("vc-k010-s0-") and ds["encoder_id"] == ENC
+    assert ds["dataset_id"].startswith("vc-0-1-0-s0-") and ds["encoder_id"] == ENC
     runner = CliRunner()
     r = runner.invoke(app, ["generate", "--task", "visual_ordering", "--knobs", "0,0,0", "--seed", "3"])
     assert r.exit_code == 0, r.output
-    assert "vord-k000-s3-" in r.output
+    assert "vord-0-0-0-s3-" in r.output
     r = runner.invoke(app, ["datasets", "--format", "json"])
     listed = {d["dataset_id"]: d for d in json.loads(r.output)}
     assert ds["dataset_id"] in listed and listed[ds["dataset_id"]]["n_questions"] == ds["n_questions"]
@@ -43,10 +43,40 @@ def test_generate_flow_and_cli(paths, con, prefect_harness, tmp_path):
 def test_cli_bad_input_is_a_clear_error(paths):
     runner = CliRunner()
     for args, needle in ((["generate", "--task", "nope", "--knobs", "0,0,0"], "--task must be"),
-                         (["generate", "--task", "visual_cloze", "--knobs", "0,2"], "--knobs must be"),
+                         (["generate", "--task", "visual_cloze", "--knobs", "0,2"], "not a knob setting"),
+                         (["generate", "--task", "visual_cloze", "--knobs", "0-0-0-balanced"], "needs k3=1"),
+                         (["generate", "--task", "visual_cloze", "--knobs", "0-0-1:all", "--k3-mode", "balanced"],
+                          "--k3-mode is 'balanced'"),
                          (["generate", "--task", "visual_ordering", "--knobs", "0,0,1"], "not defined"),
                          (["generate", "--all", "--task", "visual_cloze"], "--all"),
                          (["export", "--dataset", "missing"], "no dataset")):
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert needle in r.output, (args, r.output)
+
+
+def test_old_spellings_of_a_setting_make_one_dataset_with_one_name(paths, con, prefect_harness, tmp_path):
+    """`--knobs 0,1,1 --k3-mode balanced`, `0-1-1:balanced` (the old knob label), `0-1-1balanced` (the
+    old partition) and `--setting 0-1-1-balanced` are the same setting: one dataset id spelling the
+    name, `mrqa datasets` and the export's knobs= partition say `0-1-1-balanced`, knob3 is the integer 1."""
+    _world(con, paths)
+    con.close()
+    runner = CliRunner()
+    ids = set()
+    for args in (["--knobs", "0,1,1", "--k3-mode", "balanced"], ["--knobs", "0-1-1:balanced"],
+                 ["--knobs", "0-1-1balanced"], ["--setting", "0-1-1-balanced"]):
+        r = runner.invoke(app, ["generate", "--task", "visual_cloze", *args])
+        assert r.exit_code == 0, (args, r.output)
+        ids |= {w for w in r.output.split() if w.startswith("vc-")}
+    assert len(ids) == 1 and next(iter(ids)).startswith("vc-0-1-1-balanced-s0-")
+    did = ids.pop()
+    r = runner.invoke(app, ["datasets", "--format", "json"])
+    listed = json.loads(r.output)
+    assert [(d["dataset_id"], d["knobs"]) for d in listed] == [(did, "0-1-1-balanced")]
+    r = runner.invoke(app, ["export", "--dataset", did, "--out", str(tmp_path / "exp")])
+    assert r.exit_code == 0, r.output
+    parts = {p.parent.parent.name for p in (tmp_path / "exp" / "questions").rglob("*.parquet")}
+    assert parts == {"knobs=0-1-1-balanced"}
+    from etl.warehouse import connect
+    row = connect(paths).execute("SELECT knob1, knob2, knob3, k3_mode, adversarial, setting FROM datasets").fetchall()
+    assert row == [(0, 1, 1, "balanced", False, "0-1-1-balanced")]

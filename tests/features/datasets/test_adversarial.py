@@ -56,7 +56,9 @@ AF_SETTINGS = [_af("visual_cloze", 0, 0, 0), _af("visual_cloze", 0, 1, 1), _af("
 
 # content hashes of every non-AF setting (the paper's grid, the knob-3 balanced variants, the presets) on
 # this world, computed by the generator before adversarial filtering existed: AF adds datasets, and
-# leaves these byte-identical
+# leaves these byte-identical. Keyed by the ids that spell the setting's name (vc-0-0-1-balanced-s0-...);
+# the same datasets had vc-k001-s0-...-pdabfed-style ids before, with these same content hashes (they
+# cover the questions, not the id)
 BEFORE_AF = json.loads((Path(__file__).with_name("adversarial_before_af_hashes.json")).read_text())
 
 
@@ -125,7 +127,8 @@ def test_af_ids_partitions_and_params(world):
         assert len(adv["ensemble"]) == 3 and len({m["C"] for m in adv["ensemble"]}) == 3
     parts = {p.relative_to(world["out"]).parts[1:3] for p in (world["out"] / "questions").rglob("*.parquet")}
     assert ("task=visual_cloze", "knobs=0-1-1-af") in parts
-    assert ("task=visual_cloze", "knobs=0-1-1balanced-af") in parts
+    assert ("task=visual_cloze", "knobs=0-1-1-balanced-af") in parts
+    assert ("task=visual_cloze", "knobs=0-1-1-all-af") in parts
     assert ("task=visual_coherence", "knobs=1-0-0-af") in parts
     for r in world["rows"]:
         assert r["knobs"].endswith("-af") and r["prov"]["adversarial"]["rounds"] == AF_DEFAULT_ROUNDS
@@ -312,7 +315,7 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, (args, r.output)
     r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
     assert r.exit_code == 0, r.output
-    assert "vc-k010-af-s0-" in r.output and "af_still_solved" in r.output
+    assert "vc-0-1-0-af-s0-" in r.output and "af_still_solved" in r.output
     r = runner.invoke(app, ["datasets", "--format", "json"])
     assert [d["knobs"] for d in json.loads(r.output) if "-af-" in d["dataset_id"]] == ["0-1-0-af"]
 

@@ -341,7 +341,7 @@ def test_determinism_idempotence_and_seed(world, tmp_path):
 
 def test_recipeqa_json_export(world, tmp_path):
     con = world["con"]
-    ids = [i for i in world["ids"] if i.startswith(("vc-k010", "vord-k000", "tc-k000", "vcoh-k000"))]
+    ids = [i for i in world["ids"] if i.startswith(("vc-0-1-0-s", "vord-0-0-0-s", "tc-0-0-0-s", "vcoh-0-0-0-s"))]
     res = export_recipeqa_json(con, ids, tmp_path, home=world["paths"].home, with_images=False)
     assert res["records"]
     keys = {"recipe_id", "task", "qid", "split", "context", "question", "choice_list", "answer",

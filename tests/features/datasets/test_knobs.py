@@ -1,10 +1,23 @@
-"""Knob parameters, dataset ids, deterministic randomness and knob-1 skeleton sampling."""
+"""Knob parameters, setting names (and the older spellings they normalise), dataset ids, deterministic
+randomness and knob-1 skeleton sampling."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from features.datasets.knobs import KnobParams, dataset_id, recipe_rng, uniforms
+from features.datasets.knobs import (
+    AF_DEFAULT_ROUNDS,
+    KnobParams,
+    Setting,
+    dataset_id,
+    legacy_dataset_id,
+    parse_setting,
+    recipe_rng,
+    setting_name,
+    uniforms,
+)
 from features.datasets.tasks import FAMILIES, recipe_skeletons
 
 
@@ -34,11 +47,78 @@ def test_dataset_ids_are_deterministic_and_name_non_paper_params():
     p = KnobParams.preset_for("visual_cloze", 0, 1, 0)
     a = dataset_id("visual_cloze", p, 0, "enc-x")
     assert a == dataset_id("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0), 0, "enc-x")
-    assert a.startswith("vc-k010-s0-") and "-p" not in a[len("vc-k010-s0-"):]
+    assert a.startswith("vc-0-1-0-s0-") and "-p" not in a[len("vc-0-1-0-s0-"):]
     assert dataset_id("visual_cloze", p, 1, "enc-x") != a
-    b = dataset_id("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced"), 0, "enc-x")
-    assert b.startswith("vc-k011-s0-") and "-p" in b
+    # the knob-3 mode and AF are part of the name now, so their presets carry no -p<hash>
+    bal = KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced")
+    b = dataset_id("visual_cloze", bal, 0, "enc-x")
+    assert b.startswith("vc-0-1-1-balanced-s0-") and "-p" not in b[len("vc-0-1-1-balanced-s0-"):]
+    af = dataset_id("visual_cloze", replace(bal, af_rounds=AF_DEFAULT_ROUNDS), 0, "enc-x")
+    assert af.startswith("vc-0-1-1-balanced-af-s0-") and "-p" not in af[len("vc-0-1-1-balanced-af-s0-"):]
+    assert dataset_id("visual_cloze", replace(bal, af_rounds=5), 0, "enc-x").startswith("vc-0-1-1-balanced-af-s0-")
+    assert "-p" in dataset_id("visual_cloze", replace(bal, af_rounds=5), 0, "enc-x")[-8:]
+    assert "-p" in dataset_id("visual_cloze", replace(p, k=50), 0, "enc-x")[-8:]
     assert dataset_id("visual_cloze", KnobParams.recipeqa_preset(), 0, "enc-x").startswith("vc-recipeqa-s0-")
+    # the id the same dataset had before setting names (re-generating replaces its rows)
+    assert legacy_dataset_id("visual_cloze", p, 0, "enc-x") == a.replace("vc-0-1-0-", "vc-k010-")
+    assert legacy_dataset_id("visual_cloze", bal, 0, "enc-x").startswith("vc-k011-s0-")
+    assert legacy_dataset_id("visual_cloze", bal, 0, "enc-x")[-8:-6] == "-p"
+
+
+NAMES = [((0, 0, 0, "off", False), "0-0-0"), ((0, 0, 1, "coin", False), "0-0-1"),
+         ((0, 0, 1, "balanced", False), "0-0-1-balanced"), ((0, 1, 1, "all", False), "0-1-1-all"),
+         ((0, 1, 1, "coin", True), "0-1-1-af"), ((0, 1, 1, "balanced", True), "0-1-1-balanced-af"),
+         ((1, 1, 0, "off", True), "1-1-0-af")]
+
+
+@pytest.mark.parametrize("args,name", NAMES, ids=[n for _, n in NAMES])
+def test_setting_names_round_trip(args, name):
+    assert setting_name(*args) == name
+    s = parse_setting(name)
+    assert s == Setting(*args) and s.name == name
+    task = "visual_cloze"
+    params = s.params(task)
+    assert params.setting == s and params.knobs_label == name
+    assert dataset_id(task, params, 0, "enc").startswith(f"vc-{name}-s0-")
+
+
+# every older spelling of a setting, and the name it is read as
+OLD_SPELLINGS = [
+    (("0,0,1", "balanced", None), "0-0-1-balanced"),        # --knobs 0,0,1 --k3-mode balanced
+    (("0-0-1:balanced", None, None), "0-0-1-balanced"),     # the old knob label (datasets.knob3 = '1:balanced')
+    (("0-0-1balanced", None, None), "0-0-1-balanced"),      # the old export partition knobs=0-0-1balanced
+    (("0-0-1(balanced)", None, None), "0-0-1-balanced"),    # the old AF report label
+    (("0-1-1:all", None, None), "0-1-1-all"),
+    (("0-1-1balanced-af", None, None), "0-1-1-balanced-af"),  # the old partition of a balanced AF dataset
+    (("0,1,1", None, True), "0-1-1-af"),                    # --knobs 0,1,1 --adversarial
+    (("0,1,1", "coin", None), "0-1-1"),                     # --k3-mode coin is the paper's default
+    (("0,1,0", "coin", None), "0-1-0"),                     # the CLI's old default mode at k3=0
+    (("0-0-1-coin", None, None), "0-0-1"),
+    ((" 1, 0, 1 ", None, None), "1-0-1"),
+    (("RecipeQA", None, None), "recipeqa"),
+]
+
+
+@pytest.mark.parametrize("args,name", OLD_SPELLINGS, ids=[a[0] for a, _ in OLD_SPELLINGS])
+def test_old_spellings_are_normalised(args, name):
+    assert parse_setting(*args).name == name
+    assert parse_setting(name) == parse_setting(*args)
+
+
+@pytest.mark.parametrize("text,mode,af,match", [
+    ("0-0-0-balanced", None, None, "needs k3=1"),
+    ("0,0,0", "all", None, "needs k3=1"),
+    ("0-0-2", None, None, "k3 must be 0 or 1"),
+    ("0-0-1-sometimes", None, None, "not a knob setting"),
+    ("0-0-1-af-balanced", None, None, "not a knob setting"),    # one order only: mode, then -af
+    ("0,1", None, None, "not a knob setting"),
+    ("0-0-1:all", "balanced", None, "--k3-mode is 'balanced'"),
+    ("0-1-1-af", None, False, "--no-adversarial"),
+    ("recipeqa", "balanced", None, "preset has no knob-3 mode"),
+])
+def test_bad_setting_names_are_refused(text, mode, af, match):
+    with pytest.raises(ValueError, match=match):
+        parse_setting(text, mode, af)
 
 
 def test_uniforms_are_pure_functions_of_key_and_stream():

@@ -1,0 +1,67 @@
+"""sql/schema/094 on a warehouse written before setting names: knob3 '1:balanced' becomes the INTEGER 1
+with k3_mode 'balanced', `setting` is what features.datasets.knobs.setting_name says for every kind of row,
+and v_datasets_legacy (095) gives old queries the VARCHAR knob3 back."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import duckdb
+
+from etl.config import SQL_DIR
+from etl.warehouse import migrate
+from features.datasets.knobs import parse_setting, setting_name
+
+# (dataset_id, knob1, knob2, old knob3, preset, params) as the generator wrote them before 094
+OLD_ROWS = [
+    ("vc-k000-s0-e", 0, 0, "0", None, {"k3_mode": "off"}),
+    ("vc-k011-s0-e", 0, 1, "1", None, {"k3_mode": "coin"}),
+    ("vc-k001-s0-e-pdabfed", 0, 0, "1:balanced", None, {"k3_mode": "balanced"}),
+    ("vc-k011-s0-e-p1a2b3c", 0, 1, "1:all", None, {"k3_mode": "all"}),
+    ("vc-k011-af-s0-e", 0, 1, "1", None, {"k3_mode": "coin", "af_rounds": 3}),
+    ("vc-k011-af-s0-e-p9f9f9f", 0, 1, "1:balanced", None, {"k3_mode": "balanced", "af_rounds": 3}),
+    ("vc-k100-af-s0-e", 1, 0, "0", None, {"k3_mode": "off", "af_rounds": 3}),
+    ("vc-recipeqa-s0-e", None, None, None, "recipeqa", {"k3_mode": "off"}),
+    ("recipeqa-original-visual_cloze", None, None, None, "recipeqa-original", {"source": "recipeqa"}),
+]
+EXPECTED = {"vc-k000-s0-e": "0-0-0", "vc-k011-s0-e": "0-1-1", "vc-k001-s0-e-pdabfed": "0-0-1-balanced",
+            "vc-k011-s0-e-p1a2b3c": "0-1-1-all", "vc-k011-af-s0-e": "0-1-1-af",
+            "vc-k011-af-s0-e-p9f9f9f": "0-1-1-balanced-af", "vc-k100-af-s0-e": "1-0-0-af",
+            "vc-recipeqa-s0-e": "recipeqa", "recipeqa-original-visual_cloze": "recipeqa-original"}
+
+
+def test_migration_names_old_rows_like_setting_name(tmp_path):
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(SQL_DIR, sql_dir)
+    order = sql_dir / "migrations.txt"
+    full = order.read_text()
+    lines = full.splitlines(keepends=True)
+    order.write_text("".join(lines[:next(i for i, ln in enumerate(lines) if "094_datasets_setting" in ln)]))
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    migrate(con, sql_dir)
+    assert con.execute("SELECT data_type FROM duckdb_columns() WHERE table_name = 'datasets' "
+                       "AND column_name = 'knob3'").fetchone()[0] == "VARCHAR"
+    con.executemany("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id, params,
+                       created_at, n_questions, n_recipes) VALUES (?, 'visual_cloze', ?, ?, ?, ?, 0, 'e', ?,
+                       TIMESTAMP '2026-01-01', 1, 1)""",
+                    [[d, k1, k2, k3, pre, json.dumps(p)] for d, k1, k2, k3, pre, p in OLD_ROWS])
+    order.write_text(full)
+    assert migrate(con, sql_dir)[:2] == ["094_datasets_setting.sql", "095_v_datasets_legacy.sql"]
+
+    assert con.execute("SELECT data_type FROM duckdb_columns() WHERE table_name = 'datasets' "
+                       "AND column_name = 'knob3'").fetchone()[0] == "INTEGER"
+    rows = con.execute("SELECT dataset_id, knob1, knob2, knob3, k3_mode, adversarial, setting, preset "
+                       "FROM datasets").fetchall()
+    assert {r[0]: r[6] for r in rows} == EXPECTED
+    for did, k1, k2, k3, mode, af, setting, preset in rows:
+        if preset:
+            assert (k3, mode, af) == (None, "off", False)
+            continue
+        assert setting == setting_name(k1, k2, k3, mode, af)        # the SQL and Python grammars agree
+        assert parse_setting(setting) == parse_setting(f"{k1}-{k2}-{dict((r[0], r[3]) for r in OLD_ROWS)[did]}"
+                                                       + ("-af" if af else ""))
+    legacy = dict(con.execute("SELECT dataset_id, knob3 FROM v_datasets_legacy").fetchall())
+    assert legacy == {d: k3 for d, _, _, k3, _, _ in OLD_ROWS}
+    # an old query keeps working against the view
+    assert con.execute("SELECT count(*) FROM v_datasets_legacy WHERE knob3 = '1:balanced'").fetchone()[0] == 2
+    con.close()
