@@ -1,52 +1,107 @@
-"""Exports of generated datasets: hive-partitioned Parquet and RecipeQA JSON.
+"""Exports of generated datasets: a Parquet dataset that loads in one line, and RecipeQA JSON.
 
-Parquet (`export_parquet`): OUT/questions/task=<task>/knobs=<k1-k2-k3|preset>/split=<split>/*.parquet
-(`knobs=<k1-k2-k3>-af` for an adversarially filtered dataset, features/datasets/adversarial.py)
-with qid, recipe_id, split, question, choice_list, answer, question_step_ids, encoder_id, seed,
-dataset_id, knob columns and provenance; OUT/recipes.parquet and OUT/steps.parquet (every ok recipe
-of the exported splits); with vectors, OUT/image_vectors.parquet (image_id, recipe_id, split,
-encoder_id, vector) and OUT/text_vectors.parquet (title vectors) for those splits, so anyone can
-recompute the distances. Written single-threaded with ORDER BY and a fixed row-group size, so the
-bytes are the same on every run.
+Parquet (`export_parquet`), a folder `OUT` that `datasets.load_dataset(OUT, "<task>-<setting>")`,
+polars, pandas and DuckDB read as it is:
+
+- OUT/questions/task=<task>/knobs=<setting>/split=<split>/data_0.parquet (hive layout; `<setting>` is
+  the setting's one name, e.g. `0-1-1`, `0-0-1-balanced`, `0-1-1-af`, `recipeqa`), the partition columns
+  written inside the files too (as dictionary-encoded strings, so pandas' hive reader merges them), typed
+  columns (k1/k2/k3 int8, NULL for a preset, read by pandas as Int8 through the files' pandas metadata;
+  k3_mode; adversarial; ordering choices as lists of image ids) and the provenance JSON;
+- OUT/recipes.parquet, OUT/steps.parquet: every ok recipe of the exported splits and its steps;
+- with vectors, OUT/image_vectors.parquet and OUT/text_vectors.parquet (title vectors), both keyed by
+  `item_id` (image_vectors keeps `image_id`, the same value), so anyone can recompute the distances;
+- with images, OUT/images.parquet: the image files of those recipes in the Hugging Face Image layout
+  (struct of bytes + path, declared in the schema's `huggingface` metadata);
+- OUT/README.md, the dataset card (features/datasets/card.py): one `configs:` entry per task x setting
+  with its train/validation/test files, column descriptions, knob legend, provenance schema, encoders,
+  counts and bias figures.
+
+Written single-threaded in a fixed order with a fixed row-group size, so the bytes are the same on
+every run.
 
 RecipeQA JSON (`export_recipeqa_json`): OUT/<split>.json = {"data": [record, ...]} with RecipeQA's
-record keys; image ids already follow `<recipe_id>_<step>_<k>.jpg`; with images, the referenced
-files are copied to OUT/images-qa/<split>/images-qa/ (RecipeQA's layout).
+record keys (one dataset; several: one such folder per dataset, OUT/<dataset_id>/). The qid is
+`<dataset_id>.<qid>`; context steps are the recipe's steps from 1 (RecipeQA leaves out the intro,
+step 0), their ids the step numbers that also name the images. With images, every image a record
+shows (question, choices, textual-cloze context) is copied (hard-linked where possible) to
+OUT/images-qa/<split>/images-qa/ (RecipeQA's layout).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from etl.warehouse import load_query
 
 ROW_GROUP = 100_000
+IMAGE_ROW_GROUP = 500                # images.parquet: rows of image bytes per row group
+PARTITIONS = ("task", "knobs", "split")
+SPLIT_NAMES = {"train": "train", "val": "validation", "test": "test"}   # warehouse split -> HF split
+QID_SEPARATOR = "."                  # RecipeQA JSON qid: <dataset_id>.<qid> (dataset ids have no '.')
+QUESTION_TEXT = {                    # RecipeQA's question_text per task
+    "textual_cloze": "Choose the best title for the missing blank to correctly complete the recipe.",
+    "visual_cloze": "Choose the best image for the missing blank to correctly complete the recipe.",
+    "visual_coherence": "Select the incoherent image in the following sequence of images.",
+    "visual_ordering": "What is the correct order of the images?",
+}
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+_STRINGS = pa.list_(pa.string())
+QUESTION_SCHEMA = pa.schema([
+    ("dataset_id", pa.string()), ("qid", pa.string()), ("recipe_id", pa.string()),
+    ("task", _DICT), ("knobs", _DICT), ("split", _DICT),
+    ("k1", pa.int8()), ("k2", pa.int8()), ("k3", pa.int8()), ("k3_mode", pa.string()),
+    ("adversarial", pa.bool_()), ("preset", pa.string()), ("seed", pa.int64()), ("encoder_id", pa.string()),
+    ("question", _STRINGS), ("choice_list", _STRINGS), ("choice_orderings", pa.list_(_STRINGS)),
+    ("answer", pa.int32()), ("question_step_ids", pa.list_(pa.int32())), ("provenance", pa.string()),
+])
+# pandas reads int columns with NULLs as float64 unless the file says which extension dtype they had
+_PANDAS_META = json.dumps({
+    "index_columns": [], "column_indexes": [],
+    "columns": [{"name": c, "field_name": c, "pandas_type": "int8", "numpy_type": "Int8", "metadata": None}
+                for c in ("k1", "k2", "k3")],
+    "creator": {"library": "pyarrow", "version": "meta-recipeqa"}, "pandas_version": "2.0.0"},
+    sort_keys=True).encode()
+QUESTION_SCHEMA = QUESTION_SCHEMA.with_metadata({b"pandas": _PANDAS_META})
+
+
+def config_name(task: str, setting: str) -> str:
+    """The dataset-card config of a task x setting: `visual_cloze-0-1-1`, `textual_cloze-0-0-1-balanced-af`.
+    `setting` is datasets.setting (features/datasets/knobs.py setting_name), the knobs= partition value."""
+    return f"{task}-{setting}"
 
 
 def _in(ids: list[str]) -> str:
     return "[" + ", ".join("'" + i.replace("'", "''") + "'" for i in ids) + "]"
 
 
-def _copy(con: duckdb.DuckDBPyConnection, query: str, dest: Path, partition: bool = False) -> None:
-    opts = f"FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP}, COMPRESSION zstd"
-    if partition:
-        opts += ", PARTITION_BY (task, knobs, split), OVERWRITE_OR_IGNORE true"
-    con.execute(f"COPY ({query}) TO '{dest.as_posix()}' ({opts})")
+def _copy(con: duckdb.DuckDBPyConnection, query: str, dest: Path) -> None:
+    con.execute(f"COPY ({query}) TO '{dest.as_posix()}' (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP}, "
+                "COMPRESSION zstd)")
+
+
+def _choose(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> None:
+    con.execute(f"CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT unnest({_in(dataset_ids)}) AS dataset_id")
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
-                   with_vectors: bool = False, lance_uri: str | None = None) -> dict:
+                   with_vectors: bool = False, lance_uri: str | None = None,
+                   with_images: bool = False, home: Path | None = None) -> dict:
     """Write the Parquet export of `dataset_ids` into `out` (replaced); returns counts + hash.
 
     `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
     makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
-    usual AWS_* / GOOGLE_* environment), replacing what is at the destination.
+    usual AWS_* / GOOGLE_* environment), replacing what is at the destination. `home` (MRQA_HOME)
+    resolves the relative image paths for `with_images`.
     """
     import re
     m = re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
@@ -57,10 +112,12 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         uri = f"{m[1]}://{'/' if m[1] == 'file' else ''}{m[2]}"
         dest_fs, dest = pafs.FileSystem.from_uri(uri)
         with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
-            res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri)
+            res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri,
+                                 with_images, home)
             dest_fs.delete_dir_contents(dest, missing_dir_ok=True)
             pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
         return {**res, "out": uri}
+    from features.datasets.card import write_card
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -68,29 +125,67 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
     con.execute("SET threads = 1")            # deterministic file layout and row order
     try:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT unnest({_in(dataset_ids)}) AS dataset_id")
-        _copy(con, load_query("export_questions"), out / "questions", partition=True)
+        _choose(con, dataset_ids)
+        questions = con.sql(load_query("export_questions")).to_arrow_table()
+        parts = _write_questions(questions, out / "questions")
         _copy(con, load_query("export_recipes"), out / "recipes.parquet")
         _copy(con, load_query("export_steps"), out / "steps.parquet")
-        n_questions = con.execute("SELECT count(*) FROM (" + load_query("export_questions") + ")").fetchall()[0][0]
-        counts = {"questions": n_questions}
+        counts = {"questions": questions.num_rows}
         if with_vectors:
             counts.update(_export_vectors(con, out, lance_uri))
+        if with_images:
+            counts.update(_export_images(con, out, home))
+        card = write_card(con, out, questions, parts, files=sorted(p.name for p in out.glob("*.parquet")))
+        counts["configs"] = card["configs"]
     finally:
         con.execute(f"SET threads = {threads}")
     return {"out": str(out), **counts, "sha256": tree_sha256(out)}
 
 
+def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
+    """One file per (task, knobs, split) run of the sorted table, partition columns included;
+    returns the partitions with their path and per-dataset counts."""
+    plain = [f for f in QUESTION_SCHEMA if f.name not in PARTITIONS]
+    cast = pa.table({f.name: tbl[f.name].cast(f.type) for f in plain})
+    keys = list(zip(*(tbl[c].to_pylist() for c in PARTITIONS)))
+    dids = tbl["dataset_id"].to_pylist()
+    parts, start = [], 0
+    for i in range(1, len(keys) + 1):
+        if i < len(keys) and keys[i] == keys[start]:
+            continue
+        n = i - start
+        task, knobs, split = keys[start]
+        rel = Path("questions", f"task={task}", f"knobs={knobs}", f"split={split}", "data_0.parquet")
+        cols = {c: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([v], pa.string()))
+                for c, v in zip(PARTITIONS, keys[start])}
+        sub = cast.slice(start, n)
+        part = pa.table([cols[f.name] if f.name in PARTITIONS else sub[f.name] for f in QUESTION_SCHEMA],
+                        schema=QUESTION_SCHEMA)
+        dest = root.parent / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(part, dest, row_group_size=ROW_GROUP, compression="zstd")
+        per_ds: dict[str, int] = {}
+        for d in dids[start:i]:
+            per_ds[d] = per_ds.get(d, 0) + 1
+        parts.append({"task": task, "knobs": knobs, "split": split, "path": rel.as_posix(), "n": n,
+                      "datasets": per_ds})
+        start = i
+    return parts
+
+
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
+    """image_vectors.parquet (item_id = image_id) and text_vectors.parquet (item_id =
+    <recipe_id>_<step_idx>_title) of the exported splits, with the same leading columns."""
     from features.vectors.store import FeatureStore, vector_rows
     store = FeatureStore(lance_uri)
     encs = [r[0] for r in con.execute("SELECT DISTINCT encoder_id FROM datasets JOIN export_datasets "
                                       "USING (dataset_id) ORDER BY 1").fetchall()]
     splits = {r[0] for r in con.execute("SELECT DISTINCT split FROM questions JOIN export_datasets "
                                         "USING (dataset_id)").fetchall()}
-    meta = con.execute("SELECT i.image_id, i.recipe_id, r.split FROM images i JOIN recipes r USING (recipe_id) "
-                       "WHERE i.status = 'ok' AND r.status = 'ok'").fetchall()
-    img_meta = {a: (b, c) for a, b, c in meta if c in splits}
+    meta = con.execute("SELECT i.image_id, i.recipe_id, i.step_idx, r.split FROM images i JOIN recipes r "
+                       "USING (recipe_id) WHERE i.status = 'ok' AND r.status = 'ok'").fetchall()
+    img_meta = {a: (b, c, d) for a, b, c, d in meta if d in splits}
+    rsplit = dict(con.execute("SELECT recipe_id, split FROM recipes WHERE status = 'ok'").fetchall())
     counts = {}
     for kind, fetch in (("image_vectors", lambda e: store.image_vectors(e)),
                         ("text_vectors", lambda e: store.text_vectors(e, "title"))):
@@ -99,27 +194,76 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
             ids, mat = fetch(enc)
             if not len(ids):
                 continue
-            ids = np.asarray(ids, dtype=object)
             if kind == "image_vectors":
-                recs = [img_meta.get(i, (None, None)) for i in ids]
+                recs = [img_meta.get(i, (None, None, None)) for i in ids]
             else:
-                rsplit = dict(con.execute("SELECT recipe_id, split FROM recipes WHERE status = 'ok'").fetchall())
-                recs = [(i.rsplit("_", 2)[0], rsplit.get(i.rsplit("_", 2)[0])) for i in ids]
-            keep = np.array([s in splits for _, s in recs], dtype=bool)
+                recs = []
+                for i in ids:
+                    rid, step, _field = i.rsplit("_", 2)
+                    recs.append((rid, int(step), rsplit.get(rid)))
+            keep = np.array([s in splits for _, _, s in recs], dtype=bool)
+            kept = [r for r, k in zip(recs, keep) if k]
             mat = np.ascontiguousarray(np.asarray(mat, np.float32)[keep])
-            parts.append(vector_rows(ids[keep].tolist(), mat, id_column="item_id",
-                                     recipe_id=pa.array([r for (r, s), k in zip(recs, keep) if k], pa.string()),
-                                     split=pa.array([s for (r, s), k in zip(recs, keep) if k], pa.string()),
+            parts.append(vector_rows(np.asarray(ids, dtype=object)[keep].tolist(), mat, id_column="item_id",
+                                     recipe_id=pa.array([r for r, _, _ in kept], pa.string()),
+                                     step_idx=pa.array([s for _, s, _ in kept], pa.int32()),
+                                     split=pa.array([s for _, _, s in kept], pa.string()),
                                      encoder_id=enc))
         if parts:
             tbl = pa.concat_tables(parts)
             con.register("export_vec_arrow", tbl)
-            id_col = "image_id" if kind == "image_vectors" else "item_id"
-            _copy(con, f"SELECT item_id AS {id_col}, recipe_id, split, encoder_id, vector "
+            lead = "item_id AS image_id, item_id" if kind == "image_vectors" else "item_id, 'title' AS field"
+            _copy(con, f"SELECT {lead}, recipe_id, step_idx, split, encoder_id, vector "
                        f"FROM export_vec_arrow ORDER BY encoder_id, item_id", out / f"{kind}.parquet")
             con.unregister("export_vec_arrow")
             counts[kind] = tbl.num_rows
     return counts
+
+
+IMAGE_FEATURES = {"image_id": {"dtype": "string", "_type": "Value"},
+                  "recipe_id": {"dtype": "string", "_type": "Value"},
+                  "step_idx": {"dtype": "int32", "_type": "Value"},
+                  "split": {"dtype": "string", "_type": "Value"},
+                  "image": {"_type": "Image"}}
+IMAGE_SCHEMA = pa.schema([("image_id", pa.string()), ("recipe_id", pa.string()), ("step_idx", pa.int32()),
+                          ("split", pa.string()),
+                          ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())]))],
+                         metadata={b"huggingface": json.dumps({"info": {"features": IMAGE_FEATURES}}).encode()})
+
+
+def _image_file(path: str | None, home: Path | None) -> Path | None:
+    if not path:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        if home is None:
+            return None
+        p = Path(home) / p
+    return p if p.is_file() else None
+
+
+def _export_images(con, out: Path, home: Path | None) -> dict:
+    """images.parquet: every ok image of the recipes in recipes.parquet, bytes + path (= image_id)."""
+    rows = con.execute("WITH r AS (" + load_query("export_recipes") + ") SELECT i.image_id, i.recipe_id, "
+                       "i.step_idx, r.split, i.path FROM images i JOIN r USING (recipe_id) "
+                       "WHERE i.status = 'ok' ORDER BY i.image_id").fetchall()
+    missing = 0
+    writer = pq.ParquetWriter(out / "images.parquet", IMAGE_SCHEMA, compression="zstd")
+    try:
+        for start in range(0, max(len(rows), 1), IMAGE_ROW_GROUP):
+            chunk, cols = rows[start:start + IMAGE_ROW_GROUP], {k: [] for k in IMAGE_SCHEMA.names}
+            for iid, rid, step, split, path in chunk:
+                f = _image_file(path, home)
+                if f is None:
+                    missing += 1
+                    continue
+                for k, v in (("image_id", iid), ("recipe_id", rid), ("step_idx", step), ("split", split),
+                             ("image", {"bytes": f.read_bytes(), "path": iid})):
+                    cols[k].append(v)
+            writer.write_table(pa.table(cols, schema=IMAGE_SCHEMA), row_group_size=IMAGE_ROW_GROUP)
+    finally:
+        writer.close()
+    return {"images": len(rows) - missing, "images_missing": missing}
 
 
 def tree_sha256(root: Path) -> str:
@@ -136,29 +280,42 @@ def tree_sha256(root: Path) -> str:
 
 def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                          home: Path | None = None, with_images: bool = True) -> dict:
-    """RecipeQA-format files OUT/{train,val,test}.json; records use RecipeQA's keys."""
-    from features.datasets.tasks import FAMILIES
+    """RecipeQA-format files OUT/{train,val,test}.json for one dataset; for several, one such folder per
+    dataset (OUT/<dataset_id>/), so RecipeQA's tools score each knob setting on its own."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT unnest({_in(dataset_ids)}) AS dataset_id")
-    rows = con.execute(load_query("export_questions") + " ").fetchall()
-    cols = [d[0] for d in con.execute(load_query("export_questions")).description]
-    recipes = {r[0] for r in rows}
+    if len(dataset_ids) == 1:
+        return _recipeqa_folder(con, dataset_ids[0], out, home, with_images)
+    res = {"out": str(out), "datasets": {}, "images_copied": 0, "images_missing": 0}
+    for did in dataset_ids:
+        r = _recipeqa_folder(con, did, out / did, home, with_images)
+        res["datasets"][did] = r["records"]
+        res["images_copied"] += r["images_copied"]
+        res["images_missing"] += r["images_missing"]
+    res["records"] = {s: sum(d.get(s, 0) for d in res["datasets"].values())
+                      for s in sorted({s for d in res["datasets"].values() for s in d})}
+    return res
+
+
+def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_id: str) -> dict[str, list[dict]]:
+    """The dataset's questions as RecipeQA records, by split."""
+    from features.datasets.tasks import FAMILIES
+    _choose(con, [dataset_id])
+    cur = con.execute(load_query("export_questions"))
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    recipes = sorted({r["recipe_id"] for r in rows})
     steps: dict[str, list] = {}
     for rid, idx, title, body in con.execute(
             "SELECT recipe_id, step_idx, title, body FROM steps WHERE list_contains(?, recipe_id) "
-            "ORDER BY recipe_id, step_idx", [sorted(recipes)]).fetchall():
+            "AND step_idx >= 1 ORDER BY recipe_id, step_idx", [recipes]).fetchall():
         steps.setdefault(rid, []).append((idx, title, body))
     imgs: dict[tuple, list] = {}
-    paths: dict[str, str] = {}
-    for iid, rid, idx, path in con.execute(
-            "SELECT image_id, recipe_id, step_idx, path FROM images WHERE status = 'ok' AND "
-            "list_contains(?, recipe_id) ORDER BY image_id", [sorted(recipes)]).fetchall():
+    for iid, rid, idx in con.execute(
+            "SELECT image_id, recipe_id, step_idx FROM images WHERE status = 'ok' AND "
+            "list_contains(?, recipe_id) ORDER BY recipe_id, step_idx, ord, image_id", [recipes]).fetchall():
         imgs.setdefault((rid, idx), []).append(iid)
-        paths[iid] = path
     by_split: dict[str, list] = {}
-    for row in rows:
-        r = dict(zip(cols, row))
+    for r in rows:
         fam = FAMILIES[r["task"]]
         textual = fam.space == "title"
         context = []
@@ -169,35 +326,54 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
             else:
                 c["title"] = title or ""
             context.append(c)
-        choices = [json.loads(c) for c in r["choice_list"]] if r["task"] == "visual_ordering" \
+        choices = [list(c) for c in r["choice_orderings"]] if r["task"] == "visual_ordering" \
             else list(r["choice_list"])
         by_split.setdefault(r["split"], []).append({
-            "recipe_id": r["recipe_id"], "task": r["task"], "qid": r["qid"], "split": r["split"],
-            "context": context, "question": list(r["question"]), "choice_list": choices,
-            "answer": int(r["answer"]),
-            "question_text": list(r["question"]) if textual else None,
-            "context_modality": list(fam.context_modality),
-            "question_modality": list(fam.question_modality)})
+            "recipe_id": r["recipe_id"], "task": r["task"], "qid": f"{dataset_id}{QID_SEPARATOR}{r['qid']}",
+            "split": r["split"], "context": context, "question": list(r["question"]), "choice_list": choices,
+            "answer": int(r["answer"]), "question_text": QUESTION_TEXT[r["task"]],
+            "context_modality": list(fam.context_modality), "question_modality": list(fam.question_modality)})
+    return by_split
+
+
+def _recipeqa_folder(con, dataset_id: str, out: Path, home: Path | None, with_images: bool) -> dict:
+    by_split = recipeqa_records(con, dataset_id)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.json"):
+        old.unlink()
+    referenced = sorted({i for recs in by_split.values() for rec in recs for i in record_images(rec)})
+    paths = dict(con.execute("SELECT image_id, path FROM images WHERE status = 'ok' AND list_contains(?, image_id)",
+                             [referenced]).fetchall()) if with_images else {}
     written, copied, missing = {}, 0, 0
     for split, recs in sorted(by_split.items()):
         (out / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
         written[split] = len(recs)
-        if with_images and home is not None:
-            dest = out / "images-qa" / split / "images-qa"
-            dest.mkdir(parents=True, exist_ok=True)
-            for iid in sorted({i for rec in recs for i in _record_images(rec)}):
-                src = paths.get(iid)
-                src_path = Path(src) if src and Path(src).is_absolute() else Path(home) / (src or "")
-                if src and src_path.is_file():
-                    shutil.copyfile(src_path, dest / iid)
-                    copied += 1
-                else:
-                    missing += 1
+        if not with_images:
+            continue
+        dest = out / "images-qa" / split / "images-qa"
+        dest.mkdir(parents=True, exist_ok=True)
+        for iid in sorted({i for rec in recs for i in record_images(rec)}):
+            src = _image_file(paths.get(iid), home)
+            if src is None:
+                missing += 1
+                continue
+            _link_or_copy(src, dest / iid)
+            copied += 1
     return {"out": str(out), "records": written, "images_copied": copied, "images_missing": missing}
 
 
-def _record_images(rec: dict) -> list[str]:
-    if rec["task"] == "textual_cloze":
-        return [i for c in rec["context"] for i in c.get("images", [])]
+def _link_or_copy(src: Path, dest: Path) -> None:
+    if dest.exists():
+        dest.unlink()
+    try:
+        os.link(src, dest)
+    except OSError:                # another file system (or links not allowed): copy the bytes
+        shutil.copyfile(src, dest)
+
+
+def record_images(rec: dict) -> list[str]:
+    """Every image a RecipeQA record shows: question items, all choices (distractors included) and,
+    for textual cloze, the context's images."""
     items = rec["question"] + [x for c in rec["choice_list"] for x in (c if isinstance(c, list) else [c])]
+    items += [i for c in rec["context"] for i in c.get("images", [])]
     return [i for i in items if isinstance(i, str) and i.endswith(".jpg")]

@@ -96,7 +96,7 @@ def test_knob1_counts_and_no_reused_answer_step(world):
                      WHERE step_idx >= 1 AND trim(title) <> '' GROUP BY recipe_id""").fetchall())
     checked = 0
     for did, rows in _by_dataset(world, lambda r: r["preset"] is None).items():
-        k1 = rows[0]["knob1"]
+        k1 = rows[0]["k1"]
         per_recipe = defaultdict(list)
         for r in rows:
             per_recipe[r["recipe_id"]].append(r)
@@ -296,7 +296,7 @@ def test_ordering_variants_and_measured_direction(world):
                 if j != r["answer"]:
                     sums.append(s)
         if rows[0]["preset"] is None:
-            mean_wrong[(rows[0]["knob1"], rows[0]["knob2"])] = np.mean(sums)
+            mean_wrong[(rows[0]["k1"], rows[0]["k2"])] = np.mean(sums)
     # k2=1 weights wrong orderings by their summed distance: they jump more (easier to reject)
     for k1 in (0, 1):
         assert mean_wrong[(k1, 1)] > mean_wrong[(k1, 0)]
@@ -343,14 +343,17 @@ def test_recipeqa_json_export(world, tmp_path):
     con = world["con"]
     ids = [i for i in world["ids"] if i.startswith(("vc-0-1-0-s", "vord-0-0-0-s", "tc-0-0-0-s", "vcoh-0-0-0-s"))]
     res = export_recipeqa_json(con, ids, tmp_path, home=world["paths"].home, with_images=False)
-    assert res["records"]
+    assert res["records"] and sorted(res["datasets"]) == sorted(ids)      # one folder per dataset
     keys = {"recipe_id", "task", "qid", "split", "context", "question", "choice_list", "answer",
             "question_text", "context_modality", "question_modality"}
     tasks = set()
-    for split in res["records"]:
-        data = json.loads((tmp_path / f"{split}.json").read_text())["data"]
+    for did, split in ((d, s) for d in ids for s in res["datasets"][d]):
+        data = json.loads((tmp_path / did / f"{split}.json").read_text())["data"]
+        assert len(data) == res["datasets"][did][split]
         for rec in data:
             assert set(rec) == keys
+            assert rec["qid"].startswith(did + ".") and isinstance(rec["question_text"], str)
+            assert [c["id"] for c in rec["context"]][0] == 1      # RecipeQA's contexts start at step 1
             tasks.add(rec["task"])
             assert 0 <= rec["answer"] < len(rec["choice_list"])
             if rec["task"] == "visual_ordering":

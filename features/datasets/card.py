@@ -1,0 +1,302 @@
+"""The dataset card (README.md) of a Parquet export: Hugging Face `configs:` front matter, one config per
+task x setting with its train/validation/test files, then the columns, the knob legend, the provenance
+schema per task, the encoders, the counts and the bias figures of every config."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+QUESTION_COLUMNS = (
+    ('dataset_id', 'string',
+     'The dataset (`mrqa datasets`): `<task code>-<setting>-s<seed>-<encoder hash>[-p<params hash>]`.'),
+    ('qid', 'string',
+     'Question id within the dataset: `<recipe_id>-q<n>`; (dataset_id, qid) is unique.'),
+    ('recipe_id', 'string',
+     'The recipe the question is about (recipes.parquet, steps.parquet).'),
+    ('task', 'string (dictionary)',
+     'visual_cloze | visual_coherence | visual_ordering | textual_cloze; also the `task=` folder.'),
+    ('knobs', 'string (dictionary)',
+     "The setting's name (knob legend below), e.g. `0-1-1`, `0-0-1-balanced`, `0-1-1-af`, `recipeqa`; "
+     'also the `knobs=` folder.'),
+    ('split', 'string (dictionary)',
+     "train | val | test (the recipe's split); also the `split=` folder. The card's configs call val "
+     '`validation`.'),
+    ('k1', 'int8, nullable',
+     "Knob 1 (overlap between a recipe's questions): 0 | 1; null for a preset."),
+    ('k2', 'int8, nullable',
+     'Knob 2 (distractor distance from the answer): 0 | 1; null for a preset.'),
+    ('k3', 'int8, nullable',
+     'Knob 3 (distractor distance from the question): 0 | 1; null for a preset.'),
+    ('k3_mode', 'string',
+     "off (k3 = 0 or a preset) | coin (the paper's per-question coin flip) | all | balanced."),
+    ('adversarial', 'bool',
+     'True for an adversarially filtered dataset (setting name ends in `-af`).'),
+    ('preset', 'string, nullable',
+     "recipeqa for the RecipeQA-style reference, recipeqa-original for RecipeQA's own questions; null "
+     'for knob settings.'),
+    ('seed', 'int64',
+     'Seed of every random decision of the generation.'),
+    ('encoder_id', 'string',
+     'The feature space the distances were measured in (Encoders below).'),
+    ('question', 'list<string>',
+     'What the question shows: image ids with one `@placeholder` (visual cloze), 4 image ids, one of them '
+     'foreign (visual coherence), step titles with `@placeholder` (textual cloze) or the ordering instruction.'),
+    ('choice_list', 'list<string>',
+     'The 4 choices: image ids, step titles or, for visual ordering, each ordering as JSON text (as in'
+     ' the warehouse).'),
+    ('choice_orderings', 'list<list<string>>, nullable',
+     'Visual ordering: the 4 choices as lists of 4 image ids; null for the other tasks.'),
+    ('answer', 'int32',
+     '0-based index of the correct choice.'),
+    ('question_step_ids', 'list<int32>',
+     'step_idx of the recipe steps the question shows, in recipe order.'),
+    ('provenance', 'string (JSON)',
+     'How the question was made; its keys per task are listed under Provenance.'),
+)
+
+# every provenance key the generator writes, with its meaning (tests check that none is undocumented)
+PROVENANCE_KEYS = {
+    "task": "The question's task.",
+    "seed": "The generation seed.",
+    "encoder_id": "The feature space of every distance below.",
+    "knobs": "[k1, k2] ([null, null] for a preset).",
+    "preset": "The preset name, or null.",
+    "k3_mode": "off | coin | all | balanced.",
+    "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), uniform or "
+            "weighted_by_summed_distance (ordering).",
+    "answer_step": "step_idx of the answer step (cloze: the blank; coherence/ordering: the drawn step).",
+    "extra_removed_step": "Knob 1 = 1: the other step removed from the recipe's pool after this question; else null.",
+    "question_items": "The items the question shows (image ids or `<recipe>_<step>_title`).",
+    "answer_item": "Cloze: the correct choice's item.",
+    "choice_items": "Cloze: the items of the 4 choices, in choice order.",
+    "placeholder_index": "Cloze: position of `@placeholder` in the question.",
+    "d_answer_q": "Cloze: cosine distance of the answer to the question (mean of the shown items).",
+    "distractors": "Cloze: per distractor {item, recipe_id, distance (to the answer), dist_q (to the question), "
+                   "closer (dist_q below the answer's)}.",
+    "n_closer": "Cloze: distractors closer to the question than the answer.",
+    "n_closer_required": "Cloze: how many closer distractors knob 3 required for this question.",
+    "n_closer_candidates": "Cloze: in-ball candidates closer to the question than the answer.",
+    "k3_heads": "Knob 3 applied to this question (coin: the seeded coin flip; all/balanced: always).",
+    "m_d": "Knob 2: mean distance of the answer's k nearest neighbours.",
+    "s_d": "Knob 2: standard deviation of those distances.",
+    "ball": "Knob 2: the distance interval [lo, hi] distractors were taken from.",
+    "ball_sd": "Knob 2: the interval's bounds in units of s_d around m_d (null lower bound = distance 0).",
+    "k": "Neighbours used for m_d, s_d and as candidates.",
+    "n_ball_candidates": "Candidates inside the ball.",
+    "d_k": "RecipeQA-style preset: distance of the k-th neighbour; random distractors lie beyond it.",
+    "anchor_item": "Coherence: the coherent image the foreign image was found next to.",
+    "foreign_item": "Coherence: the foreign (incoherent) image, the answer.",
+    "foreign_recipe_id": "Coherence: the foreign image's recipe.",
+    "foreign_rank": "Coherence: coherent images that look more out of place than the foreign one (leave-one-out).",
+    "distance": "Coherence: distance of the foreign image to its anchor.",
+    "dist_q": "Coherence: distance of the foreign image to the mean of the coherent images.",
+    "min_pair": "Coherence: smallest distance between two coherent images (knob 3 asks dist_q below it).",
+    "n_eligible": "Coherence: in-ball candidates that meet knob 3.",
+    "k3_rule": "Coherence: the knob-3 rule applied: none | min_pair | rank (balanced).",
+    "anchor_distances": "Coherence, RecipeQA-style preset: distances of the foreign image to the coherent images.",
+    "target_rank": "Balanced: the rank the answer was given (0..3 closer distractors); null otherwise.",
+    "drawn_rank": "Balanced: the rank first drawn for the question.",
+    "feasible_ranks": "Balanced: the ranks the question's candidates could realise.",
+    "rank_redrawn": "Balanced: target_rank differs from drawn_rank (its quota was full).",
+    "choice_perms": "Ordering: each choice as a permutation of the 4 shown steps.",
+    "choice_summed_distance": "Ordering: summed distance between consecutive images of each choice.",
+    "weight_power": "Ordering: wrong orderings drawn with weight S ** power.",
+    "adversarial": "Adversarial filtering: {rounds, pools, n_folds, ensemble, probe}.",
+    "af_round": "Adversarial filtering: the last round that changed the choices (0 = the knob selection kept).",
+    "af_pools": "Adversarial filtering: per distractor the pool it came from (ball | author | recipe | question).",
+    "af_scores": "Adversarial filtering: per distractor the held-out ensemble's score.",
+    "source": "RecipeQA's own questions: where the record came from (recipeqa).",
+    "file": "RecipeQA's own questions: the imported file.",
+    "index": "RecipeQA's own questions: the record's index in that file.",
+    "question_text": "RecipeQA's own questions: the record's question_text.",
+    "context_modality": "RecipeQA's own questions: the record's context_modality.",
+    "question_modality": "RecipeQA's own questions: the record's question_modality.",
+}
+
+KNOB_LEGEND = "\n".join((
+    '| name part | meaning |',
+    '| --- | --- |',
+    "| `k1` (first digit) | knob 1, overlap between a recipe's questions: 0 = the answer step leaves the "
+    'pool after a question, at most steps/2 questions per recipe; 1 = also one other shown step, steps/3 |',
+    '| `k2` (second digit) | knob 2, distractor distance from the answer: 0 = closer than usual (harder),'
+    ' 1 = a typical distance (ordering: 0 = uniform wrong orderings, 1 = weighted by jumps) |',
+    '| `k3` (third digit) | knob 3, distractor distance from the question: 0 = free, 1 = distractors '
+    'closer to the question than the answer (coin flip per question) |',
+    "| `-all` / `-balanced` | knob-3 mode: every question, or the answer's distance rank uniform over "
+    '0..3 |',
+    '| `-af` | adversarially filtered: distractors a learned question-only ensemble cannot reject |',
+    '| `recipeqa` | the RecipeQA-style reference preset (steps reused, random far distractors) |',
+    "| `recipeqa-original` | RecipeQA's own questions, imported |",
+)) + "\n"
+
+CARD_SPLITS = ("train", "val", "test")
+JSON_TYPE_NAMES = {"UBIGINT": "integer", "BIGINT": "integer", "DOUBLE": "number", "VARCHAR": "string",
+                   "BOOLEAN": "boolean", "ARRAY": "array", "OBJECT": "object", "NULL": "null"}
+
+
+def _yaml_str(s: str) -> str:
+    return json.dumps(s)        # a JSON string is a valid YAML double-quoted scalar
+
+
+def _configs(parts: list[dict], files: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    from features.datasets.export import SPLIT_NAMES, config_name
+    by_cfg: dict[str, dict[str, str]] = {}
+    for p in parts:
+        by_cfg.setdefault(config_name(p["task"], p["knobs"]), {})[p["split"]] = p["path"]
+    out = [(name, [(SPLIT_NAMES[s], splits[s]) for s in CARD_SPLITS if s in splits])
+           for name, splits in sorted(by_cfg.items())]
+    for f in files:     # the side tables, one `train` split each
+        out.append((f.removesuffix(".parquet"), [("train", f)]))
+    return out
+
+
+def _provenance_schema(con: duckdb.DuckDBPyConnection, questions: pa.Table) -> dict[str, list[tuple]]:
+    """task -> [(key, JSON types seen, share of the task's questions that have it)]."""
+    con.register("card_questions", questions.select(["task", "provenance"]))
+    try:
+        rows = con.execute("""
+            WITH q AS (SELECT CAST(task AS VARCHAR) AS task, CAST(provenance AS JSON) AS p FROM card_questions),
+            n AS (SELECT task, count(*) AS n FROM q GROUP BY task),
+            k AS (SELECT task, p, unnest(json_keys(p)) AS key FROM q)
+            SELECT task, key, list(DISTINCT json_type(p, '$."' || key || '"') ORDER BY 1), count(*) / any_value(n.n)
+            FROM k JOIN n USING (task) GROUP BY task, key ORDER BY task, key""").fetchall()
+    finally:
+        con.unregister("card_questions")
+    out: dict[str, list[tuple]] = {}
+    for task, key, types, share in rows:
+        names = sorted({JSON_TYPE_NAMES.get(t.upper(), t.lower()) for t in types})
+        out.setdefault(task, []).append((key, names, float(share)))
+    return out
+
+
+def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
+    have = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'bias_metrics'")
+            .fetchall()}
+    if not have:
+        return {}
+    cols = [c for c in ("hasty_student_acc", "probe_acc", "qo_acc", "qo_ci_low", "qo_ci_high", "qo_test_acc",
+                        "qo_test_ci_low", "qo_test_ci_high", "qo_n_test", "n_scored", "chance") if c in have]
+    cur = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics WHERE list_contains(?, dataset_id)",
+                      [ids])
+    return {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell (a literal | would end the cell)."""
+    return text.replace("|", "\\|")
+
+
+def _pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(b: dict, acc: str, lo: str, hi: str) -> str:
+    if b.get(acc) is None:
+        return "–"
+    if b.get(lo) is None or b.get(hi) is None:
+        return _pct(b[acc])
+    return f"{_pct(b[acc])} [{100 * b[lo]:.1f}, {100 * b[hi]:.1f}]"
+
+
+def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list[dict],
+                files: list[str]) -> tuple[str, int]:
+    """The README.md text and the number of question configs."""
+    from features.datasets.export import SPLIT_NAMES, config_name
+    configs = _configs(parts, files)
+    n_q_configs = len(configs) - len(files)
+    y = ["---", "pretty_name: Meta-RecipeQA", "task_categories:", "- multiple-choice",
+         "- visual-question-answering", "language:", "- en", "configs:"]
+    for name, data_files in configs:
+        y += [f"- config_name: {_yaml_str(name)}", "  data_files:"]
+        for split, path in data_files:
+            y += [f"  - split: {split}", f"    path: {_yaml_str(path)}"]
+    y.append("---")
+
+    dsets: dict[str, dict] = {}
+    for p in parts:
+        for did, n in p["datasets"].items():
+            d = dsets.setdefault(did, {"config": config_name(p["task"], p["knobs"]), "splits": {}})
+            d["splits"][p["split"]] = d["splits"].get(p["split"], 0) + n
+    meta = {r[0]: r[1:] for r in con.execute(
+        "SELECT dataset_id, encoder_id, seed, n_recipes FROM datasets WHERE list_contains(?, dataset_id)",
+        [sorted(dsets)]).fetchall()}
+    bias = _bias(con, sorted(dsets))
+    encs = sorted({m[0] for m in meta.values() if m[0]})
+    enc_rows = con.execute("SELECT encoder_id, kind, model_name, coalesce(pretrained, ''), dim, train_split "
+                           "FROM encoders WHERE list_contains(?, encoder_id) ORDER BY 1", [encs]).fetchall()
+    first = configs[0][0] if n_q_configs else "visual_cloze-0-1-1"
+    md = ["", "# Meta-RecipeQA", "",
+          "De-biased multimodal question answering over cooking recipes (visual cloze, visual coherence, visual "
+          "ordering, textual cloze), generated at several knob settings. One config per task x setting; each "
+          "has the splits its questions fall in (train, validation = the `val` folder, test).", "",
+          "## Loading", "", "```python",
+          "import datasets",
+          f'ds = datasets.load_dataset("path/to/this/folder", "{first}")   # DatasetDict: train / validation / test',
+          "", "import polars as pl",
+          'q = pl.read_parquet("questions/**/*.parquet", hive_partitioning=True)', "",
+          "import duckdb",
+          "duckdb.sql(\"SELECT task, knobs, split, count(*) FROM read_parquet('questions/**/*.parquet', "
+          "hive_partitioning = true) GROUP BY ALL\")", "",
+          "import pandas as pd",
+          'q = pd.read_parquet("questions")          # k1/k2/k3 come back as nullable Int8', "```", "",
+          "The partition columns (`task`, `knobs`, `split`) are inside the files too, so a single file or a "
+          "config loaded with `datasets` keeps them.", "",
+          "## Configs", "",
+          "Counts per split; bias figures from `mrqa report` (accuracy of answering without the context; "
+          "chance is 25%): Hasty Student (a fixed context-free rule), the distance probe (a classifier on each "
+          "choice's distances from the question), the learned question-only probe (all scored questions, and "
+          "the test split, with 95% intervals). – = not measured.", "",
+          "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
+          "question-only probe | question-only probe (test) |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
+        b = bias.get(did, {})
+        n_rec = meta.get(did, (None, None, None))[2]
+        md.append(f"| {d['config']} | {did} | " + " | ".join(f"{d['splits'].get(s, 0):,d}" for s in CARD_SPLITS)
+                  + f" | {'' if n_rec is None else f'{n_rec:,d}'} | {_pct(b.get('hasty_student_acc'))} | "
+                    f"{_pct(b.get('probe_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
+                    f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} |")
+    total = sum(sum(d["splits"].values()) for d in dsets.values())
+    md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", "",
+           "## Knob settings", "",
+           "A setting's name is `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other than the coin "
+           "flip, then `-af` for adversarial filtering; or a preset name.", "", KNOB_LEGEND,
+           "## Question columns", "", "| column | type | meaning |", "| --- | --- | --- |"]
+    md += [f"| `{c}` | {_cell(t)} | {_cell(m)} |" for c, t, m in QUESTION_COLUMNS]
+    md += ["", "Splits: the config names `val` `validation` (the folder and the `split` column keep `val`).", "",
+           "## Provenance", "",
+           "`provenance` is a JSON object; its keys depend on the task and the setting. Keys seen in this "
+           "export (share = the task's questions that have the key):", ""]
+    for task, keys in _provenance_schema(con, questions).items():
+        md += [f"### {task}", "", "| key | JSON type | share | meaning |", "| --- | --- | ---: | --- |"]
+        md += [f"| `{k}` | {' / '.join(t)} | {100 * s:.0f}% | {_cell(PROVENANCE_KEYS.get(k, '(undocumented)'))} |"
+               for k, t, s in keys]
+        md.append("")
+    md += ["## Encoders", "", "| encoder_id | kind | model | weights | dim | trained on |",
+           "| --- | --- | --- | --- | ---: | --- |"]
+    md += [f"| {e} | {k} | {m} | {p} | {d} | {ts or ''} |" for e, k, m, p, d, ts in enc_rows]
+    md += ["", "## Files", "",
+           "| file | what |", "| --- | --- |",
+           "| `questions/task=*/knobs=*/split=*/data_0.parquet` | the questions (columns above) |"]
+    side = {"recipes.parquet": "recipe_id, source, url, title, category, channel, split of every ok recipe of "
+                               "the exported splits (distractors come from all of them)",
+            "steps.parquet": "the recipes' steps: cleaned and raw title/body, word tokens per sentence, image_ids",
+            "image_vectors.parquet": "image vectors: item_id (= image_id, also kept as `image_id`), recipe_id, "
+                                     "step_idx, split, encoder_id, vector",
+            "text_vectors.parquet": "step-title vectors: item_id (`<recipe_id>_<step_idx>_title`), field, "
+                                    "recipe_id, step_idx, split, encoder_id, vector",
+            "images.parquet": "the images of those recipes: image_id, recipe_id, step_idx, split, image "
+                              "(Hugging Face Image: struct of bytes + path)"}
+    md += [f"| `{f}` (config `{f.removesuffix('.parquet')}`) | {side.get(f, '')} |" for f in files]
+    md += ["", f"Split names: {', '.join(f'{k} -> {v}' for k, v in SPLIT_NAMES.items())}.", ""]
+    return "\n".join(y + md), n_q_configs
+
+
+def write_card(con: duckdb.DuckDBPyConnection, out: Path, questions: pa.Table, parts: list[dict],
+               files: list[str]) -> dict:
+    text, n = render_card(con, questions, parts, files)
+    (Path(out) / "README.md").write_text(text, encoding="utf-8")
+    return {"configs": n}
