@@ -62,7 +62,7 @@ PROVENANCE_KEYS = {
     "task": "The question's task.",
     "seed": "The generation seed.",
     "encoder_id": "The feature space of every distance below.",
-    "knobs": "[k1, k2] ([null, null] for a preset).",
+    "knobs": "The knob values [k1, k2, k3] (nulls for a preset; older datasets: [k1, k2]).",
     "preset": "The preset name, or null.",
     "k3_mode": "off | coin | all | balanced.",
     "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), uniform or "

@@ -1,0 +1,313 @@
+"""The exports as their users read them: the Parquet export loaded with Hugging Face `datasets` (a config
+per task x setting, three splits), polars, DuckDB and pandas, with typed columns and the dataset card; the
+RecipeQA JSON scored by a re-implementation of RecipeQA's evaluate.py and re-imported by `mrqa ingest
+recipeqa` (the strict importer). One synthetic world with real image files per module."""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import replace
+
+import duckdb
+import numpy as np
+import pytest
+
+from features.datasets.export import export_parquet, export_recipeqa_json, record_images, tree_sha256
+from features.datasets.generate import generate_datasets
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
+
+ENC = "synthetic-enc-0001"
+SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
+            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced")),
+            ("visual_cloze", replace(KnobParams.preset_for("visual_cloze", 0, 1, 1), af_rounds=AF_DEFAULT_ROUNDS)),
+            ("visual_cloze", KnobParams.recipeqa_preset()),
+            ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
+            ("visual_ordering", KnobParams.preset_for("visual_ordering", 0, 1, 0)),
+            ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
+HF_SPLIT = {"train": "train", "val": "validation", "test": "test"}
+
+
+def _jpeg(seed: int) -> bytes:
+    from PIL import Image
+    rgb = tuple(int(v) for v in np.random.default_rng(seed).integers(0, 255, 3))
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), rgb).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.synthetic import build_world
+    home = tmp_path_factory.mktemp("export_home")
+    old = os.environ.get("MRQA_HOME")
+    os.environ["MRQA_HOME"] = str(home)
+    paths = Paths.from_env().ensure()
+    con = connect(paths)
+    build_world(con, paths.lance, n_recipes=90, seed=1, dim=24, k=100)
+    for i, (path,) in enumerate(con.execute("SELECT path FROM images WHERE status = 'ok' ORDER BY image_id")
+                                .fetchall()):
+        f = home / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(_jpeg(i))
+    summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    ids = {(s["task"], s["knobs"]): s["dataset_id"] for s in summaries}
+    expected = Counter()
+    for task, setting, split, n in con.execute(
+            "SELECT q.task, d.setting, q.split, count(*) FROM questions q JOIN datasets d USING (dataset_id) "
+            "GROUP BY ALL").fetchall():
+        expected[(task, setting, split)] = n
+    yield {"con": con, "paths": paths, "home": home, "ids": ids, "expected": expected}
+    con.close()
+    if old is None:
+        os.environ.pop("MRQA_HOME", None)
+    else:
+        os.environ["MRQA_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def export(world, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "meta-recipeqa"
+    res = export_parquet(world["con"], sorted(world["ids"].values()), out, with_vectors=True,
+                         lance_uri=world["paths"].lance, with_images=True, home=world["home"])
+    return {"out": out, "res": res}
+
+
+# ----------------------------------------------------------------------------- Parquet: one-line loads
+
+def test_settings_cover_the_cases(world):
+    """The world gives what the load test needs: a config with all three splits, a preset, an AF set."""
+    exp = world["expected"]
+    assert all(exp[("visual_cloze", "0-1-1", s)] > 0 for s in ("train", "val", "test"))
+    assert {s for _, s, _ in exp} >= {"0-1-1", "0-1-1-balanced", "0-1-1-af", "recipeqa", "0-1-0"}
+
+
+def test_hf_datasets_loads_a_config_as_three_typed_splits(world, export):
+    import datasets
+    out, exp = export["out"], world["expected"]
+    names = datasets.get_dataset_config_names(str(out))
+    configs = sorted({f"{t}-{s}" for t, s, _ in exp})
+    assert sorted(n for n in names if "-" in n) == configs
+    assert export["res"]["configs"] == len(configs)
+    ds = datasets.load_dataset(str(out), "visual_cloze-0-1-1")
+    assert set(ds) == {"train", "validation", "test"}
+    for split, hf in HF_SPLIT.items():
+        assert ds[hf].num_rows == exp[("visual_cloze", "0-1-1", split)]
+        assert set(ds[hf]["split"]) == {split} and set(ds[hf]["knobs"]) == {"0-1-1"}
+    f = ds["train"].features
+    assert {c: f[c].dtype for c in ("k1", "k2", "k3", "adversarial", "answer", "task", "k3_mode")} == {
+        "k1": "int8", "k2": "int8", "k3": "int8", "adversarial": "bool", "answer": "int32", "task": "string",
+        "k3_mode": "string"}
+    row = ds["test"][0]
+    assert (row["k1"], row["k2"], row["k3"], row["k3_mode"], row["adversarial"]) == (0, 1, 1, "coin", False)
+    af = datasets.load_dataset(str(out), "visual_cloze-0-1-1-af")
+    assert set(af["train"]["adversarial"]) == {True} and "-af-" in af["train"][0]["dataset_id"]
+    bal = datasets.load_dataset(str(out), "visual_cloze-0-1-1-balanced")
+    assert set(bal["train"]["k3_mode"]) == {"balanced"}
+    pre = datasets.load_dataset(str(out), "visual_cloze-recipeqa")
+    assert {(r["k1"], r["k2"], r["k3"], r["preset"]) for r in pre["train"]} == {(None, None, None, "recipeqa")}
+    order = datasets.load_dataset(str(out), "visual_ordering-0-1-0")["train"]
+    assert str(order.features["choice_orderings"]) == "List(List(Value('string')))"
+    for r in order:
+        assert r["choice_orderings"] == [json.loads(c) for c in r["choice_list"]]
+        assert all(len(o) == 4 for o in r["choice_orderings"])
+
+
+def test_polars_duckdb_and_pandas_read_the_hive_tree(world, export):
+    import pandas as pd
+    import polars as pl
+    out, exp = export["out"], world["expected"]
+    glob = (out / "questions" / "**" / "*.parquet").as_posix()
+    q = pl.read_parquet(glob, hive_partitioning=True)
+    assert q.height == sum(exp.values()) == export["res"]["questions"]
+    assert {c: q.schema[c] for c in ("k1", "k2", "k3", "adversarial", "answer")} == {
+        "k1": pl.Int8, "k2": pl.Int8, "k3": pl.Int8, "adversarial": pl.Boolean, "answer": pl.Int32}
+    assert q.schema["choice_orderings"] == pl.List(pl.List(pl.String))
+    got = {(r["task"], r["knobs"], r["split"]): r["len"]
+           for r in q.group_by("task", "knobs", "split").len().iter_rows(named=True)}
+    assert got == dict(exp)
+    assert q.filter(pl.col("knobs") == "recipeqa")["k1"].null_count() == q.filter(pl.col("knobs") == "recipeqa").height
+
+    con = duckdb.connect()
+    rel = f"read_parquet('{glob}', hive_partitioning = true)"
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {rel})").fetchall())
+    assert (types["k1"], types["adversarial"], types["choice_orderings"], types["task"]) == (
+        "TINYINT", "BOOLEAN", "VARCHAR[][]", "VARCHAR")
+    got = {(t, k, s): n for t, k, s, n in con.execute(f"SELECT task, knobs, split, count(*) FROM {rel} GROUP BY ALL")
+           .fetchall()}
+    assert got == dict(exp)
+    # the values inside a file agree with its folder (DuckDB's hive columns vs the file's own)
+    files = con.execute(f"SELECT DISTINCT filename, task, knobs, split FROM read_parquet('{glob}', filename = true, "
+                        "hive_partitioning = false)").fetchall()
+    assert all(f"task={t}/knobs={k}/split={s}/" in f for f, t, k, s in files) and len(files) == len(exp)
+
+    df = pd.read_parquet(out / "questions")
+    assert len(df) == sum(exp.values())
+    assert [str(df[c].dtype) for c in ("k1", "k2", "k3")] == ["Int8"] * 3     # never float64
+    assert df.loc[df["knobs"] == "recipeqa", "k1"].isna().all()
+    one = pd.read_parquet(next((out / "questions").rglob("*.parquet")))
+    assert str(one["k1"].dtype) == "Int8" and {"task", "knobs", "split"} <= set(one.columns)
+
+
+def test_side_tables_images_and_vectors(world, export):
+    import datasets
+    from PIL import Image
+    out, con = export["out"], world["con"]
+    n_ok = con.execute("SELECT count(*) FROM images i JOIN recipes r USING (recipe_id) WHERE i.status = 'ok' "
+                       "AND r.status = 'ok'").fetchall()[0][0]
+    assert export["res"]["images"] == n_ok and export["res"]["images_missing"] == 0
+    imgs = datasets.load_dataset(str(out), "images")["train"]
+    assert imgs.num_rows == n_ok and type(imgs.features["image"]).__name__ == "Image"
+    first = imgs[0]
+    assert isinstance(first["image"], Image.Image) and first["image"].size == (8, 8)
+    v = duckdb.connect()
+    for name, extra in (("image_vectors", "image_id"), ("text_vectors", "field")):
+        cols = dict(v.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM "
+                              f"'{out / name}.parquet')").fetchall())
+        assert cols["item_id"] == "VARCHAR" and cols["step_idx"] == "INTEGER" and extra in cols
+    assert v.execute(f"SELECT count(*) FROM '{out}/image_vectors.parquet' WHERE item_id <> image_id"
+                     ).fetchall() == [(0,)]
+
+
+def test_card_documents_every_config_and_provenance_key(world, export):
+    import yaml
+
+    from features.datasets.card import PROVENANCE_KEYS, QUESTION_COLUMNS
+    text = (export["out"] / "README.md").read_text()
+    front = yaml.safe_load(text.split("---\n")[1])
+    cfg = {c["config_name"]: {d["split"]: d["path"] for d in c["data_files"]} for c in front["configs"]}
+    for task, setting, split in world["expected"]:
+        path = cfg[f"{task}-{setting}"][HF_SPLIT[split]]
+        assert path == f"questions/task={task}/knobs={setting}/split={split}/data_0.parquet"
+        assert (export["out"] / path).is_file()
+    assert "(undocumented)" not in text
+    keys = {k for (k,) in world["con"].execute("SELECT DISTINCT unnest(json_keys(provenance)) FROM questions")
+            .fetchall()}
+    assert keys <= set(PROVENANCE_KEYS)
+    import pyarrow.parquet as pq
+    names = pq.read_schema(next((export["out"] / "questions").rglob("*.parquet"))).names
+    assert names == [c for c, _, _ in QUESTION_COLUMNS]
+    vc011 = world["ids"][("visual_cloze", "0-1-1")]
+    line = next(ln for ln in text.splitlines() if f"| {vc011} |" in ln)
+    exp = world["expected"]
+    assert [int(x.replace(",", "")) for x in line.split("|")[3:6]] == [exp[("visual_cloze", "0-1-1", s)]
+                                                                      for s in ("train", "val", "test")]
+
+
+def test_export_is_byte_identical(world, export, tmp_path):
+    again = export_parquet(world["con"], sorted(world["ids"].values()), tmp_path / "again", with_vectors=True,
+                           lance_uri=world["paths"].lance, with_images=True, home=world["home"])
+    assert again["sha256"] == export["res"]["sha256"] == tree_sha256(export["out"])
+
+
+# ----------------------------------------------------------------------------- RecipeQA JSON
+
+def recipeqa_evaluate(data_files: list, predictions_file) -> dict[str, float]:
+    """RecipeQA's scoring, re-implemented: read the records, read the predictions (qid -> answer index),
+    accuracy per task = predictions equal to `answer` / records of that task."""
+    preds = json.loads(open(predictions_file).read())
+    correct, total = Counter(), Counter()
+    for f in data_files:
+        for rec in json.loads(open(f).read())["data"]:
+            total[rec["task"]] += 1
+            correct[rec["task"]] += int(preds.get(rec["qid"]) == rec["answer"])
+    return {t: correct[t] / total[t] for t in total}
+
+
+def test_recipeqa_json_copies_every_shown_image(world, tmp_path):
+    con, did = world["con"], world["ids"][("visual_cloze", "0-1-1")]
+    res = export_recipeqa_json(con, [did], tmp_path, home=world["home"])
+    assert res["images_missing"] == 0 and res["images_copied"] > 0
+    asked = {r for (r,) in con.execute("SELECT DISTINCT recipe_id FROM questions WHERE dataset_id = ?", [did])
+             .fetchall()}
+    foreign = set()
+    for split in res["records"]:
+        recs = json.loads((tmp_path / f"{split}.json").read_text())["data"]
+        folder = tmp_path / "images-qa" / split / "images-qa"
+        for rec in recs:
+            for iid in record_images(rec):
+                assert (folder / iid).is_file(), iid
+                if iid.rsplit("_", 2)[0] not in asked:
+                    foreign.add(iid)
+            assert [c["id"] for c in rec["context"]] == list(range(1, len(rec["context"]) + 1))
+    assert foreign        # distractors from recipes without questions of their own are there too
+
+
+@pytest.fixture(scope="module")
+def rq_all(world, tmp_path_factory):
+    """export_recipeqa_json of every dataset (what `mrqa export --all --format recipeqa-json` writes)."""
+    out = tmp_path_factory.mktemp("rq") / "all"
+    res = export_recipeqa_json(world["con"], sorted(world["ids"].values()), out, home=world["home"])
+    return {"out": out, "res": res}
+
+
+def _n_questions(con, did: str) -> int:
+    return con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0]
+
+
+def test_recipeqa_json_all_is_one_folder_per_dataset_and_scores(world, rq_all, tmp_path):
+    con, out, res = world["con"], rq_all["out"], rq_all["res"]
+    ids = sorted(world["ids"].values())
+    assert sorted(p.name for p in out.iterdir()) == ids and res["images_missing"] == 0
+    rng = np.random.default_rng(0)
+    for did in ids:
+        data = sorted((out / did).glob("*.json"))
+        assert {f.stem for f in data} == set(res["datasets"][did]) <= {"train", "val", "test"}
+        recs = [r for f in data for r in json.loads(f.read_text())["data"]]
+        assert len(recs) == _n_questions(con, did) and len({r["task"] for r in recs}) == 1
+        assert all(r["qid"].startswith(did + ".") for r in recs) and len({r["qid"] for r in recs}) == len(recs)
+        gold, rand = tmp_path / f"{did}.gold.json", tmp_path / f"{did}.random.json"
+        gold.write_text(json.dumps({r["qid"]: r["answer"] for r in recs}))
+        rand.write_text(json.dumps({r["qid"]: int(rng.integers(len(r["choice_list"]))) for r in recs}))
+        assert recipeqa_evaluate(data, gold) == {recs[0]["task"]: 1.0}
+        acc = recipeqa_evaluate(data, rand)[recs[0]["task"]]
+        n = len(recs)
+        assert abs(acc - 0.25) <= 4 * math.sqrt(0.25 * 0.75 / n), (did, acc, n)   # 4 sigma of Binomial(n, 1/4)
+        wrong = {r["qid"]: (r["answer"] + 1) % 4 for r in recs}                     # the scorer can say 0
+        (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+        assert recipeqa_evaluate(data, tmp_path / "wrong.json") == {recs[0]["task"]: 0.0}
+
+
+def _expected_by_task(world) -> dict[str, int]:
+    want = Counter()
+    for (task, _), did in world["ids"].items():
+        want[task] += _n_questions(world["con"], did)
+    return dict(want)
+
+
+def test_recipeqa_json_reimports_with_the_strict_importer(world, rq_all, tmp_path):
+    """etl.recipeqa.import_recipeqa (what `mrqa ingest recipeqa` runs) into a fresh warehouse."""
+    from etl.config import Paths
+    from etl.recipeqa import import_recipeqa
+    from etl.warehouse import connect
+    out = rq_all["out"]
+    home2 = tmp_path / "home2"
+    con2 = connect(Paths(home=home2).ensure())
+    for did in sorted(world["ids"].values()):
+        s = import_recipeqa(con2, sorted((out / did).glob("*.json")), images_dir=out / did / "images-qa",
+                            home=home2)
+        assert s["questions"] == _n_questions(world["con"], did)
+    assert dict(con2.execute("SELECT task, count(*) FROM questions GROUP BY 1").fetchall()) == _expected_by_task(world)
+    assert con2.execute("SELECT count(*) FROM images WHERE status <> 'ok'").fetchall() == [(0,)]
+    con2.close()
+
+
+@pytest.mark.slow
+def test_recipeqa_json_reimports_with_mrqa_ingest(world, rq_all, tmp_path, monkeypatch, prefect_harness):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    out = rq_all["out"]
+    home2 = tmp_path / "home2"
+    monkeypatch.setenv("MRQA_HOME", str(home2))
+    for did in sorted(world["ids"].values()):
+        r = CliRunner().invoke(app, ["ingest", "recipeqa", *map(str, sorted((out / did).glob("*.json"))),
+                                     "--images", str(out / did / "images-qa")])
+        assert r.exit_code == 0, r.output
+    c2 = duckdb.connect(str(home2 / "warehouse.duckdb"), read_only=True)
+    assert dict(c2.execute("SELECT task, count(*) FROM questions GROUP BY 1").fetchall()) == _expected_by_task(world)
+    c2.close()
