@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,6 +26,43 @@ log = logging.getLogger(__name__)
 
 class SchemaError(RuntimeError):
     pass
+
+
+class WarehouseLocked(SchemaError):
+    """Another process holds the warehouse's lock (DuckDB allows one writer); the message is one
+    line naming the holder when DuckDB says who it is, and what to do."""
+
+
+LOCK_WAIT_ENV = "MRQA_LOCK_WAIT"      # seconds connect() retries a locked warehouse (`--wait`)
+_HOLDER = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)")
+
+
+def lock_holder(message: str) -> str | None:
+    """'PID 123 (mrqa embed)' from DuckDB's lock error text (the command line from /proc when it
+    can be read, else the executable DuckDB names); None when the text names no process."""
+    m = _HOLDER.search(message)
+    if not m:
+        return None
+    try:
+        argv = Path(f"/proc/{m[2]}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        words = [Path(argv[0].decode()).name] + [a.decode(errors="replace") for a in argv[1:]]
+        # `python .../bin/mrqa embed` reads better as `mrqa embed`
+        if len(words) > 1 and words[0].startswith("python") and not words[1].startswith("-"):
+            words = [Path(words[1]).name] + words[2:]
+        cmd = " ".join(words)
+    except (OSError, IndexError):
+        cmd = m[1]
+    cmd = " ".join(cmd.split())                      # one line, whatever the arguments hold
+    cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+    return f"PID {m[2]} ({cmd})"
+
+
+def lock_wait_seconds() -> float:
+    """The `--wait` of the running command (MRQA_LOCK_WAIT), 0 when unset or not a number."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV) or 0))
+    except ValueError:
+        return 0.0
 
 
 def utcnow() -> datetime:
@@ -93,20 +133,35 @@ def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str
 
 
 def connect(paths: Paths | None = None, read_only: bool = False,
-            database: str | Path | None = None) -> duckdb.DuckDBPyConnection:
-    """Open (and migrate, unless read-only) the warehouse of MRQA_HOME, or an explicit file."""
+            database: str | Path | None = None, wait: float | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (and migrate, unless read-only) the warehouse of MRQA_HOME, or an explicit file.
+
+    When another process holds the file's lock, retry for `wait` seconds (default: MRQA_LOCK_WAIT,
+    set by the commands' `--wait`), then raise WarehouseLocked with a one-line message."""
     if database is None:
         paths = (paths or Paths.from_env()).ensure()
         database = paths.warehouse
     if str(database) != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        con = duckdb.connect(str(database), read_only=read_only)
-    except duckdb.IOException as e:
-        if "lock" in str(e).lower():
-            raise SchemaError(f"{database} is open read-write in another process (DuckDB allows one "
-                              "writer). Stop that process, or open it read-only.") from e
-        raise
+    wait = lock_wait_seconds() if wait is None else max(0.0, wait)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            con = duckdb.connect(str(database), read_only=read_only)
+            break
+        except duckdb.IOException as e:
+            if "lock" not in str(e).lower():
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+                continue
+            holder = lock_holder(str(e))
+            waited = f" after waiting {wait:g} s" if wait else ""
+            raise WarehouseLocked(
+                f"the warehouse {database} is locked by another process"
+                + (f", {holder}" if holder else "") + f"{waited}; DuckDB allows one writer and no "
+                "reader beside it: wait for that process to finish (or pass --wait SECONDS to retry "
+                "until it does), or stop it") from None
     if not read_only:
         migrate(con)
     return con

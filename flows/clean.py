@@ -7,6 +7,7 @@ from prefect.cache_policies import NO_CACHE
 from etl.clean import CleanConfig, clean_corpus
 from etl.config import Paths
 from etl.warehouse import connect
+from flows.tasks import run_task
 
 
 @task(name="clean-and-tokenize", cache_policy=NO_CACHE)
@@ -22,4 +23,4 @@ def clean_task(config: CleanConfig) -> dict:
 @flow(name="clean")
 def clean_flow(workers: int = 2, retrain_punkt: bool = False, repair: bool = True) -> dict:
     """Clean every step from its raw text, reject non-recipes with a reason, tokenize kept steps."""
-    return clean_task(CleanConfig(workers=workers, retrain_punkt=retrain_punkt, repair=repair))
+    return run_task(clean_task, CleanConfig(workers=workers, retrain_punkt=retrain_punkt, repair=repair))

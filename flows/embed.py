@@ -16,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
+from features.embed import state
 from features.embed.embedding import EmbedConfig, embed_images, embed_step_texts
 from features.embed.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
 from features.embed.fanout import embed_images_fanout, encode_batch, encode_batch_task, encoder_spec
@@ -23,6 +24,8 @@ from features.embed.train_encoder import TrainConfig, train_encoder
 from features.vectors.neighbours import build_neighbour_table
 from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
 from flows import scale
+from flows.params import DecodeMode, NeighbourMethod
+from flows.tasks import in_flow_run
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +83,23 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
               device: str | None = None, tasks: bool = False, dask_address: str | None = None,
               decode: str = "threads") -> dict:
-    """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks).
+    """The embed stage as a plain function (tasks=True runs the steps as Prefect tasks). A run whose
+    inputs are those of the last run that found nothing to do returns that run's summary at once
+    (features/embed/state.py).
 
     `dask_address` (default: MRQA_DASK_ADDRESS) sends the image batches to that Dask cluster.
     """
     call = (lambda t, *a: t(*a)) if tasks else (lambda t, *a: t.fn(*a))
     address = scale.dask_address(dask_address)
     paths = Paths.from_env().ensure()
+    params = state.embed_params(encoder_id, train_if_missing, k, num_workers, batch_size, neighbour_method,
+                                device, address, decode)
     con = connect(paths)
     try:
+        known = state.known_noop(con, paths, params)
+        if known is not None:
+            log.info("embed: nothing changed since the last run found nothing to do; its summary stands")
+            return known
         store = FeatureStore(paths.lance)
         encoder_id = call(resolve_encoder_task, con, paths, encoder_id, train_if_missing)
         encoder = load_encoder(con, encoder_id, device=device, paths=paths)
@@ -106,6 +117,7 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
             summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
         else:
             summary["neighbours"] = "unchanged (no new or deleted image vectors)"
+        state.remember(con, paths, params, summary)
         return summary
     finally:
         con.close()
@@ -113,11 +125,11 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
 
 @flow(name="embed", log_prints=True)
 def embed_flow(encoder_id: str | None = None, train_if_missing: bool = True, k: int = 100,
-               num_workers: int = 2, batch_size: int = 128, neighbour_method: str = "auto",
-               dask_address: str | None = None, decode: str = "threads") -> dict:
+               num_workers: int = 2, batch_size: int = 128, neighbour_method: NeighbourMethod = "auto",
+               dask_address: str | None = None, decode: DecodeMode = "threads") -> dict:
     """Embed new images and step texts with an encoder and rebuild its neighbour table.
 
     With `dask_address` (or MRQA_DASK_ADDRESS) the image batches run on that Dask cluster.
     """
     return run_embed(encoder_id, train_if_missing, k, num_workers, batch_size, neighbour_method,
-                     tasks=True, dask_address=dask_address, decode=decode)
+                     tasks=in_flow_run(), dask_address=dask_address, decode=decode)

@@ -1,27 +1,57 @@
 """Prefect flow: generate Meta-RecipeQA datasets (3 visual tasks x knob settings, textual cloze,
-RecipeQA-style presets) from the warehouse + feature store. Thin over features/datasets/generate.py."""
+RecipeQA-style presets) from the warehouse + feature store. Thin over features/datasets/generate.py.
+
+In a flow run every dataset is registered by its own `register-dataset` task run (named after the
+dataset, retried on an IO error: the registration is one transaction that replaces the dataset's
+rows, so a retry writes the same bytes); the questions are assembled on threads exactly as
+generate_datasets does without Prefect, so the datasets are the same on both paths."""
 from __future__ import annotations
 
 import logging
 import time
 
+import duckdb
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.datasets.generate import generate_datasets, settings_for
+from features.datasets.generate import GeneratedDataset, generate_datasets, register_dataset, settings_for
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
+from flows.params import K3Mode, PresetName, TaskName
+from flows.tasks import in_flow_run, run_task
 
 log = logging.getLogger(__name__)
 
 
-@task(name="generate-datasets", cache_policy=NO_CACHE)
-def generate_task(settings: list[tuple[str, KnobParams]], seed: int, encoder_id: str | None) -> list[dict]:
+def is_io_error(task, task_run, state) -> bool:
+    """Retry condition of the dataset writes: an OS or DuckDB IO error (disk, file system); a
+    refused dataset (e.g. a repeated qid) or a bug fails at once."""
+    try:
+        state.result()
+    except (OSError, duckdb.IOException):
+        return True
+    except Exception:  # noqa: BLE001 - any other failure is not transient: no retry
+        return False
+    return False
+
+
+@task(name="register-dataset", task_run_name="register-{ds.dataset_id}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=2, retry_condition_fn=is_io_error)
+def register_dataset_task(con, ds: GeneratedDataset) -> dict:
+    """Write one generated dataset (questions, datasets row, skips) in one transaction."""
+    return register_dataset(con, ds)
+
+
+def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, encoder_id: str | None) -> list[dict]:
+    """generate_datasets on the warehouse of MRQA_HOME; each dataset's write is a task run inside a
+    flow run, a plain call outside one."""
     paths = Paths.from_env().ensure()
     con = connect(paths)
+    register = register_dataset_task if in_flow_run() else register_dataset
     try:
-        return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance)
+        return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance,
+                                 register=register)
     finally:
         con.close()
 
@@ -51,8 +81,8 @@ def format_probe_line(s: dict) -> str:
 
 @flow(name="generate")
 def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | None = None,
-                  task_name: str | None = None, knobs: tuple[int, int, int] | str | None = None,
-                  preset: str | None = None, k3_mode: str | None = None, overrides: dict | None = None,
+                  task_name: TaskName | None = None, knobs: tuple[int, int, int] | str | None = None,
+                  preset: PresetName | None = None, k3_mode: K3Mode | None = None, overrides: dict | None = None,
                   adversarial: bool | None = None, af_rounds: int = AF_DEFAULT_ROUNDS,
                   probe: bool = True) -> dict:
     """Generate datasets: every setting (`all_settings`), one knob setting (`task_name` + `knobs`),
@@ -65,12 +95,12 @@ def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | No
                             all_settings=all_settings and not (task_name or knobs or preset),
                             adversarial=adversarial, af_rounds=af_rounds)
     t0 = time.perf_counter()
-    summaries = generate_task(settings, seed, encoder_id)
+    summaries = generate_and_register(settings, seed, encoder_id)
     # wall time of the whole task (datasets are assembled on several threads, so the per-dataset
     # seconds overlap and their sum is more than this); the probe below is not counted
     seconds = round(time.perf_counter() - t0, 3)
     if probe and summaries:
-        rows = probe_task([x["dataset_id"] for x in summaries], seed)
+        rows = run_task(probe_task, [x["dataset_id"] for x in summaries], seed)
         for x in summaries:
             x.update(rows.get(x["dataset_id"], {}))
             print(format_probe_line(x))

@@ -9,6 +9,8 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from etl.recipeqa import RecipeQAFormatError, import_recipeqa
 from etl.warehouse import connect
+from flows.params import ImportMethod
+from flows.tasks import run_task
 
 
 @task(name="import-recipeqa-files", cache_policy=NO_CACHE)
@@ -25,7 +27,7 @@ def import_files(files: list[str], images_dir: str | None, method: str, replace:
 
 
 @flow(name="import-recipeqa")
-def import_recipeqa_flow(files: list[str], images_dir: str | None = None, method: str = "arrow",
+def import_recipeqa_flow(files: list[str], images_dir: str | None = None, method: ImportMethod = "arrow",
                          raise_on_error: bool = True, replace: bool = False) -> dict:
     """Validate every file first, then load recipes, steps, images and original questions at once.
 
@@ -33,7 +35,7 @@ def import_recipeqa_flow(files: list[str], images_dir: str | None = None, method
     {"error": message, "loaded": False} so the CLI can print a clean message). Without `replace`,
     rows of known recipes that these files lack are kept (summary "kept"); with it, dropped.
     """
-    summary = import_files(files, images_dir, method, replace)
+    summary = run_task(import_files, files, images_dir, method, replace)
     if "error" in summary and raise_on_error:
         raise RecipeQAFormatError(summary["error"])
     return summary

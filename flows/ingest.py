@@ -25,6 +25,7 @@ from etl.crawl import CrawlConfig, Crawler
 from etl.http_fetch import FetchConfig
 from etl.warehouse import connect
 from flows import scale
+from flows.tasks import run_task
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,10 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
     if scale.dask_address():
         log.info("ingest runs in the flow process (per-host rate limit %.1fs); %s is used by the "
                  "embed stage only", delay_s, scale.describe())
-    urls, s_discover = discover_urls(config, listing, str(urls_file) if urls_file else None,
+    urls, s_discover = run_task(discover_urls, config, listing, str(urls_file) if urls_file else None,
                                      sitemap, rescrape)
-    s_pages = crawl_pages(config, urls, rescrape)
-    s_images = download_images(config, rescrape)
+    s_pages = run_task(crawl_pages, config, urls, rescrape)
+    s_images = run_task(download_images, config, rescrape)
     summary = merge_summaries(s_discover, s_pages, s_images)
     summary["discovered"] = len(urls)
     log.info("ingest summary: %s", summary)

@@ -30,6 +30,7 @@ from flows.clean import clean_flow
 from flows.embed import embed_flow
 from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
+from flows.params import PipelineStage, Scorer, VisualTask
 from flows.report import report_flow
 from flows.train import short_training, sweep_flow
 
@@ -319,9 +320,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   clean_workers: int = 1, encoder_id: str | None = None, k: int = 100, seed: int = 0,
                   generate: bool = True, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3,
-                  sweep: bool = False, sweep_scorers: list[str] = ("transformer", "impatient"),
-                  sweep_tasks: list[str] = ("visual_cloze",), sweep_tiny: bool = True,
-                  force: list[str] = (), dask_address: str | None = None,
+                  sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
+                  sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
+                  force: list[PipelineStage] = (), dask_address: str | None = None,
                   raise_on_failure: bool = True) -> dict:
     """Run ingest -> clean -> embed -> generate -> report (-> train -> sweep) as subflows.
 

@@ -16,6 +16,8 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from etl.warehouse import connect
 from features.diagnostics.report import build_report, format_ordering
+from flows.params import ProbeModel
+from flows.tasks import in_flow_run, run_task
 
 log = logging.getLogger(__name__)
 DEFAULT_NAME = "latest"
@@ -51,11 +53,12 @@ def publish_artifacts(res: dict) -> None:
 
 @flow(name="report", log_prints=True)
 def report_flow(datasets: list[str] | None = None, out: str | None = None, seed: int = 0,
-                model: str = "logreg") -> dict:
+                model: ProbeModel = "logreg") -> dict:
     """Build the bias report; returns {out, index, images, n_datasets, tasks}."""
     out = out or str(default_out(Paths.from_env().ensure()))
-    res = report_task(datasets, out, seed, model)
-    publish_artifacts(res)
+    res = run_task(report_task, datasets, out, seed, model)
+    if in_flow_run():           # artifacts belong to a flow run; the direct path has none to attach to
+        publish_artifacts(res)
     for line in format_ordering(res["tasks"]):
         print(line)
     print(f"report: {res['index']}")

@@ -9,6 +9,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
+from flows.params import ModelSize, Scorer, TextFeatures, VisualTask
+from flows.tasks import run_task
 from training.config import ModelConfig, TrainConfig, resolve_configs
 
 log = logging.getLogger(__name__)
@@ -22,18 +24,19 @@ def train_task(export_dir: str, dataset_id: str, model_cfg: ModelConfig, train_c
 
 
 @flow(name="train")
-def train_flow(export_dir: str, dataset_id: str, scorer: str = "transformer", text_features: str = "tokens",
-               tiny: bool = False, overrides: dict | None = None, size: str | None = None) -> dict:
+def train_flow(export_dir: str, dataset_id: str, scorer: Scorer = "transformer",
+               text_features: TextFeatures = "tokens", tiny: bool = False, overrides: dict | None = None,
+               size: ModelSize | None = None) -> dict:
     """One training run; returns its metrics (without the per-epoch history)."""
     mc, tc = resolve_configs(size, tiny=tiny, scorer=scorer, text_features=text_features, **(overrides or {}))
-    m = train_task(export_dir, dataset_id, mc, tc)
+    m = run_task(train_task, export_dir, dataset_id, mc, tc)
     return {k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}
 
 
 @flow(name="sweep")
-def sweep_flow(export_dir: str, out_dir: str, scorers: list[str], tasks: list[str], knobs: list[str] | None = None,
-               text_features: str = "tokens", tiny: bool = False, overrides: dict | None = None,
-               size: str | None = None) -> dict:
+def sweep_flow(export_dir: str, out_dir: str, scorers: list[Scorer], tasks: list[VisualTask],
+               knobs: list[str] | None = None, text_features: TextFeatures = "tokens", tiny: bool = False,
+               overrides: dict | None = None, size: ModelSize | None = None) -> dict:
     """scorers x knob settings x tasks (training.sweep); returns the summary table."""
     from training.sweep import sweep
     mc, tc = resolve_configs(size, tiny=tiny, text_features=text_features, **(overrides or {}))

@@ -30,6 +30,18 @@ def shared_fixtures() -> Path:
     return FIXTURES
 
 
+@pytest.fixture(autouse=True)
+def _cli_switches():
+    """`mrqa --prefect/--no-prefect` and `--wait` set MRQA_PREFECT / MRQA_LOCK_WAIT for the whole
+    process: a test that runs the CLI in-process must not hand its choice to the next test."""
+    saved = {k: os.environ.pop(k, None) for k in ("MRQA_PREFECT", "MRQA_LOCK_WAIT")}
+    yield
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def paths(tmp_path, monkeypatch):
     from etl.config import Paths

@@ -15,17 +15,20 @@ module per stage:
 
 choices.py holds the fixed value sets of options; common.py the error exit and output helpers.
 
-Global option --home sets MRQA_HOME (default ./data).
+Global options: --home sets MRQA_HOME (default ./data); --prefect / --no-prefect choose how a stage
+command (ingest, clean, embed, generate, report) runs its flow: without either, as a plain function
+call unless PREFECT_API_URL is set (common.run_flow). demo, pipeline and deploy are always Prefect.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from flows.cli import bench, clean, datasets, embed, ingest, orchestrate, train, warehouse
-from flows.cli.common import OneLineErrors, package_version, setup_logging
+from flows.cli.common import PREFECT_ENV, OneLineErrors, package_version, setup_logging
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
@@ -45,9 +48,16 @@ def _print_version(value: bool) -> None:
 def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME",
                                               help="Base data directory (default ./data)."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+          prefect: Optional[bool] = typer.Option(None, "--prefect/--no-prefect", help="Run stage commands "
+                                                 "(ingest, clean, embed, generate, report) as Prefect flow runs, "
+                                                 "or as plain calls (no temporary Prefect server, same results). "
+                                                 "Default: Prefect only when PREFECT_API_URL is set. demo, "
+                                                 "pipeline and deploy always use Prefect."),
           version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print the installed version and exit.")):
     setup_logging(home, verbose)
+    if prefect is not None:
+        os.environ[PREFECT_ENV] = "1" if prefect else "0"
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.common import echo_json, fail
+from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
 
@@ -16,12 +16,13 @@ app = typer.Typer()
 def clean_cmd(workers: int = typer.Option(2, "--workers", min=1, help="Worker processes (1 = in-process)."),
               retrain_punkt: bool = typer.Option(False, "--retrain-punkt",
                                                  help="Retrain the Punkt sentence model on the corpus."),
-              no_repair: bool = typer.Option(False, "--no-repair", help="Store tokens without OOV repair.")):
+              no_repair: bool = typer.Option(False, "--no-repair", help="Store tokens without OOV repair."),
+              wait: float = wait_option()):
     """Clean all steps from raw text, reject non-recipes (rejects, stage clean), store step_tokens."""
     from etl.clean import CleanWorkerDied
     from flows.clean import clean_flow
     try:
-        summary = clean_flow(workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair)
+        summary = run_flow(clean_flow, workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair)
     except CleanWorkerDied as e:
         fail(str(e), code=1)
     echo_json(summary)

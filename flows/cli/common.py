@@ -1,5 +1,7 @@
 """What every `mrqa` command module shares: the one-line error exit (also for a value an option does
-not accept), comma-separated choices, JSON output and logging set-up."""
+not accept, and for a warehouse another process holds), comma-separated choices, JSON output, logging
+set-up, `--wait` (retry a locked warehouse) and `run_flow` (a stage flow directly, or as a Prefect
+flow run with `--prefect` or PREFECT_API_URL)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,9 @@ from typing import NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
+
+PREFECT_ENV = "MRQA_PREFECT"         # "1": --prefect, "0": --no-prefect, unset: PREFECT_API_URL decides
+LOCK_WAIT_ENV = "MRQA_LOCK_WAIT"     # etl.warehouse.LOCK_WAIT_ENV (not imported: duckdb stays unloaded)
 
 # Loggers that are chatty at INFO and drown the pipeline's own lines.
 NOISY_LOGGERS = ("httpx", "urllib3", "prefect", "distributed", "PIL")
@@ -55,6 +60,43 @@ class OneLineErrors(TyperGroup):
             return super().invoke(ctx)
         except typer.BadParameter as err:
             fail(bad_value_message(err))
+        except Exception as err:
+            warehouse = sys.modules.get("etl.warehouse")     # loaded whenever a warehouse was opened
+            if warehouse is not None and isinstance(err, warehouse.WarehouseLocked):
+                fail(str(err))
+            raise
+
+
+def _set_lock_wait(value: float) -> float:
+    if value:
+        os.environ[LOCK_WAIT_ENV] = repr(float(value))
+    return value
+
+
+def wait_option():
+    """`--wait SECONDS` of a command that opens the warehouse: etl.warehouse.connect retries a file
+    another process holds for that long (MRQA_LOCK_WAIT), then ends with the one-line lock error."""
+    return typer.Option(0.0, "--wait", min=0.0, metavar="SECONDS", envvar=LOCK_WAIT_ENV,
+                        callback=_set_lock_wait,
+                        help="When another process holds the warehouse (DuckDB allows one writer), retry "
+                             "opening it for up to SECONDS instead of failing at once.")
+
+
+def use_prefect() -> bool:
+    """Whether stage commands run as Prefect flow runs: `mrqa --prefect` / `--no-prefect` decide;
+    without either, a set PREFECT_API_URL (a server to report to) means yes."""
+    chosen = os.environ.get(PREFECT_ENV)
+    if chosen in ("0", "1"):
+        return chosen == "1"
+    return bool(os.environ.get("PREFECT_API_URL"))
+
+
+def run_flow(flow, *args, **kwargs):
+    """Run a stage flow: as a Prefect flow run when `use_prefect()`, else its function directly (no
+    temporary Prefect server; its tasks run as plain calls, flows/tasks.py). Same result either way."""
+    if use_prefect():
+        return flow(*args, **kwargs)
+    return flow.fn(*args, **kwargs)
 
 
 def parse_choices(option: str, text: str, allowed: type[StrEnum]) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
-from flows.cli.common import echo_json, fail, one_of
+from flows.cli.common import echo_json, fail, one_of, run_flow, wait_option
 
 app = typer.Typer()
 
@@ -47,7 +47,8 @@ def generate_cmd(
                                                    "question-only ensemble cannot reject; visual cloze, coherence, "
                                                    "textual cloze). --all makes the AF variants unless "
                                                    "--no-adversarial."),
-        af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3).")):
+        af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3)."),
+        wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from flows.generate import generate_flow
     overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
@@ -82,7 +83,7 @@ def generate_cmd(
     except (ValueError, TypeError) as e:
         fail(str(e))
     try:
-        summary = generate_flow(seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
+        summary = run_flow(generate_flow, seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
     except (ValueError, LookupError) as e:
         fail(str(e))
     for s in summary["datasets"]:
@@ -119,13 +120,10 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
                                                   "(default MRQA_HOME/exports/<dataset or all>)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
                                                  "and title vectors of the exported splits."),
-               with_images: bool = typer.Option(False, "--with-images", help="Parquet: add images.parquet, "
-                                                "the image files of the exported splits (Hugging Face Image "
-                                                "layout: bytes + path)."),
                images: bool = typer.Option(True, "--images/--no-images", help="recipeqa-json: copy "
-                                           "the referenced images (RecipeQA layout).")):
-    """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
-    config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
+                                           "the referenced images (RecipeQA layout)."),
+               wait: float = wait_option()):
+    """Export datasets as hive-partitioned Parquet or RecipeQA JSON."""
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.export import export_parquet, export_recipeqa_json
@@ -141,8 +139,7 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
         fail("no datasets to export; run `mrqa generate --all` first")
     out = out or paths.exports / ("all" if all_ else dataset)
     if fmt == "parquet":
-        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
-                             with_images=with_images, home=paths.home)
+        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance)
     else:
         res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
     echo_json(res)
@@ -155,7 +152,8 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
                out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default "
                                                   "MRQA_HOME/reports/latest; replaced on each run)."),
                seed: int = typer.Option(0, "--seed", help="Seed of the probe's classifier."),
-               model: Probe = typer.Option(Probe.logreg, "--probe", help="Distance probe classifier.")):
+               model: Probe = typer.Option(Probe.logreg, "--probe", help="Distance probe classifier."),
+               wait: float = wait_option()):
     """Bias report: Hasty Student, distance probe and overlap per dataset, as HTML + PNG plots,
     DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy."""
     from etl.config import Paths
@@ -176,7 +174,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
         fail("no datasets to report on; run `mrqa generate --all` first")
     try:
         check_out_dir(out or paths.reports / "latest")
-        res = report_flow(datasets=ids, out=str(out) if out else None, seed=seed, model=model.value)
+        res = run_flow(report_flow, datasets=ids, out=str(out) if out else None, seed=seed, model=model.value)
     except (ValueError, LookupError) as e:
         fail(str(e))
     typer.echo(f"report written: {res['index']} ({res['n_datasets']} datasets, {len(res['images'])} plots)")

@@ -1,12 +1,13 @@
 """`mrqa encoder ...` and `mrqa embed`: train or register encoders, and embed images and step texts."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
 
 from flows.cli.choices import Decode, NeighbourMethod, Split
-from flows.cli.common import echo_json, fail
+from flows.cli.common import PREFECT_ENV, echo_json, fail, run_flow, use_prefect, wait_option
 
 app = typer.Typer()
 
@@ -35,7 +36,8 @@ def encoder_train_cmd(
         threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default 1: "
                                               "the tiny model gains little from more, a loaded machine loses a lot)."),
         max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
-                                                help="Use at most this many train steps (quick runs).")):
+                                                help="Use at most this many train steps (quick runs)."),
+        wait: float = wait_option()):
     """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
     text) pairs, plus a same-recipe image-image term when --recipe-weight > 0."""
     from etl.warehouse import connect
@@ -60,7 +62,8 @@ def encoder_add_cmd(
         clip_model: str = typer.Option("ViT-B-32", "--clip-model", help="open_clip architecture name."),
         pretrained: str = typer.Option(..., "--pretrained", help="Weights: a local file or an open_clip "
                                        "tag (resolved from the HF cache; set HF_HUB_OFFLINE=1 offline)."),
-        image_size: Optional[int] = typer.Option(None, "--image-size", help="Override input size.")):
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="Override input size."),
+        wait: float = wait_option()):
     """Register an open_clip model with real weights as an encoder (prints its encoder_id)."""
     from etl.warehouse import connect
     from features.embed.encoders import EncoderUnavailable, register_pretrained_encoder
@@ -128,16 +131,20 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
                                                      help="How the neighbours table is built."),
               no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
                                             "encoder when none is registered."),
-              no_prefect: bool = typer.Option(False, "--no-prefect", help="Run without Prefect."),
+              no_prefect: bool = typer.Option(False, "--no-prefect", hidden=True,
+                                              help="Same as `mrqa --no-prefect embed`."),
               threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads for the "
-                                                    "encoder (default: torch's; 1 is faster on a loaded machine).")):
-    """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental)."""
-    from features.embed.encoders import EncoderUnavailable
+                                                    "encoder (default: torch's; 1 is faster on a loaded machine)."),
+              wait: float = wait_option()):
+    """Embed new images and step texts into LanceDB and rebuild the neighbours table (incremental).
+
+    When nothing it reads changed since a run that found nothing to do, it prints that run's summary
+    without loading the encoder or LanceDB (features/embed/state.py)."""
     if encoder is not None:   # checked here: inside the flow it would be a logged traceback first
         from etl.warehouse import connect
-        from features.embed.encoders import list_encoders
         con = connect()
-        known = [r["encoder_id"] for r in list_encoders(con)]
+        known = [r[0] for r in con.execute("SELECT encoder_id FROM encoders ORDER BY created_at, encoder_id")
+                 .fetchall()]
         con.close()
         if encoder not in known:
             fail(f"unknown encoder {encoder!r}; registered: {', '.join(known) or 'none'} "
@@ -146,18 +153,25 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
         fail(f"--k must be >= 1, got {k}")
     if workers < 0:
         fail(f"--workers must be >= 0, got {workers}")
+    if threads is not None and threads < 1:
+        fail("--threads must be >= 1")
+    if no_prefect:
+        os.environ[PREFECT_ENV] = "0"
+    if not use_prefect():         # a flow run checks the same inside run_embed
+        from features.embed.state import cached_summary, embed_params
+        from flows.scale import dask_address
+        cached = cached_summary(embed_params(encoder, not no_train, k, workers, batch_size, method.value,
+                                             None, dask_address(), decode.value))
+        if cached is not None:
+            echo_json(cached)
+            return
     if threads is not None:
-        if threads < 1:
-            fail("--threads must be >= 1")
         import torch
         torch.set_num_threads(threads)
+    from features.embed.encoders import EncoderUnavailable
+    from flows.embed import embed_flow
     try:
-        if no_prefect:
-            from flows.embed import run_embed
-            res = run_embed(encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
-        else:
-            from flows.embed import embed_flow
-            res = embed_flow(encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
+        res = run_flow(embed_flow, encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
     except (EncoderUnavailable, LookupError) as e:
         fail(str(e))
     echo_json(res)

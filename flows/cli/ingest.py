@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import ImportMethod
-from flows.cli.common import echo_json, fail
+from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
 ingest_app = typer.Typer(no_args_is_help=True, help="Ingest recipes into the warehouse.")
@@ -78,7 +78,8 @@ def ingest_instructables_cmd(
                                                 help="Stop after this many recipe pages."),
         source: str = typer.Option("instructables", "--source", help="recipes.source value "
                                    "(instructables, or sample for the sample kitchen)."),
-        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars.")):
+        no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
+        wait: float = wait_option()):
     """Crawl recipe pages and step images into the warehouse (resumable; prints a summary).
 
     Example: mrqa ingest instructables --listing http://127.0.0.1:8000/cooking/ --allow-loopback
@@ -91,7 +92,7 @@ def ingest_instructables_cmd(
     if workers < 1 or delay < 0:
         fail("--workers must be >= 1 and --delay >= 0")
     from flows.ingest import ingest_instructables
-    summary = ingest_instructables(listing=listing, urls_file=urls, sitemap=sitemap, rescrape=rescrape,
+    summary = run_flow(ingest_instructables, listing=listing, urls_file=urls, sitemap=sitemap, rescrape=rescrape,
                                    allow_hosts=list(allow_host), allow_loopback=allow_loopback,
                                    allow_private_network=allow_private_network,
                                    source=source, delay_s=delay, workers=workers, max_pages=max_pages,
@@ -202,15 +203,16 @@ def ingest_recipeqa_cmd(
         method: ImportMethod = typer.Option(ImportMethod.arrow, "--method", help="Bulk load method."),
         replace: bool = typer.Option(False, "--replace", help="Known recipes become exactly what these "
                                      "files say: their steps and images missing here are deleted "
-                                     "(default: kept, and counted under 'kept').")):
+                                     "(default: kept, and counted under 'kept')."),
+        wait: float = wait_option()):
     """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
     from etl.recipeqa import RecipeQAFormatError, read_recipeqa
-    try:    # a bad file is refused here in a second, before the flow starts Prefect
+    try:    # a bad file is refused here in a second, before the import starts
         read_recipeqa(files)
     except RecipeQAFormatError as e:
         fail(f"{e}. Nothing was loaded; fix or remove that record and run again.")
     from flows.import_recipeqa import import_recipeqa_flow
-    summary = import_recipeqa_flow([str(f) for f in files], str(images) if images else None, method.value,
+    summary = run_flow(import_recipeqa_flow, [str(f) for f in files], str(images) if images else None, method.value,
                                    raise_on_error=False, replace=replace)
     if "error" in summary:
         fail(f"{summary['error']}. Nothing was loaded; fix or remove that record and run again.")

@@ -1,4 +1,5 @@
-"""`mrqa demo`, `pipeline`, `deploy`: run every stage in order, or register the Prefect deployments."""
+"""`mrqa demo`, `pipeline`, `deploy`: run every stage in order, or register the Prefect deployments.
+These stay Prefect flow runs whatever `--prefect` says (a temporary server without PREFECT_API_URL)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import typer
 
 from etl.config import DEMO_RECIPES
 from flows.cli.choices import ForceStage
-from flows.cli.common import echo_json, fail
+from flows.cli.common import echo_json, fail, wait_option
 
 app = typer.Typer()
 
@@ -57,7 +58,8 @@ def pipeline_cmd(
                                         "'all' for every stage)."),
         dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler for "
                                                    "the fan-out stages."),
-        summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary here.")):
+        summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary here."),
+        wait: float = wait_option()):
     """ingest -> clean -> embed -> generate -> report (-> train, sweep); unchanged stages are skipped.
 
     With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
@@ -81,16 +83,24 @@ def pipeline_cmd(
 
 @app.command("deploy")
 def deploy_cmd(pool: str = typer.Option("mrqa-process", "--pool", help="Process work pool (created if missing)."),
-               name: Optional[list[str]] = typer.Option(None, "--name", help="Only this deployment (repeat).")):
+               name: Optional[list[str]] = typer.Option(None, "--name", help="Only this deployment (repeat)."),
+               write_yaml: bool = typer.Option(False, "--write-yaml", help="Only regenerate prefect.yaml "
+                                               "from flows/deploy.py's DEPLOYMENTS (no server needed).")):
     """Register the scheduled and on-demand deployments against PREFECT_API_URL.
 
-    Their flow runs use this command's MRQA_HOME (`mrqa --home DIR deploy`). Then run a worker:
-    `prefect worker start --pool POOL`."""
+    Their flow runs use this command's MRQA_HOME (`mrqa --home DIR deploy`). Each allows one run at
+    a time (concurrency limit 1, ENQUEUE: a second run waits), and a pool created here runs one flow
+    at a time. Then run a worker: `prefect worker start --pool POOL`."""
+    if write_yaml:
+        from flows.deploy import PREFECT_YAML, write_prefect_yaml
+        typer.echo(f"{PREFECT_YAML} {'written' if write_prefect_yaml() else 'already up to date'}")
+        return
     from flows.deploy import register_deployments
     try:
         rows = register_deployments(pool, names=name)
     except (RuntimeError, ValueError) as e:
         fail(str(e))
     for r in rows:
-        typer.echo(f"{r['deployment']:<40} cron={r['cron'] or '-':<12} pool={r['pool']} ({r['entrypoint']})")
+        typer.echo(f"{r['deployment']:<40} cron={r['cron'] or '-':<12} pool={r['pool']} "
+                   f"limit={r['concurrency_limit'] or '-'} ({r['entrypoint']})")
     typer.echo(f"next: prefect worker start --pool {pool}")

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import Scorer, Size, Split, TextFeatures, VisualTask
-from flows.cli.common import echo_json, fail, parse_choices
+from flows.cli.common import echo_json, fail, parse_choices, wait_option
 
 app = typer.Typer()
 LAYERS_HELP = "Transformer scorer layers (default: the size's; paper 4)."
@@ -61,7 +61,8 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
               device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present), cpu, "
                                                    "cuda or a torch device such as cuda:1."),
               nproc: int = typer.Option(1, "--nproc", help="Processes: > 1 runs torchrun DDP on this machine "
-                                        "(gloo on CPU, NCCL with one GPU per process).")):
+                                        "(gloo on CPU, NCCL with one GPU per process)."),
+              wait: float = wait_option()):
     """Train GM3C on a dataset (early stopping on val accuracy), test it, record the run."""
     from training.data import DatasetError
     from training.train import train_run
@@ -154,7 +155,8 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
               export: Optional[Path] = typer.Option(None, "--export",
                                                     help="Parquet export (default MRQA_HOME/exports/all)."),
               out: Optional[Path] = typer.Option(None, "--out",
-                                                 help="Report directory (default MRQA_HOME/reports/sweep).")):
+                                                 help="Report directory (default MRQA_HOME/reports/sweep)."),
+              wait: float = wait_option()):
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
     from etl.config import Paths
     from training.sweep import sweep

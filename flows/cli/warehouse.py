@@ -6,13 +6,13 @@ import sys
 import typer
 
 from flows.cli.choices import QueryFormat
-from flows.cli.common import echo_json, fail
+from flows.cli.common import echo_json, fail, wait_option
 
 app = typer.Typer()
 
 
 @app.command("init")
-def init_cmd():
+def init_cmd(wait: float = wait_option()):
     """Create MRQA_HOME and the warehouse, applying pending schema files."""
     from etl.config import Paths
     from etl.warehouse import connect
@@ -36,7 +36,8 @@ def sql_test_cmd():
 
 @app.command("query")
 def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
-              fmt: QueryFormat = typer.Option(QueryFormat.table, "--format", help="Output format.")):
+              fmt: QueryFormat = typer.Option(QueryFormat.table, "--format", help="Output format."),
+              wait: float = wait_option()):
     """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
     locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
     from etl.analyst import AnalystQueryError, connect_analyst, run_analyst_query
@@ -63,7 +64,7 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
 
 
 @app.command("status")
-def status_cmd():
+def status_cmd(wait: float = wait_option()):
     """Row counts of the warehouse tables and rejects by stage and reason."""
     from etl.warehouse import connect, load_query
     con = connect()

@@ -17,7 +17,7 @@ import yaml
 
 from etl.sample.generate import build_sample
 from etl.sample.server import SiteServer
-from flows.deploy import DEPLOYMENTS, WEEKLY_CRON
+from flows.deploy import COLLISION_STRATEGY, DEPLOYMENTS, POOL_CONCURRENCY, WEEKLY_CRON, render_prefect_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -88,8 +88,32 @@ def test_prefect_yaml_matches_mrqa_deploy():
         assert " ".join(y["description"].split()) == d.description
         assert tuple(y["tags"]) == d.tags
         assert y["work_pool"]["name"] == "mrqa-process"
+        assert y["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
         module, func = d.entrypoint.split(":")
         assert f"def {func}(" in (REPO / module).read_text()
+
+
+def test_prefect_yaml_is_generated_from_the_python_list(tmp_path):
+    """Deployments are declared once: the committed prefect.yaml is exactly the text generated from
+    DEPLOYMENTS (`mrqa deploy --write-yaml` rewrites it), and a changed spec changes that text."""
+    assert (REPO / "prefect.yaml").read_text() == render_prefect_yaml()
+    import dataclasses
+
+    import flows.deploy as deploy
+    changed = (dataclasses.replace(DEPLOYMENTS[0], cron="0 4 * * 1"), *DEPLOYMENTS[1:])
+    try:
+        deploy.DEPLOYMENTS = changed
+        assert '- cron: "0 4 * * 1"' in render_prefect_yaml()
+    finally:
+        deploy.DEPLOYMENTS = DEPLOYMENTS
+    r = subprocess.run([str(BIN / "mrqa"), "deploy", "--write-yaml"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "MRQA_HOME": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0 and "already up to date" in r.stdout, r.stdout + r.stderr
+
+
+def test_every_deployment_writes_the_warehouse_one_run_at_a_time():
+    assert COLLISION_STRATEGY == "ENQUEUE" and POOL_CONCURRENCY == 1
+    assert all(d.concurrency_limit == 1 for d in DEPLOYMENTS)
 
 
 def test_deployment_parameters_are_parameters_of_their_flows():
@@ -118,6 +142,7 @@ def test_mrqa_deploy_registers_deployments_with_weekly_cron(prefect_server):
     from prefect.client.orchestration import get_client
     with _api(env), get_client(sync_client=True) as client:
         assert client.read_work_pool(pool).type == "process"
+        assert client.read_work_pool(pool).concurrency_limit == POOL_CONCURRENCY
         weekly = client.read_deployment_by_name("pipeline/mrqa-weekly-refresh")
         assert [s.schedule.cron for s in weekly.schedules] == [WEEKLY_CRON]
         assert all(s.active for s in weekly.schedules)
@@ -129,6 +154,8 @@ def test_mrqa_deploy_registers_deployments_with_weekly_cron(prefect_server):
             dep = client.read_deployment_by_name(f"{flow_name}/{d.name}")
             assert dep.entrypoint == d.entrypoint and dep.work_pool_name == pool
             assert len(dep.schedules) == (1 if d.cron else 0)
+            assert dep.global_concurrency_limit.limit == 1
+            assert dep.concurrency_options.collision_strategy == "ENQUEUE"
     # registering again is idempotent (same deployments, updated in place)
     _deploy(env, pool, "mrqa-weekly-refresh")
     with _api(env), get_client(sync_client=True) as client:

@@ -65,3 +65,31 @@ def test_embed_is_incremental_rejects_bad_images_and_builds_neighbours(paths, wa
     assert third["images_encoded"] == 0 and third["texts_encoded"] == 0
     assert third["neighbours"].startswith("unchanged")
 
+
+    # the no-op run recorded itself: the same run again returns its summary without the encoder,
+    # `mrqa embed` prints it without importing torch, and any changed input means a full run again
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from features.embed import state
+    params = state.embed_params(enc, True, 5, 0, 8, "auto", None, None, "threads")
+    assert state.cached_summary(params) == third
+    assert run_embed(enc, k=5, num_workers=0, batch_size=8) == third
+    assert state.cached_summary({**params, "k": 6}) is None
+    code = ("import sys; from flows.cli import app; app(['embed', '--encoder', sys.argv[1], '--k', '5', "
+            "'--workers', '0', '--batch-size', '8'], standalone_mode=False); "
+            "print('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    r = subprocess.run([sys.executable, "-c", code, enc], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "MRQA_HOME": str(paths.home)})
+    assert r.returncode == 0, r.stderr
+    printed, _, tail = r.stdout.rpartition("}")
+    assert json.loads(printed + "}") == third and tail.strip() == "no torch"
+    con = connect(paths)
+    toy_kitchen.build_toy_warehouse(con, paths, n_recipes=1, steps=2, images_per_step=1, seed=11,
+                                    prefix="Late-Recipe")
+    assert state.known_noop(con, paths, params) is None
+    con.close()
+    fourth = run_embed(enc, k=5, num_workers=0, batch_size=8)
+    assert fourth["images_encoded"] == 2 and not state.state_path(paths).exists()
