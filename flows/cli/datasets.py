@@ -120,10 +120,14 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
                                                   "(default MRQA_HOME/exports/<dataset or all>)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
                                                  "and title vectors of the exported splits."),
+               with_images: bool = typer.Option(False, "--with-images", help="Parquet: add images.parquet, "
+                                                "the image files of the exported splits (Hugging Face Image "
+                                                "layout: bytes + path)."),
                images: bool = typer.Option(True, "--images/--no-images", help="recipeqa-json: copy "
                                            "the referenced images (RecipeQA layout)."),
                wait: float = wait_option()):
-    """Export datasets as hive-partitioned Parquet or RecipeQA JSON."""
+    """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
+    config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.export import export_parquet, export_recipeqa_json
@@ -139,7 +143,8 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
         fail("no datasets to export; run `mrqa generate --all` first")
     out = out or paths.exports / ("all" if all_ else dataset)
     if fmt == "parquet":
-        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance)
+        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
+                             with_images=with_images, home=paths.home)
     else:
         res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
     echo_json(res)
