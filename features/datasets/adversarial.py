@@ -5,23 +5,36 @@ finds another cue: every photo of a recipe shares one kitchen look (on real site
 the foreign-looking choice is the wrong one. AF (Zellers et al. 2018, SWAG; Le Bras et al. 2020, AFLite;
 hypothesis-only baselines of NLI) starts from the knob selection of a setting and, for R rounds:
 
-1. trains an ensemble of question-only models (QuestionOnlyModel of features/diagnostics/question_only.py;
-   the members differ in C, seed and fold assignment), each member one model per fold of RECIPES, trained on the
-   other folds; every question's choices and candidates are scored by models that never saw its recipe;
-2. replaces the distractors the ensemble rejects easily (scored below the answer) by the eligible
-   candidate it finds most plausible. Candidate pools: `ball` (the setting's knob-2 ball over the
-   answer's neighbours, as without AF), `author` (images of other recipes by the same author, same
-   split), `recipe` (images of the same recipe from steps neither shown nor the answer's: the answer's
-   own step never is a distractor). Every candidate passes the setting's knob-2 ball (distances
-   recomputed in the dataset's feature space) and keeps its knob-3 rule; no constraint is relaxed.
+1. trains an ensemble of question-only models (QuestionOnlyModel of features/diagnostics/question_only.py),
+   each member one model per fold of RECIPES, trained on the other folds, so every question's choices
+   and candidates are scored by models that never saw its recipe. The members see the judge's own
+   features (question_only.with_distance_features: the pair features of a choice and its context, plus
+   the distance probe's set-level cues -- the choice's distance, its gaps to the nearest and to the
+   mean, its rank within the question); three at different penalties C, one on the 7 distance cues
+   alone (a wide model dilutes them). The ensemble is linear, so a candidate's score in a set is its
+   own pair part plus the distance part of the set it would form: recomputed per candidate and slot;
+2. aims each question's answer at a seeded target rank under the ensemble, uniform over 0..3 (0: the
+   ensemble picks the answer), and per distractor slot swaps in the eligible candidate that brings the
+   answer's rank nearest to its target, then makes the answer least distinguishable (smallest score
+   gap to the nearest other choice). Never "the most plausible distractor": a filter that always
+   pushes the answer below every distractor leaves the reversed cue "the least plausible-looking
+   choice is the answer", which a fresh probe reads well BELOW chance. Candidate pools: `ball` (the
+   setting's knob-2 ball over the answer's neighbours, as without AF), `author` (images of other
+   recipes by the same author, same split), `recipe` (images of the same recipe from steps neither
+   shown nor the answer's: the answer's own step never is a distractor). Every candidate passes the
+   setting's knob-2 ball (distances recomputed in the dataset's feature space) and keeps its knob-3
+   rule; no constraint is relaxed.
 
-After the last round a freshly trained held-out ensemble scores the final choices; a question it still
-solves is dropped (`af_still_solved`); in knob-3 `balanced` mode the per-split rank counts are then
-made equal again (`af_rank_rebalance`), so the distance rank stays uninformative.
+After the last round a freshly trained held-out ensemble scores the final choices. The drop rule
+(AFLite: drop what stays predictable, in either direction) keeps per split at most a quarter of the
+questions at its rank 0 (it picks the answer) and at most a quarter at rank 3 (it finds the answer the
+least plausible choice), the least distinguishable first (`af_predictable`); in knob-3 `balanced` mode
+the per-split distance-rank counts are then made equal again (`af_rank_rebalance`).
 
-Coherence: the answer is the foreign image and the 3 coherent images are the question itself, so AF
-replaces the foreign image of a solved question by the eligible candidate the ensemble finds least out
-of place; pools `ball` and `author` (an image of the same recipe would not be foreign).
+Coherence: the answer is the foreign image and the 3 coherent images are the question itself; each
+candidate foreign image forms its own 4-image set (the distance cues are those of that set), and AF
+picks the candidate that brings the foreign image's rank nearest to its target; pools `ball` and
+`author` (an image of the same recipe would not be foreign).
 Ordering has no AF variant: its choices are permutations of the question's own images (no foreign
 kitchen), and knob 2 is a sampling distribution over the 23 wrong orderings, not a constraint an
 adversarial pick could keep.
@@ -32,8 +45,9 @@ candidate order (the same pick keys as the knob selection).
 Recorded per question (provenance): `af_round` (the last round that changed its choices; 0 = the knob
 selection kept), per choice `af_pools` (ball | author | recipe, `answer` / `question` for the others) and
 `af_scores` (the final held-out ensemble's score), and `adversarial` {rounds, pools, ensemble, n_folds,
-probe}. The dataset's params add what AF measured: the ensemble's solved share per round and at the end,
-the learned probe before (knob selection) and after (kept questions), questions in and kept.
+probe}. The dataset's params add what AF measured: the ensemble's solved share (answer at its rank 0)
+per round and at the end, the final ensemble's answer-rank counts before the drop, the learned probe
+before (knob selection) and after (kept questions), questions in and kept.
 """
 from __future__ import annotations
 
@@ -44,10 +58,20 @@ import pyarrow as pa
 
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
-from features.diagnostics.question_only import QuestionOnlyModel, pair_features
+from features.diagnostics.question_only import (
+    N_DISTANCE_FEATURES,
+    QuestionOnlyModel,
+    distance_features,
+    pair_distance,
+    pair_features,
+    with_distance_features,
+)
 
 N_FOLDS = 5
-ENSEMBLE = ({"C": 0.1, "seed": 1}, {"C": 1.0, "seed": 2}, {"C": 10.0, "seed": 3})
+# members: the learned probe's features at three penalties, and the distance probe's features alone (the
+# set-level cue: distance, gaps and rank of a choice within its question), which the wide models dilute
+ENSEMBLE = ({"C": 0.1, "seed": 1, "features": "all"}, {"C": 1.0, "seed": 2, "features": "all"},
+            {"C": 10.0, "seed": 3, "features": "all"}, {"C": 1.0, "seed": 4, "features": "distance"})
 PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
 CLOZE_POOLS = ("ball", "author", "recipe")
 COHERENCE_POOLS = ("ball", "author")
@@ -93,6 +117,23 @@ def recipe_keys(recipe_ids: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the adversary
 
+def _widen(model: QuestionOnlyModel, f: int) -> QuestionOnlyModel:
+    """A model fitted on the last features only, as a model of all f features (zero weight elsewhere)."""
+    k = len(model.w)
+    if k < f:
+        model.w = np.concatenate([np.zeros(f - k), model.w])
+        model.mu = np.concatenate([np.zeros(f - k), model.mu])
+        model.sd = np.concatenate([np.ones(f - k), model.sd])
+    return model
+
+
+def _narrow(model: QuestionOnlyModel) -> QuestionOnlyModel:
+    """A distance-only member's previous model, cut back to its own features (its warm start)."""
+    out = QuestionOnlyModel(model.C, model.seed, model.max_iter)
+    out.w, out.mu, out.sd = (a[-N_DISTANCE_FEATURES:] for a in (model.w, model.mu, model.sd))
+    return out
+
+
 class Adversary:
     """A held-out question-only ensemble: per member one model per fold of recipes, trained on the others.
 
@@ -109,14 +150,31 @@ class Adversary:
             salt = np.uint64(stable_key("af-folds", seed, m))
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
+            cols = slice(-N_DISTANCE_FEATURES, None) if spec["features"] == "distance" else slice(None)
             for k in range(self.n_folds):
                 train = fold != k
                 init = previous.models[m][k] if previous is not None else None
+                if init is not None and spec["features"] == "distance":
+                    init = _narrow(init)
                 models.append(None if not train.any() else
-                              QuestionOnlyModel(C=spec["C"], seed=spec["seed"] + 7919 * seed)
-                              .fit(X[train], y[train], init=init))
+                              _widen(QuestionOnlyModel(C=spec["C"], seed=spec["seed"] + 7919 * seed)
+                                     .fit(X[train][..., cols], y[train], init=init), X.shape[-1]))
             self.folds.append(fold)
             self.models.append(models)
+
+    def weights(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The member-averaged model of each question `rows`, as a linear score: (V (n, f), c (n,)) with
+        score(x) = x . V - c (each member's model is the one of the question's fold)."""
+        f = next(m for ms in self.models for m in ms if m is not None).w.shape[0]
+        V, c = np.zeros((len(rows), f)), np.zeros(len(rows))
+        for fold, models in zip(self.folds, self.models):
+            fr = fold[rows]
+            for k in np.unique(fr):
+                if models[k] is not None:
+                    v = models[k].w / models[k].sd
+                    V[fr == k] += v
+                    c[fr == k] += models[k].mu @ v
+        return V / len(self.models), c / len(self.models)
 
     def score_built(self, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Mean member score (len(rows), c) of the built features X of the questions `rows`."""
@@ -130,18 +188,50 @@ class Adversary:
         return acc / len(self.models)
 
 
+def ensemble_weights(advs: list, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The round's ensemble as one linear score per question (V (n, f) float32, c (n,)): this round's
+    adversary and those of the earlier rounds (AFLite-style memory, so a distractor chosen against one
+    cue is not traded back for another), averaged. Every member is linear in the features, so is their
+    mean: a candidate's pair part and its set-level distance part can be scored apart."""
+    parts = [a.weights(rows) for a in advs]
+    return (np.mean([p[0] for p in parts], axis=0).astype(np.float32),
+            np.mean([p[1] for p in parts], axis=0))
+
+
 def _mean_scores(advs: list, rows: np.ndarray, build, width: int) -> np.ndarray:
-    """Scores of the questions `rows` by the round's ensemble: this round's adversary and those of the
-    earlier rounds (AFLite-style memory, so a distractor chosen against one cue is not traded back for
-    another), averaged. `build(rows)` gives pair features (n, c, f) for any number c of choices or
-    candidates; `width` = c * f bounds the rows built at once (each chunk built once for all)."""
+    """Scores (n, c) of the questions `rows` by the round's ensemble (`ensemble_weights`). `build(rows)`
+    gives features (n, c, f) for any number c of choices or candidates; `width` = c * f bounds the rows
+    built at once."""
     chunk = max(1, FEATURE_BUDGET // max(width, 1))
+    V, c = ensemble_weights(advs, rows)
     out = []
     for s in range(0, len(rows), chunk):
-        r = rows[s:s + chunk]
-        X = build(r)
-        out.append(np.mean([a.score_built(X, r) for a in advs], axis=0))
+        X = build(rows[s:s + chunk])
+        out.append(np.einsum("ncf,nf->nc", X, V[s:s + chunk]) - c[s:s + chunk, None])
     return np.concatenate(out) if out else np.zeros((0, 0))
+
+
+def answer_rank(S: np.ndarray, col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(..., c) scores and the answer's column (...,) -> (the answer's rank: how many other choices score
+    above it, 0 = the adversary picks it; the gap to the nearest other score: how distinguishable it is)."""
+    sa = np.take_along_axis(S, col[..., None], -1)
+    other = np.arange(S.shape[-1]) != col[..., None]
+    rank = ((S > sa) & other).sum(-1)
+    gap = np.where(other, np.abs(S - sa), np.inf).min(-1)
+    return rank, gap
+
+
+def target_ranks(qkeys: np.ndarray, seed: int) -> np.ndarray:
+    """The adversary rank AF aims each question's answer at: uniform over 0..3 from the seeded question
+    key, so the adversary's pick is the answer for a quarter of the questions -- never all (solvable),
+    never none (the answer then is the choice that looks least like one: a reversed cue)."""
+    return (splitmix64(qkeys ^ np.uint64(stable_key("af-target", seed))) % np.uint64(N_RANKS)).astype(np.int64)
+
+
+def _objective(rank: np.ndarray, gap: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Lexicographic: distance of the answer's rank to its target first, then its score gap to the
+    nearest other choice (an indistinguishable answer is best); lower is better."""
+    return np.abs(rank - target) + gap / (1.0 + gap)
 
 
 def probe_accuracy(X: np.ndarray, y: np.ndarray, rkeys: np.ndarray, seed: int) -> float | None:
@@ -234,7 +324,7 @@ def _dist(sp, cand: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def _rebalance(ranks: np.ndarray, splits: np.ndarray, keys: np.ndarray, alive: np.ndarray) -> np.ndarray:
-    """knob-3 balanced: keep per split the same number of questions per rank (the first in key order)."""
+    """Keep per split the same number of questions per rank (0..3), the first in `keys` order."""
     keep = alive.copy()
     for s in np.unique(splits[alive]):
         in_s = alive & (splits == s)
@@ -245,16 +335,45 @@ def _rebalance(ranks: np.ndarray, splits: np.ndarray, keys: np.ndarray, alive: n
     return keep
 
 
+def _cap_extremes(adv_rank: np.ndarray, splits: np.ndarray, gap: np.ndarray) -> np.ndarray:
+    """Keep per split at most a quarter of the kept questions at the adversary's rank 0 (it picks the
+    answer) and at most a quarter at rank 3 (the answer is the choice it finds least plausible: the
+    reversed cue), the least distinguishable (smallest `gap`) first; ranks 1 and 2 are all kept.
+    The largest such subset: (n0, n3) is the greatest fixed point of n0 = min(c0, (m + n3) // 3),
+    n3 = min(c3, (m + n0) // 3) with m the questions at ranks 1-2."""
+    keep = np.ones(len(adv_rank), dtype=bool)
+    for sp_ in np.unique(splits):
+        in_s = splits == sp_
+        c = np.bincount(adv_rank[in_s], minlength=N_RANKS)
+        m = int(c[1:N_RANKS - 1].sum())
+        n0, n3 = int(c[0]), int(c[-1])
+        while True:
+            a, z = min(int(c[0]), (m + n3) // 3), min(int(c[-1]), (m + n0) // 3)
+            if (a, z) == (n0, n3):
+                break
+            n0, n3 = a, z
+        for r, n in ((0, n0), (N_RANKS - 1, n3)):
+            members = np.flatnonzero(in_s & (adv_rank == r))
+            keep[members[np.argsort(gap[members], kind="stable")][n:]] = False
+    return keep
+
+
 def _nothing(ds) -> np.ndarray:
     """No knob-valid question: nothing to filter (recorded as such)."""
     ds.adversarial = {**config(ds), "n_knob_questions": 0, "n_kept": 0, "kept_share": None}
     return np.zeros(0, dtype=np.int64)
 
 
-def _finish(ds, b, keep, solved, rank, exact, K, stats) -> np.ndarray:
-    """Drop the questions still solved (and rebalance ranks in knob-3 balanced mode); returns kept rows."""
-    ds.skip("af_still_solved", solved.sum())
-    alive = ~solved
+def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats) -> np.ndarray:
+    """The drop rule (AFLite: drop what stays predictable, in either direction): keep per split the same
+    number of questions at each rank of the answer under the final held-out ensemble (`adv_rank`), the
+    least distinguishable first (smallest score `gap` to the nearest other choice). The ensemble then
+    picks the answer of exactly a quarter of the kept questions -- chance, neither above (the answer
+    looks most plausible) nor below (it looks least). In knob-3 balanced mode the distance ranks
+    (`rank`) are then made equal again. Returns the kept rows."""
+    alive = _cap_extremes(adv_rank, b.splits[keep], gap)
+    ds.skip("af_predictable", (~alive).sum())
+    stats = {**stats, "adversary_rank_counts": np.bincount(adv_rank, minlength=N_RANKS).tolist()}
     if exact:
         kept = _rebalance(rank, b.splits[keep], b.qkeys[keep], alive)
         ds.skip("af_rank_rebalance", (alive & ~kept).sum())
@@ -324,56 +443,84 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     cand_closer = sp.cos_to(cand, P["qmean"][keep]) < d_ans_q[:, None]
     cand_txt = sp.text_code[np.maximum(cand, 0)]
     d = sp.vecs.shape[1]
+    rows = np.arange(K)
+    aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
 
-    def build_choices(ch):
+    def build_pairs(ch):
         return lambda r: pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)),
                                        sp.vecs[np.maximum(ch[r], 0)])
+
+    def build_choices(ch):                   # the judge's features: pairs + the set-level distance cues
+        def build(r):
+            X = build_pairs(ch)(r)
+            return with_distance_features(X, pair_distance(X))
+        return build
+
+    # pair part of a candidate's score and its distance to the context: the same in every set
+    Xc_width = cand.shape[1] * 4 * d
+    chunk = max(1, FEATURE_BUDGET // max(Xc_width, 1))
+    cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]))
+                                for s in range(0, K, chunk)]) if K else np.zeros(cand.shape)
+
+    def cand_pair_scores(Vp):
+        return np.concatenate([np.einsum("nmf,nf->nm", build_pairs(cand)(rows[s:s + chunk]), Vp[s:s + chunk])
+                               for s in range(0, K, chunk)]) if K else np.zeros(cand.shape)
 
     cur = picks.copy()
     cur_pool = _pool_label(sp, picks, ans)
     cur_closer = sp.cos_to(cur, P["qmean"][keep]) < d_ans_q[:, None]
     changed_in = np.zeros(K, dtype=np.int64)
-    rows = np.arange(K)
     solved_by_round, advs = [], []
     for rnd in range(1, R + 1):
         choices = _insert(cur, ans, pos)
         X = build_choices(choices)(rows)
         advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None))
-        S = np.mean([a.score_built(X, rows) for a in advs], axis=0)
-        Sa = S[rows, pos]
-        dcol = np.arange(3)[None, :] + (np.arange(3)[None, :] >= pos[:, None])
-        Sd = np.take_along_axis(S, dcol, 1)
-        solved_by_round.append(round(float((Sa > Sd.max(1)).mean()), 4) if K else None)
-        Sc = np.where(cand >= 0, _mean_scores(advs, rows, build_choices(cand), cand.shape[1] * 4 * d), -np.inf)
-        slots = np.argsort(Sd, axis=1, kind="stable")
-        for slot_rank in range(3):               # the most easily rejected distractor first
-            s = slots[:, slot_rank]
-            sd = Sd[rows, s]
+        V, c0 = ensemble_weights(advs, rows)
+        Vp, Vd = V[:, :-N_DISTANCE_FEATURES], V[:, -N_DISTANCE_FEATURES:]
+        sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_DISTANCE_FEATURES], Vp)       # (K, 4) pair parts
+        dist_ch = pair_distance(X[..., :-N_DISTANCE_FEATURES])
+        S = sp_ch + np.einsum("ncf,nf->nc", X[..., -N_DISTANCE_FEATURES:], Vd) - c0[:, None]
+        solved_by_round.append(round(float((answer_rank(S, pos)[0] == 0).mean()), 4) if K else None)
+        sp_c = cand_pair_scores(Vp)
+        for s in range(3):                       # each distractor slot in turn
+            col = s + (s >= pos)                 # its column among the choices
             used = (cand[..., None] == cur[:, None, :]).any(-1)
             n_new = cur_closer.sum(1)[:, None] - cur_closer[rows, s][:, None] + cand_closer
-            elig = (cand >= 0) & ~used & (Sc > sd[:, None]) & ((n_new == need[:, None]) if exact
-                                                                else (n_new >= need[:, None]))
+            elig = (cand >= 0) & ~used & ((n_new == need[:, None]) if exact else (n_new >= need[:, None]))
             if title:                                # choices keep distinct texts
-                others = np.where(np.arange(3)[None, :] == s[:, None], -2, sp.text_code[cur])
+                others = np.where(np.arange(3)[None, :] == s, -2, sp.text_code[cur])
                 elig &= ~(cand_txt[..., None] == others[:, None, :]).any(-1)
-            best = np.argmax(np.where(elig, Sc, -np.inf), axis=1)
-            do = np.flatnonzero((sd < Sa) & elig.any(1))
-            c = best[do]
-            cur[do, s[do]] = cand[do, c]
-            cur_pool[do, s[do]] = pool[do, c]
-            cur_closer[do, s[do]] = cand_closer[do, c]
-            Sd[do, s[do]] = Sc[do, c]
+            # every candidate in the slot: the new set's scores (the others' distance cues move too)
+            obj = np.full(cand.shape, np.inf)
+            blk = max(1, (1 << 20) // max(cand.shape[1] * 4, 1))
+            for b0 in range(0, K, blk):
+                r = rows[b0:b0 + blk]
+                one = np.arange(4)[None, None, :] == col[r][:, None, None]
+                sp_set = np.where(one, sp_c[r][..., None], sp_ch[r][:, None, :])
+                d_set = np.where(one, cand_dist[r][..., None], dist_ch[r][:, None, :])
+                S_set = sp_set + np.einsum("nmcf,nf->nmc", distance_features(d_set), Vd[r]) - c0[r][:, None, None]
+                rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
+                obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
+            now = _objective(*answer_rank(S, pos), aim)
+            best = np.argmin(obj, axis=1)
+            do = np.flatnonzero(obj[rows, best] < now - 1e-9)
+            cc = best[do]
+            cur[do, s] = cand[do, cc]
+            cur_pool[do, s] = pool[do, cc]
+            cur_closer[do, s] = cand_closer[do, cc]
+            sp_ch[do, col[do]] = sp_c[do, cc]
+            dist_ch[do, col[do]] = cand_dist[do, cc]
+            S = sp_ch + np.einsum("ncf,nf->nc", distance_features(dist_ch), Vd) - c0[:, None]
             changed_in[do] = rnd
     choices = _insert(cur, ans, pos)
     X = build_choices(choices)(rows)
     final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
-    others = np.where(np.arange(4)[None, :] == pos[:, None], -np.inf, final)
-    solved = final[rows, pos] > others.max(1)
+    adv_rank, gap = answer_rank(final, pos)
     base_X = build_choices(_insert(picks, ans, pos))(rows)
     stats = {"solved_share_by_round": solved_by_round,
-             "solved_share_final": round(float(solved.mean()), 4) if K else None,
+             "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(base_X, pos, rkeys, seed)}
-    sub = _finish(ds, b, keep, solved, cur_closer.sum(1), exact, K, stats)
+    sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats)
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
     ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum())
                                              for i, name in enumerate(CLOZE_POOLS)}
@@ -387,9 +534,10 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
 # ----------------------------------------------------------------------------- coherence
 
 def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
-    """Pair features of each candidate as the foreign image among the 3 coherent ones: (n, M*4, 4d),
-    per candidate the 3 coherent images (context: the other two + the candidate), then the candidate
-    (context: the 3 coherent)."""
+    """Features of each candidate as the foreign image among the 3 coherent ones: (n, M*4, 4d + 7), per
+    candidate the 3 coherent images (context: the other two + the candidate), then the candidate
+    (context: the 3 coherent); each with the pair features and the distance probe's cues within its
+    4-image set (distance to the mean of the other three, gaps, rank) -- the judge's features."""
     def build(r):
         v = sp.vecs[items[r]].astype(np.float32)                         # (n, 3, d)
         c = sp.vecs[np.maximum(cand[r], 0)].astype(np.float32)           # (n, M, d)
@@ -399,14 +547,16 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
         ctx = np.concatenate([ctx_coh, ctx_c], axis=2)
         ch = np.concatenate([np.broadcast_to(v[:, None], ctx_coh.shape), c[:, :, None, :]], axis=2)
         n, m = c.shape[:2]
-        return pair_features(ctx.reshape(n, m * 4, -1), ch.reshape(n, m * 4, -1))
+        X = pair_features(ctx, ch)                                       # (n, M, 4, 4d)
+        return with_distance_features(X, pair_distance(X)).reshape(n, m * 4, -1)
     return build
 
 
-def _margins(S: np.ndarray, m: int) -> np.ndarray:
-    """(n, M*4) scores in _coherence_build's layout -> (n, M) foreign score minus the best coherent one."""
+def _foreign_rank(S: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, M*4) scores in _coherence_build's layout -> the foreign image's `answer_rank` (n, M) in each
+    candidate's set: its rank (0 = the adversary spots it) and its score gap to the nearest coherent one."""
     S = S.reshape(len(S), m, 4)
-    return S[..., 3] - S[..., :3].max(-1)
+    return answer_rank(S, np.full(S.shape[:2], 3))
 
 
 @_single_blas_thread
@@ -456,33 +606,32 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         return _coherence_build(sp, items, np.take_along_axis(cand, col[:, None], 1))
 
     advs = []
+    aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
+    width = cand.shape[1] * 4 * (4 * d + N_DISTANCE_FEATURES)
     for rnd in range(1, R + 1):
         cur = build_current(cur_col)
         X = cur(rows)                                            # (K, 4, f): coherent x3, foreign
         y = np.full(K, 3)
         advs.append(Adversary(X, y, rkeys, seed, advs[-1] if advs else None))
-        m_cur = _margins(np.mean([a.score_built(X, rows) for a in advs], axis=0), 1)[:, 0]
-        solved = m_cur > 0
-        solved_by_round.append(round(float(solved.mean()), 4) if K else None)
-        r = np.flatnonzero(solved)                               # only a solved question is changed
-        m = np.where(cand[r] >= 0, _margins(_mean_scores(advs, r, _coherence_build(sp, items, cand),
-                                                         cand.shape[1] * 16 * d), cand.shape[1]), np.inf)
-        m[np.arange(len(r)), cur_col[r]] = np.inf
-        best = np.argmin(m, axis=1)
-        better = m[np.arange(len(r)), best] < m_cur[r]
-        do = r[better]
-        cur_col[do] = best[better]
+        rank_now = _foreign_rank(_mean_scores(advs, rows, cur, 4 * X.shape[2]), 1)[0][:, 0]
+        solved_by_round.append(round(float((rank_now == 0).mean()), 4) if K else None)
+        # every eligible candidate: the foreign image's rank in its own 4-image set, aimed at the target
+        obj = np.where(cand >= 0, _objective(*_foreign_rank(_mean_scores(
+            advs, rows, _coherence_build(sp, items, cand), width), cand.shape[1]), aim[:, None]), np.inf)
+        best = np.argmin(obj, axis=1)
+        do = np.flatnonzero(obj[rows, best] < obj[rows, cur_col] - 1e-9)
+        cur_col[do] = best[do]
         changed_in[do] = rnd
     cur = build_current(cur_col)
     X = cur(rows)
     y = np.full(K, 3)
     final = Adversary(X, y, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
-    solved = _margins(final, 1)[:, 0] > 0
+    adv_rank, gap = (a[:, 0] for a in _foreign_rank(final, 1))
     g = lambda a: a[rows, cur_col]
     stats = {"solved_share_by_round": solved_by_round,
-             "solved_share_final": round(float(solved.mean()), 4) if K else None,
+             "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed)}
-    sub = _finish(ds, b, keep, solved, g(fields["frank"]), exact, K, stats)
+    sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats)
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
     ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}
     # scores in choice order (the foreign image at pos)

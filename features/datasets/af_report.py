@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(rows, indent=1))
         return
     print("probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
-          "(after);\nadversary: the final held-out ensemble on every AF question before the still-solved ones "
-          "are dropped;\noracle: the choice nearest the recipe's own step text (the question answered by reading)")
+          "(after);\nadversary: the share of AF questions whose answer the final held-out ensemble picks, before "
+          "the drop rule;\noracle: the choice nearest the recipe's own step text (the question answered by reading)")
     print(f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
           f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}")
     for r in rows:

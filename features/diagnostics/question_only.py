@@ -194,7 +194,6 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
     (value, gap to the nearest and to the mean, rank one-hot: hasty.probe_features), so the learned
     probe can use every cue the distance probe uses, including the non-linear "the answer is never
     the nearest". Cloze questions showing different numbers of items are built per length."""
-    from features.diagnostics.hasty import probe_features
     n, d = len(choice_rows), mat.shape[1]
     if task in ("visual_cloze", "textual_cloze"):
         X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * d), dtype=np.float32)
@@ -208,12 +207,38 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
     else:
         raise ValueError(f"unknown task {task!r}")
     if n == 0:
-        return np.zeros(X.shape[:2] + (X.shape[2] + 7,), np.float32)
+        return np.zeros(X.shape[:2] + (X.shape[2] + N_DISTANCE_FEATURES,), np.float32)
     # cosine distance of each choice: 1 - the summed product part (unit vectors), or for ordering
     # 1 - the mean consecutive cosine
-    dist = 1.0 - (X[..., -2] if task == "visual_ordering" else X[..., 2 * d:3 * d].sum(-1))
-    ranks = probe_features(dist.astype(np.float64)).reshape(X.shape[0], X.shape[1], -1)
-    return np.concatenate([X, ranks.astype(np.float32)], axis=-1)
+    dist = 1.0 - X[..., -2] if task == "visual_ordering" else pair_distance(X)
+    return with_distance_features(X, dist)
+
+
+N_DISTANCE_FEATURES = 7                 # hasty.probe_features: distance, 2 gaps, rank one-hot (4)
+
+
+def pair_distance(X: np.ndarray) -> np.ndarray:
+    """Cosine distance of each choice to its context from its pair features (..., 4d) (unit vectors:
+    1 - the summed product part)."""
+    d = X.shape[-1] // 4
+    return 1.0 - X[..., 2 * d:3 * d].sum(-1)
+
+
+def distance_features(dist: np.ndarray) -> np.ndarray:
+    """(..., c) choice distances of questions -> (..., c, 7) the distance probe's features of each
+    choice within its question (hasty.probe_features: value, gap to the nearest and to the mean, rank
+    one-hot). The set-level cue: it depends on the other choices, not on the choice alone."""
+    from features.diagnostics.hasty import probe_features
+    dist = np.asarray(dist, dtype=np.float64)
+    c = dist.shape[-1]
+    f = probe_features(dist.reshape(-1, c)) if dist.size else np.zeros((0, N_DISTANCE_FEATURES))
+    return f.reshape(dist.shape + (N_DISTANCE_FEATURES,)).astype(np.float32)
+
+
+def with_distance_features(X: np.ndarray, dist: np.ndarray) -> np.ndarray:
+    """Pair features X (..., c, f) with the distance probe's features of `dist` (..., c) appended:
+    the features of the learned probe (`task_features`) and of the adversarial filter's adversary."""
+    return np.concatenate([np.asarray(X, dtype=np.float32), distance_features(dist)], axis=-1)
 
 
 # ----------------------------------------------------------------------------- the probe

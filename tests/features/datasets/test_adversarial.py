@@ -124,7 +124,8 @@ def test_af_ids_partitions_and_params(world):
         adv = params["adversarial"]
         assert adv["rounds"] == params["af_rounds"] == AF_DEFAULT_ROUNDS
         assert adv["pools"] == (["ball", "author"] if task == "visual_coherence" else ["ball", "author", "recipe"])
-        assert len(adv["ensemble"]) == 3 and len({m["C"] for m in adv["ensemble"]}) == 3
+        assert len(adv["ensemble"]) == 4 and len({m["C"] for m in adv["ensemble"]}) == 3
+        assert [m["features"] for m in adv["ensemble"]] == ["all", "all", "all", "distance"]
     parts = {p.relative_to(world["out"]).parts[1:3] for p in (world["out"] / "questions").rglob("*.parquet")}
     assert ("task=visual_cloze", "knobs=0-1-1-af") in parts
     assert ("task=visual_cloze", "knobs=0-1-1-balanced-af") in parts
@@ -201,13 +202,43 @@ def test_answers_balanced_over_positions_after_af(world):
         assert ((c - len(ans) / 4) ** 2 / (len(ans) / 4)).sum() < 16.3, (task, c)     # p ~ 0.001, 3 dof
 
 
-def test_kept_questions_are_not_solved_by_the_final_adversary(world):
+def test_final_adversary_is_at_chance_in_both_directions_on_the_kept_questions(world):
+    """The drop rule: per dataset and split, the final held-out ensemble picks the answer (rank 0) of at
+    most a quarter of the kept questions, and finds it the least plausible choice (rank 3) for at most a
+    quarter -- never all solved, never all reversed."""
     rounds = Counter()
+    ranks: dict = {}
     for r in world["rows"]:
         s = r["prov"]["af_scores"]
-        assert s[r["answer"]] <= max(x for j, x in enumerate(s) if j != r["answer"]), r["qid"]
+        rank = sum(x > s[r["answer"]] for j, x in enumerate(s) if j != r["answer"])
+        ranks.setdefault((r["dataset_id"], r["split"]), Counter())[rank] += 1
         rounds[r["prov"]["af_round"]] += 1
     assert set(rounds) <= set(range(AF_DEFAULT_ROUNDS + 1)) and rounds[0] < sum(rounds.values())
+    for key, c in ranks.items():
+        n = sum(c.values())
+        assert c[0] <= n / 4 + 1 and c[3] <= n / 4 + 1, (key, c)     # +1: scores are stored rounded
+    # ranks 1-2 are all kept: a dataset's kept questions are not squeezed to rank 0 / 3 alone
+    assert all(c[1] + c[2] >= sum(c.values()) / 2 - 1 for c in ranks.values())
+
+
+def test_cap_extremes_keeps_the_largest_chance_level_subset():
+    from features.datasets.adversarial import _cap_extremes
+    rng = np.random.default_rng(0)
+    rank = rng.choice(4, size=400, p=[0.5, 0.2, 0.2, 0.1])
+    splits = np.where(np.arange(400) % 3 == 0, "test", "train")
+    gap = rng.random(400)
+    keep = _cap_extremes(rank, splits, gap)
+    for sp in ("test", "train"):
+        k = rank[keep & (splits == sp)]
+        c = np.bincount(k, minlength=4)
+        assert c[0] <= len(k) / 4 and c[3] <= len(k) / 4
+        assert (c[1:3] == np.bincount(rank[splits == sp], minlength=4)[1:3]).all()   # middle ranks all kept
+        assert c[0] + 1 > (len(k) + 1) / 4 - 1                                          # rank 0 as many as allowed
+        # within a capped rank the least distinguishable questions (smallest gap) are the ones kept
+        r0 = (rank == 0) & (splits == sp)
+        assert gap[r0 & keep].max() <= gap[r0 & ~keep].min()
+    # nothing to cap: everything kept
+    assert _cap_extremes(np.tile(np.arange(4), 10), np.full(40, "train"), np.zeros(40)).all()
 
 
 def test_af_keeps_a_reported_share_of_the_knob_questions(world):
@@ -219,7 +250,7 @@ def test_af_keeps_a_reported_share_of_the_knob_questions(world):
         assert adv["n_knob_questions"] == base["n_questions"]          # the same knob selection before AF
         assert adv["n_kept"] == s[did]["n_questions"]
         assert adv["kept_share"] == pytest.approx(adv["n_kept"] / adv["n_knob_questions"], abs=1e-4)
-        dropped = s[did]["skips"].get("af_still_solved", 0) + s[did]["skips"].get("af_rank_rebalance", 0)
+        dropped = s[did]["skips"].get("af_predictable", 0) + s[did]["skips"].get("af_rank_rebalance", 0)
         assert dropped == adv["n_knob_questions"] - adv["n_kept"]
         assert adv["kept_share"] >= 0.4, (did, adv)
         stored = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
@@ -227,44 +258,52 @@ def test_af_keeps_a_reported_share_of_the_knob_questions(world):
 
 
 def _probe(rows, vec) -> float:
-    """The learned question-only probe (5-fold by recipe) on exported questions and vectors."""
-    from features.datasets.adversarial import cross_fitted_scores, pair_features
-    ctx, ch = [], []
-    for r in rows:
-        items = r["question"] if r["task"] == "visual_coherence" else r["prov"]["choice_items"]
-        v = np.array([vec[i] for i in items])
-        if r["task"] == "visual_coherence":
-            c = v.sum(0)[None, :] - v
-        else:
-            c = np.repeat(np.mean([vec[i] for j, i in enumerate(r["prov"]["question_items"])
-                                   if j != r["prov"]["placeholder_index"]], axis=0)[None, :], 4, axis=0)
-        ctx.append(c / np.linalg.norm(c, axis=1, keepdims=True))
-        ch.append(v)
-    X = pair_features(np.array(ctx, dtype=np.float32), np.array(ch, dtype=np.float32))
+    """The judge: the learned question-only probe (its task features: pair features plus the distance
+    probe's set-level cues; 5 folds by recipe) on exported questions and vectors."""
+    from features.diagnostics.question_only import cross_fitted_scores, task_features
+    ids = sorted({i for r in rows for i in r["question"] + r["prov"].get("question_items", []) if i in vec}
+                 | {i for r in rows for i in r["prov"].get("choice_items", [])})
+    at = {i: k for k, i in enumerate(ids)}
+    mat = np.array([vec[i] for i in ids])
+    task = rows[0]["task"]
+    if task == "visual_coherence":
+        q_rows, c_rows = [[] for _ in rows], [[at[i] for i in r["question"]] for r in rows]
+    else:
+        q_rows = [[at[i] for j, i in enumerate(r["prov"]["question_items"]) if j != r["prov"]["placeholder_index"]]
+                  for r in rows]
+        c_rows = [[at[i] for i in r["prov"]["choice_items"]] for r in rows]
+    X = task_features(task, q_rows, c_rows, mat)
     y = np.array([r["answer"] for r in rows])
-    groups = np.unique([r["recipe_id"] for r in rows], return_inverse=True)[1]
-    return float((np.argmax(cross_fitted_scores(X, y, groups, n_folds=5, seed=0), axis=1) == y).mean())
+    return float((np.argmax(cross_fitted_scores(X, y, [r["recipe_id"] for r in rows], 5, 0), axis=1) == y).mean())
 
 
 def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_path):
+    """The judge reads the knob selection well above chance; after AF it is near chance -- at most 35%,
+    and not far below chance either (a probe well below 25% reads a reversed cue AF left)."""
     con, s = world["con"], world["summaries"]
-    checked = 0
+    checked, after_all = 0, []
     for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
-        if task != "visual_cloze" or p.k3_mode != "coin":
+        if task == "textual_cloze":
             continue
-        base = world["base_of"][did]
-        export_parquet(con, [base], tmp_path / base, with_vectors=False)
-        q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
-                       "hive_partitioning=true)")
-        before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-        for r in before_rows:
-            r["prov"] = json.loads(r["provenance"])
         after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
-        before, after = _probe(before_rows, world["vec"]), _probe(after_rows, world["vec"])
-        assert before > 0.5 and after <= 0.35, (did, before, after)
-        assert s[did]["adversarial"]["probe_before"] > 0.5 and s[did]["adversarial"]["probe_after"] <= 0.35
-        checked += 1
+        after = _probe(after_rows, world["vec"])
+        assert 0.12 <= after <= 0.35, (did, after)
+        after_all.append((after, len(after_rows)))
+        if task == "visual_cloze" and p.k3_mode == "coin":
+            base = world["base_of"][did]
+            export_parquet(con, [base], tmp_path / base, with_vectors=False)
+            q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
+                           "hive_partitioning=true)")
+            before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+            for r in before_rows:
+                r["prov"] = json.loads(r["provenance"])
+            assert _probe(before_rows, world["vec"]) > 0.5, did
+            assert s[did]["adversarial"]["probe_before"] > 0.5
+            checked += 1
     assert checked == 2
+    # pooled over the AF datasets (about 1,000 questions): within a few points of chance
+    pooled = sum(a * n for a, n in after_all) / sum(n for _, n in after_all)
+    assert 0.19 <= pooled <= 0.31, pooled
     for did in world["af_ids"]:
         assert s[did]["adversarial"]["probe_after"] <= 0.35, (did, s[did]["adversarial"])
 
@@ -315,7 +354,7 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, (args, r.output)
     r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
     assert r.exit_code == 0, r.output
-    assert "vc-0-1-0-af-s0-" in r.output and "af_still_solved" in r.output
+    assert "vc-0-1-0-af-s0-" in r.output and "af_predictable" in r.output
     r = runner.invoke(app, ["datasets", "--format", "json"])
     assert [d["knobs"] for d in json.loads(r.output) if "-af-" in d["dataset_id"]] == ["0-1-0-af"]
 
@@ -344,3 +383,25 @@ def test_af_report_rows_match_the_registered_datasets(world):
             assert "oracle_after" not in r
         else:
             assert 0.0 <= r["oracle_before"] <= 1.0 and 0.0 <= r["oracle_after"] <= 1.0
+
+
+def test_the_adversary_sees_the_judges_features_including_the_set_level_distance_cues():
+    """Coherence: every candidate's 4-image set, as the adversary builds it, has exactly the learned
+    probe's features (pair features and the distance probe's distance / gaps / rank within the set)."""
+    from types import SimpleNamespace
+
+    from features.datasets.adversarial import _coherence_build
+    from features.diagnostics.question_only import N_DISTANCE_FEATURES, task_features
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(30, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    items = rng.choice(30, size=(5, 3))
+    cand = rng.choice(30, size=(5, 6))
+    X = _coherence_build(SimpleNamespace(vecs=vecs), items, cand)(np.arange(5)).reshape(5, 6, 4, -1)
+    sets = [list(items[i]) + [int(cand[i, m])] for i in range(5) for m in range(6)]
+    judge = task_features("visual_coherence", [[] for _ in sets], sets, vecs).reshape(5, 6, 4, -1)
+    assert X.shape[-1] == 4 * 8 + N_DISTANCE_FEATURES
+    np.testing.assert_allclose(X, judge, atol=1e-5)
+    # the rank one-hot marks each set's farthest image: a set-level cue no pair feature carries
+    far = np.argmax(X[..., -N_DISTANCE_FEATURES], axis=-1)
+    assert (X[..., -1][np.arange(5)[:, None], np.arange(6)[None, :], far] == 1).all()
