@@ -370,7 +370,7 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                "seed": d["seed"], "encoder_id": enc, "n_questions": d["n_questions"],
                "n_recipes": d["n_recipes"], "chance": 1.0 / N_CHOICES, "probe_model": model,
                "probe_folds": n_folds}
-        dist = qo = None
+        dist = qo = res = None
         if enc is not None:
             key = (enc, space)
             if key not in lookups:
@@ -388,12 +388,60 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                        probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
                        answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
         row.update(question_only_row(qo))
+        row["split_metrics"] = None
+        if dist is not None and len(dist.qids):
+            row["split_metrics"] = split_metrics(res.splits, {
+                "hasty_student": hasty_student(dist.hasty) == dist.answers,
+                "probe": _scored(pr.predictions, dist.answers),
+                "qo": _scored(qo.scores.argmax(1) if qo is not None and qo.accuracy is not None and len(qo.scores)
+                              else None, dist.answers)})
         cov, jac = dataset_overlap(con, d["dataset_id"])
         row.update(recipe_coverage=None if cov is None else round(cov, 4),
                    question_overlap=None if jac is None else round(jac, 4))
         if keep_distances:
             row["_distances"] = dist
         out.append(row)
+    return out
+
+
+SPLIT_ORDER = ("train", "val", "test")
+SPLIT_METRICS = ("hasty_student", "probe", "qo")
+
+
+def _scored(pred: np.ndarray | None, answers: np.ndarray) -> np.ndarray | None:
+    """Per question: 1.0 right, 0.0 wrong, nan not scored (a prediction of -1, or no predictions)."""
+    if pred is None or len(pred) != len(answers):
+        return None
+    pred = np.asarray(pred)
+    return np.where(pred < 0, np.nan, (pred == answers).astype(np.float64))
+
+
+def split_metrics(splits, correct: dict[str, np.ndarray | None], level: float = 0.95) -> list[dict]:
+    """Accuracy of each diagnostic per split and over all questions, with the Wilson score interval.
+
+    `correct`: per diagnostic (SPLIT_METRICS) one value per question (True/1 right, False/0 wrong, nan
+    not scored) or None when it did not run. Returns one dict per split present (train, val, test order,
+    then any other) and a last one for `all`: {split, n, <m>_acc, <m>_n, <m>_ci: [low, high]}."""
+    from features.diagnostics.question_only import wilson_interval
+    splits = np.asarray([str(s) for s in splits], dtype=object)
+    present = [s for s in SPLIT_ORDER if (splits == s).any()]
+    present += sorted(set(splits) - set(SPLIT_ORDER))
+    out = []
+    for name in [*present, "all"]:
+        mask = np.ones(len(splits), dtype=bool) if name == "all" else splits == name
+        entry: dict = {"split": name, "n": int(mask.sum())}
+        for m in SPLIT_METRICS:
+            c = correct.get(m)
+            if c is None:
+                entry.update({f"{m}_acc": None, f"{m}_n": 0, f"{m}_ci": None})
+                continue
+            v = np.asarray(c, dtype=np.float64)[mask]
+            v = v[~np.isnan(v)]
+            k, n = float(v.sum()), len(v)
+            ci = wilson_interval(k, n, level)
+            entry.update({f"{m}_acc": round(k / n, 4) if n else None, f"{m}_n": n,
+                          f"{m}_ci": [round(ci[0], 4), round(ci[1], 4)] if ci else None})
+        out.append(entry)
     return out
 
 
@@ -431,7 +479,7 @@ def question_only_row(qo: QuestionOnlyResult | None) -> dict:
 BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_questions", "n_scored",
                 "n_recipes", "chance", "hasty_student_acc", "probe_acc", "probe_model", "probe_folds",
                 "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
-                "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high"]
+                "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
@@ -443,6 +491,7 @@ def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:
             con.execute("DELETE FROM bias_metrics WHERE dataset_id = ?", [r["dataset_id"]])
             vals = [r.get(c) for c in BIAS_COLUMNS]
             vals[BIAS_COLUMNS.index("answer_rank_share")] = json.dumps(r.get("answer_rank_share"))
+            vals[BIAS_COLUMNS.index("split_metrics")] = json.dumps(r.get("split_metrics"))
             con.execute(f"INSERT INTO bias_metrics ({', '.join(BIAS_COLUMNS)}, computed_at) "
                         f"VALUES ({', '.join('?' * len(BIAS_COLUMNS))}, ?)", vals + [now])
     return len(rows)

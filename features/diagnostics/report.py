@@ -1,24 +1,33 @@
 """The benchmark bias report: one static folder, index.html + PNG plots (matplotlib Agg).
 
-Per task: a table of datasets x (questions, recipes, Hasty Student accuracy, distance-probe accuracy,
-learned question-only probe accuracy with its 95% interval, overlap), histograms of the answer's vs
-the distractors' distance from the question for the RecipeQA-style preset and every knob setting
-(Meta-RecipeQA Fig. 2), a knob-effect plot (accuracy per knob value with the other knobs fixed,
-Fig. 5), and a plot of the three context-free adversaries side by side per setting. Settings are
-ranked by the learned probe, or the distance probe where higher (see `ordering_by_probe`). The numbers go to
-DuckDB `bias_metrics` too.
+A header says what was measured, when (the date), with which code (git commit) and encoder (short
+name and full id), on what corpus (recipes, steps, images, questions) and links the Parquet export
+and its dataset card. Per task: a table of datasets x (questions, recipes, Hasty Student and
+distance-probe accuracy with 95% Wilson intervals, learned question-only probe accuracy with its 95%
+interval, overlap), a table of the three accuracies per split (train/val/test) with Wilson intervals,
+histograms of the answer's vs the distractors' distance from the question for the RecipeQA-style
+preset and every knob setting (Meta-RecipeQA Fig. 2), a knob-effect plot (accuracy per knob value with
+the other knobs fixed, Fig. 5), a plot of the three context-free adversaries side by side per setting
+and one of them per split. Every plot's axes are labelled; the labels are also listed in the page
+(`<figure data-axes=...>`). Settings are ranked by the learned probe, or the distance probe where
+higher (see `ordering_by_probe`). The numbers go to DuckDB `bias_metrics` too.
 
     res = build_report(con, out_dir)        # -> {"index": ".../index.html", "tasks": {...}, ...}
 
-The output has no timestamps, so the same warehouse gives the same HTML.
+The only time in the output is the header's date (`generated_at`), so the same warehouse, code and
+date give the same HTML.
 """
 from __future__ import annotations
 
 import html
 import itertools
+import json
 import logging
+import os
 import re
 import shutil
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -38,6 +47,27 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id",
                  ("qo_test_acc", "learned probe, test split (95% CI)"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
+
+
+SPLIT_COLUMNS = [("hasty_student", "Hasty Student"), ("probe", "distance probe"),
+                 ("qo", "learned question-only probe")]
+SPLIT_COLOURS = {"train": "tab:blue", "val": "tab:orange", "test": "tab:green", "all": "tab:gray"}
+
+
+def short_encoder(encoder_id: str | None) -> str:
+    """A table-sized name of an encoder id: `<model>@<weights sha6>` for ids made by
+    features.embed.encoders.make_encoder_id (`<model>-<weights sha12>-<preprocess sha8>`), the model
+    part cut to 24 characters; other ids up to 24 characters as they are, longer ones cut + a hash."""
+    if encoder_id is None:
+        return "–"
+    m = re.fullmatch(r"(.+)-([0-9a-f]{12})-([0-9a-f]{8})", encoder_id)
+    if m:
+        name = m[1] if len(m[1]) <= 24 else m[1][:23] + "…"
+        return f"{name}@{m[2][:6]}"
+    if len(encoder_id) <= 24:
+        return encoder_id
+    import hashlib
+    return encoder_id[:17] + "…" + hashlib.sha256(encoder_id.encode()).hexdigest()[:6]
 
 
 def setting_sort_key(row: dict) -> tuple:
@@ -83,12 +113,25 @@ def _fmt(v, col: str) -> str:
     if col == "question_overlap":
         return f"{v:.3f}"
     if col == "encoder_id":
-        return v if len(v) <= 24 else v[:21] + "..."
+        return short_encoder(v)
     if col == "answer_rank_share":
         return " / ".join(f"{100 * x:.0f}%" for x in v)
     if isinstance(v, int):
         return f"{v:,d}"
     return str(v)
+
+
+def _split_entry(r: dict, split: str = "all") -> dict:
+    return next((e for e in r.get("split_metrics") or [] if e["split"] == split), {})
+
+
+def with_wilson(entry: dict, metric: str, with_n: bool = False) -> str:
+    """`47.5% [44.1, 50.9]` (and ` n=300`) from a split_metrics entry; `–` when not measured."""
+    acc, ci = entry.get(f"{metric}_acc"), entry.get(f"{metric}_ci")
+    if acc is None or ci is None:
+        return "–"
+    n = f" n={entry[f'{metric}_n']:,d}" if with_n else ""
+    return f"{100 * acc:.1f}% [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]{n}"
 
 
 def with_interval(r: dict, col: str) -> str:
@@ -103,14 +146,49 @@ def with_interval(r: dict, col: str) -> str:
 
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
-    return [{label: with_interval(r, col) if col in ("qo_acc", "qo_test_acc") else _fmt(r.get(col), col)
-             for col, label in TABLE_COLUMNS}
-            for r in sorted(rows, key=setting_sort_key)]
+    def cell(r, col):
+        if col in ("qo_acc", "qo_test_acc"):
+            return with_interval(r, col)
+        if col in ("hasty_student_acc", "probe_acc") and r.get("split_metrics"):
+            return with_wilson(_split_entry(r), col.removesuffix("_acc"))
+        return _fmt(r.get(col), col)
+    return [{label: cell(r, col) for col, label in TABLE_COLUMNS} for r in sorted(rows, key=setting_sort_key)]
+
+
+def split_table_rows(rows: list[dict]) -> list[dict]:
+    """Per setting and split (train, val, test, all): questions and the three accuracies with their
+    95% Wilson intervals and the number of questions each covers."""
+    out = []
+    for r in sorted(rows, key=setting_sort_key):
+        for e in r.get("split_metrics") or []:
+            out.append({"setting": str(r["knobs"]), "dataset": r["dataset_id"], "split": e["split"],
+                        "questions": f"{e['n']:,d}",
+                        **{f"{label} (95% Wilson)": with_wilson(e, m, with_n=e[f"{m}_n"] != e["n"])
+                           for m, label in SPLIT_COLUMNS}})
+    return out
 
 
 # ----------------------------------------------------------------------------- plots
 
-def plot_histograms(rows: list[dict], path: Path, task: str) -> Path | None:
+class Plot(type(Path())):
+    """A written PNG (a Path) with the labels of its axes: [{"title", "x", "y"}] per panel."""
+    axes: list[dict]
+
+
+def save_plot(fig: Figure, path: Path) -> Plot:
+    """Write the figure as PNG; refuse a panel without both axis labels (every plot is labelled)."""
+    axes = [{"title": ax.get_title(), "x": ax.get_xlabel(), "y": ax.get_ylabel()} for ax in fig.axes
+            if ax.get_visible() and ax.has_data()]
+    unlabelled = [a["title"] or "(untitled)" for a in axes if not (a["x"].strip() and a["y"].strip())]
+    if unlabelled:
+        raise ValueError(f"{path.name}: panels without axis labels: {unlabelled}")
+    fig.savefig(path, format="png", metadata=PNG_META)
+    out = Plot(path)
+    out.axes = axes
+    return out
+
+
+def plot_histograms(rows: list[dict], path: Path, task: str) -> Plot | None:
     """Fig. 2: distance from the question of the correct choice vs the incorrect ones, per setting."""
     rows = [r for r in sorted(rows, key=setting_sort_key)
             if r.get("_distances") is not None and len(r["_distances"].qids)]
@@ -122,6 +200,9 @@ def plot_histograms(rows: list[dict], path: Path, task: str) -> Path | None:
     allv = np.concatenate([r["_distances"].probe.ravel() for r in rows])
     lo, hi = float(np.percentile(allv, 0.5)), float(np.percentile(allv, 99.5))
     bins = np.linspace(lo, hi if hi > lo else lo + 1e-6, 31)
+    xlabel = ("mean consecutive cosine distance of the ordering" if task.startswith("visual_ordering")
+              else "distance from the question (coherence: from the other 3)" if task.startswith("visual_coherence")
+              else "cosine distance from the question")
     for k, r in enumerate(rows):
         d = r["_distances"]
         ax = fig.add_subplot(nrows, ncols, k + 1)
@@ -131,14 +212,15 @@ def plot_histograms(rows: list[dict], path: Path, task: str) -> Path | None:
         ax.hist(d.probe[mask], bins=bins, density=True, alpha=0.55, color="tab:green", label="correct")
         probe = "–" if r["probe_acc"] is None else f"{100 * r['probe_acc']:.0f}%"
         ax.set_title(f"{r['knobs']}  (probe {probe}, n={len(d.qids)})", fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=7)
+        ax.set_ylabel("density (per unit distance)", fontsize=7)
         ax.tick_params(labelsize=7)
         if k == 0:
             ax.legend(fontsize=7)
     fig.suptitle(f"{task}: choice distance from the question "
                  f"({'mean consecutive distance' if task == 'visual_ordering' else 'cosine'})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata=PNG_META)
-    return path
+    return save_plot(fig, path)
 
 
 def knob_effects(rows: list[dict], metric: str = "probe_acc") -> dict[int, list[tuple[str, list]]]:
@@ -168,7 +250,7 @@ def knob_effects(rows: list[dict], metric: str = "probe_acc") -> dict[int, list[
     return out
 
 
-def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
+def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Plot | None:
     """Fig. 5: accuracy per knob value with the other knobs fixed (probe solid, Hasty Student dotted)."""
     probe, hasty = knob_effects(rows, "probe_acc"), knob_effects(rows, "hasty_student_acc")
     if not probe:
@@ -186,7 +268,7 @@ def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
         for r in preset:
             ax.axhline(100 * r["probe_acc"], color="black", lw=0.8, ls="-.")
         ax.set_xticks([0, 1])
-        ax.set_xlabel(f"knob {j}")
+        ax.set_xlabel(f"knob {j} value")
         ax.set_ylabel("accuracy (%)")
         ax.set_ylim(0, 100)
         ax.set_title(f"knob {j} (other knobs fixed)", fontsize=9)
@@ -194,11 +276,10 @@ def plot_knob_effects(rows: list[dict], path: Path, task: str) -> Path | None:
     fig.suptitle(f"{task}: probe (solid) and Hasty Student (dotted); dashed = chance, "
                  f"dash-dot = RecipeQA-style probe", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata=PNG_META)
-    return path
+    return save_plot(fig, path)
 
 
-def plot_adversaries(rows: list[dict], path: Path, task: str) -> Path | None:
+def plot_adversaries(rows: list[dict], path: Path, task: str) -> Plot | None:
     """Per setting, the context-free adversaries side by side: Hasty Student, distance probe, and the
     learned question-only probe over all questions and over the test split (95% bootstrap-by-recipe
     intervals as error bars); dashed line = chance."""
@@ -225,18 +306,53 @@ def plot_adversaries(rows: list[dict], path: Path, task: str) -> Path | None:
     ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
     ax.set_xticks(x)
     ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_xlabel("setting")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=6, loc="upper right", ncol=2)
     ax.set_title(f"{task}: context-free adversaries per setting (dashed = chance)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, format="png", metadata=PNG_META)
-    return path
+    return save_plot(fig, path)
+
+
+def plot_splits(rows: list[dict], path: Path, task: str) -> Plot | None:
+    """One panel per diagnostic (Hasty Student, distance probe, learned probe): accuracy per setting
+    and split (train / val / test bars) with 95% Wilson intervals as error bars; dashed = chance."""
+    rows = [r for r in sorted(rows, key=setting_sort_key) if r.get("split_metrics")]
+    if not rows:
+        return None
+    splits = [s for s in ("train", "val", "test") if any(_split_entry(r, s) for r in rows)]
+    x = np.arange(len(rows))
+    width = 0.8 / max(1, len(splits))
+    fig = Figure(figsize=(max(6.0, 0.6 * len(rows) + 2) * 1.0, 3.2 * len(SPLIT_COLUMNS)), dpi=80)
+    for n, (metric, label) in enumerate(SPLIT_COLUMNS):
+        ax = fig.add_subplot(len(SPLIT_COLUMNS), 1, n + 1)
+        for k, split in enumerate(splits):
+            entries = [_split_entry(r, split) for r in rows]
+            v = np.array([np.nan if e.get(f"{metric}_acc") is None else 100 * e[f"{metric}_acc"] for e in entries])
+            lo = np.array([np.nan if not e.get(f"{metric}_ci") else 100 * e[f"{metric}_ci"][0] for e in entries])
+            hi = np.array([np.nan if not e.get(f"{metric}_ci") else 100 * e[f"{metric}_ci"][1] for e in entries])
+            ax.bar(x + (k - (len(splits) - 1) / 2) * width, np.nan_to_num(v), width,
+                   yerr=np.nan_to_num(np.vstack([v - lo, hi - v])), capsize=2, color=SPLIT_COLOURS[split],
+                   label=split)
+        ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel("setting")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title(f"{label}: accuracy per split, 95% Wilson intervals (dashed = chance)", fontsize=9)
+        ax.legend(fontsize=6, loc="upper right", ncol=len(splits))
+    fig.suptitle(task, fontsize=10)
+    fig.tight_layout()
+    return save_plot(fig, path)
 
 
 # ----------------------------------------------------------------------------- HTML
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1300px;color:#222}
+header dl{display:grid;grid-template-columns:max-content auto;gap:2px 1em;font-size:14px}
+header dt{font-weight:bold}header dd{margin:0}figure{margin:1em 0}figcaption{color:#555;font-size:12px}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #bbb;padding:3px 8px;text-align:right}
 th{background:#eee}td:nth-child(1),td:nth-child(2){text-align:left;font-family:monospace}
 img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}.note{color:#555;font-size:13px}"""
@@ -251,10 +367,99 @@ def _html_table(rows: list[dict], cls: str) -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def render_html(tasks: dict[str, dict]) -> str:
+def git_commit(repo: Path | None = None) -> str:
+    """The code's git commit (12 hex digits, `+ uncommitted changes` when the tracked files differ from
+    it), or `unknown` outside a git checkout or without git."""
+    repo = repo or Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + (" + uncommitted changes" if dirty else "")) if sha else "unknown"
+
+
+def corpus_counts(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict:
+    """What the report measured on: ok recipes, their steps, ok images, and the reported datasets'
+    questions."""
+    recipes, steps = con.execute("""SELECT count(DISTINCT r.recipe_id), count(s.recipe_id) FROM recipes r
+                                    LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'""").fetchone()
+    images = con.execute("""SELECT count(*) FROM images i JOIN recipes r USING (recipe_id)
+                            WHERE i.status = 'ok' AND r.status = 'ok'""").fetchone()[0]
+    questions = con.execute("SELECT count(*) FROM questions WHERE dataset_id IN (SELECT unnest(?))",
+                            [dataset_ids]).fetchone()[0]
+    return {"recipes": recipes, "steps": steps, "images": images, "questions": questions,
+            "datasets": len(dataset_ids)}
+
+
+def find_export(exports: Path) -> Path | None:
+    """The Parquet export the report links: `exports/all` when it exists, else the newest export folder
+    (one holding questions/)."""
+    if not exports.is_dir():
+        return None
+    found = [p for p in exports.iterdir() if (p / "questions").is_dir()]
+    if not found:
+        return None
+    return next((p for p in found if p.name == "all"), None) or max(found, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def report_header(con: duckdb.DuckDBPyConnection, metrics: list[dict], out_dir: Path, model: str, seed: int,
+                  generated_at: str | None = None, commit: str | None = None,
+                  export_dir: Path | None = None) -> dict:
+    """The header's facts: date (UTC, `generated_at` or today), commit (`git_commit`), encoders (short
+    name and id), corpus counts, the export folder and its dataset card (README.md) as links relative to
+    the report folder, and what was measured."""
+    encoders = sorted({str(m["encoder_id"]) for m in metrics})
+    export = None
+    if export_dir is not None and Path(export_dir).is_dir():
+        export_dir = Path(export_dir).resolve()
+        card = export_dir / "README.md"
+        export = {"path": str(export_dir), "href": os.path.relpath(export_dir, Path(out_dir).resolve()) + "/",
+                  "card": os.path.relpath(card, Path(out_dir).resolve()) if card.is_file() else None}
+    return {"date": generated_at or datetime.now(UTC).date().isoformat(),
+            "commit": commit or git_commit(),
+            "encoders": [{"short": short_encoder(e), "id": e} for e in encoders],
+            "corpus": corpus_counts(con, [m["dataset_id"] for m in metrics]),
+            "export": export,
+            "measured": (f"Hasty Student; distance probe ({model}, 5 folds by recipe, seed {seed}); learned "
+                         f"question-only probe (conditional logit, 5 folds by recipe, seed {seed}); per dataset "
+                         "over all questions and per split (train/val/test), with 95% Wilson intervals")}
+
+
+def render_header(h: dict) -> str:
+    c = h["corpus"]
+    enc = "; ".join(f"<b>{html.escape(e['short'])}</b> (<code>{html.escape(e['id'])}</code>)" for e in h["encoders"])
+    if h["export"]:
+        e = h["export"]
+        export = f"<a href='{html.escape(e['href'])}'>{html.escape(e['path'])}</a>"
+        export += (f"; dataset card <a href='{html.escape(e['card'])}'>README.md</a>" if e["card"]
+                   else "; no dataset card (README.md) in it")
+    else:
+        export = "none found (write one with <code>mrqa export --all</code>)"
+    rows = [("date", html.escape(h["date"])), ("code", f"git commit <code>{html.escape(h['commit'])}</code>"),
+            ("encoder", enc or "–"),
+            ("corpus", f"{c['recipes']:,d} recipes, {c['steps']:,d} steps, {c['images']:,d} images; "
+                       f"{c['questions']:,d} questions in {c['datasets']:,d} datasets"),
+            ("export", export), ("measured", html.escape(h["measured"]))]
+    body = "".join(f"<dt>{k}</dt><dd class='{k}'>{v}</dd>" for k, v in rows)
+    return f"<header id='report-header'><dl>{body}</dl></header>"
+
+
+def render_figure(name: str, alt: str, axes: list[dict]) -> str:
+    """An <img> in a <figure> that lists its panels' axis labels (data-axes JSON and a caption)."""
+    cap = "; ".join(f"{a['title'] or 'panel'}: x = {a['x']}, y = {a['y']}" for a in axes[:3])
+    if len(axes) > 3:
+        cap += f"; and {len(axes) - 3} more panels with the same axes"
+    return (f"<figure data-axes='{html.escape(json.dumps(axes), quote=True)}'><img src='{html.escape(name)}' "
+            f"alt='{html.escape(alt)}'><figcaption>Axes: {html.escape(cap)}</figcaption></figure>")
+
+
+def render_html(tasks: dict[str, dict], header: dict | None = None) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>Meta-RecipeQA bias report</title>", f"<style>{CSS}</style></head><body>",
-             "<h1>Meta-RecipeQA bias report</h1>",
+             "<h1>Meta-RecipeQA bias report</h1>", render_header(header) if header else "",
              ("<p class='note'>Chance is 25% (4 choices). <b>Hasty Student</b>: context-free pick by "
              "distance (cloze: the choice closest on average to the question; coherence: the image most "
              "dissimilar to the others; ordering: the smoothest sequence). <b>Distance probe</b>: logistic "
@@ -264,8 +469,10 @@ def render_html(tasks: dict[str, dict]) -> str:
              "features, so it learns its own metric on top of the fixed distances; "
              "every question is scored by a model fitted on other recipes (5-fold GroupKFold by recipe); "
              "over all questions and over the test split, with 95% intervals from a bootstrap that "
-             "resamples recipes. Settings are ranked by it (the stronger adversary), or by the distance "
-             "probe where that reads higher. "
+             "resamples recipes, widened to the Wilson interval where that is wider. Settings are ranked "
+             "by it (the stronger adversary), or by the distance probe where that reads higher. "
+             "<b>Per split</b>: the three accuracies on the train, val and test questions (and all), each "
+             "with its 95% Wilson score interval (questions as independent draws). "
              "<b>Recipe coverage</b>: share of a recipe's steps its "
              "questions show; <b>question overlap</b>: mean pairwise Jaccard of their step sets. "
              "<b>Answer distance rank</b>: how often the answer is the nearest / 2nd / 3rd / farthest "
@@ -275,16 +482,18 @@ def render_html(tasks: dict[str, dict]) -> str:
     for task, info in tasks.items():
         parts.append(f"<h2 id='{task}'>{task}</h2>")
         parts.append(_html_table(info["table"], "metrics"))
+        parts.append(f"<h3>{task}: per split</h3>")
+        parts.append(_html_table(info.get("split_table") or [], "splits"))
         for enc, ordering in info["ordering"].items():
             order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['qo_acc'], 'qo_acc')})"
                                   for r in ordering)
             parts.append(f"<p class='note'>Settings by learned-probe accuracy, or the distance probe's "
                          f"where higher (most biased first), encoder "
-                         f"<code>{html.escape(str(enc))}</code>: {order}</p>")
+                         f"<b title='{html.escape(str(enc))}'>{html.escape(short_encoder(enc))}</b>: {order}</p>")
         for name in info["plots"]:
-            alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting"}.get(
-                name.split("_")[0] + "_", "choice distance histograms")
-            parts.append(f"<img src='{html.escape(name)}' alt='{task} {alt}'>")
+            alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting",
+                   "splits_": "accuracy per split"}.get(name.split("_")[0] + "_", "choice distance histograms")
+            parts.append(render_figure(name, f"{task} {alt}", info.get("axes", {}).get(name, [])))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -301,15 +510,23 @@ def check_out_dir(out_dir: Path) -> Path:
 
 def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: list[str] | None = None,
                  lance_uri: str | None = None, seed: int = 0, model: str = "logreg",
-                 progress: bool = True) -> dict:
+                 progress: bool = True, generated_at: str | None = None, commit: str | None = None,
+                 export_dir: Path | None = None) -> dict:
     """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
-    Returns {out, index, images, n_datasets, tasks: {task: {rows, table, ordering}}}."""
+    `generated_at` (the header's date; default today, UTC), `commit` (default `git_commit()`),
+    `export_dir` (the export to link; default `find_export(MRQA_HOME/exports)`).
+    Returns {out, index, images, n_datasets, header, tasks: {task: {rows, table, split_table, ordering,
+    plots, axes}}}."""
     out_dir = check_out_dir(Path(out_dir))
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True)
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
+    if export_dir is None:
+        from etl.config import Paths
+        export_dir = find_export(Paths.from_env().exports)
+    header = report_header(con, metrics, out_dir, model, seed, generated_at, commit, export_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -318,25 +535,29 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     for task in [t for t in TASKS if any(m["task"] == t for m in metrics)]:
         rows = [m for m in metrics if m["task"] == task]
         encoders = sorted({str(r["encoder_id"]) for r in rows})
-        plots, ordering = [], {}
+        plots, ordering, axes = [], {}, {}
         for enc in encoders:
             group = [r for r in rows if str(r["encoder_id"]) == enc]
             tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
-            hist = plot_histograms(group, out_dir / f"hist_{tag}.png", f"{task} [{enc}]")
-            knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", f"{task} [{enc}]")
-            adv = plot_adversaries(group, out_dir / f"adversaries_{tag}.png", f"{task} [{enc}]")
-            plots += [p.name for p in (hist, knobs, adv) if p]
+            label = f"{task} [{short_encoder(enc)}]"
+            hist = plot_histograms(group, out_dir / f"hist_{tag}.png", label)
+            knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", label)
+            adv = plot_adversaries(group, out_dir / f"adversaries_{tag}.png", label)
+            spl = plot_splits(group, out_dir / f"splits_{tag}.png", label)
+            plots += [p.name for p in (hist, knobs, adv, spl) if p]
+            axes.update({p.name: p.axes for p in (hist, knobs, adv, spl) if p})
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
                               "hasty_student_acc": r["hasty_student_acc"], **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
         clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
-        tasks[task] = {"rows": clean, "table": table_rows(clean), "ordering": ordering, "plots": plots}
+        tasks[task] = {"rows": clean, "table": table_rows(clean), "split_table": split_table_rows(clean),
+                       "ordering": ordering, "plots": plots, "axes": axes}
     index = out_dir / "index.html"
-    index.write_text(render_html(tasks), encoding="utf-8")
+    index.write_text(render_html(tasks, header), encoding="utf-8")
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
-            "n_datasets": len(metrics), "tasks": tasks}
+            "n_datasets": len(metrics), "header": header, "tasks": tasks}
 
 
 def _slug(s: str) -> str:

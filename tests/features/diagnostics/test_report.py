@@ -1,5 +1,7 @@
 """The bias report on a synthetic warehouse (features.datasets.synthetic): tables, PNGs, bias_metrics rows,
-determinism, and the report rendered in headless Chromium (tables present, images loaded)."""
+per-split figures with Wilson intervals, the header and every plot's axis labels (parsed from the HTML),
+determinism, and the report rendered in headless Chromium (tables present, images loaded, header and
+axis labels in the DOM)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +49,8 @@ def report(tmp_path_factory):
     build_world(con, paths.lance, n_recipes=40, seed=1, dim=16, k=60)
     summaries = generate_datasets(con, _settings(), seed=0, encoder_id=ENC, lance_uri=paths.lance,
                                   progress=False)
+    from features.datasets.export import export_parquet
+    export_parquet(con, [s["dataset_id"] for s in summaries], paths.exports / "all")
     out = paths.reports / "latest"
     res = build_report(con, out, lance_uri=paths.lance, progress=False)
     yield {"con": con, "paths": paths, "res": res, "out": out, "summaries": summaries}
@@ -72,7 +77,7 @@ def test_report_has_a_table_and_plots_per_task(report):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     imgs = re.findall(r"<img src='([^']+)'", page)
     assert sorted(imgs) == sorted(p.name for p in out.glob("*.png"))
-    assert page.count("<table") == 4
+    assert page.count("<table") == 8                            # per task: the metrics and the per-split table
     assert "Learned probe" in page and "learned probe, test split (95% CI)" in page
 
 
@@ -152,8 +157,9 @@ def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
     from features.diagnostics.report import build_report
     con, paths = report["con"], report["paths"]
     ids = [s["dataset_id"] for s in report["summaries"] if s["task"] == "visual_cloze"]
-    a = build_report(con, tmp_path / "a", ids, lance_uri=paths.lance, progress=False)
-    build_report(con, tmp_path / "b", ids, lance_uri=paths.lance, progress=False)
+    kw = {"lance_uri": paths.lance, "progress": False, "generated_at": "2026-01-02", "commit": "0123456789ab"}
+    a = build_report(con, tmp_path / "a", ids, **kw)
+    build_report(con, tmp_path / "b", ids, **kw)
     for name in ["index.html"] + [Path(p).name for p in a["images"]]:
         assert hashlib.sha256((tmp_path / "a" / name).read_bytes()).digest() == \
             hashlib.sha256((tmp_path / "b" / name).read_bytes()).digest(), name
@@ -183,8 +189,12 @@ window.addEventListener('load', function () {
     return {src: i.getAttribute('src'), w: i.naturalWidth, h: i.naturalHeight, done: i.complete}; });
   var tables = Array.prototype.map.call(document.querySelectorAll('table'), function (t) {
     return t.querySelectorAll('tbody tr').length; });
+  var header = document.getElementById('report-header');
+  var figures = Array.prototype.map.call(document.querySelectorAll('figure'), function (f) {
+    return JSON.parse(f.getAttribute('data-axes')); });
   var pre = document.createElement('pre'); pre.id = 'probe-result';
-  pre.textContent = JSON.stringify({images: imgs, tables: tables});
+  pre.textContent = JSON.stringify({images: imgs, tables: tables, figures: figures,
+                                    header: header ? header.innerText : null});
   document.body.appendChild(pre);
 });
 </script>"""
@@ -210,9 +220,12 @@ def test_report_opens_in_a_browser(report, tmp_path):
     m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.DOTALL)
     assert m, f"no probe result in the DOM; stderr: {proc.stderr[-2000:]}"
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    assert len(result["tables"]) == 4 and all(n > 0 for n in result["tables"])
+    assert len(result["tables"]) == 8 and all(n > 0 for n in result["tables"])
     n_png = len(list(report["out"].glob("*.png")))
     assert len(result["images"]) == n_png > 0
+    assert len(result["figures"]) == n_png and all(a["x"] and a["y"] for f in result["figures"] for a in f)
+    for needle in ("date", "git commit", ENC, "recipes", "steps", "images", "questions", "README.md"):
+        assert needle in result["header"], needle
     for img in result["images"]:
         assert img["done"] and img["w"] > 0 and img["h"] > 0, img
     shot = report["paths"].reports / "latest-screenshot.png"
@@ -258,3 +271,159 @@ def test_demo_summary_shows_the_learned_probe(report):
     for info in res["tasks"].values():
         for row in info["table"]:
             assert f"learned {row['learned probe, test split (95% CI)']}" in text
+
+
+# ----------------------------------------------------------------------------- the page, parsed
+
+class _Page(HTMLParser):
+    """The header's <dd> texts and links, the figures' data-axes, the tables' header and body cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.header, self.links, self.figures, self.tables = {}, [], [], []
+        self._in_header, self._dd, self._cell, self._row = False, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "header":
+            self._in_header = True
+        elif tag == "dd" and self._in_header:
+            self._dd = a.get("class")
+            self.header[self._dd] = ""
+        elif tag == "a" and self._in_header:
+            self.links.append(a["href"])
+        elif tag == "figure":
+            self.figures.append(json.loads(a["data-axes"]))
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self._row = []
+            self.tables[-1].append(self._row)
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "header":
+            self._in_header = False
+        elif tag == "dd":
+            self._dd = None
+        elif tag in ("td", "th") and self._cell is not None:
+            self._row.append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._dd is not None:
+            self.header[self._dd] += data
+        if self._cell is not None:
+            self._cell += data
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text())
+    return page
+
+
+def test_header_says_what_when_which_code_encoder_corpus_and_links_the_export(report):
+    con, out, paths = report["con"], report["out"], report["paths"]
+    page = _parse(out / "index.html")
+    assert set(page.header) == {"date", "code", "encoder", "corpus", "export", "measured"}
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", page.header["date"])
+    assert re.fullmatch(r"git commit ([0-9a-f]{12}( \+ uncommitted changes)?|unknown)", page.header["code"])
+    from features.diagnostics.report import short_encoder
+    assert page.header["encoder"] == f"{short_encoder(ENC)} ({ENC})"
+    recipes, steps = con.execute("SELECT count(DISTINCT r.recipe_id), count(s.recipe_id) FROM recipes r "
+                                 "LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'").fetchone()
+    images = con.execute("SELECT count(*) FROM images i JOIN recipes r USING (recipe_id) "
+                         "WHERE i.status = 'ok' AND r.status = 'ok'").fetchone()[0]
+    questions = sum(s["n_questions"] for s in report["summaries"])
+    assert page.header["corpus"] == (f"{recipes:,d} recipes, {steps:,d} steps, {images:,d} images; "
+                                     f"{questions:,d} questions in {len(report['summaries'])} datasets")
+    assert min(recipes, steps, images, questions) > 0
+    export, card = page.links                                   # relative links that resolve
+    assert (out / export).resolve() == (paths.exports / "all").resolve()
+    assert (out / card).resolve() == (paths.exports / "all" / "README.md").resolve() and (out / card).is_file()
+    assert "Hasty Student" in page.header["measured"] and "Wilson" in page.header["measured"]
+
+
+def test_every_plot_has_axis_labels(report):
+    """Every figure of the page lists its panels' axis labels, taken from the matplotlib axes when the
+    PNG was written (save_plot refuses a panel without both); the histogram grids included."""
+    out, res = report["out"], report["res"]
+    page = _parse(out / "index.html")
+    n_png = len(list(out.glob("*.png")))
+    assert len(page.figures) == n_png > 0
+    for axes in page.figures:
+        assert axes and all(a["x"].strip() and a["y"].strip() for a in axes), axes
+    for task, info in res["tasks"].items():
+        hist = info["axes"][f"hist_{task}.png"]
+        assert len(hist) == len(info["rows"])                  # one labelled panel per setting of the grid
+        assert all(a["y"] == "density (per unit distance)" and "distance" in a["x"] for a in hist)
+        assert {a["y"] for a in info["axes"][f"splits_{task}.png"]} == {"accuracy (%)"}
+
+
+def test_save_plot_refuses_a_panel_without_axis_labels(tmp_path):
+    from matplotlib.figure import Figure
+
+    from features.diagnostics.report import save_plot
+    fig = Figure()
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot([0, 1], [0, 1])
+    ax.set_xlabel("x only")
+    with pytest.raises(ValueError, match="without axis labels"):
+        save_plot(fig, tmp_path / "p.png")
+    assert not (tmp_path / "p.png").exists()
+    ax.set_ylabel("y")
+    assert save_plot(fig, tmp_path / "p.png").axes == [{"title": "", "x": "x only", "y": "y"}]
+
+
+def test_per_split_figures_with_wilson_intervals(report):
+    """bias_metrics.split_metrics: per split the question counts add up, each accuracy lies in its
+    Wilson interval (recomputed with scipy), `all` equals the overall figures; the page shows a row per
+    setting and split."""
+    from scipy.stats import binomtest
+    con, res = report["con"], report["res"]
+    rows = con.execute("SELECT dataset_id, n_scored, hasty_student_acc, probe_acc, qo_acc, qo_n_test, "
+                       "split_metrics FROM bias_metrics").fetchall()
+    assert len(rows) == res["n_datasets"]
+    splits_seen = set()
+    for did, n_scored, hasty, probe, qo, qo_n_test, sm in rows:
+        sm = json.loads(sm)
+        by = {e["split"]: e for e in sm}
+        assert list(by)[-1] == "all" and by["all"]["n"] == n_scored
+        assert sum(e["n"] for s, e in by.items() if s != "all") == n_scored
+        splits_seen |= set(by) - {"all"}
+        assert by["all"]["hasty_student_acc"] == pytest.approx(hasty, abs=1e-4)
+        assert by["all"]["probe_acc"] == pytest.approx(probe, abs=1e-4)
+        assert by["all"]["qo_acc"] == pytest.approx(qo, abs=1e-4)
+        assert by.get("test", {"qo_n": 0})["qo_n"] == qo_n_test
+        for e in sm:
+            for m in ("hasty_student", "probe", "qo"):
+                acc, n, ci = e[f"{m}_acc"], e[f"{m}_n"], e[f"{m}_ci"]
+                assert 0 < n <= e["n"]
+                k = round(acc * n)
+                ref = binomtest(k, n).proportion_ci(0.95, method="wilson")
+                assert ci == pytest.approx([ref.low, ref.high], abs=1e-3), (did, e["split"], m)
+                assert ci[0] <= acc <= ci[1]
+    assert splits_seen == {"train", "val", "test"}
+    page = _parse(report["out"] / "index.html")
+    split_tables = [t for t in page.tables if t and "split" in t[0]]
+    assert len(split_tables) == 4
+    n_rows = sum(len(t) - 1 for t in split_tables)
+    assert n_rows == sum(len(json.loads(r[-1])) for r in rows)
+    for t in split_tables:
+        head = t[0]
+        for cells in t[1:]:
+            for col in ("Hasty Student (95% Wilson)", "distance probe (95% Wilson)",
+                        "learned question-only probe (95% Wilson)"):
+                assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\]( n=[\d,]+)?", cells[head.index(col)])
+
+
+def test_encoder_names_in_tables_are_short():
+    from features.diagnostics.report import short_encoder
+    long_id = "openai-clip-vit-base-patch32-0123456789ab-89abcdef"
+    assert short_encoder(long_id) == "openai-clip-vit-base-pa…@012345"
+    assert short_encoder("clip-b32-0123456789ab-89abcdef") == "clip-b32@012345"
+    assert short_encoder(ENC) == ENC
+    other = "x" * 40
+    assert len(short_encoder(other)) <= 24 and short_encoder(other) != short_encoder("x" * 41)
