@@ -1,6 +1,6 @@
 """sql/schema/094 on a warehouse written before setting names: knob3 '1:balanced' becomes the INTEGER 1
 with k3_mode 'balanced', `setting` is what features.datasets.knobs.setting_name says for every kind of row,
-and v_datasets_legacy (095) gives old queries the VARCHAR knob3 back."""
+v_datasets_legacy (095) gives old queries the VARCHAR knob3 back, and 097 renames bias_metrics.knobs."""
 from __future__ import annotations
 
 import json
@@ -45,6 +45,12 @@ def test_migration_names_old_rows_like_setting_name(tmp_path):
                        created_at, n_questions, n_recipes) VALUES (?, 'visual_cloze', ?, ?, ?, ?, 0, 'e', ?,
                        TIMESTAMP '2026-01-01', 1, 1)""",
                     [[d, k1, k2, k3, pre, json.dumps(p)] for d, k1, k2, k3, pre, p in OLD_ROWS])
+    # the report's rows as it labelled them then: k1-k2-<knob3>, -af from the id
+    con.executemany("""INSERT INTO bias_metrics (dataset_id, task, knobs, n_questions, n_scored, chance, probe_model,
+                       probe_folds, computed_at) VALUES (?, 'visual_cloze', ?, 1, 1, 0.25, 'logreg', 5,
+                       TIMESTAMP '2026-01-01')""",
+                    [[d, pre or f"{k1}-{k2}-{k3}" + ("-af" if "-af-" in d else "")]
+                     for d, k1, k2, k3, pre, _ in OLD_ROWS])
     order.write_text(full)
     assert migrate(con, sql_dir)[:2] == ["094_datasets_setting.sql", "095_v_datasets_legacy.sql"]
 
@@ -64,4 +70,5 @@ def test_migration_names_old_rows_like_setting_name(tmp_path):
     assert legacy == {d: k3 for d, _, _, k3, _, _ in OLD_ROWS}
     # an old query keeps working against the view
     assert con.execute("SELECT count(*) FROM v_datasets_legacy WHERE knob3 = '1:balanced'").fetchone()[0] == 2
+    assert dict(con.execute("SELECT dataset_id, knobs FROM bias_metrics").fetchall()) == EXPECTED
     con.close()
