@@ -153,23 +153,43 @@ def _configs(parts: list[dict], files: list[str]) -> list[tuple[str, list[tuple[
     return out
 
 
+PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
+
+
+def _json_type(structure) -> str:
+    """A readable type from DuckDB's json_structure: integer, number, string, boolean, null, array of ...,
+    object {keys}."""
+    if isinstance(structure, list):
+        return "array of " + (_json_type(structure[0]) if structure else "null")
+    if isinstance(structure, dict):
+        return "object {" + ", ".join(structure) + "}"
+    return JSON_TYPE_NAMES.get(str(structure).upper(), str(structure).lower())
+
+
 def _provenance_schema(con: duckdb.DuckDBPyConnection, questions: pa.Table) -> dict[str, list[tuple]]:
-    """task -> [(key, JSON types seen, share of the task's questions that have it)]."""
-    con.register("card_questions", questions.select(["task", "provenance"]))
+    """task -> [(key, JSON types seen, datasets of the task with the key, datasets of the task)], from the
+    merged JSON structure (json_group_structure) of the first PROVENANCE_SAMPLE questions (by split, qid)
+    of every dataset."""
+    con.register("card_questions", questions.select(["dataset_id", "task", "split", "qid", "provenance"]))
     try:
-        rows = con.execute("""
-            WITH q AS (SELECT CAST(task AS VARCHAR) AS task, CAST(provenance AS JSON) AS p FROM card_questions),
-            n AS (SELECT task, count(*) AS n FROM q GROUP BY task),
-            k AS (SELECT task, p, unnest(json_keys(p)) AS key FROM q)
-            SELECT task, key, list(DISTINCT json_type(p, '$."' || key || '"') ORDER BY 1), count(*) / any_value(n.n)
-            FROM k JOIN n USING (task) GROUP BY task, key ORDER BY task, key""").fetchall()
+        rows = con.execute(f"""
+            WITH q AS (SELECT dataset_id, CAST(task AS VARCHAR) AS task, CAST(provenance AS JSON) AS p
+                       FROM card_questions
+                       QUALIFY row_number() OVER (PARTITION BY dataset_id ORDER BY CAST(split AS VARCHAR), qid)
+                               <= {PROVENANCE_SAMPLE})
+            SELECT task, dataset_id, json_group_structure(p) FROM q GROUP BY ALL ORDER BY ALL""").fetchall()
     finally:
         con.unregister("card_questions")
-    out: dict[str, list[tuple]] = {}
-    for task, key, types, share in rows:
-        names = sorted({JSON_TYPE_NAMES.get(t.upper(), t.lower()) for t in types})
-        out.setdefault(task, []).append((key, names, float(share)))
-    return out
+    types: dict[str, dict[str, set]] = {}
+    having: dict[str, dict[str, int]] = {}
+    n_sets: dict[str, int] = {}
+    for task, _did, structure in rows:
+        n_sets[task] = n_sets.get(task, 0) + 1
+        for key, sub in json.loads(structure).items():
+            types.setdefault(task, {}).setdefault(key, set()).add(_json_type(sub))
+            having.setdefault(task, {})[key] = having.get(task, {}).get(key, 0) + 1
+    return {task: [(k, sorted(types[task][k]), having[task][k], n_sets[task]) for k in sorted(types[task])]
+            for task in sorted(types)}
 
 
 def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
@@ -269,11 +289,12 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
     md += ["", "Splits: the config names `val` `validation` (the folder and the `split` column keep `val`).", "",
            "## Provenance", "",
            "`provenance` is a JSON object; its keys depend on the task and the setting. Keys seen in this "
-           "export (share = the task's questions that have the key):", ""]
+           f"export (read from the first {PROVENANCE_SAMPLE} questions of every dataset; datasets = how many of "
+           "the task's datasets have the key):", ""]
     for task, keys in _provenance_schema(con, questions).items():
-        md += [f"### {task}", "", "| key | JSON type | share | meaning |", "| --- | --- | ---: | --- |"]
-        md += [f"| `{k}` | {' / '.join(t)} | {100 * s:.0f}% | {_cell(PROVENANCE_KEYS.get(k, '(undocumented)'))} |"
-               for k, t, s in keys]
+        md += [f"### {task}", "", "| key | JSON type | datasets | meaning |", "| --- | --- | ---: | --- |"]
+        md += [f"| `{k}` | {' / '.join(t)} | {n} of {n_all} | {_cell(PROVENANCE_KEYS.get(k, '(undocumented)'))} |"
+               for k, t, n, n_all in keys]
         md.append("")
     md += ["## Encoders", "", "| encoder_id | kind | model | weights | dim | trained on |",
            "| --- | --- | --- | --- | ---: | --- |"]
