@@ -397,3 +397,28 @@ def test_register_refuses_a_repeated_qid_and_keeps_the_old_rows(world):
     after = con.execute("SELECT count(*), any_value(content_sha256) FROM questions JOIN datasets USING "
                         "(dataset_id) WHERE dataset_id = ?", [ds.dataset_id]).fetchall()[0]
     assert after == before
+
+
+def test_regenerating_replaces_the_rows_kept_under_the_id_before_setting_names(world):
+    """A warehouse written before setting names holds the dataset as vc-k011-s0-<enc>-p<hash> (balanced);
+    generating the setting again registers vc-0-1-1-balanced-s0-<enc> with the same content hash and
+    removes the old-named rows, so a setting is never listed twice."""
+    from features.datasets.generate import Generator, register_dataset
+    from features.datasets.knobs import dataset_id, legacy_dataset_id
+    con = world["con"]
+    params = KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced")
+    new_id, old_id = dataset_id("visual_cloze", params, 0, ENC), legacy_dataset_id("visual_cloze", params, 0, ENC)
+    assert new_id.startswith("vc-0-1-1-balanced-s0-") and old_id.startswith("vc-k011-s0-") and old_id[-8:-6] == "-p"
+    ds = Generator(con, ENC, world["paths"].lance).generate("visual_cloze", params, seed=0)
+    assert ds.dataset_id == new_id
+    ds.dataset_id = old_id                                      # as the generator named it before
+    old = register_dataset(con, ds)
+    ds.dataset_id = new_id
+    new = register_dataset(con, ds)
+    assert new["content_sha256"] == old["content_sha256"]
+    counts = dict(con.execute("SELECT dataset_id, count(*) FROM questions WHERE dataset_id IN (?, ?) GROUP BY 1",
+                              [old_id, new_id]).fetchall())
+    assert counts == {new_id: ds.n_questions}
+    assert con.execute("SELECT count(*) FROM datasets WHERE dataset_id = ?", [old_id]).fetchone()[0] == 0
+    assert con.execute("SELECT setting, knob3, k3_mode FROM datasets WHERE dataset_id = ?",
+                       [new_id]).fetchone() == ("0-1-1-balanced", 1, "balanced")
