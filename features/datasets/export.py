@@ -144,9 +144,9 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 
 def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
     """One file per (task, knobs, split) run of the sorted table, partition columns included;
-    returns the partitions with their path and per-dataset counts."""
-    plain = [f for f in QUESTION_SCHEMA if f.name not in PARTITIONS]
-    cast = pa.table({f.name: tbl[f.name].cast(f.type) for f in plain})
+    returns the partitions with their path and per-dataset counts. Arrow-to-Arrow only (no Python
+    objects), so pyarrow never loads pandas."""
+    cast = {f.name: tbl[f.name].cast(f.type) for f in QUESTION_SCHEMA if f.name not in PARTITIONS}
     keys = list(zip(*(tbl[c].to_pylist() for c in PARTITIONS)))
     dids = tbl["dataset_id"].to_pylist()
     parts, start = [], 0
@@ -156,14 +156,12 @@ def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
         n = i - start
         task, knobs, split = keys[start]
         rel = Path("questions", f"task={task}", f"knobs={knobs}", f"split={split}", "data_0.parquet")
-        cols = {c: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([v], pa.string()))
-                for c, v in zip(PARTITIONS, keys[start])}
-        sub = cast.slice(start, n)
-        part = pa.table([cols[f.name] if f.name in PARTITIONS else sub[f.name] for f in QUESTION_SCHEMA],
-                        schema=QUESTION_SCHEMA)
+        cols = [tbl[f.name].slice(start, n).combine_chunks().dictionary_encode() if f.name in PARTITIONS
+                else cast[f.name].slice(start, n) for f in QUESTION_SCHEMA]
         dest = root.parent / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(part, dest, row_group_size=ROW_GROUP, compression="zstd")
+        pq.write_table(pa.Table.from_arrays(cols, schema=QUESTION_SCHEMA), dest, row_group_size=ROW_GROUP,
+                       compression="zstd")
         per_ds: dict[str, int] = {}
         for d in dids[start:i]:
             per_ds[d] = per_ds.get(d, 0) + 1
