@@ -281,11 +281,20 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     """RecipeQA-format files OUT/{train,val,test}.json for one dataset; for several, one such folder per
     dataset (OUT/<dataset_id>/), so RecipeQA's tools score each knob setting on its own."""
     out = Path(out)
+    records = recipeqa_records(con, dataset_ids)
+    sources: dict[str, str | None] = {}
+    if with_images:
+        shown = sorted({i for by_split in records.values() for recs in by_split.values() for rec in recs
+                        for i in record_images(rec)})
+        for iid, path in con.execute("SELECT image_id, path FROM images WHERE status = 'ok' AND "
+                                     "list_contains(?, image_id)", [shown]).fetchall():
+            f = _image_file(path, home)
+            sources[iid] = str(f) if f is not None else None
     if len(dataset_ids) == 1:
-        return _recipeqa_folder(con, dataset_ids[0], out, home, with_images)
+        return _recipeqa_folder(records.get(dataset_ids[0], {}), out, sources, with_images)
     res = {"out": str(out), "datasets": {}, "images_copied": 0, "images_missing": 0}
     for did in dataset_ids:
-        r = _recipeqa_folder(con, did, out / did, home, with_images)
+        r = _recipeqa_folder(records.get(did, {}), out / did, sources, with_images)
         res["datasets"][did] = r["records"]
         res["images_copied"] += r["images_copied"]
         res["images_missing"] += r["images_missing"]
@@ -294,10 +303,10 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     return res
 
 
-def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_id: str) -> dict[str, list[dict]]:
-    """The dataset's questions as RecipeQA records, by split."""
+def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[str, dict[str, list[dict]]]:
+    """The datasets' questions as RecipeQA records: dataset_id -> split -> records (qid order)."""
     from features.datasets.tasks import FAMILIES
-    _choose(con, [dataset_id])
+    _choose(con, dataset_ids)
     cur = con.execute(load_query("export_questions"))
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -312,36 +321,39 @@ def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_id: str) -> dict[st
             "SELECT image_id, recipe_id, step_idx FROM images WHERE status = 'ok' AND "
             "list_contains(?, recipe_id) ORDER BY recipe_id, step_idx, ord, image_id", [recipes]).fetchall():
         imgs.setdefault((rid, idx), []).append(iid)
-    by_split: dict[str, list] = {}
+    contexts: dict[tuple, list] = {}       # (recipe, textual) -> context, built once, shared by records
+
+    def context(rid: str, textual: bool) -> list[dict]:
+        if (rid, textual) not in contexts:
+            contexts[rid, textual] = [
+                {"id": idx, "body": body or "", "videos": [],
+                 **({"images": imgs.get((rid, idx), [])} if textual else {"title": title or ""})}
+                for idx, title, body in steps.get(rid, [])]
+        return contexts[rid, textual]
+
+    out: dict[str, dict[str, list]] = {}
     for r in rows:
         fam = FAMILIES[r["task"]]
-        textual = fam.space == "title"
-        context = []
-        for idx, title, body in steps.get(r["recipe_id"], []):
-            c = {"id": idx, "body": body or "", "videos": []}
-            if textual:
-                c["images"] = imgs.get((r["recipe_id"], idx), [])
-            else:
-                c["title"] = title or ""
-            context.append(c)
         choices = [list(c) for c in r["choice_orderings"]] if r["task"] == "visual_ordering" \
             else list(r["choice_list"])
-        by_split.setdefault(r["split"], []).append({
-            "recipe_id": r["recipe_id"], "task": r["task"], "qid": f"{dataset_id}{QID_SEPARATOR}{r['qid']}",
-            "split": r["split"], "context": context, "question": list(r["question"]), "choice_list": choices,
-            "answer": int(r["answer"]), "question_text": QUESTION_TEXT[r["task"]],
-            "context_modality": list(fam.context_modality), "question_modality": list(fam.question_modality)})
-    return by_split
+        out.setdefault(r["dataset_id"], {}).setdefault(r["split"], []).append({
+            "recipe_id": r["recipe_id"], "task": r["task"], "qid": f"{r['dataset_id']}{QID_SEPARATOR}{r['qid']}",
+            "split": r["split"], "context": context(r["recipe_id"], fam.space == "title"),
+            "question": list(r["question"]), "choice_list": choices, "answer": int(r["answer"]),
+            "question_text": QUESTION_TEXT[r["task"]], "context_modality": list(fam.context_modality),
+            "question_modality": list(fam.question_modality)})
+    return out
 
 
-def _recipeqa_folder(con, dataset_id: str, out: Path, home: Path | None, with_images: bool) -> dict:
-    by_split = recipeqa_records(con, dataset_id)
+def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[str, str | None],
+                     with_images: bool) -> dict:
+    """One dataset's OUT/<split>.json (+ OUT/images-qa/<split>/images-qa/), replacing what an earlier
+    export wrote there."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):
         old.unlink()
-    referenced = sorted({i for recs in by_split.values() for rec in recs for i in record_images(rec)})
-    paths = dict(con.execute("SELECT image_id, path FROM images WHERE status = 'ok' AND list_contains(?, image_id)",
-                             [referenced]).fetchall()) if with_images else {}
+    if (out / "images-qa").is_dir():
+        shutil.rmtree(out / "images-qa")
     written, copied, missing = {}, 0, 0
     for split, recs in sorted(by_split.items()):
         (out / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
@@ -349,20 +361,18 @@ def _recipeqa_folder(con, dataset_id: str, out: Path, home: Path | None, with_im
         if not with_images:
             continue
         dest = out / "images-qa" / split / "images-qa"
-        dest.mkdir(parents=True, exist_ok=True)
+        dest.mkdir(parents=True)
         for iid in sorted({i for rec in recs for i in record_images(rec)}):
-            src = _image_file(paths.get(iid), home)
+            src = sources.get(iid)
             if src is None:
                 missing += 1
                 continue
-            _link_or_copy(src, dest / iid)
+            _link_or_copy(src, os.path.join(dest, iid))
             copied += 1
     return {"out": str(out), "records": written, "images_copied": copied, "images_missing": missing}
 
 
-def _link_or_copy(src: Path, dest: Path) -> None:
-    if dest.exists():
-        dest.unlink()
+def _link_or_copy(src: str, dest: str) -> None:
     try:
         os.link(src, dest)
     except OSError:                # another file system (or links not allowed): copy the bytes
