@@ -97,11 +97,11 @@ def format_digest(d: dict) -> str:
         by_task.setdefault(ds["task"], []).append(f"{ds['knobs']}:{ds['n_questions']}")
     out.append(f"datasets ({len(d['datasets'])}; setting:questions):")
     out += [f"  {t:<16} " + " ".join(v) for t, v in by_task.items()]
-    out.append("bias (setting: questions, Hasty Student, distance probe, learned question-only probe on the "
-               "test split [95% CI]; chance 25%):")
+    out.append("bias (setting: questions, Hasty Student and distance probe [95% Wilson], learned question-only "
+               "probe on the test split [95% CI]; chance 25%):")
     for task, rows in d["bias"].items():
         out.append(f"  {task}")
-        out += [f"    {r['setting']:<10} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
+        out += [f"    {r['setting']:<17} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
                 f"probe {r['distance probe']}  learned {r.get('learned probe, test split (95% CI)', '–')}"
                 for r in rows]
     if d["models"]:

@@ -575,7 +575,7 @@ def format_ordering(tasks: dict[str, dict]) -> list[str]:
     for task, info in tasks.items():
         for enc, ordering in info["ordering"].items():
             lines.append(f"{task} (encoder {enc}):")
-            lines += [f"  {r['knobs']!s:14s} learned {_fmt(r.get('qo_acc'), 'qo_acc'):>6s}  "
+            lines += [f"  {r['knobs']!s:17s} learned {_fmt(r.get('qo_acc'), 'qo_acc'):>6s}  "
                       f"test {with_interval(r, 'qo_test_acc'):28s}  probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
                       f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}"
                       for r in ordering]
