@@ -116,6 +116,14 @@ PROVENANCE_KEYS = {
     "question_modality": "RecipeQA's own questions: the record's question_modality.",
 }
 
+
+
+def config_name(task: str, setting: str) -> str:
+    """The dataset-card config of a task x setting: `visual_cloze-0-1-1`, `textual_cloze-0-0-1-balanced-af`.
+    `setting` is datasets.setting (features/datasets/knobs.py setting_name), the knobs= partition value."""
+    return f"{task}-{setting}"
+
+
 KNOB_LEGEND = "\n".join((
     '| name part | meaning |',
     '| --- | --- |',
@@ -133,6 +141,7 @@ KNOB_LEGEND = "\n".join((
 )) + "\n"
 
 CARD_SPLITS = ("train", "val", "test")
+SPLIT_NAMES = {"train": "train", "val": "validation", "test": "test"}   # warehouse split -> HF split
 JSON_TYPE_NAMES = {"UBIGINT": "integer", "BIGINT": "integer", "DOUBLE": "number", "VARCHAR": "string",
                    "BOOLEAN": "boolean", "ARRAY": "array", "OBJECT": "object", "NULL": "null"}
 
@@ -142,7 +151,6 @@ def _yaml_str(s: str) -> str:
 
 
 def _configs(parts: list[dict], files: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
-    from features.datasets.export import SPLIT_NAMES, config_name
     by_cfg: dict[str, dict[str, str]] = {}
     for p in parts:
         by_cfg.setdefault(config_name(p["task"], p["knobs"]), {})[p["split"]] = p["path"]
@@ -224,7 +232,6 @@ def _ci(b: dict, acc: str, lo: str, hi: str) -> str:
 def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list[dict],
                 files: list[str]) -> tuple[str, int]:
     """The README.md text and the number of question configs."""
-    from features.datasets.export import SPLIT_NAMES, config_name
     configs = _configs(parts, files)
     n_q_configs = len(configs) - len(files)
     y = ["---", "pretty_name: Meta-RecipeQA", "task_categories:", "- multiple-choice",

@@ -41,11 +41,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.warehouse import load_query
+from features.datasets.card import write_card
 
 ROW_GROUP = 100_000
 IMAGE_ROW_GROUP = 500                # images.parquet: rows of image bytes per row group
 PARTITIONS = ("task", "knobs", "split")
-SPLIT_NAMES = {"train": "train", "val": "validation", "test": "test"}   # warehouse split -> HF split
 QID_SEPARATOR = "."                  # RecipeQA JSON qid: <dataset_id>.<qid> (dataset ids have no '.')
 QUESTION_TEXT = {                    # RecipeQA's question_text per task
     "textual_cloze": "Choose the best title for the missing blank to correctly complete the recipe.",
@@ -72,12 +72,6 @@ _PANDAS_META = json.dumps({
     "creator": {"library": "pyarrow", "version": "meta-recipeqa"}, "pandas_version": "2.0.0"},
     sort_keys=True).encode()
 QUESTION_SCHEMA = QUESTION_SCHEMA.with_metadata({b"pandas": _PANDAS_META})
-
-
-def config_name(task: str, setting: str) -> str:
-    """The dataset-card config of a task x setting: `visual_cloze-0-1-1`, `textual_cloze-0-0-1-balanced-af`.
-    `setting` is datasets.setting (features/datasets/knobs.py setting_name), the knobs= partition value."""
-    return f"{task}-{setting}"
 
 
 def _in(ids: list[str]) -> str:
@@ -117,7 +111,6 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             dest_fs.delete_dir_contents(dest, missing_dir_ok=True)
             pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
         return {**res, "out": uri}
-    from features.datasets.card import write_card
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)

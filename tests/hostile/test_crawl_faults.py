@@ -288,13 +288,14 @@ def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path, run_mrqa):
     assert "no-such-encoder" in r.assert_refused()
 
 
-def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path):
-    """A long `mrqa ingest` (a temporary Prefect server running) gets SIGTERM: it exits 143 and no
-    child process (the uvicorn server, pool workers) outlives it."""
+@pytest.mark.parametrize("mode", ["--prefect", "--no-prefect"])
+def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path, mode):
+    """A long `mrqa ingest` gets SIGTERM: it exits 143 and no child process (with `--prefect` the
+    temporary Prefect server, uvicorn; pool workers) outlives it. Run directly, it starts no server."""
     import psutil
     build_site(tmp_path / "site", n_recipes=6, plant_failures=False)
     with SiteServer(tmp_path / "site") as srv:
-        proc = subprocess.Popen([MRQA, "--home", str(tmp_path / "home"), "ingest", "instructables",
+        proc = subprocess.Popen([MRQA, "--home", str(tmp_path / "home"), mode, "ingest", "instructables",
                                  "--listing", srv.url + "/cooking/", "--allow-loopback", "--delay", "0.5",
                                  "--source", "sample", "--no-progress"],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -303,7 +304,7 @@ def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             time.sleep(0.1)
         kids = psutil.Process(proc.pid).children(recursive=True)
-        assert any("uvicorn" in " ".join(k.cmdline()) for k in kids)
+        assert any("uvicorn" in " ".join(k.cmdline()) for k in kids) == (mode == "--prefect")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 143
         _, alive = psutil.wait_procs(kids, timeout=10)
