@@ -364,18 +364,33 @@ def _nothing(ds) -> np.ndarray:
     return np.zeros(0, dtype=np.int64)
 
 
+def _in_proportion(adv_rank: np.ndarray, groups: np.ndarray, gap: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """A trim order (lower first kept) that takes every adversary rank of a group in proportion, the least
+    distinguishable first: the i-th of c alive questions of a (group, rank) gets (i + 0.5) / c. Trimming
+    a group to its first n keeps its rank shares, so the cap of `_cap_extremes` still holds (+-1)."""
+    key = np.full(len(adv_rank), np.inf)
+    for g in np.unique(groups):
+        for r in range(N_RANKS):
+            m = np.flatnonzero(alive & (groups == g) & (adv_rank == r))
+            key[m[np.argsort(gap[m], kind="stable")]] = (np.arange(len(m)) + 0.5) / max(len(m), 1)
+    return key
+
+
 def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats) -> np.ndarray:
-    """The drop rule (AFLite: drop what stays predictable, in either direction): keep per split the same
-    number of questions at each rank of the answer under the final held-out ensemble (`adv_rank`), the
-    least distinguishable first (smallest score `gap` to the nearest other choice). The ensemble then
-    picks the answer of exactly a quarter of the kept questions -- chance, neither above (the answer
-    looks most plausible) nor below (it looks least). In knob-3 balanced mode the distance ranks
-    (`rank`) are then made equal again. Returns the kept rows."""
-    alive = _cap_extremes(adv_rank, b.splits[keep], gap)
+    """The drop rule (AFLite: drop what stays predictable, in either direction): `_cap_extremes` on the
+    answer's rank under the final held-out ensemble (`adv_rank`), the least distinguishable kept first
+    (smallest score `gap` to the nearest other choice): the ensemble picks the answer of at most a
+    quarter of the kept questions and finds it the least plausible choice for at most a quarter. In
+    knob-3 balanced mode the cap holds per split and distance rank (`rank`), and the distance ranks are
+    then made equal again, each trimmed group keeping its adversary ranks in proportion. Returns the
+    kept rows."""
+    splits = b.splits[keep]
+    groups = np.char.add(np.char.add(splits.astype(str), "|"), rank.astype(str)) if exact else splits
+    alive = _cap_extremes(adv_rank, groups, gap)
     ds.skip("af_predictable", (~alive).sum())
     stats = {**stats, "adversary_rank_counts": np.bincount(adv_rank, minlength=N_RANKS).tolist()}
     if exact:
-        kept = _rebalance(rank, b.splits[keep], b.qkeys[keep], alive)
+        kept = _rebalance(rank, splits, _in_proportion(adv_rank, groups, gap, alive), alive)
         ds.skip("af_rank_rebalance", (alive & ~kept).sum())
         alive = kept
         ds.notes = {**ds.notes, "rank_counts": np.bincount(rank[alive], minlength=N_RANKS).tolist()}
