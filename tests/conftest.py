@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: a fresh MRQA_HOME per test, the warehouse, and ../shared/ fixtures."""
+"""Shared pytest fixtures: a fresh MRQA_HOME per test, the warehouse, and the real fixtures under MRQA_SHARED."""
 from __future__ import annotations
 
 import os

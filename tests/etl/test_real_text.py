@@ -1,4 +1,4 @@
-"""Cleaning real RecipeQA text (the 538 validation records of ../shared/fixtures/recipeqa/val_dev.json):
+"""Cleaning real RecipeQA text (538 real validation records, recipeqa/val_dev.json of the MRQA_SHARED fixtures):
 the repair rules fire on real tokenization failures, rare real words stay whole, fractions, URLs and
 abbreviations are kept, the stored text is repaired and cleaning twice changes nothing."""
 from __future__ import annotations
