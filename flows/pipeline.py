@@ -216,8 +216,11 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                         [Tab("encoders"), Tab("neighbours")],
                         output_files=lambda s: [paths.lance] if "://" not in paths.lance else []))
     if p["generate"]:
+        # the report stage computes the learned question-only probe of every dataset: generate
+        # prints it only when no report follows (about a second per dataset, 80 datasets)
         stages.append(Stage("generate", lambda: generate_flow(all_settings=True, seed=p["seed"],
-                                                              encoder_id=p["encoder_id"]),
+                                                              encoder_id=p["encoder_id"],
+                                                              probe=not p["report"]),
                             {"seed": p["seed"], "encoder_id": p["encoder_id"]},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
