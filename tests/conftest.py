@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests run with --import-mode=importlib (so tests/etl/ never shadows the etl package); shared test
-# helpers (site_builder.py, toy_kitchen.py) are importable by name from these folders.
+# helpers (site_builder.py, toy_kitchen.py, synthetic_home.py) are importable by name from these folders.
 for _helpers in (REPO / "tests" / "etl", REPO / "tests" / "features"):
     sys.path.insert(0, str(_helpers))
 SHARED = Path(os.environ.get("MRQA_SHARED", REPO.parent / "shared"))

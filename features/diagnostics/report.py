@@ -303,16 +303,22 @@ def plot_adversaries(rows: list[dict], path: Path, task: str) -> Plot | None:
             hi = np.array([np.nan if r.get(f"{ci}_ci_high") is None else 100 * r[f"{ci}_ci_high"] for r in rows])
             err = np.nan_to_num(np.vstack([v - lo, hi - v]))
         ax.bar(x + (k - 1.5) * width, np.nan_to_num(v), width, yerr=err, capsize=2, color=colour, label=label)
-    ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
-    ax.set_xticks(x)
-    ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
-    ax.set_xlabel("setting")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 100)
+    _setting_axes(ax, rows)
     ax.legend(fontsize=6, loc="upper right", ncol=2)
     ax.set_title(f"{task}: context-free adversaries per setting (dashed = chance)", fontsize=9)
     fig.tight_layout()
     return save_plot(fig, path)
+
+
+def _setting_axes(ax, rows: list[dict]) -> None:
+    """The shared frame of the per-setting accuracy plots: the settings on x, accuracy (%) on y,
+    0-100, a dashed line at chance."""
+    ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
+    ax.set_xticks(np.arange(len(rows)))
+    ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_xlabel("setting")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
 
 
 def plot_splits(rows: list[dict], path: Path, task: str) -> Plot | None:
@@ -335,12 +341,7 @@ def plot_splits(rows: list[dict], path: Path, task: str) -> Plot | None:
             ax.bar(x + (k - (len(splits) - 1) / 2) * width, np.nan_to_num(v), width,
                    yerr=np.nan_to_num(np.vstack([v - lo, hi - v])), capsize=2, color=SPLIT_COLOURS[split],
                    label=split)
-        ax.axhline(100 * float(rows[0].get("chance") or 0.25), color="black", lw=0.8, ls="--")
-        ax.set_xticks(x)
-        ax.set_xticklabels([str(r["knobs"]) for r in rows], rotation=30, ha="right", fontsize=7)
-        ax.set_xlabel("setting")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_ylim(0, 100)
+        _setting_axes(ax, rows)
         ax.set_title(f"{label}: accuracy per split, 95% Wilson intervals (dashed = chance)", fontsize=9)
         ax.legend(fontsize=6, loc="upper right", ncol=len(splits))
     fig.suptitle(task, fontsize=10)

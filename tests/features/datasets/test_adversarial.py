@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from synthetic_home import synthetic_home
 
 from features.datasets.export import export_parquet, tree_sha256
 from features.datasets.generate import generate_datasets, generation_settings
@@ -64,44 +64,31 @@ BEFORE_AF = json.loads((Path(__file__).with_name("adversarial_before_af_hashes.j
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.datasets.synthetic import build_world
-    home = tmp_path_factory.mktemp("af_home")
-    old = os.environ.get("MRQA_HOME")
-    os.environ["MRQA_HOME"] = str(home)
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    build_world(con, paths.lance, n_recipes=90, seed=3, dim=24, k=100)
-    con.execute(f"""UPDATE recipes SET author = 'author-' ||
-                    CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % {N_AUTHORS} AS VARCHAR)""")
-    paper = generation_settings()
-    bases = [(t, replace(p, af_rounds=0)) for t, p in AF_SETTINGS]
-    summaries = generate_datasets(con, paper + [b for b in bases if b not in paper] + AF_SETTINGS, seed=0,
-                                  encoder_id=ENC, lance_uri=paths.lance, progress=False)
-    af_ids = [s["dataset_id"] for s in summaries if "adversarial" in s]
-    base_of = {dataset_id(t, p, 0, ENC): dataset_id(t, b, 0, ENC) for (t, p), (_, b) in zip(AF_SETTINGS, bases)}
-    out = paths.exports / "af"
-    exp = export_parquet(con, af_ids, out, with_vectors=True, lance_uri=paths.lance)
-    q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
-    rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-    for r in rows:
-        r["prov"] = json.loads(r["provenance"])
-    vec = {}
-    for name, idc in (("image_vectors", "image_id"), ("text_vectors", "item_id")):
-        for i, v in duckdb.sql(f"SELECT {idc}, vector FROM '{out}/{name}.parquet'").fetchall():
-            v = np.asarray(v, dtype=np.float64)
-            vec[i] = v / np.linalg.norm(v)
-    recipes = {r: s for r, s in duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall()}
-    author = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
-    yield {"con": con, "paths": paths, "summaries": {s["dataset_id"]: s for s in summaries}, "rows": rows,
-           "vec": vec, "recipes": recipes, "author": author, "export": exp, "af_ids": af_ids, "out": out,
-           "base_of": base_of}
-    con.close()
-    if old is None:
-        os.environ.pop("MRQA_HOME", None)
-    else:
-        os.environ["MRQA_HOME"] = old
+    with synthetic_home(tmp_path_factory, "af_home", n_recipes=90, seed=3, dim=24, k=100) as (home, paths, con):
+        con.execute(f"""UPDATE recipes SET author = 'author-' ||
+                        CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % {N_AUTHORS} AS VARCHAR)""")
+        paper = generation_settings()
+        bases = [(t, replace(p, af_rounds=0)) for t, p in AF_SETTINGS]
+        summaries = generate_datasets(con, paper + [b for b in bases if b not in paper] + AF_SETTINGS, seed=0,
+                                      encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        af_ids = [s["dataset_id"] for s in summaries if "adversarial" in s]
+        base_of = {dataset_id(t, p, 0, ENC): dataset_id(t, b, 0, ENC) for (t, p), (_, b) in zip(AF_SETTINGS, bases)}
+        out = paths.exports / "af"
+        exp = export_parquet(con, af_ids, out, with_vectors=True, lance_uri=paths.lance)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
+        rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+        for r in rows:
+            r["prov"] = json.loads(r["provenance"])
+        vec = {}
+        for name, idc in (("image_vectors", "image_id"), ("text_vectors", "item_id")):
+            for i, v in duckdb.sql(f"SELECT {idc}, vector FROM '{out}/{name}.parquet'").fetchall():
+                v = np.asarray(v, dtype=np.float64)
+                vec[i] = v / np.linalg.norm(v)
+        recipes = {r: s for r, s in duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall()}
+        author = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
+        yield {"con": con, "paths": paths, "summaries": {s["dataset_id"]: s for s in summaries}, "rows": rows,
+               "vec": vec, "recipes": recipes, "author": author, "export": exp, "af_ids": af_ids, "out": out,
+               "base_of": base_of}
 
 
 def _step_of(item: str) -> tuple[str, int]:

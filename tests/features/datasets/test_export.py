@@ -7,13 +7,13 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from collections import Counter
 from dataclasses import replace
 
 import duckdb
 import numpy as np
 import pytest
+from synthetic_home import synthetic_home
 
 from features.datasets.export import export_parquet, export_recipeqa_json, record_images, tree_sha256
 from features.datasets.generate import generate_datasets
@@ -40,33 +40,20 @@ def _jpeg(seed: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.datasets.synthetic import build_world
-    home = tmp_path_factory.mktemp("export_home")
-    old = os.environ.get("MRQA_HOME")
-    os.environ["MRQA_HOME"] = str(home)
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    build_world(con, paths.lance, n_recipes=90, seed=1, dim=24, k=100)
-    for i, (path,) in enumerate(con.execute("SELECT path FROM images WHERE status = 'ok' ORDER BY image_id")
-                                .fetchall()):
-        f = home / path
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_bytes(_jpeg(i))
-    summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-    ids = {(s["task"], s["knobs"]): s["dataset_id"] for s in summaries}
-    expected = Counter()
-    for task, setting, split, n in con.execute(
-            "SELECT q.task, d.setting, q.split, count(*) FROM questions q JOIN datasets d USING (dataset_id) "
-            "GROUP BY ALL").fetchall():
-        expected[(task, setting, split)] = n
-    yield {"con": con, "paths": paths, "home": home, "ids": ids, "expected": expected}
-    con.close()
-    if old is None:
-        os.environ.pop("MRQA_HOME", None)
-    else:
-        os.environ["MRQA_HOME"] = old
+    with synthetic_home(tmp_path_factory, "export_home", n_recipes=90, seed=1, dim=24, k=100) as (home, paths, con):
+        for i, (path,) in enumerate(con.execute("SELECT path FROM images WHERE status = 'ok' ORDER BY image_id")
+                                    .fetchall()):
+            f = home / path
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(_jpeg(i))
+        summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        ids = {(s["task"], s["knobs"]): s["dataset_id"] for s in summaries}
+        expected = Counter()
+        for task, setting, split, n in con.execute(
+                "SELECT q.task, d.setting, q.split, count(*) FROM questions q JOIN datasets d USING (dataset_id) "
+                "GROUP BY ALL").fetchall():
+            expected[(task, setting, split)] = n
+        yield {"con": con, "paths": paths, "home": home, "ids": ids, "expected": expected}
 
 
 @pytest.fixture(scope="module")

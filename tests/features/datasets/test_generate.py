@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter, defaultdict
 
 import duckdb
 import numpy as np
 import pytest
+from synthetic_home import synthetic_home
 
 from features.datasets.export import export_parquet, export_recipeqa_json, tree_sha256
 from features.datasets.generate import generate_datasets, generation_settings
@@ -23,39 +23,26 @@ EXTRA = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.datasets.synthetic import build_world
-    home = tmp_path_factory.mktemp("gen_home")
-    old = os.environ.get("MRQA_HOME")
-    os.environ["MRQA_HOME"] = str(home)
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    build_world(con, paths.lance, n_recipes=70, seed=1, dim=24, k=100)
-    summaries = generate_datasets(con, generation_settings(balanced=False) + EXTRA, seed=0, encoder_id=ENC,
-                                  lance_uri=paths.lance, progress=False)
-    out = paths.exports / "all"
-    ids = [s["dataset_id"] for s in summaries]
-    exp = export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
-    q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
-    cols = q.columns
-    rows = [dict(zip(cols, r)) for r in q.fetchall()]
-    for r in rows:
-        r["prov"] = json.loads(r["provenance"])
-    vec = {}
-    for name in ("image_vectors", "text_vectors"):
-        idc = "image_id" if name == "image_vectors" else "item_id"
-        for i, v in duckdb.sql(f"SELECT {idc}, vector FROM '{out}/{name}.parquet'").fetchall():
-            v = np.asarray(v, dtype=np.float64)
-            vec[i] = v / np.linalg.norm(v)
-    recipes = {r: s for r, s in duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall()}
-    yield {"con": con, "paths": paths, "summaries": {s["dataset_id"]: s for s in summaries}, "rows": rows,
-           "vec": vec, "recipes": recipes, "export": exp, "ids": ids}
-    con.close()
-    if old is None:
-        os.environ.pop("MRQA_HOME", None)
-    else:
-        os.environ["MRQA_HOME"] = old
+    with synthetic_home(tmp_path_factory, "gen_home", n_recipes=70, seed=1, dim=24, k=100) as (home, paths, con):
+        summaries = generate_datasets(con, generation_settings(balanced=False) + EXTRA, seed=0, encoder_id=ENC,
+                                      lance_uri=paths.lance, progress=False)
+        out = paths.exports / "all"
+        ids = [s["dataset_id"] for s in summaries]
+        exp = export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
+        cols = q.columns
+        rows = [dict(zip(cols, r)) for r in q.fetchall()]
+        for r in rows:
+            r["prov"] = json.loads(r["provenance"])
+        vec = {}
+        for name in ("image_vectors", "text_vectors"):
+            idc = "image_id" if name == "image_vectors" else "item_id"
+            for i, v in duckdb.sql(f"SELECT {idc}, vector FROM '{out}/{name}.parquet'").fetchall():
+                v = np.asarray(v, dtype=np.float64)
+                vec[i] = v / np.linalg.norm(v)
+        recipes = {r: s for r, s in duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall()}
+        yield {"con": con, "paths": paths, "summaries": {s["dataset_id"]: s for s in summaries}, "rows": rows,
+               "vec": vec, "recipes": recipes, "export": exp, "ids": ids}
 
 
 def _d(a, b):

@@ -5,10 +5,10 @@ paper's coin flip / the `all` giveaway are measured on the same questions for co
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
+from synthetic_home import synthetic_home
 
 from features.datasets.generate import generate_datasets
 from features.datasets.knobs import KnobParams
@@ -19,24 +19,11 @@ MODES = ("balanced", "coin", "all")
 
 @pytest.fixture(scope="module")
 def bal(tmp_path_factory):
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.datasets.synthetic import build_world
-    home = tmp_path_factory.mktemp("bal_home")
-    old = os.environ.get("MRQA_HOME")
-    os.environ["MRQA_HOME"] = str(home)
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    build_world(con, paths.lance, n_recipes=260, seed=4, dim=24, k=60)
-    settings = [(t, KnobParams.preset_for(t, 0, 1, 1, k3_mode=m, k=60))
-                for t in ("visual_cloze", "visual_coherence", "textual_cloze") for m in MODES]
-    summaries = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-    yield {"con": con, "paths": paths, "s": {(t, p.k3_mode): s for (t, p), s in zip(settings, summaries)}}
-    con.close()
-    if old is None:
-        os.environ.pop("MRQA_HOME", None)
-    else:
-        os.environ["MRQA_HOME"] = old
+    with synthetic_home(tmp_path_factory, "bal_home", n_recipes=260, seed=4, dim=24, k=60) as (home, paths, con):
+        settings = [(t, KnobParams.preset_for(t, 0, 1, 1, k3_mode=m, k=60))
+                    for t in ("visual_cloze", "visual_coherence", "textual_cloze") for m in MODES]
+        summaries = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        yield {"con": con, "paths": paths, "s": {(t, p.k3_mode): s for (t, p), s in zip(settings, summaries)}}
 
 
 def _distances(bal, task, mode):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic_home import synthetic_home
 
 from features.datasets.knobs import KnobParams
 
@@ -36,29 +37,16 @@ def _settings():
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    from etl.config import Paths
-    from etl.warehouse import connect
     from features.datasets.generate import generate_datasets
-    from features.datasets.synthetic import build_world
     from features.diagnostics.report import build_report
-    home = tmp_path_factory.mktemp("report_home")
-    old = os.environ.get("MRQA_HOME")
-    os.environ["MRQA_HOME"] = str(home)
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    build_world(con, paths.lance, n_recipes=40, seed=1, dim=16, k=60)
-    summaries = generate_datasets(con, _settings(), seed=0, encoder_id=ENC, lance_uri=paths.lance,
-                                  progress=False)
-    from features.datasets.export import export_parquet
-    export_parquet(con, [s["dataset_id"] for s in summaries], paths.exports / "all")
-    out = paths.reports / "latest"
-    res = build_report(con, out, lance_uri=paths.lance, progress=False)
-    yield {"con": con, "paths": paths, "res": res, "out": out, "summaries": summaries}
-    con.close()
-    if old is None:
-        os.environ.pop("MRQA_HOME", None)
-    else:
-        os.environ["MRQA_HOME"] = old
+    with synthetic_home(tmp_path_factory, "report_home", n_recipes=40, seed=1, dim=16, k=60) as (home, paths, con):
+        summaries = generate_datasets(con, _settings(), seed=0, encoder_id=ENC, lance_uri=paths.lance,
+                                      progress=False)
+        from features.datasets.export import export_parquet
+        export_parquet(con, [s["dataset_id"] for s in summaries], paths.exports / "all")
+        out = paths.reports / "latest"
+        res = build_report(con, out, lance_uri=paths.lance, progress=False)
+        yield {"con": con, "paths": paths, "res": res, "out": out, "summaries": summaries}
 
 
 def test_report_has_a_table_and_plots_per_task(report):
