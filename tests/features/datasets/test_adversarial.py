@@ -169,14 +169,7 @@ def test_af_coherence_foreign_image_keeps_knobs_2_and_3(world):
         # the anchor: the nearest coherent image whose neighbour list holds the foreign one (ball pool), or
         # the nearest coherent image (author pool, distances recomputed)
         assert d_anchor >= min(_d(f, vec[c]) for c in coherent) - 1e-5
-        qmean = np.mean([vec[c] for c in coherent], axis=0)
-        if p["k3_rule"] == "paper":
-            pairs = [_d(vec[a], vec[b]) for j, a in enumerate(coherent) for b in coherent[j + 1:]]
-            assert _d(qmean, f) < min(pairs) + 1e-6
-        if p["k3_rule"] == "rank":
-            allv = [vec[x] for x in r["question"]]
-            loo = [_d(allv[j], np.sum([allv[i] for i in range(4) if i != j], axis=0)) for j in range(4)]
-            assert sum(loo[j] > loo[r["answer"]] for j in range(4) if j != r["answer"]) == p["target_rank"]
+        _inv.assert_coherence_knob3(r, vec, coherent, f)
         pools[p["af_pools"][r["answer"]]] += 1
     assert pools["ball"] > 20, pools
 

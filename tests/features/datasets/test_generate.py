@@ -49,6 +49,21 @@ def _d(a, b):
     return 1.0 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
 
 
+def assert_coherence_knob3(r: dict, vec: dict, coherent: list, f) -> None:
+    """Knob 3 of a coherence question (row `r`, its coherent images, the foreign image's vector `f`):
+    the paper's rule (the foreign image nearer the coherent images' mean than any two of them are to
+    each other) or the balanced rank rule (the foreign image's leave-one-out distance rank)."""
+    p = r["prov"]
+    qmean = np.mean([vec[c] for c in coherent], axis=0)
+    if p["k3_rule"] == "paper":
+        pairs = [_d(vec[a], vec[b]) for j, a in enumerate(coherent) for b in coherent[j + 1:]]
+        assert _d(qmean, f) < min(pairs) + 1e-6
+    if p["k3_rule"] == "rank":
+        allv = [vec[x] for x in r["question"]]
+        loo = [_d(allv[j], np.sum([allv[i] for i in range(4) if i != j], axis=0)) for j in range(4)]
+        assert sum(loo[j] > loo[r["answer"]] for j in range(4) if j != r["answer"]) == p["target_rank"]
+
+
 def _by_dataset(world, pred=lambda r: True):
     out = defaultdict(list)
     for r in world["rows"]:
@@ -254,14 +269,7 @@ def test_coherence_variants(world):
             "AND rank <= ?", [ENC, c, p["foreign_item"], p["k"]]).fetchone()[0]]
         assert p["anchor_item"] in listing
         assert d_anchor == pytest.approx(min(_d(f, vec[c]) for c in listing), abs=1e-5)
-        qmean = np.mean([vec[c] for c in coherent], axis=0)
-        if p["k3_rule"] == "paper":
-            pairs = [_d(vec[a], vec[b]) for j, a in enumerate(coherent) for b in coherent[j + 1:]]
-            assert _d(qmean, f) < min(pairs) + 1e-6
-        if p["k3_rule"] == "rank":
-            allv = [vec[x] for x in r["question"]]
-            loo = [_d(allv[j], np.sum([allv[i] for i in range(4) if i != j], axis=0)) for j in range(4)]
-            assert sum(loo[j] > loo[r["answer"]] for j in range(4) if j != r["answer"]) == p["target_rank"]
+        assert_coherence_knob3(r, vec, coherent, f)
     bal = Counter(r["prov"]["foreign_rank"] for r in rows if r["prov"].get("k3_rule") == "rank")
     assert len(bal) >= 3, bal
 
