@@ -1,6 +1,7 @@
 """What adversarial filtering did to each dataset: kept share, question-only probe, step-text oracle.
 
-    .venv/bin/python -m features.datasets.af_report --home /tmp/e2home
+    mrqa af-report [--format json]                       # the same as:
+    .venv/bin/python -m features.datasets.af_report --home /tmp/e2home [--json]
 
 Per AF dataset of the warehouse and its knob-only twin (same setting without AF): questions, the share
 AF kept, the learned question-only probe (5-fold by recipe; recorded by the generator, before = the
@@ -134,6 +135,25 @@ def bench_fit(con, lance_uri: str, dataset_id: str) -> dict:
     return out
 
 
+def format_table(rows: list[dict]) -> str:
+    """The printed report: a legend, then one line per AF dataset (what `mrqa af-report` shows)."""
+    f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
+    out = ["probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
+           "(after);", "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
+           "before the drop rule;", "oracle: the choice nearest the recipe's own step text (the question "
+           "answered by reading)",
+           f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
+           f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}"]
+    for r in rows:
+        out.append(f"{r['task']:17s} {r['knobs']:20s} {r['knob_questions']:7d} {r['af_questions']:6d} "
+                   f"{f(r['kept_share']):>6s} {f(r['probe_before']):>13s} {f(r['probe_after']):>6s} "
+                   f"{f(r['adversary_final']):>10s} {f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s}")
+    if not rows:
+        out.append("no adversarially filtered datasets; run `mrqa generate --all` or `mrqa generate --task T "
+                   "--knobs 0-1-1-af`")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     from etl.config import Paths
     from etl.warehouse import connect
@@ -154,19 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    print("probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
-          "(after);\nadversary: the share of AF questions whose answer the final held-out ensemble picks, before "
-          "the drop rule;\noracle: the choice nearest the recipe's own step text (the question answered by reading)")
-    print(f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
-          f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}")
-    for r in rows:
-        knobs = r["knobs"]
-        f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
-        print(f"{r['task']:17s} {knobs:20s} {r['knob_questions']:7d} {r['af_questions']:6d} {f(r['kept_share']):>6s} "
-              f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r['adversary_final']):>10s} "
-              f"{f(r.get('oracle_before')):>14s} "
-              f"{f(r.get('oracle_after')):>6s}")
-
+    print(format_table(rows))
 
 if __name__ == "__main__":
     main()

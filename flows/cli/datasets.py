@@ -1,4 +1,4 @@
-"""`mrqa generate`, `datasets`, `export`, `report`: make the QA datasets with the control knobs,
+"""`mrqa generate`, `datasets`, `af-report`, `export`, `report`: make the QA datasets with the control knobs,
 list and export them, and report their bias."""
 from __future__ import annotations
 
@@ -110,6 +110,25 @@ def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", he
     for r in rows:
         typer.echo(f"{r[0]:40s} {r[1]:17s} {r[2]:18s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
                    f"skips={r[7]}")
+
+
+@app.command("af-report")
+def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
+    """What adversarial filtering did to each AF dataset: questions kept, the learned question-only
+    probe before and after, the final adversary, the step-text oracle (docs/knobs.md)."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.af_report import af_report, format_table
+    paths = Paths.from_env()
+    con = connect(paths, read_only=True)
+    try:
+        rows = af_report(con, paths.lance)
+    finally:
+        con.close()
+    if fmt == "json":
+        echo_json(rows)
+    else:
+        typer.echo(format_table(rows))
 
 
 @app.command("export")

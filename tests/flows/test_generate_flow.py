@@ -80,3 +80,38 @@ def test_old_spellings_of_a_setting_make_one_dataset_with_one_name(paths, con, p
     from etl.warehouse import connect
     row = connect(paths).execute("SELECT knob1, knob2, knob3, k3_mode, adversarial, setting FROM datasets").fetchall()
     assert row == [(0, 1, 1, "balanced", False, "0-1-1-balanced")]
+
+
+def test_af_report_command_lists_what_af_did(paths, con):
+    """`mrqa af-report`: one row per AF dataset, the same rows as features.datasets.af_report, and the
+    printed table; a home without AF datasets says how to make one."""
+    from dataclasses import replace
+
+    from etl.warehouse import connect
+    from features.datasets.af_report import af_report
+    from features.datasets.generate import generate_datasets
+    from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
+    from features.datasets.synthetic import build_world
+    runner = CliRunner()
+    con.close()                       # one process: the command opens the warehouse read-only
+    r = runner.invoke(app, ["af-report"])
+    assert r.exit_code == 0 and "no adversarially filtered datasets" in r.output, r.output
+    con = connect(paths)
+    build_world(con, paths.lance, n_recipes=60, seed=3, dim=16, k=50)
+    base = KnobParams.preset_for("visual_cloze", 0, 1, 1)
+    generate_datasets(con, [("visual_cloze", base), ("visual_cloze", replace(base, af_rounds=AF_DEFAULT_ROUNDS))],
+                      seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    con.close()
+    r = runner.invoke(app, ["af-report", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [x["knobs"] for x in rows] == ["0-1-1-af"] and rows[0]["task"] == "visual_cloze"
+    assert 0 < rows[0]["af_questions"] <= rows[0]["knob_questions"]
+    assert rows[0]["kept_share"] == round(rows[0]["af_questions"] / rows[0]["knob_questions"], 4)
+    ro = connect(paths, read_only=True)
+    try:
+        assert rows == json.loads(json.dumps(af_report(ro, paths.lance)))
+    finally:
+        ro.close()
+    r = runner.invoke(app, ["af-report"])
+    assert r.exit_code == 0 and "0-1-1-af" in r.output and "oracle before" in r.output, r.output
