@@ -50,7 +50,7 @@ from etl.parse import (
 )
 from etl.records import RecipeRecord
 from etl.robots import RobotsCache
-from etl.warehouse import clear_rejects, record_reject, transaction, utcnow
+from etl.warehouse import clear_rejects, record_reject, transaction, trial, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -460,14 +460,12 @@ class Crawler:
             if out.record is None:
                 continue
             src, split = existing.get(out.recipe_id, (self.config.source, None))
-            self.con.execute("BEGIN")
             try:
-                load_recipes(self.con, [(out.record, src, split)])
+                with trial(self.con):
+                    load_recipes(self.con, [(out.record, src, split)])
             except Exception as e:  # noqa: BLE001 - whatever the warehouse refuses
                 log.warning("recipe %s cannot be loaded: %s: %s", out.recipe_id, type(e).__name__, e)
                 out.record, out.reason, out.detail = None, "load_error", f"{type(e).__name__}: {e}"
-            finally:
-                self.con.execute("ROLLBACK")
 
     # ------------------------------------------------------------------------ images
     def download_images(self, recipe_ids: Iterable[str] | None = None, retry_failed: bool = False) -> dict:

@@ -82,6 +82,17 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("COMMIT")
 
 
+@contextmanager
+def trial(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN ... ROLLBACK whatever happens: try writes to learn whether the warehouse accepts them,
+    keeping nothing (e.g. which of a batch's recipes would fail to load)."""
+    con.execute("BEGIN")
+    try:
+        yield con
+    finally:
+        con.execute("ROLLBACK")
+
+
 def migration_files(sql_dir: Path = SQL_DIR) -> list[Path]:
     order = (sql_dir / "migrations.txt").read_text().splitlines()
     names = [ln.strip() for ln in order if ln.strip() and not ln.lstrip().startswith("#")]
