@@ -8,11 +8,13 @@ hypothesis-only baselines of NLI) starts from the knob selection of a setting an
 1. trains an ensemble of question-only models (QuestionOnlyModel of features/diagnostics/question_only.py),
    each member one model per fold of RECIPES, trained on the other folds, so every question's choices
    and candidates are scored by models that never saw its recipe. The members see the judge's own
-   features (question_only.with_distance_features: the pair features of a choice and its context, plus
-   the distance probe's set-level cues -- the choice's distance, its gaps to the nearest and to the
-   mean, its rank within the question); three at different penalties C, one on the 7 distance cues
-   alone (a wide model dilutes them). The ensemble is linear, so a candidate's score in a set is its
-   own pair part plus the distance part of the set it would form: recomputed per candidate and slot;
+   features (question_only.with_set_features: the pair features of a choice and its context, plus
+   the set-level cues -- the choice's distance to the question, its gaps to the nearest and to the
+   mean, its rank within the question, and the same of its spread among the choices, which tells the
+   centre of the choice set: distractors drawn around the answer make the answer that centre); three
+   at different penalties C, one on the 14 set-level cues alone (a wide model dilutes them). The
+   ensemble is linear, so a candidate's score in a set is its own pair part plus the set-level part
+   of the set it would form: recomputed per candidate and slot (every choice's spread moves);
 2. aims each question's answer at a seeded target rank under the ensemble, uniform over 0..3 (0: the
    ensemble picks the answer), and per distractor slot swaps in the eligible candidate that brings the
    answer's rank nearest to its target, then makes the answer least distinguishable (smallest score
@@ -59,12 +61,14 @@ import pyarrow as pa
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
 from features.diagnostics.question_only import (
-    N_DISTANCE_FEATURES,
+    N_SET_FEATURES,
     QuestionOnlyModel,
-    distance_features,
+    choice_spread,
     pair_distance,
     pair_features,
-    with_distance_features,
+    set_features,
+    spread_after_swap,
+    with_set_features,
 )
 
 N_FOLDS = 5
@@ -130,7 +134,7 @@ def _widen(model: QuestionOnlyModel, f: int) -> QuestionOnlyModel:
 def _narrow(model: QuestionOnlyModel) -> QuestionOnlyModel:
     """A distance-only member's previous model, cut back to its own features (its warm start)."""
     out = QuestionOnlyModel(model.C, model.seed, model.max_iter)
-    out.w, out.mu, out.sd = (a[-N_DISTANCE_FEATURES:] for a in (model.w, model.mu, model.sd))
+    out.w, out.mu, out.sd = (a[-N_SET_FEATURES:] for a in (model.w, model.mu, model.sd))
     return out
 
 
@@ -150,7 +154,7 @@ class Adversary:
             salt = np.uint64(stable_key("af-folds", seed, m))
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
-            cols = slice(-N_DISTANCE_FEATURES, None) if spec["features"] == "distance" else slice(None)
+            cols = slice(-N_SET_FEATURES, None) if spec["features"] == "distance" else slice(None)
             for k in range(self.n_folds):
                 train = fold != k
                 init = previous.models[m][k] if previous is not None else None
@@ -465,10 +469,10 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         return lambda r: pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)),
                                        sp.vecs[np.maximum(ch[r], 0)])
 
-    def build_choices(ch):                   # the judge's features: pairs + the set-level distance cues
+    def build_choices(ch):                   # the judge's features: pairs + the set-level cues
         def build(r):
             X = build_pairs(ch)(r)
-            return with_distance_features(X, pair_distance(X))
+            return with_set_features(X, pair_distance(X), choice_spread(sp.vecs[np.maximum(ch[r], 0)]))
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
@@ -491,10 +495,10 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         X = build_choices(choices)(rows)
         advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None))
         V, c0 = ensemble_weights(advs, rows)
-        Vp, Vd = V[:, :-N_DISTANCE_FEATURES], V[:, -N_DISTANCE_FEATURES:]
-        sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_DISTANCE_FEATURES], Vp)       # (K, 4) pair parts
-        dist_ch = pair_distance(X[..., :-N_DISTANCE_FEATURES])
-        S = sp_ch + np.einsum("ncf,nf->nc", X[..., -N_DISTANCE_FEATURES:], Vd) - c0[:, None]
+        Vp, Vd = V[:, :-N_SET_FEATURES], V[:, -N_SET_FEATURES:]
+        sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_SET_FEATURES], Vp)       # (K, 4) pair parts
+        dist_ch = pair_distance(X[..., :-N_SET_FEATURES])
+        S = sp_ch + np.einsum("ncf,nf->nc", X[..., -N_SET_FEATURES:], Vd) - c0[:, None]
         solved_by_round.append(round(float((answer_rank(S, pos)[0] == 0).mean()), 4) if K else None)
         sp_c = cand_pair_scores(Vp)
         for s in range(3):                       # each distractor slot in turn
@@ -505,15 +509,21 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             if title:                                # choices keep distinct texts
                 others = np.where(np.arange(3)[None, :] == s, -2, sp.text_code[cur])
                 elig &= ~(cand_txt[..., None] == others[:, None, :]).any(-1)
-            # every candidate in the slot: the new set's scores (the others' distance cues move too)
+            # every candidate in the slot: the new set's scores (the others' set-level cues move too:
+            # distances ranked within the set, and every choice's spread among the choices)
+            U = _unit(sp.vecs[_insert(cur, ans, pos)])
+            gram = np.einsum("ncd,nkd->nck", U, U)
             obj = np.full(cand.shape, np.inf)
-            blk = max(1, (1 << 20) // max(cand.shape[1] * 4, 1))
+            blk = max(1, (1 << 22) // max(cand.shape[1] * d, 1))
             for b0 in range(0, K, blk):
                 r = rows[b0:b0 + blk]
                 one = np.arange(4)[None, None, :] == col[r][:, None, None]
                 sp_set = np.where(one, sp_c[r][..., None], sp_ch[r][:, None, :])
                 d_set = np.where(one, cand_dist[r][..., None], dist_ch[r][:, None, :])
-                S_set = sp_set + np.einsum("nmcf,nf->nmc", distance_features(d_set), Vd[r]) - c0[r][:, None, None]
+                cand_cos = np.einsum("nmd,ncd->nmc", _unit(sp.vecs[np.maximum(cand[r], 0)]), U[r])
+                s_set = spread_after_swap(gram[r], cand_cos, col[r])
+                S_set = (sp_set + np.einsum("nmcf,nf->nmc", set_features(d_set, s_set), Vd[r])
+                         - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
                 obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
             now = _objective(*answer_rank(S, pos), aim)
@@ -525,7 +535,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             cur_closer[do, s] = cand_closer[do, cc]
             sp_ch[do, col[do]] = sp_c[do, cc]
             dist_ch[do, col[do]] = cand_dist[do, cc]
-            S = sp_ch + np.einsum("ncf,nf->nc", distance_features(dist_ch), Vd) - c0[:, None]
+            spread_ch = choice_spread(sp.vecs[_insert(cur, ans, pos)])
+            S = sp_ch + np.einsum("ncf,nf->nc", set_features(dist_ch, spread_ch), Vd) - c0[:, None]
             changed_in[do] = rnd
     choices = _insert(cur, ans, pos)
     X = build_choices(choices)(rows)
@@ -563,7 +574,7 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
         ch = np.concatenate([np.broadcast_to(v[:, None], ctx_coh.shape), c[:, :, None, :]], axis=2)
         n, m = c.shape[:2]
         X = pair_features(ctx, ch)                                       # (n, M, 4, 4d)
-        return with_distance_features(X, pair_distance(X)).reshape(n, m * 4, -1)
+        return with_set_features(X, pair_distance(X), choice_spread(ch)).reshape(n, m * 4, -1)
     return build
 
 
@@ -622,7 +633,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
 
     advs = []
     aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
-    width = cand.shape[1] * 4 * (4 * d + N_DISTANCE_FEATURES)
+    width = cand.shape[1] * 4 * (4 * d + N_SET_FEATURES)
     for rnd in range(1, R + 1):
         cur = build_current(cur_col)
         X = cur(rows)                                            # (K, 4, f): coherent x3, foreign

@@ -348,6 +348,18 @@ def knobs_label(d: dict) -> str:
     return setting_name(d["knob1"], d["knob2"], d["knob3"], d.get("k3_mode"), bool(d.get("adversarial")))
 
 
+def centre_rule(task: str, choice_rows: list, mat: np.ndarray, answers: np.ndarray) -> float | None:
+    """Accuracy of the centre-of-the-choices rule: each question's choice with the highest mean cosine
+    to its other choices (question_only.choice_spread lowest), the question itself unseen. Near 25%
+    on RecipeQA's own distractors; far above when distractors are drawn around the answer. None for
+    ordering (its choices are orders of the same images) and without questions."""
+    from features.diagnostics.question_only import choice_spread
+    if task == "visual_ordering" or len(choice_rows) == 0:
+        return None
+    picked = choice_spread(mat[np.array(choice_rows)]).argmin(axis=1)
+    return float((picked == np.asarray(answers)).mean())
+
+
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
                          lance_uri: str | None = None, seed: int = 0, n_folds: int = 5,
                          model: str = "logreg", progress: bool = True,
@@ -379,12 +391,15 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
             dist = resolved_distances(res, lookups[key].mat)
             qo = learned_probe(res, lookups[key].mat, n_folds, seed)
         if dist is None or len(dist.qids) == 0:
-            row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None)
+            row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None,
+                       centre_rule_acc=None)
         else:
             hs = float((hasty_student(dist.hasty) == dist.answers).mean())
             pr = distance_probe(dist.probe, dist.answers, dist.recipe_ids, n_folds, seed, model)
             ranks = np.bincount(answer_ranks(dist.probe, dist.answers), minlength=N_CHOICES)
+            cr = centre_rule(task, res.choice_rows, lookups[key].mat, res.answers)
             row.update(n_scored=len(dist.qids), hasty_student_acc=round(hs, 4),
+                       centre_rule_acc=None if cr is None else round(cr, 4),
                        probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
                        answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
         row.update(question_only_row(qo))
@@ -479,7 +494,8 @@ def question_only_row(qo: QuestionOnlyResult | None) -> dict:
 BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_questions", "n_scored",
                 "n_recipes", "chance", "hasty_student_acc", "probe_acc", "probe_model", "probe_folds",
                 "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
-                "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics"]
+                "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics",
+                "centre_rule_acc"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:

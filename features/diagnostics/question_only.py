@@ -190,31 +190,37 @@ def by_question_length(question_rows: list[list[int]]) -> dict[int, list[int]]:
 def task_features(task: str, question_rows: list[list[int]], choice_rows: list, mat: np.ndarray) -> np.ndarray:
     """(n, c, f) probe features of resolved questions (rows of `mat`, as bias.resolve_dataset gives
     them): cloze from the shown items and the choices, coherence from the four images, ordering from
-    the candidate orders; then the distance probe's own features of the choice's cosine distance
-    (value, gap to the nearest and to the mean, rank one-hot: hasty.probe_features), so the learned
-    probe can use every cue the distance probe uses, including the non-linear "the answer is never
-    the nearest". Cloze questions showing different numbers of items are built per length."""
+    the candidate orders; then the set-level cues (`set_features`): the distance probe's own features of
+    the choice's cosine distance to the question (value, gap to the nearest and to the mean, rank
+    one-hot: hasty.probe_features), so the learned probe can use every cue the distance probe uses,
+    including the non-linear "the answer is never the nearest"; and the same features of the choice's
+    spread among the choices (`choice_spread`), so it can use "the answer is the centre of the choice
+    set" too. Cloze questions showing different numbers of items are built per length."""
     n, d = len(choice_rows), mat.shape[1]
+    spread = None
     if task in ("visual_cloze", "textual_cloze"):
         X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * d), dtype=np.float32)
         for idx in by_question_length(question_rows).values():
             X[idx] = cloze_features(mat[np.array([question_rows[i] for i in idx])],
                                     mat[np.array([choice_rows[i] for i in idx])])
+        spread = choice_spread(mat[np.array(choice_rows)]) if n else None
     elif task == "visual_coherence":
         X = coherence_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d), np.float32)
+        spread = choice_spread(mat[np.array(choice_rows)]) if n else None
     elif task == "visual_ordering":
         X = ordering_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d + 3), np.float32)
     else:
         raise ValueError(f"unknown task {task!r}")
     if n == 0:
-        return np.zeros(X.shape[:2] + (X.shape[2] + N_DISTANCE_FEATURES,), np.float32)
+        return np.zeros(X.shape[:2] + (X.shape[2] + N_SET_FEATURES,), np.float32)
     # cosine distance of each choice: 1 - the summed product part (unit vectors), or for ordering
     # 1 - the mean consecutive cosine
     dist = 1.0 - X[..., -2] if task == "visual_ordering" else pair_distance(X)
-    return with_distance_features(X, dist)
+    return with_set_features(X, dist, spread)
 
 
 N_DISTANCE_FEATURES = 7                 # hasty.probe_features: distance, 2 gaps, rank one-hot (4)
+N_SET_FEATURES = 2 * N_DISTANCE_FEATURES   # those of the distance to the question, then of the spread
 
 
 def pair_distance(X: np.ndarray) -> np.ndarray:
@@ -222,6 +228,33 @@ def pair_distance(X: np.ndarray) -> np.ndarray:
     1 - the summed product part)."""
     d = X.shape[-1] // 4
     return 1.0 - X[..., 2 * d:3 * d].sum(-1)
+
+
+def choice_spread(choices: np.ndarray) -> np.ndarray:
+    """(..., c, d) the choices of questions -> (..., c): 1 - the mean cosine of each choice to the other
+    choices. Low = the centre of the choice set. When distractors are drawn around the answer (knob 2:
+    close to it), the answer is that centre far more often than 1 in 4, a cue no choice-to-question
+    feature carries; ordering has none (its candidates are orders of the same images)."""
+    u = unit(choices)
+    c = u.shape[-2]
+    gram = np.einsum("...id,...jd->...ij", u, u)
+    own = np.einsum("...ii->...i", gram)
+    return (1.0 - (gram.sum(-1) - own) / max(c - 1, 1)).astype(np.float32)
+
+
+def spread_after_swap(gram: np.ndarray, cand_cos: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """The spread (`choice_spread`) of every choice after a candidate takes column `col`.
+    gram (n, c, c): cosines among the current choices; cand_cos (n, m, c): each candidate's cosine to
+    the current choices; col (n,) -> (n, m, c), the candidate's own spread at `col`."""
+    n, c = gram.shape[:2]
+    one = np.arange(c)[None, :] == col[:, None]                              # (n, c)
+    to_col = np.take_along_axis(gram, col[:, None, None].repeat(c, 2), 1)[:, 0, :]   # (n, c) cos(col, j)
+    own = np.einsum("nii->ni", gram)
+    rest = gram.sum(-1) - own - to_col                                       # (n, c) sum over k != j, col
+    others = rest[:, None, :] + cand_cos                                     # j != col: swap in the candidate
+    mine = np.where(one[:, None, :], 0.0, cand_cos).sum(-1, keepdims=True)   # the candidate vs the others
+    total = np.where(one[:, None, :], mine, others)
+    return (1.0 - total / max(c - 1, 1)).astype(np.float32)
 
 
 def distance_features(dist: np.ndarray) -> np.ndarray:
@@ -235,10 +268,18 @@ def distance_features(dist: np.ndarray) -> np.ndarray:
     return f.reshape(dist.shape + (N_DISTANCE_FEATURES,)).astype(np.float32)
 
 
-def with_distance_features(X: np.ndarray, dist: np.ndarray) -> np.ndarray:
-    """Pair features X (..., c, f) with the distance probe's features of `dist` (..., c) appended:
-    the features of the learned probe (`task_features`) and of the adversarial filter's adversary."""
-    return np.concatenate([np.asarray(X, dtype=np.float32), distance_features(dist)], axis=-1)
+def set_features(dist: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
+    """(..., c) distances to the question and spreads among the choices -> (..., c, 14): the
+    `distance_features` of each (zeros for the spread when there is none: ordering)."""
+    sf = (distance_features(spread) if spread is not None
+          else np.zeros(np.shape(dist) + (N_DISTANCE_FEATURES,), np.float32))
+    return np.concatenate([distance_features(dist), sf], axis=-1)
+
+
+def with_set_features(X: np.ndarray, dist: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
+    """Pair features X (..., c, f) with `set_features` appended: the features of the learned probe
+    (`task_features`) and of the adversarial filter's adversary."""
+    return np.concatenate([np.asarray(X, dtype=np.float32), set_features(dist, spread)], axis=-1)
 
 
 # ----------------------------------------------------------------------------- the probe

@@ -43,7 +43,8 @@ PNG_META = {"Software": None}          # no matplotlib version in the file: byte
 TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id", "encoder"),
                  ("n_questions", "questions"),
                  ("n_recipes", "recipes"), ("hasty_student_acc", "Hasty Student"),
-                 ("probe_acc", "distance probe"), ("qo_acc", "learned probe (95% CI)"),
+                 ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
+                 ("qo_acc", "learned probe (95% CI)"),
                  ("qo_test_acc", "learned probe, test split (95% CI)"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
@@ -108,7 +109,7 @@ def _fmt(v, col: str) -> str:
         return "–"
     if col in ("qo_acc", "qo_test_acc"):
         return f"{100 * v:.1f}%"
-    if col in ("hasty_student_acc", "probe_acc", "recipe_coverage"):
+    if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "recipe_coverage"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"

@@ -284,8 +284,44 @@ def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_pat
     # pooled over the AF datasets (about 1,000 questions): within a few points of chance
     pooled = sum(a * n for a, n in after_all) / sum(n for _, n in after_all)
     assert 0.19 <= pooled <= 0.31, pooled
+    # per dataset the generator's own figure; these datasets hold 70-190 questions (a 95% interval of
+    # about +-10 points at 25%), so the bound is chance plus that noise, the pooled figure above is the
+    # tight one
     for did in world["af_ids"]:
-        assert s[did]["adversarial"]["probe_after"] <= 0.35, (did, s[did]["adversarial"])
+        assert s[did]["adversarial"]["probe_after"] <= 0.40, (did, s[did]["adversarial"])
+
+
+def _centre_share(rows, vec) -> float:
+    """The centre-of-the-choices rule (bias.centre_rule) on exported cloze questions."""
+    from features.diagnostics.question_only import choice_spread
+    ch = np.array([[vec[i] for i in r["prov"]["choice_items"]] for r in rows])
+    return float((choice_spread(ch).argmin(1) == np.array([r["answer"] for r in rows])).mean())
+
+
+def test_af_takes_the_answer_out_of_the_centre_of_the_choice_set(world, tmp_path):
+    """Knob 2 draws distractors close to the answer, so the answer is the centre of its choice set far
+    more often than 1 in 4 (the centre-of-the-choices rule reads it without the question); AF's
+    adversary sees each choice's spread among the choices, and the kept cloze questions put the answer
+    at the centre about as often as chance."""
+    con = world["con"]
+    before_all, after_all = [], []
+    for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
+        if task != "visual_cloze":
+            continue
+        after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
+        base = world["base_of"][did]
+        export_parquet(con, [base], tmp_path / base, with_vectors=False)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
+                       "hive_partitioning=true)")
+        before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+        for r in before_rows:
+            r["prov"] = json.loads(r["provenance"])
+        before_all.append((_centre_share(before_rows, world["vec"]), len(before_rows)))
+        after_all.append((_centre_share(after_rows, world["vec"]), len(after_rows)))
+    pooled = lambda xs: sum(a * n for a, n in xs) / sum(n for _, n in xs)
+    assert len(after_all) == 5
+    assert pooled(before_all) > 0.4, before_all
+    assert pooled(after_all) <= 0.32, after_all
 
 
 def test_af_is_deterministic_and_thread_independent(world, tmp_path):
@@ -365,13 +401,14 @@ def test_af_report_rows_match_the_registered_datasets(world):
             assert 0.0 <= r["oracle_before"] <= 1.0 and 0.0 <= r["oracle_after"] <= 1.0
 
 
-def test_the_adversary_sees_the_judges_features_including_the_set_level_distance_cues():
+def test_the_adversary_sees_the_judges_features_including_the_set_level_cues():
     """Coherence: every candidate's 4-image set, as the adversary builds it, has exactly the learned
-    probe's features (pair features and the distance probe's distance / gaps / rank within the set)."""
+    probe's features (pair features, the distance probe's distance / gaps / rank within the set, and
+    the same of each image's spread among the four)."""
     from types import SimpleNamespace
 
     from features.datasets.adversarial import _coherence_build
-    from features.diagnostics.question_only import N_DISTANCE_FEATURES, task_features
+    from features.diagnostics.question_only import N_DISTANCE_FEATURES, N_SET_FEATURES, task_features
     rng = np.random.default_rng(1)
     vecs = rng.normal(size=(30, 8)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -380,8 +417,12 @@ def test_the_adversary_sees_the_judges_features_including_the_set_level_distance
     X = _coherence_build(SimpleNamespace(vecs=vecs), items, cand)(np.arange(5)).reshape(5, 6, 4, -1)
     sets = [list(items[i]) + [int(cand[i, m])] for i in range(5) for m in range(6)]
     judge = task_features("visual_coherence", [[] for _ in sets], sets, vecs).reshape(5, 6, 4, -1)
-    assert X.shape[-1] == 4 * 8 + N_DISTANCE_FEATURES
+    assert X.shape[-1] == 4 * 8 + N_SET_FEATURES
     np.testing.assert_allclose(X, judge, atol=1e-5)
-    # the rank one-hot marks each set's farthest image: a set-level cue no pair feature carries
-    far = np.argmax(X[..., -N_DISTANCE_FEATURES], axis=-1)
-    assert (X[..., -1][np.arange(5)[:, None], np.arange(6)[None, :], far] == 1).all()
+    # the rank one-hots mark each set's farthest image and its most spread-out one: set-level cues
+    # no pair feature carries
+    i, m = np.arange(5)[:, None], np.arange(6)[None, :]
+    far = np.argmax(X[..., -N_SET_FEATURES], axis=-1)
+    assert (X[..., -N_DISTANCE_FEATURES - 1][i, m, far] == 1).all()
+    loner = np.argmax(X[..., -N_DISTANCE_FEATURES], axis=-1)
+    assert (X[..., -1][i, m, loner] == 1).all()

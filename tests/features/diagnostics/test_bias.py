@@ -92,3 +92,22 @@ def test_overlap_coverage_and_jaccard():
     assert recipe_overlap({}, {}) == (None, None)
     # Jaccard of {1,2,3,4} vs {3,4,5,6} is 2/6
     assert recipe_overlap({"x": [[1, 2, 3, 4], [3, 4, 5, 6]]}, {"x": 6})[1] == pytest.approx(1 / 3)
+
+
+def test_centre_rule_finds_distractors_drawn_around_the_answer_and_nothing_else():
+    """Distractors drawn around the answer: the answer is the centre of its choice set, and the rule
+    finds it; independent choices: chance; ordering: not measured (its choices share their images)."""
+    from features.diagnostics.bias import centre_rule
+    rng = np.random.default_rng(5)
+    n, d = 800, 16
+    answers = rng.integers(0, 4, size=n)
+    around = rng.normal(size=(n, 1, d)) + 0.8 * rng.normal(size=(n, 4, d))
+    others_mean = (around.sum(1) - around[np.arange(n), answers]) / 3
+    around[np.arange(n), answers] = others_mean         # the answer sits amid its distractors
+    independent = rng.normal(size=(n, 4, d))
+    rows = np.arange(n * 4).reshape(n, 4).tolist()
+    for task in ("visual_cloze", "textual_cloze", "visual_coherence"):
+        assert centre_rule(task, rows, around.reshape(-1, d), answers) > 0.9
+        assert 0.2 < centre_rule(task, rows, independent.reshape(-1, d), answers) < 0.3
+    assert centre_rule("visual_ordering", rows, independent.reshape(-1, d), answers) is None
+    assert centre_rule("visual_cloze", [], independent.reshape(-1, d), answers[:0]) is None

@@ -155,6 +155,48 @@ def test_the_probe_also_learns_the_distance_rank_cue():
     assert learned.accuracy > 0.95
 
 
+def test_the_probe_learns_the_centre_of_the_choice_set_cue():
+    """Distractors drawn around the answer (knob 2 picks them close to it) make the answer the centre
+    of the choice set, whatever the question shows: the choice nearest the question is chance here, the
+    distance probe sees little, and the learned probe finds the answer from the spread among the choices."""
+    from features.diagnostics.bias import distance_probe
+    from features.diagnostics.hasty import cloze_distances
+    from features.diagnostics.question_only import choice_spread
+    rng = np.random.default_rng(3)
+    n = 600
+    q = unit(rng.normal(size=(n, 3, DIM)))
+    y = rng.integers(0, 4, size=n)
+    answer = rng.normal(size=(n, DIM))
+    c = answer[:, None, :] + 0.9 * rng.normal(size=(n, 4, DIM))   # distractors around the answer
+    c[np.arange(n), y] = answer
+    c = unit(c)
+    groups = [f"r{i}" for i in range(n)]
+    dist = cloze_distances(q, c)[1]
+    centre = float((choice_spread(c).argmin(1) == y).mean())
+    assert centre > 0.9, centre                     # the planted cue is there
+    assert float((dist.argmin(1) == y).mean()) < 0.32   # the question tells nothing
+    probe = distance_probe(dist, y, groups).accuracy
+    learned = question_only_probe(task_features("visual_cloze", *_as_rows(q, c)), y, groups).accuracy
+    assert learned > 0.85 and learned > probe + 0.4, (learned, probe)
+
+
+def test_spread_after_a_swap_is_the_spread_of_the_swapped_set():
+    """AF scores every candidate in every slot from the current set's cosines: the same figures as
+    `choice_spread` of each swapped set, built one by one."""
+    from features.diagnostics.question_only import choice_spread, spread_after_swap
+    rng = np.random.default_rng(4)
+    ch = unit(rng.normal(size=(5, 4, DIM)))
+    cand = unit(rng.normal(size=(5, 7, DIM)))
+    col = rng.integers(0, 4, size=5)
+    gram = np.einsum("ncd,nkd->nck", ch, ch)
+    got = spread_after_swap(gram, np.einsum("nmd,ncd->nmc", cand, ch), col)
+    for i in range(5):
+        for m in range(7):
+            swapped = ch[i].copy()
+            swapped[col[i]] = cand[i, m]
+            np.testing.assert_allclose(got[i, m], choice_spread(swapped), atol=1e-5)
+
+
 def _as_rows(q: np.ndarray, c: np.ndarray):
     """Dense arrays -> (question rows, choice rows, matrix), the resolved-rows form."""
     n, k, d = q.shape
