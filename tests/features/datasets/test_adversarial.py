@@ -305,7 +305,7 @@ def test_af_takes_the_answer_out_of_the_centre_of_the_choice_set(world, tmp_path
     at the centre about as often as chance."""
     con = world["con"]
     before_all, after_all = [], []
-    for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
+    for (task, _p), did in zip(AF_SETTINGS, world["af_ids"]):
         if task != "visual_cloze":
             continue
         after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
