@@ -10,9 +10,10 @@ hypothesis-only baselines of NLI) starts from the knob selection of a setting an
    and candidates are scored by models that never saw its recipe. The members see the judge's own
    features (question_only.with_set_features: the pair features of a choice and its context, plus
    the set-level cues -- the choice's distance to the question, its gaps to the nearest and to the
-   mean, its rank within the question, and the same of its spread among the choices, which tells the
-   centre of the choice set: distractors drawn around the answer make the answer that centre); three
-   at different penalties C, one on the 14 set-level cues alone (a wide model dilutes them). The
+   mean, its rank within the question, the same of its spread among the choices, which tells the
+   centre of the choice set: distractors drawn around the answer make the answer that centre, and the
+   max / min / spread of its cosines to the single shown items, which the mean blurs); three
+   at different penalties C, one on the 17 set-level cues alone (a wide model dilutes them). The
    ensemble is linear, so a candidate's score in a set is its own pair part plus the set-level part
    of the set it would form: recomputed per candidate and slot (every choice's spread moves);
 2. aims each question's answer at a seeded target rank under the ensemble, uniform over 0..3 (0: the
@@ -64,6 +65,8 @@ from features.diagnostics.question_only import (
     N_SET_FEATURES,
     QuestionOnlyModel,
     choice_spread,
+    item_similarity,
+    others_similarity,
     pair_distance,
     pair_features,
     set_features,
@@ -469,10 +472,15 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         return lambda r: pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)),
                                        sp.vecs[np.maximum(ch[r], 0)])
 
+    # the shown items of each question (the question's items but the answer's)
+    shown_cols = np.arange(b.items.shape[1])[None, :] != b.answer_col[keep][:, None]
+    shown = b.items[keep][shown_cols].reshape(K, -1)
+
     def build_choices(ch):                   # the judge's features: pairs + the set-level cues
         def build(r):
             X = build_pairs(ch)(r)
-            return with_set_features(X, pair_distance(X), choice_spread(sp.vecs[np.maximum(ch[r], 0)]))
+            V = sp.vecs[np.maximum(ch[r], 0)]
+            return with_set_features(X, pair_distance(X), choice_spread(V), item_similarity(sp.vecs[shown[r]], V))
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
@@ -480,6 +488,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     chunk = max(1, FEATURE_BUDGET // max(Xc_width, 1))
     cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]))
                                 for s in range(0, K, chunk)]) if K else np.zeros(cand.shape)
+    cand_sim = np.concatenate([item_similarity(sp.vecs[shown[s:s + chunk]], sp.vecs[np.maximum(cand[s:s + chunk], 0)])
+                               for s in range(0, K, chunk)]) if K else np.zeros(cand.shape + (3,), np.float32)
 
     def cand_pair_scores(Vp):
         return np.concatenate([np.einsum("nmf,nf->nm", build_pairs(cand)(rows[s:s + chunk]), Vp[s:s + chunk])
@@ -498,6 +508,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         Vp, Vd = V[:, :-N_SET_FEATURES], V[:, -N_SET_FEATURES:]
         sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_SET_FEATURES], Vp)       # (K, 4) pair parts
         dist_ch = pair_distance(X[..., :-N_SET_FEATURES])
+        sim_ch = X[..., -cand_sim.shape[-1]:].copy()                          # (K, 4, 3) item similarities
         S = sp_ch + np.einsum("ncf,nf->nc", X[..., -N_SET_FEATURES:], Vd) - c0[:, None]
         solved_by_round.append(round(float((answer_rank(S, pos)[0] == 0).mean()), 4) if K else None)
         sp_c = cand_pair_scores(Vp)
@@ -511,7 +522,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                 elig &= ~(cand_txt[..., None] == others[:, None, :]).any(-1)
             # every candidate in the slot: the new set's scores (the others' set-level cues move too:
             # distances ranked within the set, and every choice's spread among the choices)
-            U = _unit(sp.vecs[_insert(cur, ans, pos)])
+            U = sp.vecs[_insert(cur, ans, pos)]          # the space's vectors are unit already
             gram = np.einsum("ncd,nkd->nck", U, U)
             obj = np.full(cand.shape, np.inf)
             blk = max(1, (1 << 22) // max(cand.shape[1] * d, 1))
@@ -520,9 +531,10 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                 one = np.arange(4)[None, None, :] == col[r][:, None, None]
                 sp_set = np.where(one, sp_c[r][..., None], sp_ch[r][:, None, :])
                 d_set = np.where(one, cand_dist[r][..., None], dist_ch[r][:, None, :])
-                cand_cos = np.einsum("nmd,ncd->nmc", _unit(sp.vecs[np.maximum(cand[r], 0)]), U[r])
+                cand_cos = np.einsum("nmd,ncd->nmc", sp.vecs[np.maximum(cand[r], 0)], U[r])
                 s_set = spread_after_swap(gram[r], cand_cos, col[r])
-                S_set = (sp_set + np.einsum("nmcf,nf->nmc", set_features(d_set, s_set), Vd[r])
+                i_set = np.where(one[..., None], cand_sim[r][:, :, None, :], sim_ch[r][:, None, :, :])
+                S_set = (sp_set + np.einsum("nmcf,nf->nmc", set_features(d_set, s_set, i_set), Vd[r])
                          - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
                 obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
@@ -535,8 +547,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             cur_closer[do, s] = cand_closer[do, cc]
             sp_ch[do, col[do]] = sp_c[do, cc]
             dist_ch[do, col[do]] = cand_dist[do, cc]
+            sim_ch[do, col[do]] = cand_sim[do, cc]
             spread_ch = choice_spread(sp.vecs[_insert(cur, ans, pos)])
-            S = sp_ch + np.einsum("ncf,nf->nc", set_features(dist_ch, spread_ch), Vd) - c0[:, None]
+            S = sp_ch + np.einsum("ncf,nf->nc", set_features(dist_ch, spread_ch, sim_ch), Vd) - c0[:, None]
             changed_in[do] = rnd
     choices = _insert(cur, ans, pos)
     X = build_choices(choices)(rows)
@@ -574,7 +587,7 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
         ch = np.concatenate([np.broadcast_to(v[:, None], ctx_coh.shape), c[:, :, None, :]], axis=2)
         n, m = c.shape[:2]
         X = pair_features(ctx, ch)                                       # (n, M, 4, 4d)
-        return with_set_features(X, pair_distance(X), choice_spread(ch)).reshape(n, m * 4, -1)
+        return with_set_features(X, pair_distance(X), choice_spread(ch), others_similarity(ch)).reshape(n, m * 4, -1)
     return build
 
 

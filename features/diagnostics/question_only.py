@@ -195,18 +195,25 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
     one-hot: hasty.probe_features), so the learned probe can use every cue the distance probe uses,
     including the non-linear "the answer is never the nearest"; and the same features of the choice's
     spread among the choices (`choice_spread`), so it can use "the answer is the centre of the choice
-    set" too. Cloze questions showing different numbers of items are built per length."""
+    set" too; and the choice's similarity to each shown item (`item_similarity`: the mean of the shown
+    items blurs "it looks like one of the photos", a cue of its own). Cloze questions showing different
+    numbers of items are built per length."""
     n, d = len(choice_rows), mat.shape[1]
-    spread = None
+    spread = sim = None
     if task in ("visual_cloze", "textual_cloze"):
         X = np.zeros((n, len(choice_rows[0]) if n else 4, 4 * d), dtype=np.float32)
         for idx in by_question_length(question_rows).values():
             X[idx] = cloze_features(mat[np.array([question_rows[i] for i in idx])],
                                     mat[np.array([choice_rows[i] for i in idx])])
         spread = choice_spread(mat[np.array(choice_rows)]) if n else None
+        sim = np.zeros(X.shape[:2] + (N_ITEM_FEATURES,), np.float32)
+        for idx in by_question_length(question_rows).values():
+            sim[idx] = item_similarity(mat[np.array([question_rows[i] for i in idx])],
+                                       mat[np.array([choice_rows[i] for i in idx])])
     elif task == "visual_coherence":
         X = coherence_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d), np.float32)
         spread = choice_spread(mat[np.array(choice_rows)]) if n else None
+        sim = others_similarity(mat[np.array(choice_rows)]) if n else None
     elif task == "visual_ordering":
         X = ordering_features(mat[np.array(choice_rows)]) if n else np.zeros((0, 4, 4 * d + 3), np.float32)
     else:
@@ -216,11 +223,14 @@ def task_features(task: str, question_rows: list[list[int]], choice_rows: list, 
     # cosine distance of each choice: 1 - the summed product part (unit vectors), or for ordering
     # 1 - the mean consecutive cosine
     dist = 1.0 - X[..., -2] if task == "visual_ordering" else pair_distance(X)
-    return with_set_features(X, dist, spread)
+    return with_set_features(X, dist, spread, sim)
 
 
 N_DISTANCE_FEATURES = 7                 # hasty.probe_features: distance, 2 gaps, rank one-hot (4)
-N_SET_FEATURES = 2 * N_DISTANCE_FEATURES   # those of the distance to the question, then of the spread
+N_ITEM_FEATURES = 3                     # item_similarity: max, min, std of the cosines to the shown items
+# the cues AF recomputes for every candidate set: those of the distance to the question, those of the
+# spread among the choices, the similarity to each shown item
+N_SET_FEATURES = 2 * N_DISTANCE_FEATURES + N_ITEM_FEATURES
 
 
 def pair_distance(X: np.ndarray) -> np.ndarray:
@@ -268,18 +278,43 @@ def distance_features(dist: np.ndarray) -> np.ndarray:
     return f.reshape(dist.shape + (N_DISTANCE_FEATURES,)).astype(np.float32)
 
 
-def set_features(dist: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
-    """(..., c) distances to the question and spreads among the choices -> (..., c, 14): the
-    `distance_features` of each (zeros for the spread when there is none: ordering)."""
+def item_similarity(shown: np.ndarray, choices: np.ndarray) -> np.ndarray:
+    """shown (..., k, d) the items a question shows, choices (..., c, d) -> (..., c, 3): the max, min and
+    standard deviation of each choice's cosines to the shown items. The answer is a photo of the same
+    recipe, often much like one shown photo (the same vessel a step later); the cosine to the mean of
+    the shown items blurs that, the max keeps it."""
+    sims = np.einsum("...cd,...kd->...ck", unit(choices), unit(shown))
+    return np.stack([sims.max(-1), sims.min(-1), sims.std(-1)], axis=-1).astype(np.float32)
+
+
+def others_similarity(images: np.ndarray) -> np.ndarray:
+    """Coherence: images (..., c, d) -> (..., c, 3), `item_similarity` of each image against the other
+    images of its question."""
+    u = unit(images)
+    c = u.shape[-2]
+    gram = np.einsum("...id,...jd->...ij", u, u)
+    off = ~np.eye(c, dtype=bool)
+    sims = gram[..., off].reshape(gram.shape[:-2] + (c, c - 1))
+    return np.stack([sims.max(-1), sims.min(-1), sims.std(-1)], axis=-1).astype(np.float32)
+
+
+def set_features(dist: np.ndarray, spread: np.ndarray | None, sim: np.ndarray | None = None) -> np.ndarray:
+    """(..., c) distances to the question, spreads among the choices and (..., c, 3) similarities to the
+    shown items -> (..., c, 17): the `distance_features` of the first two, then the similarities (zeros
+    for what a task has none of: ordering)."""
+    shape = np.shape(dist)
     sf = (distance_features(spread) if spread is not None
-          else np.zeros(np.shape(dist) + (N_DISTANCE_FEATURES,), np.float32))
-    return np.concatenate([distance_features(dist), sf], axis=-1)
+          else np.zeros(shape + (N_DISTANCE_FEATURES,), np.float32))
+    sim = (np.asarray(sim, dtype=np.float32) if sim is not None
+           else np.zeros(shape + (N_ITEM_FEATURES,), np.float32))
+    return np.concatenate([distance_features(dist), sf, sim], axis=-1)
 
 
-def with_set_features(X: np.ndarray, dist: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
+def with_set_features(X: np.ndarray, dist: np.ndarray, spread: np.ndarray | None,
+                      sim: np.ndarray | None = None) -> np.ndarray:
     """Pair features X (..., c, f) with `set_features` appended: the features of the learned probe
     (`task_features`) and of the adversarial filter's adversary."""
-    return np.concatenate([np.asarray(X, dtype=np.float32), set_features(dist, spread)], axis=-1)
+    return np.concatenate([np.asarray(X, dtype=np.float32), set_features(dist, spread, sim)], axis=-1)
 
 
 # ----------------------------------------------------------------------------- the probe

@@ -180,6 +180,45 @@ def test_the_probe_learns_the_centre_of_the_choice_set_cue():
     assert learned > 0.85 and learned > probe + 0.4, (learned, probe)
 
 
+def test_the_probe_sees_a_choice_that_looks_like_one_shown_item():
+    """The answer is a near copy of one of six shown items, the distractors of none, and every choice
+    has the same cosine to the mean of the shown items: nothing measured against that mean tells them
+    apart, the nearest single shown item does. The learned probe reads it through the item
+    similarities (`item_similarity`), the distance probe cannot."""
+    from features.diagnostics.bias import distance_probe
+    from features.diagnostics.hasty import cloze_distances
+    rng = np.random.default_rng(6)
+    n = 600
+    q = unit(rng.normal(size=(n, 6, DIM)))
+    y = rng.integers(0, 4, size=n)
+    m = unit(q.mean(1))
+    answer = unit(q[np.arange(n), rng.integers(0, 6, size=n)] + 0.1 * rng.normal(size=(n, DIM)))
+    a = (answer * m).sum(-1)                                       # the answer's cosine to the mean
+    noise = rng.normal(size=(n, 4, DIM))
+    noise = unit(noise - (noise * m[:, None]).sum(-1, keepdims=True) * m[:, None])   # orthogonal to it
+    c = a[:, None, None] * m[:, None] + np.sqrt(1 - a ** 2)[:, None, None] * noise
+    c[np.arange(n), y] = answer
+    c = unit(c)
+    np.testing.assert_allclose((c * m[:, None]).sum(-1), np.repeat(a[:, None], 4, 1), atol=1e-5)
+    groups = [f"r{i}" for i in range(n)]
+    probe = distance_probe(cloze_distances(q, c)[1], y, groups).accuracy
+    learned = question_only_probe(task_features("visual_cloze", *_as_rows(q, c)), y, groups).accuracy
+    assert probe < 0.35 and learned > 0.9, (learned, probe)
+
+
+def test_item_similarity_is_max_min_std_of_the_cosines_to_the_shown_items():
+    from features.diagnostics.question_only import item_similarity, others_similarity
+    rng = np.random.default_rng(7)
+    shown, ch = rng.normal(size=(3, 5, DIM)), rng.normal(size=(3, 4, DIM))
+    got = item_similarity(shown, ch)
+    cos = np.einsum("ncd,nkd->nck", unit(ch), unit(shown))
+    np.testing.assert_allclose(got, np.stack([cos.max(-1), cos.min(-1), cos.std(-1)], -1), atol=1e-6)
+    others = others_similarity(ch)
+    for i in range(4):                      # coherence: each image against the other three
+        rest = np.delete(ch, i, axis=1)
+        np.testing.assert_allclose(others[:, i], item_similarity(rest, ch[:, i:i + 1])[:, 0], atol=1e-6)
+
+
 def test_spread_after_a_swap_is_the_spread_of_the_swapped_set():
     """AF scores every candidate in every slot from the current set's cosines: the same figures as
     `choice_spread` of each swapped set, built one by one."""
