@@ -13,7 +13,8 @@ hypothesis-only baselines of NLI) starts from the knob selection of a setting an
    mean, its rank within the question, the same of its spread among the choices, which tells the
    centre of the choice set: distractors drawn around the answer make the answer that centre, and the
    max / min / spread of its cosines to the single shown items, which the mean blurs); three
-   at different penalties C, one on the 17 set-level cues alone (a wide model dilutes them). The
+   at different penalties C, one on the 7 distance cues alone and one on the 10 choice-set cues (spread,
+   similarities to the shown items) alone (a wide model dilutes them). The
    ensemble is linear, so a candidate's score in a set is its own pair part plus the set-level part
    of the set it would form: recomputed per candidate and slot (every choice's spread moves);
 2. aims each question's answer at a seeded target rank under the ensemble, uniform over 0..3 (0: the
@@ -62,6 +63,7 @@ import pyarrow as pa
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
 from features.diagnostics.question_only import (
+    N_DISTANCE_FEATURES,
     N_SET_FEATURES,
     QuestionOnlyModel,
     choice_spread,
@@ -78,7 +80,8 @@ N_FOLDS = 5
 # members: the learned probe's features at three penalties, and the distance probe's features alone (the
 # set-level cue: distance, gaps and rank of a choice within its question), which the wide models dilute
 ENSEMBLE = ({"C": 0.1, "seed": 1, "features": "all"}, {"C": 1.0, "seed": 2, "features": "all"},
-            {"C": 10.0, "seed": 3, "features": "all"}, {"C": 1.0, "seed": 4, "features": "distance"})
+            {"C": 10.0, "seed": 3, "features": "all"}, {"C": 1.0, "seed": 4, "features": "distance"},
+            {"C": 1.0, "seed": 5, "features": "choice_set"})
 PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
 CLOZE_POOLS = ("ball", "author", "recipe")
 COHERENCE_POOLS = ("ball", "author")
@@ -124,20 +127,31 @@ def recipe_keys(recipe_ids: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the adversary
 
-def _widen(model: QuestionOnlyModel, f: int) -> QuestionOnlyModel:
-    """A model fitted on the last features only, as a model of all f features (zero weight elsewhere)."""
-    k = len(model.w)
-    if k < f:
-        model.w = np.concatenate([np.zeros(f - k), model.w])
-        model.mu = np.concatenate([np.zeros(f - k), model.mu])
-        model.sd = np.concatenate([np.ones(f - k), model.sd])
+def member_columns(features: str, f: int) -> np.ndarray:
+    """The feature columns (of f) a member of ENSEMBLE fits on: `all`; `distance`, the distance probe's 7
+    cues of the choice's distance to the question; `choice_set`, the 7 of its spread among the choices
+    and its 3 similarities to the shown items. The narrow members see a cue the wide ones dilute."""
+    start = f - N_SET_FEATURES
+    if features == "distance":
+        return np.arange(start, start + N_DISTANCE_FEATURES)
+    if features == "choice_set":
+        return np.arange(start + N_DISTANCE_FEATURES, f)
+    return np.arange(f)
+
+
+def _widen(model: QuestionOnlyModel, cols: np.ndarray, f: int) -> QuestionOnlyModel:
+    """A model fitted on the columns `cols` only, as a model of all f features (zero weight elsewhere)."""
+    if len(cols) < f:
+        w, mu, sd = np.zeros(f), np.zeros(f), np.ones(f)
+        w[cols], mu[cols], sd[cols] = model.w, model.mu, model.sd
+        model.w, model.mu, model.sd = w, mu, sd
     return model
 
 
-def _narrow(model: QuestionOnlyModel) -> QuestionOnlyModel:
-    """A distance-only member's previous model, cut back to its own features (its warm start)."""
+def _narrow(model: QuestionOnlyModel, cols: np.ndarray) -> QuestionOnlyModel:
+    """A narrow member's previous model, cut back to its own columns (its warm start)."""
     out = QuestionOnlyModel(model.C, model.seed, model.max_iter)
-    out.w, out.mu, out.sd = (a[-N_SET_FEATURES:] for a in (model.w, model.mu, model.sd))
+    out.w, out.mu, out.sd = (a[cols] for a in (model.w, model.mu, model.sd))
     return out
 
 
@@ -157,15 +171,15 @@ class Adversary:
             salt = np.uint64(stable_key("af-folds", seed, m))
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
-            cols = slice(-N_SET_FEATURES, None) if spec["features"] == "distance" else slice(None)
+            cols = member_columns(spec["features"], X.shape[-1])
             for k in range(self.n_folds):
                 train = fold != k
                 init = previous.models[m][k] if previous is not None else None
-                if init is not None and spec["features"] == "distance":
-                    init = _narrow(init)
+                if init is not None and len(cols) < X.shape[-1]:
+                    init = _narrow(init, cols)
                 models.append(None if not train.any() else
                               _widen(QuestionOnlyModel(C=spec["C"], seed=spec["seed"] + 7919 * seed)
-                                     .fit(X[train][..., cols], y[train], init=init), X.shape[-1]))
+                                     .fit(X[train][..., cols], y[train], init=init), cols, X.shape[-1]))
             self.folds.append(fold)
             self.models.append(models)
 
