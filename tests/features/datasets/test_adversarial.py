@@ -257,6 +257,17 @@ def _probe(rows, vec) -> float:
     return float((np.argmax(cross_fitted_scores(X, y, [r["recipe_id"] for r in rows], 5, 0), axis=1) == y).mean())
 
 
+def _knob_rows(con, base: str, tmp_path) -> list[dict]:
+    """The exported question rows (provenance parsed) of the knob selection an AF dataset started from."""
+    export_parquet(con, [base], tmp_path / base, with_vectors=False)
+    q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
+                   "hive_partitioning=true)")
+    rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+    for r in rows:
+        r["prov"] = json.loads(r["provenance"])
+    return rows
+
+
 def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_path):
     """The judge reads the knob selection well above chance; after AF it is near chance -- at most 35%,
     and not far below chance either (a probe well below 25% reads a reversed cue AF left)."""
@@ -270,13 +281,7 @@ def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_pat
         assert 0.12 <= after <= 0.35, (did, after)
         after_all.append((after, len(after_rows)))
         if task == "visual_cloze" and p.k3_mode == "coin":
-            base = world["base_of"][did]
-            export_parquet(con, [base], tmp_path / base, with_vectors=False)
-            q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
-                           "hive_partitioning=true)")
-            before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-            for r in before_rows:
-                r["prov"] = json.loads(r["provenance"])
+            before_rows = _knob_rows(con, world["base_of"][did], tmp_path)
             assert _probe(before_rows, world["vec"]) > 0.5, did
             assert s[did]["adversarial"]["probe_before"] > 0.5
             checked += 1
@@ -311,13 +316,7 @@ def test_af_takes_the_answer_out_of_the_centre_of_the_choice_set(world, tmp_path
         if task != "visual_cloze":
             continue
         after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
-        base = world["base_of"][did]
-        export_parquet(con, [base], tmp_path / base, with_vectors=False)
-        q = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / base}/questions/**/*.parquet', "
-                       "hive_partitioning=true)")
-        before_rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-        for r in before_rows:
-            r["prov"] = json.loads(r["provenance"])
+        before_rows = _knob_rows(con, world["base_of"][did], tmp_path)
         before_all.append((_centre_share(before_rows, world["vec"]), len(before_rows)))
         after_all.append((_centre_share(after_rows, world["vec"]), len(after_rows)))
     pooled = lambda xs: sum(a * n for a, n in xs) / sum(n for _, n in xs)
