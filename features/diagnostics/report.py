@@ -86,8 +86,9 @@ def is_paper_setting(row: dict) -> bool:
 
 def ordering_by_probe(rows: list[dict]) -> list[dict]:
     """Settings sorted by the best context-free adversary, most biased first: the learned
-    question-only probe's cross-fitted accuracy (qo_acc), or the distance probe's where that is
-    higher; ties by the distance probe, then the id; settings with neither last.
+    question-only probe's cross-fitted accuracy (qo_acc), or the distance probe's or the centre
+    rule's (centre_rule_acc) where that is higher; ties by the distance probe, then the id; settings
+    with none of them last.
 
     The learned probe leads because it is the stronger adversary: it is given the distance probe's
     own features (each choice's distance, its gap to the nearest, its rank) and also the choice and
@@ -95,11 +96,13 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
     shared kitchen or author look) that no fixed distance shows -- a setting that only fools the
     distance probe is not de-biased. Its fit can still read lower than the distance probe, notably
     on adversarially filtered datasets, whose distractors were chosen against this very model
-    family; there the distance probe's figure counts. The figure over all questions ranks (more
-    questions, narrower interval than the test split's)."""
+    family; there the distance probe's figure counts, and so does the parameter-free centre rule
+    (on visual coherence, where the knobs make the foreign image the centre of the four, it reads
+    above both probes). The figure over all questions ranks (more questions, narrower interval than
+    the test split's)."""
     def key(r):
-        qo, pr = r.get("qo_acc"), r.get("probe_acc")
-        best = max((v for v in (qo, pr) if v is not None), default=None)
+        qo, pr, cr = r.get("qo_acc"), r.get("probe_acc"), r.get("centre_rule_acc")
+        best = max((v for v in (qo, pr, cr) if v is not None), default=None)
         return (best is None, -(best or 0.0), -(pr or 0.0), r["dataset_id"])
     return sorted(rows, key=key)
 
@@ -549,7 +552,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             plots += [p.name for p in (hist, knobs, adv, spl) if p]
             axes.update({p.name: p.axes for p in (hist, knobs, adv, spl) if p})
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
-                              "hasty_student_acc": r["hasty_student_acc"], **{k: r.get(k) for k in QO_KEYS}}
+                              "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
+                              **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
         clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
@@ -572,13 +576,14 @@ def _slug(s: str) -> str:
 def format_ordering(tasks: dict[str, dict]) -> list[str]:
     """Printable lines: per task and encoder, settings in `ordering_by_probe` order (most biased
     first): the learned probe over all questions and on the test split with its 95% interval, the
-    distance probe and the Hasty Student."""
+    distance probe, the Hasty Student and the centre-of-the-choices rule."""
     lines = []
     for task, info in tasks.items():
         for enc, ordering in info["ordering"].items():
             lines.append(f"{task} (encoder {enc}):")
             lines += [f"  {r['knobs']!s:17s} learned {_fmt(r.get('qo_acc'), 'qo_acc'):>6s}  "
                       f"test {with_interval(r, 'qo_test_acc'):28s}  probe {_fmt(r['probe_acc'], 'probe_acc'):>6s}  "
-                      f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  {r['dataset_id']}"
+                      f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  "
+                      f"centre {_fmt(r.get('centre_rule_acc'), 'centre_rule_acc'):>6s}  {r['dataset_id']}"
                       for r in ordering]
     return lines

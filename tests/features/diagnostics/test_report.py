@@ -98,8 +98,9 @@ def test_ordering_printed_and_probe_finds_the_preset_bias(report):
     assert lines[0] == f"visual_cloze (encoder {ENC}):" and any("recipeqa" in ln for ln in lines)
     assert list(report["res"]["tasks"]["visual_cloze"]["ordering"]) == [ENC]
     cloze = report["res"]["tasks"]["visual_cloze"]["ordering"][ENC]
-    best = [max(r["qo_acc"], r["probe_acc"]) for r in cloze]   # the learned probe, or the distance probe
-    assert best == sorted(best, reverse=True)                   # where that reads higher
+    # the learned probe, or the distance probe or the centre rule where that reads higher
+    best = [max(v for v in (r["qo_acc"], r["probe_acc"], r["centre_rule_acc"]) if v is not None) for r in cloze]
+    assert best == sorted(best, reverse=True)
     preset = next(r for r in cloze if r["knobs"] == "recipeqa")
     assert preset["probe_acc"] > 0.5           # synthetic world: a per-recipe style term = the cue
     assert preset["qo_acc"] > 0.5
@@ -132,13 +133,15 @@ def test_learned_probe_in_table_rows_and_plot(report):
 
 
 def test_ordering_by_the_best_adversary():
-    """The learned probe ranks unless the distance probe reads higher; missing figures last."""
+    """The learned probe ranks unless the distance probe or the centre rule reads higher; missing
+    figures last."""
     from features.diagnostics.report import ordering_by_probe
     rows = [{"dataset_id": "a", "qo_acc": 0.4, "probe_acc": 0.6}, {"dataset_id": "b", "qo_acc": 0.8, "probe_acc": 0.3},
             {"dataset_id": "c", "qo_acc": None, "probe_acc": 0.5},
             {"dataset_id": "d", "qo_acc": None, "probe_acc": None},
-            {"dataset_id": "e", "qo_acc": 0.7, "probe_acc": 0.2}]
-    assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "e", "a", "c", "d"]
+            {"dataset_id": "e", "qo_acc": 0.7, "probe_acc": 0.2},
+            {"dataset_id": "f", "qo_acc": 0.3, "probe_acc": 0.3, "centre_rule_acc": 0.75}]
+    assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "f", "e", "a", "c", "d"]
 
 
 def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
