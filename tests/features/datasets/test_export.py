@@ -183,6 +183,8 @@ def test_card_documents_every_config_and_provenance_key(world, export):
     exp = world["expected"]
     assert [int(x.replace(",", "")) for x in line.split("|")[3:6]] == [exp[("visual_cloze", "0-1-1", s)]
                                                                       for s in ("train", "val", "test")]
+    header = next(ln for ln in text.splitlines() if ln.startswith("| config | dataset_id |"))
+    assert "| centre of the choices |" in header and len(header.split("|")) == len(line.split("|"))
 
 
 def test_export_is_byte_identical(world, export, tmp_path):
