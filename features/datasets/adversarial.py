@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
 from features.datasets.knobs import md5_key, splitmix64, stable_key
+from features.datasets.twins import TWIN_JACCARD
 from features.diagnostics.question_only import (
     N_DISTANCE_FEATURES,
     N_SET_FEATURES,
@@ -94,7 +95,7 @@ def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
     return {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
-            "ensemble": [dict(m) for m in ENSEMBLE], "probe": dict(PROBE)}
+            "ensemble": [dict(m) for m in ENSEMBLE], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD}
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -397,18 +398,22 @@ def _in_proportion(adv_rank: np.ndarray, groups: np.ndarray, gap: np.ndarray, al
     return key
 
 
-def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats) -> np.ndarray:
+def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: np.ndarray | None = None) -> np.ndarray:
     """The drop rule (AFLite: drop what stays predictable, in either direction): `_cap_extremes` on the
     answer's rank under the final held-out ensemble (`adv_rank`), the least distinguishable kept first
     (smallest score `gap` to the nearest other choice): the ensemble picks the answer of at most a
     quarter of the kept questions and finds it the least plausible choice for at most a quarter. In
     knob-3 balanced mode the cap holds per split and distance rank (`rank`), and the distance ranks are
     then made equal again, each trimmed group keeping its adversary ranks in proportion. Returns the
-    kept rows."""
+    kept rows. `bad` rows (a text twin left among the choices) are dropped first, in their own group, so
+    the caps hold on the others."""
     splits = b.splits[keep]
     groups = np.char.add(np.char.add(splits.astype(str), "|"), rank.astype(str)) if exact else splits
-    alive = _cap_extremes(adv_rank, groups, gap)
-    ds.skip("af_predictable", (~alive).sum())
+    bad = np.zeros(len(adv_rank), dtype=bool) if bad is None else bad
+    ds.skip("af_text_twin", bad.sum())
+    groups = np.where(bad, "\x00twin", np.asarray(groups).astype(str))
+    alive = _cap_extremes(adv_rank, groups, gap) & ~bad
+    ds.skip("af_predictable", (~alive & ~bad).sum())
     stats = {**stats, "adversary_rank_counts": np.bincount(adv_rank, minlength=N_RANKS).tolist()}
     if exact:
         kept = _rebalance(rank, splits, _in_proportion(adv_rank, groups, gap, alive), alive)
@@ -475,6 +480,12 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
         parts.append(np.where(ok, c, -1))
     cand = _dedupe(np.concatenate(parts, axis=1))
+    # a text twin of the answer step (the same step in another recipe, said the same way) is as right an
+    # answer as the answer: never a distractor (twins.py); knob picks that are twins must be replaced
+    a_row = sp.word_row[ans][:, None]
+    cand = np.where((cand >= 0) & sp.step_words.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
+    cur_twin = sp.step_words.twins(a_row, sp.word_row[picks])
+    n_twin_picks = int(cur_twin.sum())
     pool = _pool_label(sp, cand, ans)
     cand_closer = sp.cos_to(cand, P["qmean"][keep]) < d_ans_q[:, None]
     cand_txt = sp.text_code[np.maximum(cand, 0)]
@@ -552,13 +563,14 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                          - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
                 obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
-            now = _objective(*answer_rank(S, pos), aim)
+            now = np.where(cur_twin[:, s], np.inf, _objective(*answer_rank(S, pos), aim))
             best = np.argmin(obj, axis=1)
             do = np.flatnonzero(obj[rows, best] < now - 1e-9)
             cc = best[do]
             cur[do, s] = cand[do, cc]
             cur_pool[do, s] = pool[do, cc]
             cur_closer[do, s] = cand_closer[do, cc]
+            cur_twin[do, s] = False
             sp_ch[do, col[do]] = sp_c[do, cc]
             dist_ch[do, col[do]] = cand_dist[do, cc]
             sim_ch[do, col[do]] = cand_sim[do, cc]
@@ -572,8 +584,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     base_X = build_choices(_insert(picks, ans, pos))(rows)
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
-             "probe_before": probe_accuracy(base_X, pos, rkeys, seed)}
-    sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats)
+             "probe_before": probe_accuracy(base_X, pos, rkeys, seed),
+             "twin_distractors_in_knob_picks": n_twin_picks}
+    sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats, bad=cur_twin.any(1))
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
     ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum())
                                              for i, name in enumerate(CLOZE_POOLS)}
@@ -603,6 +616,16 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
         X = pair_features(ctx, ch)                                       # (n, M, 4, 4d)
         return with_set_features(X, pair_distance(X), choice_spread(ch), others_similarity(ch)).reshape(n, m * 4, -1)
     return build
+
+
+def twin_of_recipe(sp, cand: np.ndarray, recipe_ids: np.ndarray, block: int = 256) -> np.ndarray:
+    """(K, M): is candidate item cand[k, m] a text twin of any step of recipe_ids[k]?"""
+    steps = sp.step_words.recipe_rows(recipe_ids)
+    out = np.zeros(cand.shape, dtype=bool)
+    for s in range(0, len(cand), block):
+        c = np.where(cand[s:s + block] >= 0, sp.word_row[np.maximum(cand[s:s + block], 0)], -1)
+        out[s:s + block] = sp.step_words.twins(c[:, :, None], steps[s:s + block][:, None, :]).any(-1)
+    return out
 
 
 def _foreign_rank(S: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -652,6 +675,9 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     cur_col = np.argmax(cand == foreign[:, None], axis=1)       # the knob pick is a ball cell
     if K and not (cand[rows, cur_col] == foreign).all():
         raise AssertionError("adversarial: a knob-selected foreign image is not among its eligible cells")
+    # a foreign photo whose step twins a step of the question's recipe reads as belonging to it: never
+    # used (twins.py); a knob pick that is one must be replaced
+    twin = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids[keep])
     changed_in = np.zeros(K, dtype=np.int64)
     solved_by_round = []
 
@@ -669,7 +695,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         rank_now = _foreign_rank(_mean_scores(advs, rows, cur, 4 * X.shape[2]), 1)[0][:, 0]
         solved_by_round.append(round(float((rank_now == 0).mean()), 4) if K else None)
         # every eligible candidate: the foreign image's rank in its own 4-image set, aimed at the target
-        obj = np.where(cand >= 0, _objective(*_foreign_rank(_mean_scores(
+        obj = np.where((cand >= 0) & ~twin, _objective(*_foreign_rank(_mean_scores(
             advs, rows, _coherence_build(sp, items, cand), width), cand.shape[1]), aim[:, None]), np.inf)
         best = np.argmin(obj, axis=1)
         do = np.flatnonzero(obj[rows, best] < obj[rows, cur_col] - 1e-9)
@@ -683,8 +709,9 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     g = lambda a: a[rows, cur_col]
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
-             "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed)}
-    sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats)
+             "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed),
+             "twin_distractors_in_knob_picks": int(twin[rows, np.argmax(cand == foreign[:, None], axis=1)].sum())}
+    sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats, bad=g(twin))
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
     ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}
     # scores in choice order (the foreign image at pos)

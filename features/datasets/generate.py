@@ -69,6 +69,8 @@ class Space:
     labels: np.ndarray = field(repr=False, default=None)         # what a question shows per item
     step_idx: np.ndarray = field(repr=False, default=None)       # the item's step in its recipe
     author_code: np.ndarray = field(repr=False, default=None)    # recipes.author code, -1 for none
+    step_words: object = field(repr=False, default=None)         # twins.StepWords of the warehouse
+    word_row: np.ndarray = field(repr=False, default=None)       # the item's step row in step_words
 
     def dots(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Inner products of items rows (Q, M) (-1 = padding) with n vectors per row q (Q, n, d) ->
@@ -136,6 +138,7 @@ class Generator:
         self.encoder_id = encoder_id
         self.lance_uri = lance_uri or Paths.from_env().lance
         self._spaces: dict[str, Space] = {}
+        self._step_words = None
         self._prepared: dict[tuple, Prepared] = {}
         self._batches: dict[tuple, Batch] = {}
 
@@ -175,6 +178,11 @@ class Generator:
                    item_ids if name == "image" else np.array(texts, dtype=object),
                    np.asarray(items.column("step_idx").to_numpy(), dtype=np.int64),
                    self._author_codes(name))
+        if self._step_words is None:
+            from features.datasets.twins import StepWords
+            self._step_words = StepWords.from_warehouse(self.con)
+        sp.step_words = self._step_words
+        sp.word_row = self._step_words.rows(recipe_ids, sp.step_idx)
         self._spaces[name] = sp
         log.info("generate: %d %s items with vectors (encoder %s)", len(item_ids), name, self.encoder_id)
         return sp

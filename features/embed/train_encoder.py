@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from etl.config import Paths
+from features.datasets.twins import StepWords
 from features.embed.decode import ImageItem, PixelCache, image_items, image_loader, image_size_of
 from features.embed.encoders import (
     TINY_MODEL,
@@ -66,6 +67,10 @@ class TrainConfig:
     clip_weight: float = 1.0            # image<->text ClipLoss
     recipe_weight: float = 0.0          # image<->image same-recipe SupCon (teaches the kitchen cue;
     recipe_temperature: float = 0.3     # at 1.0 it dominates and the CLIP loss stays at chance)
+    hard_share: float = 0.0             # share of each epoch's steps (from the 2nd epoch on) batched
+                                        # with their nearest look-alike steps (neighbour_batches)
+    twins: str = "none"                 # text twins in a batch: "none" (negatives, as CLIP), "positive"
+                                        # (soft targets) or "mask" (out of each other's softmax)
     seed: int = 0
     image_size: int | None = None       # None: the architecture's (32 for mrqa-tiny-clip)
     num_workers: int = 0                # decode workers (cache misses only)
@@ -109,6 +114,51 @@ def recipe_batches(step_recipe: np.ndarray, batch_size: int, per_recipe: int,
     return [b for b in batches if len(b) >= 2]
 
 
+def neighbour_batches(vecs: np.ndarray, steps: np.ndarray, batch_size: int,
+                      rng: np.random.Generator) -> list[np.ndarray]:
+    """Batches of look-alike steps: a seeded anchor step and its `batch_size - 1` nearest not yet
+    batched steps (cosine of the current image vectors, any recipe), until `steps` are used up.
+
+    Knob 2 draws a cloze question's distractors from the answer image's nearest neighbours, so a
+    reader must tell a step's text from the look-alike photos; random batches rarely hold such
+    photos and teach mainly which recipe (kitchen) a text belongs to. Hard-negative batches from the
+    model's own neighbours (as in ANCE-style mining) put them side by side."""
+    v = vecs[steps] / np.maximum(np.linalg.norm(vecs[steps], axis=1, keepdims=True), 1e-12)
+    free = np.ones(len(steps), dtype=bool)
+    out = []
+    for a in rng.permutation(len(steps)):
+        if not free[a]:
+            continue
+        cand = np.flatnonzero(free)
+        sim = v[cand] @ v[a]
+        take = cand[np.argsort(-sim, kind="stable")[:batch_size]]   # the anchor itself comes first
+        free[take] = False
+        if len(take) >= 2:
+            out.append(steps[take])
+    return out
+
+
+def clip_loss_soft(img: torch.Tensor, txt: torch.Tensor, scale: torch.Tensor,
+                   tokens: torch.Tensor, twins: torch.Tensor | None = None, mask: bool = False) -> torch.Tensor:
+    """CLIP's symmetric InfoNCE, with steps of identical text (or text twins, `twins` (B, B) bool:
+    steps that say the same thing, features/datasets/twins.py) counted as positives of each other
+    (`mask` False), or left out of each other's softmax (`mask` True): "Chop the onions" in two
+    recipes is no negative. With no duplicate texts and no twins it is exactly open_clip's ClipLoss."""
+    logits = scale * img @ txt.T
+    same = (tokens[:, None, :] == tokens[None, :, :]).all(-1)
+    if twins is not None:
+        same = same | twins
+    if mask:
+        eye = torch.eye(len(same), dtype=torch.bool, device=same.device)
+        logits = logits.masked_fill(same & ~eye, -1e4)
+        same = eye
+    same = same.float()
+    target = same / same.sum(1, keepdim=True)
+    li = -(target * F.log_softmax(logits, dim=1)).sum(1).mean()
+    lt = -(target * F.log_softmax(logits.T, dim=1)).sum(1).mean()
+    return (li + lt) / 2
+
+
 def recipe_supcon_loss(features: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
     """Supervised contrastive loss: for each anchor with >= 1 positive (same label, not itself),
     the mean over positives of -log softmax over all other batch members."""
@@ -124,6 +174,25 @@ def recipe_supcon_loss(features: torch.Tensor, labels: torch.Tensor, temperature
         return features.sum() * 0.0
     per_anchor = -(log_prob.masked_fill(~pos, 0.0).sum(1)[has] / n_pos[has])
     return per_anchor.mean()
+
+
+def _mixed_batches(model, cache, pixels, step_recipe: np.ndarray, batch_size: int, per_recipe: int,
+                   share: float, rng: np.random.Generator, device) -> list[np.ndarray]:
+    """A seeded `share` of the steps in look-alike batches (current image vectors), the rest in
+    recipe batches; the batches shuffled together."""
+    model.eval()
+    with torch.no_grad():
+        vecs = np.concatenate([model.encode_image(cache.model_input(pixels[i:i + 512]).to(device),
+                                                  normalize=True).float().cpu().numpy()
+                               for i in range(0, len(pixels), 512)])
+    n = len(step_recipe)
+    hard = np.sort(rng.permutation(n)[:int(round(share * n))])
+    rest = np.setdiff1d(np.arange(n), hard)
+    batches = neighbour_batches(vecs, hard, batch_size, rng)
+    if len(rest):
+        sub = recipe_batches(step_recipe[rest], batch_size, per_recipe, rng)
+        batches += [rest[b] for b in sub]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 class _UsedRowsEmbedding(torch.nn.Module):
@@ -206,6 +275,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         raise TrainingDataError(f"only {len(groups)} train step(s) with a readable image: ingest "
                                 "recipes with images first (mrqa ingest / mrqa demo)")
     tokens = tokenizer([items[positions[g[0]]].text for g in groups])
+    words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups])
     log.info("training %s on %d train steps of %d recipes (%d images: %d decoded, %d from cache, "
              "%d unreadable) on %s, %d threads", cfg.model_name, len(groups), len(recipes),
              len(positions), cache_stats["decoded"], cache_stats["cached"], cache_stats["unreadable"],
@@ -213,13 +283,12 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
 
     full_embedding = model.token_embedding
     model.token_embedding = _UsedRowsEmbedding(full_embedding, torch.unique(tokens)).to(device)
-    clip_loss = open_clip.ClipLoss()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     batch_size = min(cfg.batch_size, len(groups))
     per_recipe = max(1, min(cfg.images_per_recipe, batch_size))
     epochs = [recipe_batches(step_recipe, batch_size, per_recipe, np.random.default_rng([cfg.seed, e]))
               for e in range(cfg.epochs)]
-    total = sum(len(b) for b in epochs)
+    total = sum(len(b) for b in epochs)          # neighbour batches are as full: the same count
     use_amp = device.type == "cuda"
     losses, clip_losses, recipe_losses, step = [], [], [], 0
     model.train()
@@ -227,16 +296,22 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     for epoch, batches in enumerate(epochs):
         rng = np.random.default_rng([cfg.seed, epoch, 1])
         pick = np.array([g[rng.integers(len(g))] for g in groups])
+        if cfg.hard_share > 0 and epoch > 0:
+            batches = _mixed_batches(model, cache, pixels[pick], step_recipe, batch_size, per_recipe,
+                                     cfg.hard_share, np.random.default_rng([cfg.seed, epoch, 2]), device)
+            model.train()
         acc = np.zeros(3)
         for idx in batches:
             x = cache.model_input(pixels[pick[idx]]).to(device)
             t = tokens[idx].to(device)
+            tw = torch.from_numpy(words.twins(idx[:, None], idx[None, :])).to(device) \
+                if cfg.twins != "none" else None
             labels = torch.from_numpy(step_recipe[idx]).to(device)
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, total, cfg)
             with torch.autocast(device.type, enabled=use_amp):
                 img_f, txt_f, scale = model(x, t)
-                l_clip = clip_loss(img_f, txt_f, scale)
+                l_clip = clip_loss_soft(img_f, txt_f, scale, t, tw, mask=cfg.twins == "mask")
                 l_recipe = recipe_supcon_loss(img_f.float(), labels, cfg.recipe_temperature)
                 loss = cfg.clip_weight * l_clip + cfg.recipe_weight * l_recipe
             opt.zero_grad(set_to_none=True)
@@ -286,7 +361,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
                    recipe_loss_per_epoch=[round(x, 4) for x in recipe_losses],
                    train_seconds=round(train_seconds, 1), decode_seconds=round(decode_seconds, 1),
                    n_train_steps=len(groups), n_train_images=len(positions),
-                   n_train_recipes=len(recipes), n_optimizer_steps=total,
+                   n_train_recipes=len(recipes), n_optimizer_steps=step,
                    images_decoded=cache_stats["decoded"], images_from_cache=cache_stats["cached"],
                    threads=torch.get_num_threads())
     manifest = {"encoder_id": encoder_id, "config": asdict(cfg), "image_size": size,
@@ -355,6 +430,45 @@ def evaluate_retrieval(encoder: Encoder, items: list[ImageItem], max_pairs: int 
     nearest = isim.argmax(1)
     out["img_same_recipe_r@1"] = round(float(same[torch.arange(n), nearest].float().mean()), 4)
     out["chance_same_recipe_r@1"] = round(float((same.sum(1) - 1).float().mean()) / (n - 1), 4)
+    texts = [pairs[i].text for i in ok]
+    twins = torch.from_numpy(StepWords(list(range(n)), texts).twins(np.arange(n)[:, None], np.arange(n)[None, :]))
+    out.update(hard_choice_accuracy(img, txt, same, twins))
+    return out
+
+
+def hard_choice_accuracy(img: torch.Tensor, txt: torch.Tensor, same: torch.Tensor,
+                         twins: torch.Tensor | None = None, n_distractors: int = 3) -> dict:
+    """Text -> image among 1 + `n_distractors` images, as a reader meets them in a cloze question.
+
+    `t2i_hard4`: the distractors are the image's nearest images of *other* recipes (what knob 2 picks:
+    the answer's neighbours); `t2i_rand4`: other-recipe images drawn at random (fixed seed);
+    `t2i_hard4_distinct`: the nearest images of other recipes whose step text is no twin of the text
+    (`twins`, (n, n) bool; features/datasets/twins.py): what AF's cloze questions ask. Chance 0.25.
+    Retrieval R@k over all pairs rewards telling recipes apart (the kitchen); these reward telling a
+    step's content from look-alike steps, which is what reading a recipe needs.
+    """
+    n = img.shape[0]
+    if n < n_distractors + 1:
+        return {}
+    own = (txt * img).sum(1)
+    rng = np.random.default_rng(0)                                  # a fixed draw: same figure each run
+    orders = [torch.from_numpy(rng.permutation(n)) for _ in range(n)]
+    out = {}
+    allowed = [("t2i_hard4", ~same, False), ("t2i_rand4", ~same, True)]
+    if twins is not None:
+        allowed.append(("t2i_hard4_distinct", ~same & ~twins, False))
+    sim = img @ img.T
+    for name, ok, at_random in allowed:
+        rows = torch.nonzero(ok.sum(1) >= n_distractors).ravel()  # texts with enough choices
+        if len(rows) == 0:
+            continue
+        if at_random:
+            idx = torch.stack([orders[i][ok[i, orders[i]]][:n_distractors] for i in rows.tolist()])
+        else:
+            idx = sim[rows].masked_fill(~ok[rows], -float("inf")).topk(n_distractors, dim=1).indices
+        d = (txt[rows, None, :] * img[idx]).sum(2).max(1).values
+        out[name] = round(float((own[rows] > d).float().mean()), 4)
+    out["chance_4"] = 0.25
     return out
 
 

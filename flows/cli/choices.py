@@ -35,5 +35,6 @@ ImportMethod = choices("ImportMethod", ("arrow", "executemany"))      # etl.reci
 Decode = choices("Decode", ("threads", "processes"))           # features.embed.decode.image_loader
 NeighbourMethod = choices("NeighbourMethod", ("auto", "ann", "exact"))  # of features.vectors.neighbours.METHODS
 KnnData = choices("KnnData", ("recipes", "clustered"))         # features.vectors.bench.knn_data
+TwinMode = choices("TwinMode", ("none", "positive", "mask"))     # features.embed.train_encoder.TrainConfig.twins
 ForceStage = choices("ForceStage", ("all", "ingest", "clean", "embed", "generate", "report", "train",
                                     "sweep"))                  # 'all' + flows.pipeline.STAGES

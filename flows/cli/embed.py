@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Decode, NeighbourMethod, Split
+from flows.cli.choices import Decode, NeighbourMethod, Split, TwinMode
 from flows.cli.common import PREFECT_ENV, echo_json, fail, run_flow, use_prefect, wait_option
 
 app = typer.Typer()
@@ -28,6 +28,11 @@ def encoder_train_cmd(
         recipe_weight: Optional[float] = typer.Option(None, "--recipe-weight", help="Weight of the "
                                                       "same-recipe image-image term (default 0 = CLIP loss only; "
                                                       "> 0 teaches the kitchen cue)."),
+        hard_share: Optional[float] = typer.Option(None, "--hard-share", help="Share of each epoch's "
+                                                   "steps (from the 2nd on) batched with their look-alike "
+                                                   "steps: hard negatives as knob 2 picks them (0-1)."),
+        twins: Optional[TwinMode] = typer.Option(None, "--twins", help="Text twins in a batch (steps that "
+                                                 "say the same): none (negatives, as CLIP), positive, or mask."),
         seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
                                                  "(default: the architecture's, 32)."),
@@ -43,11 +48,14 @@ def encoder_train_cmd(
     from etl.warehouse import connect
     from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
-             "recipe_weight": recipe_weight, "lr": lr, "threads": threads}
+             "recipe_weight": recipe_weight, "lr": lr, "threads": threads, "hard_share": hard_share,
+             "twins": twins.value if twins else None}
     cfg = TrainConfig(seed=seed, image_size=image_size, num_workers=workers,
                       max_train_pairs=max_steps, **{k: v for k, v in given.items() if v is not None})
     if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.images_per_recipe < 1 or cfg.recipe_weight < 0:
         fail("--epochs and --images-per-recipe must be >= 1, --batch-size >= 2, --recipe-weight >= 0")
+    if not 0 <= cfg.hard_share <= 1:
+        fail("--hard-share must be between 0 and 1")
     if threads is not None and threads < 1:
         fail("--threads must be >= 1")
     try:
@@ -116,6 +124,11 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
                    f"{m[f't2i_r@{k}'] / max(m[f'chance_r@{k}'], 1e-9):.0f}x chance)")
     typer.echo(f"  image->same-recipe R@1 {m['img_same_recipe_r@1']:.3f}   chance "
                f"{m['chance_same_recipe_r@1']:.3f}   (nearest other image is a step of the same recipe)")
+    if "t2i_hard4" in m:
+        typer.echo(f"  text->image 4-way: look-alike choices {m['t2i_hard4']:.3f}   look-alike, no text twin "
+                   f"{m.get('t2i_hard4_distinct', float('nan')):.3f}   random choices {m['t2i_rand4']:.3f}   "
+                   "chance 0.250   (own image vs the 3 nearest / 3 nearest of another text / 3 random "
+                   "images of other recipes)")
 
 
 @app.command("embed")

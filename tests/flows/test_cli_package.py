@@ -48,6 +48,8 @@ def test_version_prints_the_installed_version():
     (["datasets", "--format", "xml"], "error: --format must be table or json, got 'xml'"),
     (["train", "--dataset", "d", "--size", "huge"], "error: --size must be paper, small or tiny, got 'huge'"),
     (["bench", "knn", "--data", "cubes"], "error: --data must be recipes or clustered, got 'cubes'"),
+    (["encoder", "train", "--twins", "merge"], "error: --twins must be none, positive or mask, got 'merge'"),
+    (["encoder", "train", "--hard-share", "1.5"], "error: --hard-share must be between 0 and 1"),
     (["pipeline", "--force", "embed", "--force", "bake"],
      "error: --force must be all, ingest, clean, embed, generate, report, train or sweep, got 'bake'"),
 ])

@@ -153,6 +153,36 @@ def test_af_distractors_never_the_answer_step_and_pools_are_what_they_say(world)
     assert seen["recipe"] > 20 and seen["author"] > 5 and seen["ball"] > 20, seen
 
 
+def _item_step(item: str) -> tuple[str, int]:
+    """(recipe_id, step) of an image id (<recipe>_<step>_<k>.jpg) or a title item (<recipe>_<step>_title)."""
+    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
+    return rid, int(step)
+
+
+def test_af_never_offers_a_text_twin_of_the_answer_step(world):
+    """Cloze: no distractor's step says the same as the answer's step (twins.py); coherence: the
+    foreign photo's step twins no step of the question's recipe. Knob picks that were twins are
+    counted, and replaced or dropped."""
+    from features.datasets.twins import StepWords
+    words = StepWords.from_warehouse(world["con"])
+    checked = Counter()
+    for r in world["rows"]:
+        p = r["prov"]
+        if r["task"] in ("visual_cloze", "textual_cloze"):
+            a = words.index[(r["recipe_id"], p["answer_step"])]
+            for d in p["distractors"]:
+                assert not words.twins(np.array(a), np.array(words.index[_item_step(d["item"])])), (r["qid"], d)
+                checked[r["task"]] += 1
+        elif r["task"] == "visual_coherence":
+            f = words.index[_item_step(r["choice_list"][r["answer"]])]
+            assert not words.twins(np.array(f), words.recipe_rows([r["recipe_id"]])[0]).any(), r["qid"]
+            checked[r["task"]] += 1
+    assert min(checked.values()) > 50 and len(checked) == 3, checked
+    s = world["summaries"]
+    twins_in_picks = sum(s[d]["adversarial"].get("twin_distractors_in_knob_picks", 0) for d in world["af_ids"])
+    assert twins_in_picks > 0           # the world has twins (same step kind): the rule had work to do
+
+
 def test_af_coherence_foreign_image_keeps_knobs_2_and_3(world):
     vec, recipes, author = world["vec"], world["recipes"], world["author"]
     pools = Counter()
@@ -230,7 +260,7 @@ def test_af_keeps_a_reported_share_of_the_knob_questions(world):
         assert adv["n_knob_questions"] == base["n_questions"]          # the same knob selection before AF
         assert adv["n_kept"] == s[did]["n_questions"]
         assert adv["kept_share"] == pytest.approx(adv["n_kept"] / adv["n_knob_questions"], abs=1e-4)
-        dropped = s[did]["skips"].get("af_predictable", 0) + s[did]["skips"].get("af_rank_rebalance", 0)
+        dropped = sum(s[did]["skips"].get(k, 0) for k in ("af_predictable", "af_rank_rebalance", "af_text_twin"))
         assert dropped == adv["n_knob_questions"] - adv["n_kept"]
         assert adv["kept_share"] >= 0.4, (did, adv)
         stored = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])

@@ -155,6 +155,61 @@ def test_recipe_batches_cover_every_step_once_and_keep_recipe_positives():
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))   # seeded
 
 
+def test_neighbour_batches_gather_look_alike_steps_and_cover_each_step_once():
+    from features.embed.train_encoder import neighbour_batches
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(8, 16))
+    cluster = np.repeat(np.arange(8), 16)                             # 8 look-alike groups of 16 steps
+    vecs = centres[cluster] + 0.05 * rng.normal(size=(128, 16))
+    steps = rng.permutation(128)[:112]                                # a subset, as with --hard-share
+    batches = neighbour_batches(vecs, steps, 16, np.random.default_rng(1))
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == sorted(steps.tolist())            # each given step exactly once
+    pure = np.mean([np.mean(cluster[b] == np.bincount(cluster[b]).argmax()) for b in batches])
+    assert pure > 0.8                                                 # random batches: ~1/8
+    again = neighbour_batches(vecs, steps, 16, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))  # seeded
+
+
+def test_clip_loss_soft_is_clip_loss_without_duplicates_and_spares_duplicate_texts():
+    import open_clip
+
+    from features.embed.train_encoder import clip_loss_soft
+    g = torch.Generator().manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(6, 8, generator=g), dim=1)
+    txt = torch.nn.functional.normalize(torch.randn(6, 8, generator=g), dim=1)
+    scale = torch.tensor(10.0)
+    tokens = torch.arange(6)[:, None].repeat(1, 4)                    # 6 distinct texts
+    ref = open_clip.ClipLoss()(img, txt, scale)
+    assert torch.allclose(clip_loss_soft(img, txt, scale, tokens), ref, atol=1e-6)
+    # steps 0 and 1 share their text: matching image 0 to text 1 is no longer penalised
+    dup = tokens.clone()
+    dup[1] = dup[0]
+    aligned = torch.nn.functional.normalize(txt + 0.0, dim=1)
+    swapped_img = aligned.clone()
+    swapped_img[[0, 1]] = aligned[[1, 0]]
+    assert clip_loss_soft(swapped_img, aligned, scale, dup) < clip_loss_soft(swapped_img, aligned, scale, tokens)
+
+
+def test_hard_choice_accuracy_separates_content_from_kitchen():
+    from features.embed.train_encoder import hard_choice_accuracy
+    rng = np.random.default_rng(0)
+    recipe = np.repeat(np.arange(40), 4)                              # 40 recipes of 4 steps
+    author = recipe // 8                                              # 5 authors, one kitchen each
+    kitchen = rng.normal(size=(5, 32))[author]
+    content = rng.normal(size=(len(recipe), 32))                      # the step's own content
+    same = torch.from_numpy(recipe[:, None] == recipe[None, :])
+    unit = lambda a: torch.nn.functional.normalize(torch.from_numpy(a).float(), dim=1)
+    img = unit(kitchen + content)
+    # texts that only know the kitchen: random choices (mostly other kitchens) are easy, look-alike
+    # choices (the same kitchen) are not
+    m = hard_choice_accuracy(img, unit(kitchen + 0.01 * rng.normal(size=kitchen.shape)), same)
+    assert m["t2i_rand4"] > 0.6 and m["t2i_hard4"] < 0.4
+    # texts that know the step's content: both are easy
+    m2 = hard_choice_accuracy(img, unit(content), same)
+    assert m2["t2i_hard4"] > 0.9 and m2["t2i_rand4"] > 0.9
+
+
 def test_recipe_supcon_loss_prefers_grouped_features():
     from features.embed.train_encoder import recipe_supcon_loss
     labels = torch.tensor([0, 0, 1, 1, 2, 2])

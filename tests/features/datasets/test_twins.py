@@ -1,0 +1,54 @@
+"""Text twins (features/datasets/twins.py): the content-word Jaccard rule that keeps AF from offering an
+equally right answer as a distractor."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from features.datasets.twins import TWIN_JACCARD, StepWords, content_words, jaccard_words
+
+
+def test_content_words_drop_stop_words_digits_and_single_letters():
+    assert content_words("Bake the Pie at 350 for 30 minutes, a 2nd time!") == ["bake", "minutes", "nd", "pie", "time"]
+    assert content_words(None) == [] and content_words("") == []
+
+
+def test_same_step_said_twice_is_a_twin_and_different_steps_are_not():
+    a = "Into the Oven. Bake the batter in the baking dish for 30 minutes, until golden."
+    b = "Bake. Bake the dough in the baking dish for 25 minutes until golden brown."
+    c = "Dice the Carrots. Cut the carrots into small cubes with a chef's knife."
+    assert jaccard_words(a, b) >= TWIN_JACCARD > jaccard_words(a, c)
+
+
+def _words(texts, max_df=1.0):
+    return StepWords([("r", i) for i in range(len(texts))], texts, max_df=max_df)
+
+
+def test_step_words_jaccard_matches_the_set_formula_on_random_texts():
+    rng = np.random.default_rng(0)
+    vocab = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in range(6)]
+    texts = [" ".join(rng.choice(vocab, size=rng.integers(0, 9))) for _ in range(60)]
+    w = _words(texts)
+    a, b = rng.integers(0, 60, 500), rng.integers(0, 60, 500)
+    got = w.jaccard(a, b)
+    for i, j, g in zip(a, b, got):
+        sa, sb = set(content_words(texts[i])), set(content_words(texts[j]))
+        assert g == pytest.approx(len(sa & sb) / len(sa | sb) if sa | sb else 0.0)
+    # broadcasting and the -1 padding
+    assert w.jaccard(np.array([[0], [1]]), np.array([[0, 1, -1]])).shape == (2, 3)
+    assert w.jaccard(np.array([-1]), np.array([0]))[0] == 0.0
+
+
+def test_boilerplate_words_in_most_steps_do_not_make_twins():
+    texts = [f"Step body. Chop the {x} finely." for x in ("onions", "carrots", "leeks", "celery")] + \
+            [f"Step body. Bake the {x} slowly." for x in ("bread", "cake", "pie", "tart")]
+    plain, capped = _words(texts, max_df=1.0), _words(texts, max_df=0.6)
+    # "step", "body" are in every step: with them, a chop step twins a bake step
+    assert plain.twins(np.array(0), np.array(4)) and not capped.twins(np.array(0), np.array(4))
+    assert capped.twins(np.array(0), np.array(1))          # chop ... finely vs chop ... finely
+
+
+def test_recipe_rows_and_rows_lookup():
+    w = StepWords([("a", 0), ("a", 1), ("b", 0)], ["mix flour", "bake cake", "mix sugar"])
+    assert w.rows(["a", "b", "c"], [1, 0, 0]).tolist() == [1, 2, -1]
+    assert w.recipe_rows(["b", "a", "zz"]).tolist() == [[2, -1], [0, 1], [-1, -1]]
