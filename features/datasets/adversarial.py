@@ -66,12 +66,15 @@ from features.datasets.twins import TWIN_JACCARD
 from features.diagnostics.question_only import (
     N_DISTANCE_FEATURES,
     N_SET_FEATURES,
+    SEQ_RANK,
     QuestionOnlyModel,
     choice_spread,
     item_similarity,
     others_similarity,
     pair_distance,
     pair_features,
+    sequence_basis,
+    sequence_features,
     set_features,
     spread_after_swap,
     with_set_features,
@@ -83,6 +86,10 @@ N_FOLDS = 5
 ENSEMBLE = ({"C": 0.1, "seed": 1, "features": "all"}, {"C": 1.0, "seed": 2, "features": "all"},
             {"C": 10.0, "seed": 3, "features": "all"}, {"C": 1.0, "seed": 4, "features": "distance"},
             {"C": 1.0, "seed": 5, "features": "choice_set"})
+# cloze adds a member on the stage cue alone (question_only.sequence_features: the placeholder's slot and
+# neighbours against the choice), which the wide members do not see: on few questions its 576 columns
+# would drown their own cues
+SEQUENCE_MEMBERS = ({"C": 1.0, "seed": 6, "features": "sequence"}, {"C": 0.1, "seed": 7, "features": "sequence"})
 PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
 CLOZE_POOLS = ("ball", "author", "recipe")
 COHERENCE_POOLS = ("ball", "author")
@@ -95,7 +102,11 @@ def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
     return {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
-            "ensemble": [dict(m) for m in ENSEMBLE], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD}
+            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD}
+
+
+def members(task: str) -> tuple:
+    return ENSEMBLE if task == "visual_coherence" else ENSEMBLE + SEQUENCE_MEMBERS
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -128,16 +139,19 @@ def recipe_keys(recipe_ids: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the adversary
 
-def member_columns(features: str, f: int) -> np.ndarray:
-    """The feature columns (of f) a member of ENSEMBLE fits on: `all`; `distance`, the distance probe's 7
-    cues of the choice's distance to the question; `choice_set`, the 7 of its spread among the choices
-    and its 3 similarities to the shown items. The narrow members see a cue the wide ones dilute."""
+def member_columns(features: str, f: int, n_seq: int = 0) -> np.ndarray:
+    """The feature columns (of f) a member fits on: `all` (but the stage cue); `distance`, the distance
+    probe's 7 cues of the choice's distance to the question; `choice_set`, the 7 of its spread among the
+    choices and its 3 similarities to the shown items; `sequence`, the `n_seq` stage-cue columns that
+    sit just before the set-level ones. The narrow members see a cue the wide ones dilute."""
     start = f - N_SET_FEATURES
     if features == "distance":
         return np.arange(start, start + N_DISTANCE_FEATURES)
     if features == "choice_set":
         return np.arange(start + N_DISTANCE_FEATURES, f)
-    return np.arange(f)
+    if features == "sequence":
+        return np.arange(start - n_seq, start)
+    return np.concatenate([np.arange(start - n_seq), np.arange(start, f)])
 
 
 def _widen(model: QuestionOnlyModel, cols: np.ndarray, f: int) -> QuestionOnlyModel:
@@ -164,15 +178,15 @@ class Adversary:
     (`previous`): the choices change a little per round, and the fit takes a few steps, not a full one."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, rkeys: np.ndarray, seed: int,
-                 previous: Adversary | None = None):
+                 previous: Adversary | None = None, n_seq: int = 0):
         n_groups = len(np.unique(rkeys))
         self.n_folds = min(N_FOLDS, n_groups)
         self.folds, self.models = [], []
-        for m, spec in enumerate(ENSEMBLE):
+        for m, spec in enumerate(ENSEMBLE + (SEQUENCE_MEMBERS if n_seq else ())):
             salt = np.uint64(stable_key("af-folds", seed, m))
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
-            cols = member_columns(spec["features"], X.shape[-1])
+            cols = member_columns(spec["features"], X.shape[-1], n_seq)
             for k in range(self.n_folds):
                 train = fold != k
                 init = previous.models[m][k] if previous is not None else None
@@ -492,10 +506,23 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     d = sp.vecs.shape[1]
     rows = np.arange(K)
     aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
+    # the stage cue (sequence_features): the placeholder's slot and its neighbouring shown items
+    n_slots, slot = b.items.shape[1], b.answer_col[keep]
+    basis = sequence_basis(sp.vecs)
+    nb = {}
+    for name, step in (("prev", -1), ("next", 1)):
+        j = slot + step
+        ok = (j >= 0) & (j < n_slots)
+        it = b.items[keep][rows, np.clip(j, 0, n_slots - 1)]
+        nb[name] = np.where(ok[:, None], sp.vecs[np.maximum(it, 0)], 0.0).astype(np.float32)
 
     def build_pairs(ch):
-        return lambda r: pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)),
-                                       sp.vecs[np.maximum(ch[r], 0)])
+        def build(r):
+            V = sp.vecs[np.maximum(ch[r], 0)]
+            return np.concatenate([pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V),
+                                   sequence_features(nb["prev"][r], nb["next"][r], slot[r], n_slots, V, basis)],
+                                  axis=-1)
+        return build
 
     # the shown items of each question (the question's items but the answer's)
     shown_cols = np.arange(b.items.shape[1])[None, :] != b.answer_col[keep][:, None]
@@ -505,13 +532,14 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         def build(r):
             X = build_pairs(ch)(r)
             V = sp.vecs[np.maximum(ch[r], 0)]
-            return with_set_features(X, pair_distance(X), choice_spread(V), item_similarity(sp.vecs[shown[r]], V))
+            return with_set_features(X, pair_distance(X, d), choice_spread(V), item_similarity(sp.vecs[shown[r]], V))
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
-    Xc_width = cand.shape[1] * 4 * d
+    n_seq = 2 * SEQ_RANK ** 2 + n_slots * SEQ_RANK
+    Xc_width = cand.shape[1] * (4 * d + n_seq)
     chunk = max(1, FEATURE_BUDGET // max(Xc_width, 1))
-    cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]))
+    cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]), d)
                                 for s in range(0, K, chunk)]) if K else np.zeros(cand.shape)
     cand_sim = np.concatenate([item_similarity(sp.vecs[shown[s:s + chunk]], sp.vecs[np.maximum(cand[s:s + chunk], 0)])
                                for s in range(0, K, chunk)]) if K else np.zeros(cand.shape + (3,), np.float32)
@@ -528,11 +556,11 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     for rnd in range(1, R + 1):
         choices = _insert(cur, ans, pos)
         X = build_choices(choices)(rows)
-        advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None))
+        advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None, n_seq))
         V, c0 = ensemble_weights(advs, rows)
         Vp, Vd = V[:, :-N_SET_FEATURES], V[:, -N_SET_FEATURES:]
         sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_SET_FEATURES], Vp)       # (K, 4) pair parts
-        dist_ch = pair_distance(X[..., :-N_SET_FEATURES])
+        dist_ch = pair_distance(X[..., :-N_SET_FEATURES], d)
         sim_ch = X[..., -cand_sim.shape[-1]:].copy()                          # (K, 4, 3) item similarities
         S = sp_ch + np.einsum("ncf,nf->nc", X[..., -N_SET_FEATURES:], Vd) - c0[:, None]
         solved_by_round.append(round(float((answer_rank(S, pos)[0] == 0).mean()), 4) if K else None)
@@ -579,7 +607,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             changed_in[do] = rnd
     choices = _insert(cur, ans, pos)
     X = build_choices(choices)(rows)
-    final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
+    final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None, n_seq).score_built(X, rows)
     adv_rank, gap = answer_rank(final, pos)
     base_X = build_choices(_insert(picks, ans, pos))(rows)
     stats = {"solved_share_by_round": solved_by_round,

@@ -233,11 +233,45 @@ N_ITEM_FEATURES = 3                     # item_similarity: max, min, std of the 
 N_SET_FEATURES = 2 * N_DISTANCE_FEATURES + N_ITEM_FEATURES
 
 
-def pair_distance(X: np.ndarray) -> np.ndarray:
+def pair_distance(X: np.ndarray, d: int | None = None) -> np.ndarray:
     """Cosine distance of each choice to its context from its pair features (..., 4d) (unit vectors:
-    1 - the summed product part)."""
-    d = X.shape[-1] // 4
+    1 - the summed product part). `d`: the vectors' width, when more features follow the pair block."""
+    d = X.shape[-1] // 4 if d is None else d
     return 1.0 - X[..., 2 * d:3 * d].sum(-1)
+
+
+SEQ_RANK = 16                           # principal directions the sequence cue is built in
+
+
+def sequence_basis(vecs: np.ndarray, r: int = SEQ_RANK) -> np.ndarray:
+    """(d, r): the top r principal directions of a space's vectors, each signed so that its largest
+    loading is positive (the same basis on every run)."""
+    X = np.asarray(vecs, dtype=np.float64)
+    _, _, vt = np.linalg.svd(X - X.mean(0), full_matrices=False)
+    B = vt[:r].T
+    sign = np.sign(B[np.abs(B).argmax(0), np.arange(B.shape[1])])
+    return (B * np.where(sign == 0, 1.0, sign)).astype(np.float32)
+
+
+def sequence_features(prev: np.ndarray, nxt: np.ndarray, slot: np.ndarray, n_slots: int,
+                      choices: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """The cloze stage cue: does a photo fit *between* the placeholder's neighbours? A sequence model
+    (GM3C question-only: a BiLSTM over the photos with the choice inserted) reads from the photos alone
+    which kind of step comes after the one before the placeholder and before the one after it ("bake"
+    after "pour into the dish"); a linear model on the choice against the mean of the shown photos
+    cannot. Here, in the space's top principal directions (`basis`, r): the outer products of the
+    previous and the next shown photo with the choice (a learned transition matrix each, r*r) and the
+    placeholder's slot one-hot with the choice (which kind of step opens or closes a question, n_slots*r).
+    prev, nxt (n, d) (zero where the placeholder is first / last), slot (n,), choices (n, c, d)
+    -> (n, c, 2r^2 + n_slots*r) float32."""
+    cp = np.asarray(choices, dtype=np.float32) @ basis                   # (n, c, r)
+    pp, npj = np.asarray(prev, np.float32) @ basis, np.asarray(nxt, np.float32) @ basis
+    n, c, r = cp.shape
+    oh = np.zeros((n, n_slots), np.float32)
+    oh[np.arange(n), slot] = 1.0
+    return np.concatenate([(pp[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, r * r),
+                           (npj[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, r * r),
+                           (oh[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, n_slots * r)], axis=-1)
 
 
 def choice_spread(choices: np.ndarray) -> np.ndarray:

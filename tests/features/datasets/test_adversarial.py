@@ -111,8 +111,10 @@ def test_af_ids_partitions_and_params(world):
         adv = params["adversarial"]
         assert adv["rounds"] == params["af_rounds"] == AF_DEFAULT_ROUNDS
         assert adv["pools"] == (["ball", "author"] if task == "visual_coherence" else ["ball", "author", "recipe"])
-        assert len(adv["ensemble"]) == 5 and len({m["C"] for m in adv["ensemble"]}) == 3
-        assert [m["features"] for m in adv["ensemble"]] == ["all", "all", "all", "distance", "choice_set"]
+        assert len({m["C"] for m in adv["ensemble"]}) == 3
+        wide_and_narrow = ["all", "all", "all", "distance", "choice_set"]
+        assert [m["features"] for m in adv["ensemble"]] == wide_and_narrow + (
+            [] if task == "visual_coherence" else ["sequence", "sequence"])   # cloze: the stage-cue members
     parts = {p.relative_to(world["out"]).parts[1:3] for p in (world["out"] / "questions").rglob("*.parquet")}
     assert ("task=visual_cloze", "knobs=0-1-1-af") in parts
     assert ("task=visual_cloze", "knobs=0-1-1-balanced-af") in parts

@@ -206,6 +206,51 @@ def test_the_probe_sees_a_choice_that_looks_like_one_shown_item():
     assert probe < 0.35 and learned > 0.9, (learned, probe)
 
 
+def test_the_stage_cue_is_read_from_the_placeholders_neighbours():
+    """Steps follow a fixed order of kinds (kind k is followed by kind k+1); the answer is the kind that
+    fits between the placeholder's neighbours, the distractors are other kinds, and no choice is like
+    any shown photo. Against the mean of the shown photos a linear probe reads the transition only in
+    part (about 53% here); the outer products with the neighbours (`sequence_features`) hold it, and a
+    linear model on them reads it (about 99%)."""
+    from features.diagnostics.question_only import sequence_basis, sequence_features
+    rng = np.random.default_rng(7)
+    n_kinds, n, slots = 12, 900, 4
+    kinds = unit(rng.normal(size=(n_kinds, DIM)))
+    look = lambda k: unit(kinds[k] + 0.15 * rng.normal(size=k.shape + (DIM,)))
+    start = rng.integers(0, n_kinds, size=n)
+    seq_kinds = (start[:, None] + np.arange(slots + 1)[None, :]) % n_kinds       # 5 steps, in order
+    slot = rng.integers(0, slots, size=n)                                          # placeholder among 4
+    steps = look(seq_kinds)
+    shown_cols = np.array([[c for c in range(slots) if c != s] for s in slot])   # 3 shown of the first 4
+    answer_kind = seq_kinds[np.arange(n), slot]
+    y = rng.integers(0, 4, size=n)
+    other = (answer_kind[:, None] + rng.choice(np.arange(1, n_kinds), size=(n, 3), replace=True)) % n_kinds
+    ck = np.array([np.insert(o, j, a) for o, j, a in zip(other, y, answer_kind)])   # the answer at y
+    choices = look(ck)
+    prev = np.where((slot > 0)[:, None], steps[np.arange(n), np.maximum(slot - 1, 0)], 0)
+    nxt = steps[np.arange(n), slot + 1]
+    shown = steps[np.arange(n)[:, None], shown_cols]
+    context = np.broadcast_to(unit(shown.mean(1))[:, None, :], choices.shape)
+    pair = pair_features(context, choices)
+    basis = sequence_basis(kinds.repeat(20, 0) + 0.1 * rng.normal(size=(240, DIM)), r=DIM)
+    seq = sequence_features(prev, nxt, slot, slots, choices, basis)
+    assert seq.shape == (n, 4, 2 * DIM * DIM + slots * DIM)
+    groups = [f"r{i}" for i in range(n)]
+    plain = question_only_probe(pair, y, groups).accuracy
+    staged = question_only_probe(np.concatenate([pair, seq], -1), y, groups).accuracy
+    assert (ck[np.arange(n), y] == answer_kind).all()
+    assert staged > 0.85 and plain < staged - 0.3, (plain, staged)
+
+
+def test_sequence_basis_is_the_same_on_every_run_and_orthonormal():
+    from features.diagnostics.question_only import sequence_basis
+    v = np.random.default_rng(3).normal(size=(300, DIM)).astype(np.float32)
+    b1, b2 = sequence_basis(v, r=5), sequence_basis(v.copy(), r=5)
+    assert b1.shape == (DIM, 5) and np.array_equal(b1, b2)
+    np.testing.assert_allclose(b1.T @ b1, np.eye(5), atol=1e-5)
+    assert (b1[np.abs(b1).argmax(0), np.arange(5)] > 0).all()           # signed: largest loading positive
+
+
 def test_item_similarity_is_max_min_std_of_the_cosines_to_the_shown_items():
     from features.diagnostics.question_only import item_similarity, others_similarity
     rng = np.random.default_rng(7)
