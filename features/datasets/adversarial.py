@@ -86,7 +86,7 @@ N_FOLDS = 5
 ENSEMBLE = ({"C": 0.1, "seed": 1, "features": "all"}, {"C": 1.0, "seed": 2, "features": "all"},
             {"C": 10.0, "seed": 3, "features": "all"}, {"C": 1.0, "seed": 4, "features": "distance"},
             {"C": 1.0, "seed": 5, "features": "choice_set"})
-# cloze adds a member on the stage cue alone (question_only.sequence_features: the placeholder's slot and
+# visual cloze adds two members on the stage cue alone (question_only.sequence_features: the placeholder's slot and
 # neighbours against the choice), which the wide members do not see: on few questions its 576 columns
 # would drown their own cues
 SEQUENCE_MEMBERS = ({"C": 1.0, "seed": 6, "features": "sequence"}, {"C": 0.1, "seed": 7, "features": "sequence"})
@@ -106,7 +106,7 @@ def config(ds) -> dict:
 
 
 def members(task: str) -> tuple:
-    return ENSEMBLE if task == "visual_coherence" else ENSEMBLE + SEQUENCE_MEMBERS
+    return ENSEMBLE + SEQUENCE_MEMBERS if task == "visual_cloze" else ENSEMBLE
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -508,7 +508,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
     # the stage cue (sequence_features): the placeholder's slot and its neighbouring shown items
     n_slots, slot = b.items.shape[1], b.answer_col[keep]
-    basis = sequence_basis(sp.vecs)
+    staged = ds.task == "visual_cloze"          # textual cloze: the wide members already read titles' order
+    basis = sequence_basis(sp.vecs) if staged else None
     nb = {}
     for name, step in (("prev", -1), ("next", 1)):
         j = slot + step
@@ -519,8 +520,10 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     def build_pairs(ch):
         def build(r):
             V = sp.vecs[np.maximum(ch[r], 0)]
-            return np.concatenate([pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V),
-                                   sequence_features(nb["prev"][r], nb["next"][r], slot[r], n_slots, V, basis)],
+            X = pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V)
+            if not staged:
+                return X
+            return np.concatenate([X, sequence_features(nb["prev"][r], nb["next"][r], slot[r], n_slots, V, basis)],
                                   axis=-1)
         return build
 
@@ -536,7 +539,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
-    n_seq = 2 * SEQ_RANK ** 2 + n_slots * SEQ_RANK
+    n_seq = 2 * SEQ_RANK ** 2 + n_slots * SEQ_RANK if staged else 0
     Xc_width = cand.shape[1] * (4 * d + n_seq)
     chunk = max(1, FEATURE_BUDGET // max(Xc_width, 1))
     cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]), d)
