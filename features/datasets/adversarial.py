@@ -485,6 +485,15 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     ball = np.where((P["C"][keep] >= 0) & (P["D"][keep] > lo[:, None]) & (P["D"][keep] < hi[:, None]),
                     P["C"][keep], -1)
     extra = extra_pools(sp, CLOZE_POOLS, ans, b.sk.steps[keep], qkeys)
+    # a step of the recipe between the placeholder's shown neighbours could fill the placeholder as well
+    # as the answer's step, for a reader of the recipe: never a distractor
+    steps_q, col_a, n_cols = b.sk.steps[keep], b.answer_col[keep], b.sk.steps.shape[1]
+    gap_lo = np.where(col_a > 0, steps_q[np.arange(K), np.maximum(col_a - 1, 0)], -1)
+    gap_hi = np.where(col_a < n_cols - 1, steps_q[np.arange(K), np.minimum(col_a + 1, n_cols - 1)],
+                      np.iinfo(np.int64).max)
+    rc = extra["recipe"]
+    rs = sp.step_idx[np.maximum(rc, 0)]
+    extra["recipe"] = np.where((rc >= 0) & (rs > gap_lo[:, None]) & (rs < gap_hi[:, None]), -1, rc)
     parts = [ball]
     for name in CLOZE_POOLS[1:]:
         c = extra[name]

@@ -147,6 +147,11 @@ def test_af_distractors_never_the_answer_step_and_pools_are_what_they_say(world)
             if rid == r["recipe_id"]:
                 assert pool == "recipe"
                 assert step != p["answer_step"] and step not in r["question_step_ids"], r["qid"]
+                # nor a step that could fill the placeholder: between its shown neighbours
+                shown, j = r["question_step_ids"], p["placeholder_index"]
+                lo = shown[j - 1] if j > 0 else -1
+                hi = shown[j + 1] if j + 1 < len(shown) else 10 ** 9
+                assert not lo < step < hi, (r["qid"], shown, j, step)
             elif author[rid] == author[r["recipe_id"]]:
                 assert pool == "author"
             else:
@@ -301,8 +306,10 @@ def _knob_rows(con, base: str, tmp_path) -> list[dict]:
 
 
 def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_path):
-    """The judge reads the knob selection well above chance; after AF it is near chance -- at most 35%,
-    and not far below chance either (a probe well below 25% reads a reversed cue AF left)."""
+    """The judge reads the knob selection well above chance; after AF it is near chance, and not far
+    below chance either (a probe well below 25% reads a reversed cue AF left). These datasets hold
+    70-190 questions each (a 95% interval of about +-10 points at 25%): per dataset at most 40%, pooled
+    over all of them within a few points of chance."""
     con, s = world["con"], world["summaries"]
     checked, after_all = 0, []
     for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
@@ -310,7 +317,7 @@ def test_question_only_probe_high_before_af_and_near_chance_after(world, tmp_pat
             continue
         after_rows = [r for r in world["rows"] if r["dataset_id"] == did]
         after = _probe(after_rows, world["vec"])
-        assert 0.12 <= after <= 0.35, (did, after)
+        assert 0.12 <= after <= 0.40, (did, after)
         after_all.append((after, len(after_rows)))
         if task == "visual_cloze" and p.k3_mode == "coin":
             before_rows = _knob_rows(con, world["base_of"][did], tmp_path)
@@ -403,7 +410,7 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, (args, r.output)
     r = runner.invoke(app, ["generate", "--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial"])
     assert r.exit_code == 0, r.output
-    assert "vc-0-1-0-af-s0-" in r.output and "af_predictable" in r.output
+    assert "vc-0-1-0-af-s0-" in r.output and "skipped {" in r.output     # the skip reasons are printed
     r = runner.invoke(app, ["datasets", "--format", "json"])
     assert [d["knobs"] for d in json.loads(r.output) if "-af-" in d["dataset_id"]] == ["0-1-0-af"]
 
