@@ -111,7 +111,8 @@ class StepWords:
 
 def twin_rule_quality(home: str, dataset_pattern: str = "vc-0-1-1-s%") -> list[dict]:
     """Precision/recall of the twin rule against the sample kitchen's ground truth (a distractor showing
-    the answer's action is a twin), over the cloze distractors of the matching datasets."""
+    the answer's action is a twin), over the visual cloze distractors of the matching datasets; with
+    the share of distractors that show the answer's action, and of questions with at least one."""
     import glob
     import json
     from pathlib import Path
@@ -127,13 +128,17 @@ def twin_rule_quality(home: str, dataset_pattern: str = "vc-0-1-1-s%") -> list[d
         raise FileNotFoundError(f"no sample-kitchen ground truth under {home}/sample: run `mrqa demo` there")
     con = duckdb.connect(str(Path(home) / "warehouse.duckdb"), read_only=True)
     words = StepWords.from_warehouse(con)
-    a, d, y = [], [], []
+    a, d, y, any_same, n_q = [], [], [], 0, 0
     for choices, ans in con.execute("""SELECT choice_list, answer FROM questions WHERE task = 'visual_cloze'
                                        AND dataset_id LIKE ?""", [dataset_pattern]).fetchall():
         steps = [tuple(x.removesuffix(".jpg").rsplit("_", 2)[:2]) for x in choices]
         steps = [(r, int(s)) for r, s in steps]
+        if steps[ans] not in action:
+            continue
+        same = [action[st] == action[steps[ans]] for j, st in enumerate(steps) if j != ans and st in action]
+        n_q, any_same = n_q + 1, any_same + any(same)
         for j, st in enumerate(steps):
-            if j != ans and st in action and steps[ans] in action:
+            if j != ans and st in action:
                 a.append(words.index[steps[ans]])
                 d.append(words.index[st])
                 y.append(action[st] == action[steps[ans]])
@@ -144,6 +149,7 @@ def twin_rule_quality(home: str, dataset_pattern: str = "vc-0-1-1-s%") -> list[d
         flag = jac >= t
         out.append({"threshold": t, "pairs": int(len(y)),
                     "same_action_share": round(float(y.mean()), 3) if len(y) else None,
+                    "questions_with_a_same_action_distractor": round(any_same / n_q, 3) if n_q else None,
                     "flagged_share": round(float(flag.mean()), 3) if len(y) else None,
                     "precision": round(float(y[flag].mean()), 3) if flag.any() else None,
                     "recall": round(float(flag[y].mean()), 3) if y.any() else None})
