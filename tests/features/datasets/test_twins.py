@@ -52,3 +52,39 @@ def test_recipe_rows_and_rows_lookup():
     w = StepWords([("a", 0), ("a", 1), ("b", 0)], ["mix flour", "bake cake", "mix sugar"])
     assert w.rows(["a", "b", "c"], [1, 0, 0]).tolist() == [1, 2, -1]
     assert w.recipe_rows(["b", "a", "zz"]).tolist() == [[2, -1], [0, 1], [-1, -1]]
+
+
+def test_twin_rule_quality_counts_same_action_distractors_against_the_ground_truth(tmp_path):
+    """The measurement behind the threshold, on a hand-made home: ground truth (step actions) in
+    sample/*/ground_truth.jsonl, steps and visual cloze questions in the warehouse."""
+    import json
+
+    import duckdb
+
+    from features.datasets.twins import twin_rule_quality
+    steps = {("a", 1): ("bake", "Bake", "Bake the batter in the baking dish for 30 minutes."),
+             ("b", 2): ("bake", "Into the Oven", "Bake the dough in the baking dish for 25 minutes."),
+             ("c", 3): ("chop", "Chop", "Chop the onions on the board with a knife."),
+             ("d", 4): ("mix", "Mix", "Mix the flour and sugar in a bowl with a spoon."),
+             ("e", 5): ("bake", "Bake Again", "Bake the cake in the baking dish for 20 minutes.")}
+    # more steps of other kinds, so that no content word above is in more than a quarter of the steps
+    steps.update({(f"f{i}", 0): (f"act{i}", f"Word{i}a", f"Word{i}b word{i}c.") for i in range(12)})
+    gt = tmp_path / "sample" / "n5-seed0"
+    gt.mkdir(parents=True)
+    with open(gt / "ground_truth.jsonl", "w") as f:
+        for (rid, s), (act, _, _) in steps.items():
+            f.write(json.dumps({"recipe_id": rid, "steps": [{"step_idx": s, "labels": {"action": act}}]}) + "\n")
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"))
+    con.execute("CREATE TABLE steps (recipe_id VARCHAR, step_idx INTEGER, title VARCHAR, body VARCHAR)")
+    con.executemany("INSERT INTO steps VALUES (?, ?, ?, ?)", [(r, s, t, b) for (r, s), (_, t, b) in steps.items()])
+    con.execute("CREATE TABLE questions (dataset_id VARCHAR, task VARCHAR, choice_list VARCHAR[], answer INTEGER)")
+    # answer a_1 (bake) among b_2 (bake), c_3 (chop), d_4 (mix); answer c_3 (chop) among a_1, d_4, e_5
+    con.execute("""INSERT INTO questions VALUES
+                   ('vc-x', 'visual_cloze', ['b_2_0.jpg', 'a_1_0.jpg', 'c_3_0.jpg', 'd_4_0.jpg'], 1),
+                   ('vc-x', 'visual_cloze', ['a_1_0.jpg', 'd_4_0.jpg', 'c_3_0.jpg', 'e_5_0.jpg'], 2)""")
+    con.close()
+    rows = {r["threshold"]: r for r in twin_rule_quality(str(tmp_path), "vc-%")}
+    r = rows[TWIN_JACCARD]
+    assert r["pairs"] == 6 and r["same_action_share"] == round(1 / 6, 3)
+    assert r["questions_with_a_same_action_distractor"] == 0.5
+    assert r["recall"] == 1.0 and r["precision"] == 1.0            # only bake/bake is flagged
