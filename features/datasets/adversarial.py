@@ -718,6 +718,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     # a foreign photo whose step twins a step of the question's recipe reads as belonging to it: never
     # used (twins.py); a knob pick that is one must be replaced
     twin = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids[keep])
+    n_twin_picks = int(twin[rows, cur_col].sum())
     changed_in = np.zeros(K, dtype=np.int64)
     solved_by_round = []
 
@@ -750,7 +751,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed),
-             "twin_distractors_in_knob_picks": int(twin[rows, np.argmax(cand == foreign[:, None], axis=1)].sum())}
+             "twin_distractors_in_knob_picks": n_twin_picks}
     sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats, bad=g(twin))
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
     ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}

@@ -20,6 +20,7 @@ ground truth).
 from __future__ import annotations
 
 import re
+from functools import cache
 
 import numpy as np
 from scipy import sparse
@@ -30,22 +31,17 @@ _WORD = re.compile(r"[a-z]+")
 _PAIR_CHUNK = 200_000
 
 
+@cache
 def _stop_words() -> frozenset:
+    """English stop words (scikit-learn's list), loaded on first use: importing sklearn costs seconds."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
     return frozenset(ENGLISH_STOP_WORDS)
 
 
-_STOP = _stop_words()
-
-
 def content_words(text: str | None) -> list[str]:
     """Sorted distinct content words of a text."""
-    return sorted({w for w in _WORD.findall((text or "").lower()) if len(w) > 1 and w not in _STOP})
-
-
-def jaccard_words(a: str | None, b: str | None) -> float:
-    wa, wb = set(content_words(a)), set(content_words(b))
-    return len(wa & wb) / len(wa | wb) if wa | wb else 0.0
+    stop = _stop_words()
+    return sorted({w for w in _WORD.findall((text or "").lower()) if len(w) > 1 and w not in stop})
 
 
 class StepWords:
@@ -135,13 +131,12 @@ def twin_rule_quality(home: str, dataset_pattern: str = "vc-0-1-1-s%") -> list[d
         steps = [(r, int(s)) for r, s in steps]
         if steps[ans] not in action:
             continue
-        same = [action[st] == action[steps[ans]] for j, st in enumerate(steps) if j != ans and st in action]
-        n_q, any_same = n_q + 1, any_same + any(same)
-        for j, st in enumerate(steps):
-            if j != ans and st in action:
-                a.append(words.index[steps[ans]])
-                d.append(words.index[st])
-                y.append(action[st] == action[steps[ans]])
+        same = [(st, action[st] == action[steps[ans]]) for j, st in enumerate(steps) if j != ans and st in action]
+        n_q, any_same = n_q + 1, any_same + any(y_ for _, y_ in same)
+        for st, y_ in same:
+            a.append(words.index[steps[ans]])
+            d.append(words.index[st])
+            y.append(y_)
     con.close()
     jac, y = words.jaccard(np.array(a, np.int64), np.array(d, np.int64)), np.array(y, bool)
     out = []

@@ -275,7 +275,8 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         raise TrainingDataError(f"only {len(groups)} train step(s) with a readable image: ingest "
                                 "recipes with images first (mrqa ingest / mrqa demo)")
     tokens = tokenizer([items[positions[g[0]]].text for g in groups])
-    words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups])
+    words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups]) \
+        if cfg.twins != "none" else None
     log.info("training %s on %d train steps of %d recipes (%d images: %d decoded, %d from cache, "
              "%d unreadable) on %s, %d threads", cfg.model_name, len(groups), len(recipes),
              len(positions), cache_stats["decoded"], cache_stats["cached"], cache_stats["unreadable"],
@@ -304,8 +305,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         for idx in batches:
             x = cache.model_input(pixels[pick[idx]]).to(device)
             t = tokens[idx].to(device)
-            tw = torch.from_numpy(words.twins(idx[:, None], idx[None, :])).to(device) \
-                if cfg.twins != "none" else None
+            tw = torch.from_numpy(words.twins(idx[:, None], idx[None, :])).to(device) if words else None
             labels = torch.from_numpy(step_recipe[idx]).to(device)
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, total, cfg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from features.datasets.twins import TWIN_JACCARD, StepWords, content_words, jaccard_words
+from features.datasets.twins import TWIN_JACCARD, StepWords, content_words
 
 
 def test_content_words_drop_stop_words_digits_and_single_letters():
@@ -17,7 +17,8 @@ def test_same_step_said_twice_is_a_twin_and_different_steps_are_not():
     a = "Into the Oven. Bake the batter in the baking dish for 30 minutes, until golden."
     b = "Bake. Bake the dough in the baking dish for 25 minutes until golden brown."
     c = "Dice the Carrots. Cut the carrots into small cubes with a chef's knife."
-    assert jaccard_words(a, b) >= TWIN_JACCARD > jaccard_words(a, c)
+    w = StepWords([("r", 0), ("r", 1), ("r", 2)], [a, b, c], max_df=1.0)
+    assert w.jaccard(np.array(0), np.array(1)) >= TWIN_JACCARD > w.jaccard(np.array(0), np.array(2))
 
 
 def _words(texts, max_df=1.0):
