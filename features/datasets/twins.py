@@ -157,5 +157,12 @@ if __name__ == "__main__":
     ap.add_argument("--home", required=True)
     ap.add_argument("--datasets", default="vc-0-1-1-s%", help="dataset_id LIKE pattern")
     args = ap.parse_args()
-    for row in twin_rule_quality(args.home, args.datasets):
+    from pathlib import Path
+    if not (Path(args.home) / "warehouse.duckdb").exists():
+        ap.exit(2, f"error: no warehouse at {args.home}/warehouse.duckdb: run `mrqa --home {args.home} demo` first\n")
+    try:
+        rows = twin_rule_quality(args.home, args.datasets)
+    except FileNotFoundError as e:
+        ap.exit(2, f"error: {e}\n")
+    for row in rows:
         print(row)
