@@ -28,12 +28,17 @@ class ModelConfig:
     dropout: float = 0.1
     max_positions: int = 64            # CLS + steps + SEP + query items
     input_norm: bool = True            # standardise frozen input vectors per dim (train-split statistics)
+    align: bool = False                # explicit step alignment: each query image's cosine profile over
+                                       # the step texts (model.alignment_features); needs text vectors
 
     def validate(self) -> None:
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, got {self.scorer!r}")
         if self.text_features not in TEXT_FEATURES:
             raise ValueError(f"text features must be tokens or vectors, got {self.text_features!r}")
+        if self.align and (self.text_features != "vectors" or self.scorer == "question_only"):
+            raise ValueError("the step alignment (align) needs step-text vectors (--text-features vectors) "
+                             "and a scorer that reads the recipe")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
 
@@ -99,10 +104,11 @@ def configs_for(size: str = "paper", **model_kw) -> tuple[ModelConfig, TrainConf
 
 def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str = "transformer",
                     text_features: str = "tokens", layers: int | None = None, width: int | None = None,
-                    **train_overrides) -> tuple[ModelConfig, TrainConfig]:
+                    align: bool | None = None, **train_overrides) -> tuple[ModelConfig, TrainConfig]:
     """The one place a model size is resolved, for `mrqa train|sweep|bench train`, `python -m
     training.train` (torchrun) and the training flows: the named `size` (default paper, or tiny with
-    `tiny`), the transformer scorer's `layers` / `width` over the size's, and the TrainConfig fields
+    `tiny`), the transformer scorer's `layers` / `width` over the size's, the step alignment `align`
+    (default: on for a recipe-reading scorer on step-text vectors, off otherwise), and the TrainConfig fields
     given in `train_overrides` (None keeps the size's value, e.g. lr, max_epochs, seed).
 
     Raises ValueError naming the command-line option at fault and what it allows."""
@@ -121,6 +127,11 @@ def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str 
     if unknown:
         raise TypeError(f"not TrainConfig fields: {', '.join(unknown)}")
     model_kw = {k: v for k, v in (("n_layers", layers), ("d_model", width)) if v is not None}
+    if align is None:
+        align = text_features == "vectors" and scorer != "question_only"
+    elif align and text_features != "vectors":
+        raise ValueError("--align needs --text-features vectors (the step texts in the images' joint space)")
+    model_kw["align"] = bool(align) and scorer != "question_only"
     mc, tc = configs_for(size, scorer=scorer, text_features=text_features, **model_kw)
     try:
         mc.validate()

@@ -66,14 +66,49 @@ class StepEncoder(nn.Module):
         return self.step_rnn(feats, ctx_mask)
 
 
+ALIGN_STEPS = 20        # step positions of the alignment profile (training's max_steps_per_recipe)
+ALIGN_WIDTH = ALIGN_STEPS + 3
+ALIGN_TEMPERATURE = 0.05
+
+
+def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor, c_mask: torch.Tensor) -> torch.Tensor:
+    """The explicit step alignment a reader needs: per query item (image), its cosine to every step
+    text of the recipe in the encoder's joint space. q (B, C, M, d) raw image vectors, ctx (B, S, d) raw
+    step-text vectors of the same encoder. Returns (B, C, M, ALIGN_WIDTH): the profile over the first
+    ALIGN_STEPS steps (cosine minus its mean over the recipe's steps, x10; 0 past the recipe's end),
+    then the best match (same scale), the expected step position under a softmax over the cosines
+    (temperature ALIGN_TEMPERATURE) and the best match's position, both as a share of the recipe (0..1).
+    With another recipe's steps the profile says nothing about the question: the context ablation."""
+    b, c, m, _ = q.shape
+    s = ctx.shape[1]
+    sims = torch.einsum("bcmd,bsd->bcms", F.normalize(q.float(), dim=-1), F.normalize(ctx.float(), dim=-1))
+    valid = c_mask[:, None, None, :].expand_as(sims)
+    n = c_mask.sum(1).clamp(min=1).to(sims.dtype)[:, None, None, None]
+    mean = sims.masked_fill(~valid, 0).sum(-1, keepdim=True) / n
+    centred = ((sims - mean) * 10).masked_fill(~valid, 0)
+    prof = centred.new_zeros(b, c, m, ALIGN_STEPS)
+    k = min(s, ALIGN_STEPS)
+    prof[..., :k] = centred[..., :k]
+    where = torch.arange(s, device=q.device, dtype=sims.dtype)[None, None, None, :] / (n - 1).clamp(min=1)
+    p = torch.softmax((sims / ALIGN_TEMPERATURE).masked_fill(~valid, -1e4), -1)
+    best = centred.masked_fill(~valid, -1e4).max(-1)
+    at = torch.gather(where.expand_as(sims), -1, best.indices[..., None])[..., 0]
+    out = torch.cat([prof, best.values[..., None], (p * where).sum(-1, keepdim=True), at[..., None]], -1)
+    return out * q_mask[..., None].to(out.dtype)
+
+
 class QueryEncoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.proj = nn.Linear(cfg.image_dim, 2 * cfg.lstm_hidden)
+        self.align = nn.Linear(ALIGN_WIDTH, 2 * cfg.lstm_hidden) if cfg.align else None
         self.rnn = BiLSTM(2 * cfg.lstm_hidden, cfg.lstm_hidden)
 
-    def forward(self, q: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
-        return self.rnn(torch.tanh(self.proj(q)), q_mask)
+    def forward(self, q: torch.Tensor, q_mask: torch.Tensor, align: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.proj(q)
+        if self.align is not None:
+            x = x + self.align(align)
+        return self.rnn(torch.tanh(x), q_mask)
 
 
 # ----------------------------------------------------------------------------- scorers
@@ -220,6 +255,9 @@ class GM3C(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
+        if cfg.align and cfg.text_dim != cfg.image_dim:
+            raise ValueError(f"the step alignment needs step-text and image vectors of one joint space; got "
+                             f"text {cfg.text_dim}-d, images {cfg.image_dim}-d (use --no-align)")
         self.cfg = cfg
         # frozen input vectors are unit-norm (per-dim std ~ 1/sqrt(d)): standardise them per dim with
         # train-split statistics (set by `set_input_stats`, saved with the weights)
@@ -249,8 +287,11 @@ class GM3C(nn.Module):
         q_mask = batch["query_mask"]
         q = ((batch["query"] - self.img_mean) / self.img_std) * q_mask.unsqueeze(-1)
         b, n_c, m, _ = q.shape
-        qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m))
         c_mask = batch["ctx_mask"]
+        align = None
+        if self.cfg.align:
+            align = alignment_features(batch["query"], q_mask, batch["ctx"], c_mask).reshape(b * n_c, m, -1)
+        qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m), align)
         if self.context is not None:
             ctx = batch["ctx"]
             if self.cfg.text_features == "vectors":

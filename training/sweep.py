@@ -32,8 +32,10 @@ def _setting_name(text: str) -> str:
 
 def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,
           knobs: list[str] | None = None, model_cfg: ModelConfig | None = None,
-          train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True) -> dict:
-    """Train every (dataset of `tasks` [and `knobs` labels], scorer); write the table + plot."""
+          train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True,
+          align: bool | None = None) -> dict:
+    """Train every (dataset of `tasks` [and `knobs` labels], scorer); write the table + plot. `align`: the
+    recipe-reading scorers' step alignment (None: on with step-text vectors; never for question_only)."""
     from etl.config import Paths
     from training.baselines import hasty_student_accuracy
     from training.train import train_run
@@ -52,7 +54,9 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
         hasty = hasty_student_accuracy(ds, test_split)
         for scorer in scorers:
             t0 = time.perf_counter()
-            m = train_run(export_dir, d["dataset_id"], replace(model_cfg, scorer=scorer, text_features=text_features),
+            a = (text_features == "vectors" if align is None else align) and scorer != "question_only"
+            m = train_run(export_dir, d["dataset_id"],
+                          replace(model_cfg, scorer=scorer, text_features=text_features, align=a),
                           train_cfg, record=record, ds=ds)
             rows.append({"task": d["task"], "knobs": d["knobs"], "dataset_id": d["dataset_id"], "scorer": scorer,
                          "test_acc": round(m["test_acc"], 4), "val_acc": round(m["val_acc"], 4),

@@ -438,6 +438,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", choices=SIZES, help="config size (default paper; --tiny = tiny)")
     p.add_argument("--layers", type=int, help="transformer scorer layers (default: the size's)")
     p.add_argument("--width", type=int, help="transformer scorer width d_model (default: the size's)")
+    p.add_argument("--align", action=argparse.BooleanOptionalAction, default=None,
+                   help="the readers' step alignment (default: on with --text-features vectors)")
     p.add_argument("--warmup-steps", type=int)
     p.add_argument("--schedule", choices=["constant", "cosine"])
     p.add_argument("--metrics-json", type=Path, help="also write rank 0's metrics here (launchers)")
@@ -458,7 +460,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
     """The configs the parsed arguments ask for (training.config.resolve_configs, like `mrqa train`)."""
     return resolve_configs(a.size, tiny=a.tiny, scorer=a.scorer, text_features=a.text_features, layers=a.layers,
-                           width=a.width, max_epochs=a.max_epochs, patience=a.patience, batch_size=a.batch_size,
+                           width=a.width, align=a.align, max_epochs=a.max_epochs, patience=a.patience, batch_size=a.batch_size,
                            lr=a.lr, seed=a.seed, device=a.device, max_train_questions=a.max_train_questions,
                            threads=a.threads, warmup_steps=a.warmup_steps, schedule=a.schedule,
                            amp=False if a.no_amp else None)

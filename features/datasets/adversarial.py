@@ -96,13 +96,46 @@ COHERENCE_POOLS = ("ball", "author")
 POOL_CAP = 64                           # candidates per question from each extra pool (seeded order)
 BALL_CAP = 64                           # coherence: eligible ball candidates per question (seeded order)
 FEATURE_BUDGET = 1 << 24                # floats of pair features built at once
+# answerability: a reader of the recipe must be able to tell the answer. In the encoder's joint space, the
+# text of the answer's step (its body) must be nearer the answer photo than each distractor, by this
+# cosine margin (coherence: every coherent photo nearer one of the shown steps' texts than the foreign
+# photo is to any of them). Without it AF fills the choices with photos the step text cannot separate
+# from the answer (measured: a step-text oracle at 43-55% on AF visual cloze), and no reader can win.
+READ_MARGIN = 0.05
 
 
 def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
     return {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
-            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD}
+            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
+            "read_margin": READ_MARGIN, "read_text": "body"}
+
+
+def readable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """(K, M): can the text of answer ans[k]'s step tell the answer from candidate cand[k, m]? Its cosine
+    to the answer photo exceeds its cosine to the candidate by READ_MARGIN (a step with no text: never).
+    All true where the space has no step text (title space, or an encoder without a text tower)."""
+    if sp.step_text is None:
+        return np.ones(cand.shape, dtype=bool)
+    t = sp.step_text[ans]                                            # (K, d)
+    s_ans = (sp.vecs[ans] * t).sum(-1)
+    s_c = sp.dots(cand, t[:, None, :])[..., 0]
+    has = np.abs(t).sum(-1) > 0
+    return (s_c < (s_ans - READ_MARGIN)[:, None]) & has[:, None]
+
+
+def readable_coherence(sp, items: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """(K, M): would a reader of the shown steps' texts tell candidate cand[k, m] as the foreign photo?
+    Each coherent photo items[k, i] is nearer one of the shown steps' texts than the candidate is to any
+    of them, by READ_MARGIN. All true without step text."""
+    if sp.step_text is None:
+        return np.ones(cand.shape, dtype=bool)
+    T = sp.step_text[items]                                          # (K, 3, d)
+    has = (np.abs(T).sum(-1) > 0).all(-1)
+    coh = np.einsum("kid,ksd->kis", sp.vecs[items], T).max(-1).min(-1)      # the weakest coherent match
+    f = sp.dots(cand, T).max(-1)                                     # (K, M)
+    return (f < (coh - READ_MARGIN)[:, None]) & has[:, None]
 
 
 def members(task: str) -> tuple:
@@ -412,19 +445,23 @@ def _in_proportion(adv_rank: np.ndarray, groups: np.ndarray, gap: np.ndarray, al
     return key
 
 
-def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: np.ndarray | None = None) -> np.ndarray:
+def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: dict | None = None) -> np.ndarray:
     """The drop rule (AFLite: drop what stays predictable, in either direction): `_cap_extremes` on the
     answer's rank under the final held-out ensemble (`adv_rank`), the least distinguishable kept first
     (smallest score `gap` to the nearest other choice): the ensemble picks the answer of at most a
     quarter of the kept questions and finds it the least plausible choice for at most a quarter. In
     knob-3 balanced mode the cap holds per split and distance rank (`rank`), and the distance ranks are
     then made equal again, each trimmed group keeping its adversary ranks in proportion. Returns the
-    kept rows. `bad` rows (a text twin left among the choices) are dropped first, in their own group, so
-    the caps hold on the others."""
+    kept rows. `bad` {skip reason: rows} (`af_text_twin`: a text twin left among the choices;
+    `af_unreadable`: a choice the step text cannot tell from the answer) are dropped first, under the
+    first reason that holds, in their own group, so the caps hold on the others."""
     splits = b.splits[keep]
     groups = np.char.add(np.char.add(splits.astype(str), "|"), rank.astype(str)) if exact else splits
-    bad = np.zeros(len(adv_rank), dtype=bool) if bad is None else bad
-    ds.skip("af_text_twin", bad.sum())
+    bad_any = np.zeros(len(adv_rank), dtype=bool)
+    for reason, rows_bad in (bad or {}).items():
+        ds.skip(reason, (rows_bad & ~bad_any).sum())
+        bad_any |= rows_bad
+    bad = bad_any
     groups = np.where(bad, "\x00twin", np.asarray(groups).astype(str))
     alive = _cap_extremes(adv_rank, groups, gap) & ~bad
     ds.skip("af_predictable", (~alive & ~bad).sum())
@@ -509,6 +546,11 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     cand = np.where((cand >= 0) & sp.step_words.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
     cur_twin = sp.step_words.twins(a_row, sp.word_row[picks])
     n_twin_picks = int(cur_twin.sum())
+    # and the answer's step text must tell each distractor from the answer (READ_MARGIN); knob picks
+    # it cannot tell must be replaced
+    cand = np.where((cand >= 0) & readable(sp, ans, np.maximum(cand, 0)), cand, -1)
+    cur_unread = ~readable(sp, ans, picks)
+    n_unread_picks = int(cur_unread.sum())
     pool = _pool_label(sp, cand, ans)
     cand_closer = sp.cos_to(cand, P["qmean"][keep]) < d_ans_q[:, None]
     cand_txt = sp.text_code[np.maximum(cand, 0)]
@@ -603,7 +645,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                          - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
                 obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
-            now = np.where(cur_twin[:, s], np.inf, _objective(*answer_rank(S, pos), aim))
+            now = np.where(cur_twin[:, s] | cur_unread[:, s], np.inf, _objective(*answer_rank(S, pos), aim))
             best = np.argmin(obj, axis=1)
             do = np.flatnonzero(obj[rows, best] < now - 1e-9)
             cc = best[do]
@@ -611,6 +653,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             cur_pool[do, s] = pool[do, cc]
             cur_closer[do, s] = cand_closer[do, cc]
             cur_twin[do, s] = False
+            cur_unread[do, s] = False
             sp_ch[do, col[do]] = sp_c[do, cc]
             dist_ch[do, col[do]] = cand_dist[do, cc]
             sim_ch[do, col[do]] = cand_sim[do, cc]
@@ -625,8 +668,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(base_X, pos, rkeys, seed),
-             "twin_distractors_in_knob_picks": n_twin_picks}
-    sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats, bad=cur_twin.any(1))
+             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks}
+    sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats,
+                  bad={"af_text_twin": cur_twin.any(1), "af_unreadable": cur_unread.any(1)})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
     ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum())
                                              for i, name in enumerate(CLOZE_POOLS)}
@@ -719,6 +763,9 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     # used (twins.py); a knob pick that is one must be replaced
     twin = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids[keep])
     n_twin_picks = int(twin[rows, cur_col].sum())
+    # and the shown steps' texts must tell the foreign photo from the coherent ones (READ_MARGIN)
+    unread = (cand >= 0) & ~readable_coherence(sp, items, np.maximum(cand, 0))
+    n_unread_picks = int(unread[rows, cur_col].sum())
     changed_in = np.zeros(K, dtype=np.int64)
     solved_by_round = []
 
@@ -736,7 +783,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         rank_now = _foreign_rank(_mean_scores(advs, rows, cur, 4 * X.shape[2]), 1)[0][:, 0]
         solved_by_round.append(round(float((rank_now == 0).mean()), 4) if K else None)
         # every eligible candidate: the foreign image's rank in its own 4-image set, aimed at the target
-        obj = np.where((cand >= 0) & ~twin, _objective(*_foreign_rank(_mean_scores(
+        obj = np.where((cand >= 0) & ~twin & ~unread, _objective(*_foreign_rank(_mean_scores(
             advs, rows, _coherence_build(sp, items, cand), width), cand.shape[1]), aim[:, None]), np.inf)
         best = np.argmin(obj, axis=1)
         do = np.flatnonzero(obj[rows, best] < obj[rows, cur_col] - 1e-9)
@@ -751,8 +798,9 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed),
-             "twin_distractors_in_knob_picks": n_twin_picks}
-    sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats, bad=g(twin))
+             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks}
+    sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats,
+                  bad={"af_text_twin": g(twin), "af_unreadable": g(unread)})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
     ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}
     # scores in choice order (the foreign image at pos)

@@ -71,6 +71,8 @@ class Space:
     author_code: np.ndarray = field(repr=False, default=None)    # recipes.author code, -1 for none
     step_words: object = field(repr=False, default=None)         # twins.StepWords of the warehouse
     word_row: np.ndarray = field(repr=False, default=None)       # the item's step row in step_words
+    step_text: np.ndarray = field(repr=False, default=None)      # image space: the unit body-text vector
+                                                                 # of the item's step (0 where none)
 
     def dots(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Inner products of items rows (Q, M) (-1 = padding) with n vectors per row q (Q, n, d) ->
@@ -183,9 +185,29 @@ class Generator:
             self._step_words = StepWords.from_warehouse(self.con)
         sp.step_words = self._step_words
         sp.word_row = self._step_words.rows(recipe_ids, sp.step_idx)
+        if name == "image":
+            sp.step_text = self._step_text(recipe_ids, sp.step_idx, vecs.shape[1])
         self._spaces[name] = sp
         log.info("generate: %d %s items with vectors (encoder %s)", len(item_ids), name, self.encoder_id)
         return sp
+
+    def _step_text(self, recipe_ids: np.ndarray, step_idx: np.ndarray, dim: int) -> np.ndarray | None:
+        """Per image item, the unit body-text vector of its step in the encoder's joint space (zeros where
+        the step has none): what AF's answerability rule reads (adversarial.readable). None when the
+        encoder embedded no step text (the rule is then off, and the datasets record it)."""
+        from features.vectors.store import FeatureStore
+        ids, mat = FeatureStore(self.lance_uri).text_vectors(self.encoder_id, "body")
+        if len(ids) == 0 or np.asarray(mat).shape[1] != dim:
+            log.warning("generate: no step-text vectors of encoder %s in its image space: AF's answerability "
+                        "rule is off", self.encoder_id)
+            return None
+        out = np.zeros((len(recipe_ids), dim), dtype=np.float32)
+        mat = np.asarray(mat, dtype=np.float32)
+        mat = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
+        row = {k: i for i, k in enumerate(ids)}
+        at = np.array([row.get(f"{r}_{int(i)}_body", -1) for r, i in zip(recipe_ids.tolist(), step_idx.tolist())])
+        out[at >= 0] = mat[at[at >= 0]]
+        return out
 
     def _author_codes(self, name: str) -> np.ndarray:
         """Per item of the space (idx order), a code of its recipe's author (-1: none recorded)."""

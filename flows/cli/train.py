@@ -17,6 +17,8 @@ app = typer.Typer()
 LAYERS_HELP = "Transformer scorer layers (default: the size's; paper 4)."
 WIDTH_HELP = "Transformer scorer width d_model (default: the size's; paper 512)."
 LR_HELP = "Adam learning rate (default 5e-4, the paper's)."
+ALIGN_HELP = ("The readers' explicit step alignment (each image's cosine profile over the step texts); "
+              "default on with --text-features vectors, never for question_only.")
 SIZE_HELP = "paper (appendix defaults, the default), small (CPU sweeps) or tiny (same as --tiny)."
 
 
@@ -58,6 +60,7 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
               layers: Optional[int] = typer.Option(None, "--layers", help=LAYERS_HELP),
               width: Optional[int] = typer.Option(None, "--width", help=WIDTH_HELP),
               lr: Optional[float] = typer.Option(None, "--lr", help=LR_HELP),
+              align: Optional[bool] = typer.Option(None, "--align/--no-align", help=ALIGN_HELP),
               device: Optional[str] = typer.Option(None, "--device", help="auto (CUDA + AMP when present), cpu, "
                                                    "cuda or a torch device such as cuda:1."),
               nproc: int = typer.Option(1, "--nproc", help="Processes: > 1 runs torchrun DDP on this machine "
@@ -71,8 +74,8 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
     given = {"--max-epochs": max_epochs, "--patience": patience, "--batch-size": batch_size, "--seed": seed,
              "--threads": threads, "--device": device, "--layers": layers, "--width": width, "--lr": lr}
     mc, tc = configs(scorer.value, text_features.value, tiny, size and size.value, layers=layers, width=width,
-                     max_epochs=max_epochs, patience=patience, batch_size=batch_size, seed=seed, threads=threads,
-                     device=device, lr=lr)
+                     align=align, max_epochs=max_epochs, patience=patience, batch_size=batch_size, seed=seed,
+                     threads=threads, device=device, lr=lr)
     exp = export_for(dataset, export)
     try:
         if nproc > 1:               # every rank resolves the same configs from the same options
@@ -82,6 +85,7 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
             argv += ["--size", size.value] if size else []
             for flag, v in given.items():
                 argv += [flag, str(v)] if v is not None else []
+            argv += [] if align is None else ["--align" if align else "--no-align"]
             m = launch(nproc, argv)
         else:
             m = train_run(exp, dataset, mc, tc)
@@ -152,6 +156,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
               layers: Optional[int] = typer.Option(None, "--layers", help=LAYERS_HELP),
               width: Optional[int] = typer.Option(None, "--width", help=WIDTH_HELP),
               lr: Optional[float] = typer.Option(None, "--lr", help=LR_HELP),
+              align: Optional[bool] = typer.Option(None, "--align/--no-align", help=ALIGN_HELP),
               export: Optional[Path] = typer.Option(None, "--export",
                                                     help="Parquet export (default MRQA_HOME/exports/all)."),
               out: Optional[Path] = typer.Option(None, "--out",
@@ -167,11 +172,13 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     if not (exp / "questions").is_dir():
         fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
     mc, tc = configs(sc[0], text_features.value, tiny, size and size.value, layers=layers, width=width,
+                     align=False if align is None else align and sc[0] != "question_only",
                      max_epochs=max_epochs, patience=patience, max_train_questions=max_train, threads=threads,
                      seed=seed, lr=lr)
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, task_list,
-                    [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value)
+                    [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value,
+                    align=align)
     except ValueError as e:
         fail(str(e))
     typer.echo(Path(res["out"], "accuracy.md").read_text())
