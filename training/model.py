@@ -67,7 +67,7 @@ class StepEncoder(nn.Module):
 
 
 ALIGN_STEPS = 20        # step positions of the alignment profile (training's max_steps_per_recipe)
-ALIGN_WIDTH = ALIGN_STEPS + 3
+ALIGN_WIDTH = ALIGN_STEPS + 8
 ALIGN_TEMPERATURE = 0.05
 
 
@@ -76,8 +76,10 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     text of the recipe in the encoder's joint space. q (B, C, M, d) raw image vectors, ctx (B, S, d) raw
     step-text vectors of the same encoder. Returns (B, C, M, ALIGN_WIDTH): the profile over the first
     ALIGN_STEPS steps (cosine minus its mean over the recipe's steps, x10; 0 past the recipe's end),
-    then the best match (same scale), the expected step position under a softmax over the cosines
-    (temperature ALIGN_TEMPERATURE) and the best match's position, both as a share of the recipe (0..1).
+    then the best match (same scale, and its raw cosine x10), the expected step position under a softmax over the cosines
+    (temperature ALIGN_TEMPERATURE) and the best match's position, both as a share of the recipe (0..1),
+    and the steps forward from the previous query item and to the next one of both positions (0 at the
+    ends): a photo that fits its slot sits after its predecessor's step and before its successor's.
     With another recipe's steps the profile says nothing about the question: the context ablation."""
     b, c, m, _ = q.shape
     s = ctx.shape[1]
@@ -93,7 +95,12 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     p = torch.softmax((sims / ALIGN_TEMPERATURE).masked_fill(~valid, -1e4), -1)
     best = centred.masked_fill(~valid, -1e4).max(-1)
     at = torch.gather(where.expand_as(sims), -1, best.indices[..., None])[..., 0]
-    out = torch.cat([prof, best.values[..., None], (p * where).sum(-1, keepdim=True), at[..., None]], -1)
+    pos = torch.stack([(p * where).sum(-1), at], -1) * q_mask[..., None].to(sims.dtype)     # (B, C, M, 2)
+    both = q_mask[..., 1:] & q_mask[..., :-1]
+    step = (pos[..., 1:, :] - pos[..., :-1, :]) * both[..., None].to(sims.dtype)             # (B, C, M-1, 2)
+    zero = step.new_zeros(b, c, 1, 2)
+    raw = sims.masked_fill(~valid, -1).max(-1).values * 10
+    out = torch.cat([prof, best.values[..., None], raw[..., None], pos, torch.cat([zero, step], 2), torch.cat([step, zero], 2)], -1)
     return out * q_mask[..., None].to(out.dtype)
 
 
@@ -268,6 +275,9 @@ class GM3C(nn.Module):
         self.context = StepEncoder(cfg) if cfg.scorer != "question_only" else None
         self.query = QueryEncoder(cfg)
         self.scorer = SCORER_CLASSES[cfg.scorer](cfg)
+        # the step alignment's direct read-out (per query item, summed): the other items are the same in
+        # every choice's query, so the score moves with how the placeholder's photo aligns with the steps
+        self.align_head = nn.Sequential(nn.Linear(ALIGN_WIDTH, 16), nn.ReLU(), nn.Linear(16, 1)) if cfg.align else None
 
     @torch.no_grad()
     def set_input_stats(self, images: torch.Tensor, text: torch.Tensor | None = None) -> None:
@@ -292,6 +302,9 @@ class GM3C(nn.Module):
         if self.cfg.align:
             align = alignment_features(batch["query"], q_mask, batch["ctx"], c_mask).reshape(b * n_c, m, -1)
         qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m), align)
+        read = 0.0
+        if self.cfg.align:            # a direct read-out of the alignment, summed over the query items
+            read = (self.align_head(align).squeeze(-1) * q_mask.reshape(b * n_c, m)).sum(-1).reshape(b, n_c)
         if self.context is not None:
             ctx = batch["ctx"]
             if self.cfg.text_features == "vectors":
@@ -306,5 +319,5 @@ class GM3C(nn.Module):
             if self.cfg.scorer != "transformer":
                 raise ValueError("attention is only defined for the transformer scorer")
             score, att = self.scorer(ce, cm, qe, qm, return_attention=True)
-            return score.reshape(b, n_c), {k: v.reshape(b, n_c, -1) for k, v in att.items()}
-        return self.scorer(ce, cm, qe, qm).reshape(b, n_c)
+            return score.reshape(b, n_c) + read, {k: v.reshape(b, n_c, -1) for k, v in att.items()}
+        return self.scorer(ce, cm, qe, qm).reshape(b, n_c) + read
