@@ -1,7 +1,8 @@
 """A synthetic feature world for generation tests and `mrqa bench generate` (no images, no model).
 
 Writes, in the feature store's shape: recipes/steps/images rows (some images missing, some short
-recipes), an `encoders` row, LanceDB `image_vectors` and `step_text_vectors` (title) with
+recipes), an `encoders` row, LanceDB `image_vectors` and `step_text_vectors` (title; body: near the
+step's photos, as a joint image/text encoder puts a step's text and its photos) with
 deterministic hash-derived, clustered vectors (a step "kind" cluster + a per-recipe style + noise, so
 distances vary and near neighbours exist), and the `neighbours` table (features.vectors.neighbours).
 """
@@ -38,7 +39,7 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
     from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vector_rows
     rng = np.random.default_rng([seed, 12345])
     centers = _unit(rng.normal(size=(len(KINDS), dim)))
-    recipes, steps, images, img_vec_rows, txt_rows = [], [], [], [], []
+    recipes, steps, images, img_vec_rows, txt_rows, body_rows = [], [], [], [], [], []
     for r in range(n_recipes):
         rid = f"synthetic-recipe-{r:06d}"
         rr = np.random.default_rng([seed, stable_key("recipe", rid)])
@@ -55,6 +56,9 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
                              + rr.normal(size=dim) * sd * 0.6))
             n_img = int(rr.integers(images_per_step[0], images_per_step[1] + 1))
             base = centers[kinds[s]] + style + rr.normal(size=dim) * sd * 0.7
+            # own generator: the other vectors stay as they were without body vectors
+            noise = np.random.default_rng([seed, stable_key("body", rid), s]).normal(size=dim)
+            body_rows.append((f"{rid}_{s}_body", rid, s, base + noise * sd * 1.5))
             for o in range(n_img):
                 iid = f"{rid}_{s}_{o}.jpg"
                 ok = rr.random() > 0.03
@@ -84,6 +88,11 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
     store.upsert(TEXT_TABLE, vector_rows(
         [r[0] for r in txt_rows], txt_mat, recipe_id=[r[1] for r in txt_rows],
         step_idx=[r[2] for r in txt_rows], field="title", split=[split_of[r[1]] for r in txt_rows],
+        encoder_id=encoder_id, text_sha256="x"))
+    body_mat = _unit(np.stack([v for *_, v in body_rows]))
+    store.upsert(TEXT_TABLE, vector_rows(
+        [r[0] for r in body_rows], body_mat, recipe_id=[r[1] for r in body_rows],
+        step_idx=[r[2] for r in body_rows], field="body", split=[split_of[r[1]] for r in body_rows],
         encoder_id=encoder_id, text_sha256="x"))
     n_nb = build_neighbours(con, store, encoder_id, k)
     return {"recipes": len(recipes), "steps": len(steps), "images": len(images),

@@ -190,6 +190,37 @@ def test_af_never_offers_a_text_twin_of_the_answer_step(world):
     assert twins_in_picks > 0           # the world has twins (same step kind): the rule had work to do
 
 
+def test_af_questions_are_answerable_from_the_step_text(world):
+    """Recomputed from the store's vectors: on every AF visual cloze question the answer step's body text
+    is nearer the answer photo than every distractor by READ_MARGIN (cosine); on every AF coherence
+    question each coherent photo is nearer one of the shown steps' texts than the foreign photo is to any
+    of them, by the margin. Knob picks that broke it were counted, and replaced or dropped."""
+    from features.datasets.adversarial import READ_MARGIN
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(world["paths"].lance).text_vectors(ENC, "body")
+    body = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, np.float64))}
+    vec, checked = world["vec"], Counter()
+    for r in world["rows"]:
+        p = r["prov"]
+        if r["task"] == "visual_cloze":
+            t = body[f"{r['recipe_id']}_{p['answer_step']}_body"]
+            items = r["choice_list"]
+            s = np.array([vec[c] @ t for c in items])
+            margin = s[r["answer"]] - np.delete(s, r["answer"]).max()
+            assert margin >= READ_MARGIN - 1e-6, (r["qid"], margin)
+            checked[r["task"]] += 1
+        elif r["task"] == "visual_coherence":
+            T = np.array([body[f"{r['recipe_id']}_{_item_step(i)[1]}_body"] for i in p["question_items"]])
+            coh = min(float((T @ vec[i]).max()) for i in p["question_items"])
+            foreign = float((T @ vec[p["foreign_item"]]).max())
+            assert foreign <= coh - READ_MARGIN + 1e-6, (r["qid"], coh, foreign)
+            checked[r["task"]] += 1
+    assert min(checked.values()) > 50 and len(checked) == 2, checked
+    s = world["summaries"]
+    # the world's step texts are noisy enough that the rule had work to do
+    assert sum(s[d]["adversarial"].get("unreadable_distractors_in_knob_picks", 0) for d in world["af_ids"]) > 20
+
+
 def test_af_coherence_foreign_image_keeps_knobs_2_and_3(world):
     vec, recipes, author = world["vec"], world["recipes"], world["author"]
     pools = Counter()
