@@ -98,8 +98,7 @@ BALL_CAP = 64                           # coherence: eligible ball candidates pe
 FEATURE_BUDGET = 1 << 24                # floats of pair features built at once
 # answerability: a reader of the recipe must be able to tell the answer. In the encoder's joint space, the
 # text of the answer's step (its body) must be nearer the answer photo than each distractor, by this
-# cosine margin (coherence: every coherent photo nearer one of the shown steps' texts than the foreign
-# photo is to any of them). Without it AF fills the choices with photos the step text cannot separate
+# cosine margin (coherence: each shown step's text nearer its own photo than the foreign photo). Without it AF fills the choices with photos the step text cannot separate
 # from the answer (measured: a step-text oracle at 43-55% on AF visual cloze), and no reader can win.
 # 0: strictly nearer. A margin of 0.05 kept 23-26% of the knob-2 = 0 settings' questions (their ball
 # holds ~6 non-twin candidates per question, ~2 of them 0.05 apart), 0 keeps over 40%.
@@ -129,15 +128,17 @@ def readable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
 
 def readable_coherence(sp, items: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """(K, M): would a reader of the shown steps' texts tell candidate cand[k, m] as the foreign photo?
-    Each coherent photo items[k, i] is nearer one of the shown steps' texts than the candidate is to any
-    of them, by READ_MARGIN. All true without step text."""
+    For every shown step, its own photo items[k, i] is more similar to the step's text than the
+    candidate is, by READ_MARGIN: the reader that matches each photo to its step leaves the candidate
+    out (the candidate is no better a photo of any shown step than that step's own). A step with no
+    text: never. All true without step text."""
     if sp.step_text is None:
         return np.ones(cand.shape, dtype=bool)
     T = sp.step_text[items]                                          # (K, 3, d)
     has = (np.abs(T).sum(-1) > 0).all(-1)
-    coh = np.einsum("kid,ksd->kis", sp.vecs[items], T).max(-1).min(-1)      # the weakest coherent match
-    f = sp.dots(cand, T).max(-1)                                     # (K, M)
-    return (f < (coh - READ_MARGIN)[:, None]) & has[:, None]
+    own = np.einsum("kid,kid->ki", sp.vecs[items], T)                # each coherent photo to its own step
+    f = sp.dots(cand, T)                                             # (K, M, 3)
+    return (f < (own - READ_MARGIN)[:, None, :]).all(-1) & has[:, None]
 
 
 def members(task: str) -> tuple:
