@@ -83,10 +83,11 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     text of the recipe in the encoder's joint space. q (B, C, M, d) raw image vectors, ctx (B, S, d) raw
     step-text vectors of the same encoder. Returns (B, C, M, ALIGN_WIDTH): the profile over the first
     ALIGN_STEPS steps (cosine minus its mean over the recipe's steps, x10; 0 past the recipe's end),
-    then the best match (same scale, and its raw cosine x10), the expected step position under a softmax over the cosines
-    (temperature ALIGN_TEMPERATURE) and the best match's position, both as a share of the recipe (0..1),
-    and the steps forward from the previous query item and to the next one of both positions (0 at the
-    ends): a photo that fits its slot sits after its predecessor's step and before its successor's.
+    then the best match (same scale, and its raw cosine x10), the expected step position under a
+    softmax over the cosines (temperature ALIGN_TEMPERATURE) and the best match's position, both as a
+    share of the recipe (0..1), and the steps forward from the previous query item and to the next
+    one of both positions (0 at the ends): a photo that fits its slot sits after its predecessor's
+    step and before its successor's.
     With another recipe's steps the profile says nothing about the question: the context ablation."""
     b, c, m, _ = q.shape
     s = ctx.shape[1]
@@ -107,7 +108,8 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     step = (pos[..., 1:, :] - pos[..., :-1, :]) * both[..., None].to(sims.dtype)             # (B, C, M-1, 2)
     zero = step.new_zeros(b, c, 1, 2)
     raw = sims.masked_fill(~valid, -1).max(-1).values * 10
-    out = torch.cat([prof, best.values[..., None], raw[..., None], pos, torch.cat([zero, step], 2), torch.cat([step, zero], 2)], -1)
+    out = torch.cat([prof, best.values[..., None], raw[..., None], pos,
+                     torch.cat([zero, step], 2), torch.cat([step, zero], 2)], -1)
     return out * q_mask[..., None].to(out.dtype)
 
 

@@ -98,8 +98,9 @@ BALL_CAP = 64                           # coherence: eligible ball candidates pe
 FEATURE_BUDGET = 1 << 24                # floats of pair features built at once
 # answerability: a reader of the recipe must be able to tell the answer. In the encoder's joint space, the
 # text of the answer's step (its body) must be nearer the answer photo than each distractor, by this
-# cosine margin (coherence: each shown step's text nearer its own photo than the foreign photo). Without it AF fills the choices with photos the step text cannot separate
-# from the answer (measured: a step-text oracle at 43-55% on AF visual cloze), and no reader can win.
+# cosine margin (coherence: each shown step's text nearer its own photo than the foreign photo).
+# Without it AF fills the choices with photos the step text cannot separate from the answer (measured:
+# a step-text oracle at 43-55% on AF visual cloze), and no reader can win.
 # 0: strictly nearer. A margin of 0.05 kept 23-26% of the knob-2 = 0 settings' questions (their ball
 # holds ~6 non-twin candidates per question, ~2 of them 0.05 apart), 0 keeps over 40%.
 READ_MARGIN = 0.0

@@ -193,7 +193,8 @@ def test_af_never_offers_a_text_twin_of_the_answer_step(world):
 def test_af_questions_are_answerable_from_the_step_text(world):
     """Recomputed from the store's vectors: on every AF visual cloze question the answer step's body text
     is nearer the answer photo than every distractor by READ_MARGIN (cosine); on every AF coherence
-    question each shown step's text is nearer its own photo than the foreign photo, by the margin. Knob picks that broke it were counted, and replaced or dropped."""
+    question each shown step's text is nearer its own photo than the foreign photo, by the margin. Knob
+    picks that broke it were counted, and replaced or dropped."""
     from features.datasets.adversarial import READ_MARGIN
     from features.vectors.store import FeatureStore
     ids, mat = FeatureStore(world["paths"].lance).text_vectors(ENC, "body")
