@@ -672,7 +672,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(base_X, pos, rkeys, seed),
-             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks}
+             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks,
+             "answerability_rule": sp.step_text is not None}
     sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats,
                   bad={"af_text_twin": cur_twin.any(1), "af_unreadable": cur_unread.any(1)})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
@@ -802,7 +803,8 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     stats = {"solved_share_by_round": solved_by_round,
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(_coherence_build(sp, items, foreign[:, None])(rows), y, rkeys, seed),
-             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks}
+             "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks,
+             "answerability_rule": sp.step_text is not None}
     sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats,
                   bad={"af_text_twin": g(twin), "af_unreadable": g(unread)})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)

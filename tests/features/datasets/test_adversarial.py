@@ -217,6 +217,8 @@ def test_af_questions_are_answerable_from_the_step_text(world):
             checked[r["task"]] += 1
     assert min(checked.values()) > 50 and len(checked) == 2, checked
     s = world["summaries"]
+    assert all(s[d]["adversarial"]["answerability_rule"] == (t != "textual_cloze")
+               for (t, _), d in zip(AF_SETTINGS, world["af_ids"]))
     # the world's step texts are noisy enough that the rule had work to do
     assert sum(s[d]["adversarial"].get("unreadable_distractors_in_knob_picks", 0) for d in world["af_ids"]) > 20
 
