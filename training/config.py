@@ -102,6 +102,12 @@ def configs_for(size: str = "paper", **model_kw) -> tuple[ModelConfig, TrainConf
     return ModelConfig(**model_kw), TrainConfig()
 
 
+def align_for(scorer: str, text_features: str, align: bool | None = None) -> bool:
+    """Whether a scorer gets the step alignment: as asked (`align`), by default with step-text vectors;
+    never for question_only, which does not read the recipe."""
+    return (text_features == "vectors" if align is None else bool(align)) and scorer != "question_only"
+
+
 def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str = "transformer",
                     text_features: str = "tokens", layers: int | None = None, width: int | None = None,
                     align: bool | None = None, **train_overrides) -> tuple[ModelConfig, TrainConfig]:
@@ -127,11 +133,9 @@ def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str 
     if unknown:
         raise TypeError(f"not TrainConfig fields: {', '.join(unknown)}")
     model_kw = {k: v for k, v in (("n_layers", layers), ("d_model", width)) if v is not None}
-    if align is None:
-        align = text_features == "vectors" and scorer != "question_only"
-    elif align and text_features != "vectors":
+    if align and text_features != "vectors":
         raise ValueError("--align needs --text-features vectors (the step texts in the images' joint space)")
-    model_kw["align"] = bool(align) and scorer != "question_only"
+    model_kw["align"] = align_for(scorer, text_features, align)
     mc, tc = configs_for(size, scorer=scorer, text_features=text_features, **model_kw)
     try:
         mc.validate()

@@ -307,13 +307,11 @@ class GM3C(nn.Module):
         q = ((batch["query"] - self.img_mean) / self.img_std) * q_mask.unsqueeze(-1)
         b, n_c, m, _ = q.shape
         c_mask = batch["ctx_mask"]
-        align = None
-        if self.cfg.align:
+        align, read = None, 0.0
+        if self.cfg.align:            # and a direct read-out of the alignment, summed over the query items
             align = alignment_features(batch["query"], q_mask, batch["ctx"], c_mask).reshape(b * n_c, m, -1)
-        qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m), align)
-        read = 0.0
-        if self.cfg.align:            # a direct read-out of the alignment, summed over the query items
             read = (self.align_head(align).squeeze(-1) * q_mask.reshape(b * n_c, m)).sum(-1).reshape(b, n_c)
+        qe = self.query(q.reshape(b * n_c, m, -1), q_mask.reshape(b * n_c, m), align)
         if self.context is not None:
             ctx = batch["ctx"]
             if self.cfg.text_features == "vectors":

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from training.config import VISUAL_TASKS, ModelConfig, TrainConfig
+from training.config import VISUAL_TASKS, ModelConfig, TrainConfig, align_for
 from training.data import list_datasets, load_qa_dataset
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,9 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
         hasty = hasty_student_accuracy(ds, test_split)
         for scorer in scorers:
             t0 = time.perf_counter()
-            a = (text_features == "vectors" if align is None else align) and scorer != "question_only"
             m = train_run(export_dir, d["dataset_id"],
-                          replace(model_cfg, scorer=scorer, text_features=text_features, align=a),
+                          replace(model_cfg, scorer=scorer, text_features=text_features,
+                                  align=align_for(scorer, text_features, align)),
                           train_cfg, record=record, ds=ds)
             rows.append({"task": d["task"], "knobs": d["knobs"], "dataset_id": d["dataset_id"], "scorer": scorer,
                          "test_acc": round(m["test_acc"], 4), "val_acc": round(m["val_acc"], 4),

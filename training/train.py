@@ -461,10 +461,9 @@ def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
     """The configs the parsed arguments ask for (training.config.resolve_configs, like `mrqa train`)."""
     return resolve_configs(a.size, tiny=a.tiny, scorer=a.scorer, text_features=a.text_features, layers=a.layers,
                            width=a.width, align=a.align, max_epochs=a.max_epochs, patience=a.patience,
-                           batch_size=a.batch_size,
-                           lr=a.lr, seed=a.seed, device=a.device, max_train_questions=a.max_train_questions,
-                           threads=a.threads, warmup_steps=a.warmup_steps, schedule=a.schedule,
-                           amp=False if a.no_amp else None)
+                           batch_size=a.batch_size, lr=a.lr, seed=a.seed, device=a.device,
+                           max_train_questions=a.max_train_questions, threads=a.threads,
+                           warmup_steps=a.warmup_steps, schedule=a.schedule, amp=False if a.no_amp else None)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -172,7 +172,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     if not (exp / "questions").is_dir():
         fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
     mc, tc = configs(sc[0], text_features.value, tiny, size and size.value, layers=layers, width=width,
-                     align=False if align is None else align and sc[0] != "question_only",
+                     align=align,
                      max_epochs=max_epochs, patience=patience, max_train_questions=max_train, threads=threads,
                      seed=seed, lr=lr)
     try:
