@@ -23,6 +23,8 @@ OTHER = {
     "prefect.yaml": "The Prefect deployments for `prefect deploy --all` (process work pool, weekly cron).",
     "pyproject.toml": "The package: pinned dependencies, the `mrqa` console script, pytest settings and markers.",
     "sql/migrations.txt": "The order in which the files of sql/schema/ are applied.",
+    "tests/etl/roles_real_labels.json": "Hand labels (events, tools, habitats, times, temperatures) of 123 steps of 20 "
+                                        "real RecipeQA validation recipes: ids and labels only, no recipe text.",
 }
 HEADING = "## Files"
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from prefect import flow
 
 from etl.config import Paths
-from etl.sample.kitchen import served_sample
+from etl.sample.kitchen import sample_dir_for, served_sample
 from etl.warehouse import connect, utcnow
 from features.datasets.export import export_parquet
 from flows.clean import clean_flow
+from flows.competence import competence_flow, ground_truth_if_planned
 from flows.embed import embed_flow
 from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
 
 DASK_ENV = "MRQA_DASK_ADDRESS"
-STAGES = ("ingest", "clean", "embed", "generate", "report", "train", "sweep")
+STAGES = ("ingest", "clean", "embed", "generate", "report", "competence", "train", "sweep")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -231,6 +232,15 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                             {"seed": p["seed"], "out": out},
                             [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("bias_metrics")],
                             output_files=lambda s: [s["index"]] if s.get("index") else []))
+    if p["generate"]:
+        gt = None
+        if p["sample_recipes"]:
+            gt = sample_dir_for(paths, p["sample_recipes"], p["sample_seed"]) / "ground_truth.jsonl"
+        stages.append(Stage("competence", lambda: _competence(p, gt),
+                            {"seed": p["seed"], "ground_truth": str(gt)},
+                            [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN],
+                            [Tab("step_roles"), Tab("competence_datasets", ("created_at",)),
+                             Tab("competence_questions"), Tab("competence_metrics", ("computed_at",))]))
     if p["train"]:
         datasets = list(p["train_datasets"] or ())
         stages.append(Stage("train", lambda: {"runs": short_training(paths, datasets, p["seed"],
@@ -245,6 +255,14 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                             [Tab("datasets", ("created_at",)), Tab("questions")], [],
                             output_files=lambda s: [s["out"]] if s.get("out") else []))
     return stages
+
+
+def _competence(p: dict, ground_truth: Path | None) -> dict:
+    truth = ground_truth_if_planned(ground_truth) if ground_truth else None
+    res = competence_flow(seed=p["seed"], ground_truth=truth)
+    return {"source": res["source"], "split": res["split"], "roles": res.get("roles"),
+            "datasets": {d["dataset_id"]: d["n_questions"] for d in res["datasets"]},
+            "results": res["results"]}
 
 
 def _report_summary(res: dict) -> dict:

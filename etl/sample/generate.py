@@ -144,7 +144,7 @@ def ground_truth(plan: RecipePlan) -> dict:
                        "depicts": im.depicts} for im in s.images]
             steps.append({"step_idx": s.step_idx, "title_raw": s.title_raw, "body_raw": "\n".join(s.paragraphs_raw),
                           "title_clean": normalise_ws(s.title), "body_clean": "\n".join(s.paragraphs),
-                          "labels": s.labels, "n_videos": s.n_videos, "noise": s.noise,
+                          "labels": s.labels, "roles": s.roles, "n_videos": s.n_videos, "noise": s.noise,
                           "rare_words": sorted({w for w in V.RARE_WORDS if w in " ".join(s.paragraphs)}),
                           "images": images})
     return {"recipe_id": plan.slug, "url_path": f"/{plan.slug}/", "title": plan.title, "channel": plan.channel,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass, field
 
 from etl.sample import vocab as V
@@ -42,6 +43,7 @@ class StepPlan:
     title_raw: str = ""            # filled by noise.apply_noise
     paragraphs_raw: list[str] = field(default_factory=list)
     noise: list[dict] = field(default_factory=list)
+    roles: dict | None = None      # cooking roles as planned (see _roles); None for intro, list and non-food steps
 
 
 @dataclass
@@ -291,12 +293,30 @@ def _sentences(rng, verb: str, names: list[str], vessel: str, tool: str, mixture
             "temp": rng.choice([325, 350, 375, 400, 425]),
             "qty": rng.choice([2, 3, 4]) if all(V.ING[x].unit == "count" for x in shown if x in V.ING)
             and all(x in V.ING for x in shown) else "the"}
-    sents = [s.format(**fill) for s in rng.sample(a.sentences, min(n, len(a.sentences)))]
+    templates = rng.sample(a.sentences, min(n, len(a.sentences)))
+    sents = [s.format(**fill) for s in templates]
     if rng.random() < 0.45:
         sents.append(rng.choice(FILLERS))
     if rng.random() < 0.06:
         sents.append(rng.choice(V.BRAND_SENTENCES))
-    return sents
+    return sents, _roles(verb, shown, vessel, tool, fill, templates)
+
+
+def _roles(verb: str, shown: list[str], vessel: str, tool: str, fill: dict, templates: list[str]) -> dict:
+    """The cooking roles of one step as planned, each marked explicit (its words are in the body
+    text) or hidden (implied: the template that was drawn leaves it out). The templates omit the
+    tool in about half of the steps and the vessel in most, as real instructions do."""
+    used = " ".join(templates)
+    time_m = re.search(r"\{time\} (\w+)", used)
+    temp_m = re.search(r"\{temp\} (degrees \w)", used)
+    return {"event": verb,
+            "participants": {"names": [V.ING[x].plural if x in V.ING else x for x in shown],
+                             "explicit": "{ings}" in used},
+            "tool": {"name": None if tool in ("none", "hands") else tool, "explicit": "{tool}" in used},
+            "habitat": {"name": vessel, "explicit": "{vessel}" in used},
+            "time": f"{fill['time']} {time_m.group(1)}" if time_m else ("overnight" if "overnight" in used else None),
+            "temperature": f"{fill['temp']} {temp_m.group(1)}" if temp_m else None,
+            "quantity": str(fill["qty"]) if "{qty}" in used and fill["qty"] != "the" else None}
 
 
 def _step_title(rng, verb: str, names: list[str], mixture_name: str) -> str:
@@ -350,13 +370,16 @@ def _food_recipe(rng, index: int, defect: str | None) -> tuple[str, str, list[St
                                "vessel": "counter", "tool": "none"}, _images(rng, rng.choice([0, 1, 1, 2]), dep)))
     for (_phase, verb, names), s in zip(ops, sim):
         k = len(steps)
-        sents = _sentences(rng, verb, s["labels"]["ingredients"], s["vessel"], s["tool"], mixture_name,
-                           rng.choice([1, 2, 2]))
+        sents, roles = _sentences(rng, verb, s["labels"]["ingredients"], s["vessel"], s["tool"], mixture_name,
+                                  rng.choice([1, 2, 2]))
+        mix = next((it for it in s["items"] if it["shape"] == "mixture"), None)
+        roles["mixture"] = None if mix is None else {
+            "name": mixture_name, "parts": [V.ING[x].plural if x in V.ING else x for x in mix["parts"]]}
         paras = [" ".join(sents)] if rng.random() < 0.6 else sents
         dep = {"kind": "food", "action": verb, "state": s["labels"]["state"], "vessel": s["vessel"],
                "tool": s["tool"], "items": s["items"]}
         steps.append(StepPlan(k, _step_title(rng, verb, names, mixture_name), paras, s["labels"],
-                              _images(rng, _n_images(rng), dep)))
+                              _images(rng, _n_images(rng), dep), roles=roles))
     return title, channel.slug, steps
 
 

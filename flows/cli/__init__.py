@@ -11,6 +11,7 @@ module per stage:
     datasets     generate, datasets, export, report
     train        train, evaluate, baselines, sweep
     orchestrate  demo, pipeline, deploy
+    competence   roles extract|truth|eval, competence generate|evaluate|export
     bench/       bench ... (one module per stage)
 
 choices.py holds the fixed value sets of options; common.py the error exit and output helpers.
@@ -27,7 +28,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli import bench, clean, datasets, embed, ingest, orchestrate, train, warehouse
+from flows.cli import bench, clean, competence, datasets, embed, ingest, orchestrate, train, warehouse
 from flows.cli.common import PREFECT_ENV, OneLineErrors, package_version, setup_logging
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
@@ -36,6 +37,8 @@ app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
 for _stage in (warehouse, ingest, clean, embed, datasets, train, orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
 app.add_typer(bench.app, name="bench")
+app.add_typer(competence.roles_app, name="roles")
+app.add_typer(competence.app, name="competence")
 
 
 def _print_version(value: bool) -> None:
