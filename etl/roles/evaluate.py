@@ -3,7 +3,7 @@
 - `score_sample(ground_truth)`: against the sample kitchen's planned roles, on each step's clean
   text: events (the step's planned action among the extracted events), explicit participants,
   tools and habitats (explicit; and hidden ones, proposed from the action's default), times,
-  temperatures.
+  temperatures, quantities.
 - `score_real(labels, records)`: against hand labels of real RecipeQA steps (events, tools,
   habitats, times, temperatures, explicit only: a human labels what the text says).
 
@@ -63,7 +63,7 @@ def _count(c: Counter, gold: set, pred: set) -> None:
 def _pred_sets(text: str) -> dict[str, set]:
     roles = extract_step(text)
     out: dict[str, set] = {k: set() for k in ("event", "participant", "tool", "habitat", "tool_hidden",
-                                              "habitat_hidden", "time", "temperature")}
+                                              "habitat_hidden", "time", "temperature", "quantity")}
     for r in roles:
         if r.role in ("tool", "habitat"):
             out[r.role if r.explicit else f"{r.role}_hidden"].add(head(r.value))
@@ -99,7 +99,8 @@ def score_sample(ground_truth: Path, limit: int | None = None) -> dict:
                         "participant": {n.lower() for n in roles["participants"]["names"]}
                         if roles["participants"]["explicit"] else set(),
                         "time": {norm_time(roles["time"])} if roles.get("time") else set(),
-                        "temperature": {norm_temp(roles["temperature"])} if roles.get("temperature") else set()}
+                        "temperature": {norm_temp(roles["temperature"])} if roles.get("temperature") else set(),
+                        "quantity": {roles["quantity"]} if roles.get("quantity") else set()}
                 for role in ("tool", "habitat"):
                     r = roles[role]
                     name = head(r["name"]) if r["name"] else None
