@@ -43,8 +43,8 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
 
 def demo_digest(summary: dict) -> dict:
     """What `mrqa demo` prints: per-stage status/time/counts, in-vocab share, datasets, bias table
-    (Hasty Student, distance probe, learned question-only probe), model accuracy next to Hasty
-    Student, where the report is."""
+    (Hasty Student, distance probe, learned question-only probe), the competence families' table,
+    model accuracy next to Hasty Student, where the report is."""
     ing, cln, emb = (stage_summary(summary, s) for s in ("ingest", "clean", "embed"))
     gen, rep, trn = (stage_summary(summary, s) for s in ("generate", "report", "train"))
     counts = {
@@ -66,10 +66,13 @@ def demo_digest(summary: dict) -> dict:
                                             "learned probe, test split (95% CI)")}
                    for row in info.get("table", [])] for task, info in rep.get("tasks", {}).items()}
     models = list(trn.get("runs", []))
+    comp = stage_summary(summary, "competence")
     keys = ("stage", "status", "seconds", "cpu_s", "reason", "error")
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
             "datasets": datasets, "bias": bias, "models": models, "report": rep.get("index"),
+            "competence": {"source": comp.get("source"), "split": comp.get("split"),
+                           "results": comp.get("results") or {}},
             "failed": summary.get("failed", {}).get("report")}
 
 
@@ -104,6 +107,10 @@ def format_digest(d: dict) -> str:
         out += [f"    {r['setting']:<17} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
                 f"probe {r['distance probe']}  learned {r.get('learned probe, test split (95% CI)', '–')}"
                 for r in rows]
+    comp = d.get("competence") or {}
+    if comp.get("results"):
+        from features.competence.report import format_table
+        out += format_table(comp["results"], comp["source"], comp["split"]).splitlines()
     if d["models"]:
         out.append("model (tiny HTRN transformer) vs Hasty Student:")
         for m in d["models"]:

@@ -461,7 +461,7 @@ def render_figure(name: str, alt: str, axes: list[dict]) -> str:
             f"alt='{html.escape(alt)}'><figcaption>Axes: {html.escape(cap)}</figcaption></figure>")
 
 
-def render_html(tasks: dict[str, dict], header: dict | None = None) -> str:
+def render_html(tasks: dict[str, dict], header: dict | None = None, competence: list[dict] | None = None) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>Meta-RecipeQA bias report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>Meta-RecipeQA bias report</h1>", render_header(header) if header else "",
@@ -483,6 +483,8 @@ def render_html(tasks: dict[str, dict], header: dict | None = None) -> str:
              "<b>Answer distance rank</b>: how often the answer is the nearest / 2nd / 3rd / farthest "
              "choice.</p>"), "<ul>"]
     parts += [f"<li><a href='#{t}'>{t}</a></li>" for t in tasks]
+    if competence:
+        parts.append("<li><a href='#competence'>competence families</a></li>")
     parts.append("</ul>")
     for task, info in tasks.items():
         parts.append(f"<h2 id='{task}'>{task}</h2>")
@@ -499,6 +501,14 @@ def render_html(tasks: dict[str, dict], header: dict | None = None) -> str:
             alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting",
                    "splits_": "accuracy per split"}.get(name.split("_")[0] + "_", "choice distance histograms")
             parts.append(render_figure(name, f"{task} {alt}", info.get("axes", {}).get(name, [])))
+    if competence:
+        parts.append("<h2 id='competence'>competence families (R2VQ-style, open answers)</h2>")
+        parts.append("<p class='note'>Exact match / token F1 (%, SQuAD normalisation) on the test split. "
+                     "<b>Answer prior</b>: the most frequent train answer of the question's template; "
+                     "<b>question-only</b>: a bag-of-words classifier on the question text; <b>context-only</b>: "
+                     "the recipe's most frequent entity; <b>reader</b>: role lookup in the recipe's own steps, "
+                     "and in another recipe's steps. Flagged: a baseline gets more than 40% EM.</p>")
+        parts.append(_html_table(competence, "competence"))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -559,11 +569,13 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         clean = [{k: v for k, v in r.items() if k != "_distances"} for r in rows]
         tasks[task] = {"rows": clean, "table": table_rows(clean), "split_table": split_table_rows(clean),
                        "ordering": ordering, "plots": plots, "axes": axes}
+    from features.competence.report import html_rows, stored_results
+    competence = stored_results(con)
     index = out_dir / "index.html"
-    index.write_text(render_html(tasks, header), encoding="utf-8")
+    index.write_text(render_html(tasks, header, html_rows(competence)), encoding="utf-8")
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
-            "n_datasets": len(metrics), "header": header, "tasks": tasks}
+            "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence}
 
 
 def _slug(s: str) -> str:

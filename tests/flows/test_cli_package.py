@@ -52,7 +52,7 @@ def test_version_prints_the_installed_version():
     (["encoder", "train", "--twins", "merge"], "error: --twins must be none, positive or mask, got 'merge'"),
     (["encoder", "train", "--hard-share", "1.5"], "error: --hard-share must be between 0 and 1"),
     (["pipeline", "--force", "embed", "--force", "bake"],
-     "error: --force must be all, ingest, clean, embed, generate, report, competence, train or sweep, got 'bake'"),
+     "error: --force must be all, ingest, clean, embed, generate, competence, report, train or sweep, got 'bake'"),
 ])
 def test_a_refused_choice_is_one_line_naming_the_option_and_its_values(paths, args, line):
     r = CliRunner().invoke(app, args)

@@ -93,17 +93,18 @@ def test_pipeline_fails_clearly_then_resumes_and_skips(kitchen, paths, prefect_h
             con.close()
         resumed = pipeline_flow(**src)
         assert _statuses(resumed) == {"ingest": "completed", "clean": "skipped", "embed": "completed",
-                                      "generate": "completed"}
+                                      "generate": "completed", "competence": "completed"}
         gen = next(r["summary"] for r in resumed["stages"] if r["stage"] == "generate")
         assert gen["n_questions"] > 0
         # 3. nothing changed: every cacheable stage is skipped and reuses its recorded summary
         again = pipeline_flow(**src)
     assert _statuses(again) == {"ingest": "completed", "clean": "skipped", "embed": "skipped",
-                                "generate": "skipped"}
+                                "generate": "skipped", "competence": "skipped"}
     assert next(r["summary"] for r in again["stages"] if r["stage"] == "generate") == gen
     # a forced stage runs again and gives the same datasets (determinism)
     forced = pipeline_flow(generate=True, report=False, force=["generate"])
-    assert _statuses(forced) == {"clean": "skipped", "embed": "skipped", "generate": "completed"}
+    assert _statuses(forced) == {"clean": "skipped", "embed": "skipped", "generate": "completed",
+                                 "competence": "skipped"}
     regen = next(r["summary"] for r in forced["stages"] if r["stage"] == "generate")
     assert [d["content_sha256"] for d in regen["datasets"]] == [d["content_sha256"] for d in gen["datasets"]]
 
@@ -117,3 +118,7 @@ def test_pipeline_fails_clearly_then_resumes_and_skips(kitchen, paths, prefect_h
     from flows.demo import demo_digest, format_digest
     text = format_digest(demo_digest(resumed))
     assert "in-vocabulary share" in text and "embed" in text and "visual_cloze" in text
+    comp = next(r["summary"] for r in resumed["stages"] if r["stage"] == "competence")
+    assert comp["source"] == "rules" and set(comp["results"]) <= {"cardinality", "elision", "implicit", "lifespan",
+                                                                  "modifier", "unanswerable"}
+    assert "competence families (roles: rules" in text
