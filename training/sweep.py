@@ -33,9 +33,11 @@ def _setting_name(text: str) -> str:
 def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,
           knobs: list[str] | None = None, model_cfg: ModelConfig | None = None,
           train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True,
-          align: bool | None = None) -> dict:
+          align: bool | None = None, pooled: bool = False) -> dict:
     """Train every (dataset of `tasks` [and `knobs` labels], scorer); write the table + plot. `align`: the
-    recipe-reading scorers' step alignment (None: on with step-text vectors; never for question_only)."""
+    recipe-reading scorers' step alignment (None: on with step-text vectors; never for question_only).
+    `pooled`: per task and scorer, train once on the union of the datasets' train/val questions
+    (training/pooled.py) and test that model on each dataset's test split."""
     from etl.config import Paths
     from training.baselines import hasty_student_accuracy
     from training.train import train_run
@@ -45,7 +47,9 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     if not datasets:
         raise ValueError(f"no datasets of {', '.join(tasks)} in {export_dir}")
     rows = []
-    for d in datasets:
+    if pooled:
+        rows = _pooled_rows(export_dir, datasets, scorers, model_cfg, train_cfg, text_features, align)
+    for d in ([] if pooled else datasets):
         ds = load_qa_dataset(export_dir, d["dataset_id"], text_features, max_steps=train_cfg.max_steps_per_recipe,
                              max_tokens=train_cfg.max_tokens_per_step, min_token_freq=train_cfg.min_token_freq,
                              max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
@@ -73,6 +77,43 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     (out_dir / "accuracy.md").write_text(markdown(rows, summary))
     plot(rows, out_dir / "accuracy.png")
     return {"out": str(out_dir), "rows": rows, "summary": summary}
+
+
+def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], model_cfg: ModelConfig,
+                 train_cfg: TrainConfig, text_features: str, align: bool | None) -> list[dict]:
+    from etl.config import Paths
+    from training.baselines import hasty_student_accuracy
+    from training.ddp import init_distributed
+    from training.pooled import pool
+    from training.train import build_model, context_ablation, evaluate, fit, set_seed
+    rows = []
+    for task in sorted({d["task"] for d in datasets}):
+        dss = [load_qa_dataset(export_dir, d["dataset_id"], text_features, max_steps=train_cfg.max_steps_per_recipe,
+                               max_tokens=train_cfg.max_tokens_per_step, min_token_freq=train_cfg.min_token_freq,
+                               max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
+                               max_train_questions=train_cfg.max_train_questions)
+               for d in datasets if d["task"] == task]
+        union = pool(dss)
+        _, device = init_distributed(train_cfg)
+        for scorer in scorers:
+            t0 = time.perf_counter()
+            set_seed(train_cfg.seed)
+            model = build_model(union, replace(model_cfg, scorer=scorer, text_features=text_features,
+                                               align=align_for(scorer, text_features, align)))
+            res = fit(model, union, train_cfg, device)
+            for ds in dss:
+                split = "test" if "test" in ds.splits else "val"
+                test = evaluate(model, ds, split, device, amp=train_cfg.amp)
+                abl = context_ablation(model, ds, split, device, test["accuracy"], amp=train_cfg.amp)
+                rows.append({"task": task, "knobs": ds.knobs, "dataset_id": ds.dataset_id, "scorer": scorer,
+                             "test_acc": round(test["accuracy"], 4), "val_acc": round(res["best_val_acc"], 4),
+                             "hasty_student_acc": round(hasty_student_accuracy(ds, split), 4),
+                             "n_train": len(union.splits["train"]), "n_test": len(ds.splits[split]),
+                             "epochs": res["epochs_run"], "seconds": round(time.perf_counter() - t0, 1),
+                             "run_id": None, "faithfulness_ratio": None, "rollout_ratio": None,
+                             "foreign_context_acc": round(abl["foreign_context_acc"], 4)})
+                log.info("pooled sweep %s %s: test %.3f", ds.dataset_id, scorer, test["accuracy"])
+    return rows
 
 
 def summarize(rows: list[dict]) -> list[dict]:

@@ -161,6 +161,10 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
                                                     help="Parquet export (default MRQA_HOME/exports/all)."),
               out: Optional[Path] = typer.Option(None, "--out",
                                                  help="Report directory (default MRQA_HOME/reports/sweep)."),
+              pooled: bool = typer.Option(False, "--pooled", help="Per task and scorer, train once on the "
+                                          "union of the selected settings' train/val questions (one recipe "
+                                          "split for all) and test on each setting; needs --text-features "
+                                          "vectors."),
               wait: float = wait_option()):
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
     from etl.config import Paths
@@ -171,6 +175,8 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     exp = export or paths.exports / "all"
     if not (exp / "questions").is_dir():
         fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
+    if pooled and text_features.value != "vectors":
+        fail("--pooled needs --text-features vectors (token vocabularies differ between datasets)")
     mc, tc = configs(sc[0], text_features.value, tiny, size and size.value, layers=layers, width=width,
                      align=align,
                      max_epochs=max_epochs, patience=patience, max_train_questions=max_train, threads=threads,
@@ -178,7 +184,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, task_list,
                     [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value,
-                    align=align)
+                    align=align, pooled=pooled)
     except ValueError as e:
         fail(str(e))
     typer.echo(Path(res["out"], "accuracy.md").read_text())
