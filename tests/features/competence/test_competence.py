@@ -206,3 +206,18 @@ def test_cli_refuses_bad_arguments_in_one_line(paths):
     assert r.exit_code == 2 and "mrqa roles extract" in r.output
     r = CliRunner().invoke(app, ["roles", "eval"])
     assert r.exit_code == 2 and "--ground-truth" in r.output
+
+
+def test_stored_metrics_reach_the_bias_report(home):
+    from features.competence.report import html_rows, stored_results
+    from features.competence.store import write_metrics
+    from features.diagnostics.report import render_html
+    res = evaluate(home["con"], home["gen"]["families"], "test")
+    write_metrics(home["con"], res, 0, "test")
+    back = stored_results(home["con"])
+    assert list(back) == [f for f in G.FAMILIES if f in res]
+    for fam, m in res.items():
+        assert back[fam]["reader"] == pytest.approx(m["reader"]) and back[fam]["prior_flag"] == m["prior_flag"]
+        assert back[fam]["questions"] == m["questions"]
+    page = render_html({}, None, html_rows(back))
+    assert "id='competence'" in page and page.count("<tr>") == len(back) + 1
