@@ -254,6 +254,8 @@ def evaluate(con: duckdb.DuckDBPyConnection, questions: dict[str, list[dict]], s
                                         for r in test]
         out[fam] = {m: score(p, golds) for m, p in preds.items()}
         out[fam]["questions"] = len(rows)
+        out[fam]["n_train"] = len(train)
         out[fam]["unanswerable_share"] = sum(not r["answerable"] for r in rows) / len(rows) if rows else 0.0
-        out[fam]["prior_flag"] = max(out[fam][m]["em"] for m in BASELINES) > PRIOR_FLAG_EM
+        out[fam]["prior_flag"] = max(out[fam][m]["em"] for m in BASELINES
+                                     if train or m == "context_only") > PRIOR_FLAG_EM
     return out

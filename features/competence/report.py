@@ -14,7 +14,8 @@ def rows(results: dict) -> list[list[str]]:
     for fam, m in results.items():
         cells = [fam + (" (flagged)" if m.get("prior_flag") else ""), f"{m['questions']:,}",
                  f"{100 * m['unanswerable_share']:.0f}%"]
-        cells += [f"{m[k]['em']:.1f} / {m[k]['f1']:.1f}" for k in METHODS]
+        cells += ["– (no train split)" if k in ("answer_prior", "question_only") and m.get("n_train") == 0
+                  else f"{m[k]['em']:.1f} / {m[k]['f1']:.1f}" for k in METHODS]
         out.append(cells)
     return out
 
