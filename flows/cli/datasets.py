@@ -1,4 +1,4 @@
-"""`mrqa generate`, `datasets`, `af-report`, `export`, `report`: make the QA datasets with the control knobs,
+"""`mrqa generate`, `datasets`, `af-report`, `af-pool`, `export`, `report`: make the QA datasets with the control knobs,
 list and export them, and report their bias."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
+from flows.cli.choices import ExportFormat, K3Mode, ListFormat, Preset, Probe, Task, VisualTask
 from flows.cli.common import echo_json, fail, one_of, run_flow, wait_option
 
 app = typer.Typer()
@@ -129,6 +129,31 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
         echo_json(rows)
     else:
         typer.echo(format_table(rows))
+
+
+@app.command("af-pool")
+def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
+                                                "datasets are filtered together."),
+                tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
+                                          "model solves with at least this probability of the answer."),
+                min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
+                                               "the plain setting's questions (0.4: the kept-share bound)."),
+                folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
+                seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
+                wait: float = wait_option()):
+    """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
+    scores every question out of fold (by recipe); the questions it solves confidently are dropped
+    (skip `af_pooled_predictable`, params.af_pooled). Run after generating the AF settings; then
+    `mrqa report`."""
+    from flows.af_pool import af_pool_flow
+    try:
+        res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    for r in res["datasets"]:
+        typer.echo(f"{r['dataset_id']:34s} dropped {r['dropped']:5d}  kept {r['kept']:5d}  out-of-fold "
+                   f"question-only {100 * (r['oof_question_only_acc'] or 0):.1f}% -> "
+                   f"{100 * (r['oof_question_only_acc_kept'] or 0):.1f}%")
 
 
 @app.command("export")

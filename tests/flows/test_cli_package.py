@@ -19,7 +19,8 @@ CLI_DIR = Path(__file__).resolve().parents[2] / "flows" / "cli"
 COMMANDS = {
     "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
-    "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "export", "report",
+    "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool",
+    "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench ann", "bench knn", "bench generate",
     "bench report", "bench train", "roles extract", "roles truth", "roles eval", "competence generate",
