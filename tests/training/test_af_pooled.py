@@ -90,3 +90,13 @@ def test_drop_plan_takes_the_confident_solved_ones_and_keeps_the_floor():
         drop_plan(oof, {}, tau=0.0)
     with pytest.raises(ValueError, match="min-kept"):
         drop_plan(oof, {}, min_kept=1.0)
+
+
+def test_cli_refuses_in_one_line(paths):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--task", "visual_cloze"])
+    assert r.exit_code == 2 and "no AF datasets of visual_cloze" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--tau", "0"])
+    assert r.exit_code == 2 and "--tau must be in (0, 1]" in r.output
