@@ -201,8 +201,9 @@ def test_worker_completes_a_pipeline_deployment_run(prefect_server, tmp_path):
     try:
         stages = dict(con.execute("SELECT stage, status FROM pipeline_stages").fetchall())
         n_questions = con.execute("SELECT count(*) FROM questions").fetchone()[0]
+        n_competence = con.execute("SELECT count(*) FROM competence_datasets").fetchone()[0]
     finally:
         con.close()
     assert stages == {"ingest": "completed", "clean": "completed", "embed": "completed",
-                      "generate": "completed"}
-    assert n_questions > 0
+                      "generate": "completed", "competence": "completed"}
+    assert n_questions > 0 and n_competence == 6
