@@ -17,7 +17,7 @@ from etl.config import Paths
 from etl.warehouse import connect
 from features.datasets.af_pooled import af_datasets, apply_drops
 from features.datasets.export import export_parquet
-from training.af_pooled import FOLDS, TAU, drop_plan, out_of_fold
+from training.af_pooled import FOLDS, TAU, check_args, drop_plan, out_of_fold
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  seed: int = 0, size: str = "small") -> dict:
     """Filter the AF datasets of `task` (seed `seed`) with the pooled out-of-fold adversary."""
     paths = Paths.from_env().ensure()
-    drop_plan({}, {}, tau, min_kept)                   # the arguments' checks, before any work
+    check_args(tau, min_kept)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed)

@@ -8,6 +8,7 @@ context-only baselines and the reference reader with its own and another recipe'
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -64,7 +65,6 @@ def competence_flow(seed: int = 0, ground_truth: str | None = None, source: str 
 
 def ground_truth_if_planned(path: Path) -> str | None:
     """A sample kitchen ground truth that records roles (older builds do not), else None."""
-    import json
     if not path.is_file():
         return None
     with path.open(encoding="utf-8") as fh:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from training.config import resolve_configs
-from training.data import QADataset, Split, load_qa_dataset
+from training.data import QADataset, Split, load_for_training
 from training.pooled import pool
 
 FOLDS = 4
@@ -41,8 +41,7 @@ def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[
     if folds < 2:
         raise ValueError("--folds must be at least 2")
     mc, tc = resolve_configs(size, text_features="vectors", max_epochs=max_epochs, patience=patience, seed=seed)
-    dss = [load_qa_dataset(export_dir, d, "vectors", max_steps=tc.max_steps_per_recipe, lance_uri=lance_uri)
-           for d in dataset_ids]
+    dss = [load_for_training(export_dir, d, "vectors", tc, lance_uri) for d in dataset_ids]
     union = pool(dss, splits=("train", "val", "test"))
     parts = [union.splits[s] for s in ("train", "val", "test") if s in union.splits]
     qids = [q for p in parts for q in p.qids]
@@ -81,15 +80,20 @@ def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[
     return out
 
 
+def check_args(tau: float, min_kept: float) -> None:
+    """The refusals of `drop_plan`, for a caller that wants them before any work."""
+    if not 0 < tau <= 1:
+        raise ValueError(f"--tau must be in (0, 1], got {tau}")
+    if not 0 <= min_kept < 1:
+        raise ValueError(f"--min-kept must be in [0, 1), got {min_kept}")
+
+
 def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, int], tau: float = TAU,
               min_kept: float = 0.0) -> dict[str, list[str]]:
     """dataset_id -> the qids to drop: solved out of fold (the pick is the answer) with probability
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
     questions (0: no floor)."""
-    if not 0 < tau <= 1:
-        raise ValueError(f"--tau must be in (0, 1], got {tau}")
-    if not 0 <= min_kept < 1:
-        raise ValueError(f"--min-kept must be in [0, 1), got {min_kept}")
+    check_args(tau, min_kept)
     plan = {}
     for did, qs in sorted(oof.items()):
         cands = sorted(((p, q) for q, (p, r) in qs.items() if r and p >= tau), key=lambda x: (-x[0], x[1]))

@@ -227,6 +227,19 @@ def _queries(task: str, r: dict) -> list[list[str]]:
     return [json.loads(c) for c in choices]
 
 
+def load_for_training(export_dir: Path | str, dataset_id: str, text_features: str, cfg,
+                      lance_uri: str | None = None) -> QADataset:
+    """`load_qa_dataset` with the context and vocabulary limits of a TrainConfig (the feature store of
+    MRQA_HOME unless `lance_uri`)."""
+    if lance_uri is None:
+        from etl.config import Paths
+        lance_uri = Paths.from_env().lance
+    return load_qa_dataset(export_dir, dataset_id, text_features, max_steps=cfg.max_steps_per_recipe,
+                           max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
+                           max_vocab=cfg.max_vocab, lance_uri=lance_uri,
+                           max_train_questions=cfg.max_train_questions)
+
+
 def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str = "tokens",
                     vocab: list[str] | None = None, max_steps: int = 20, max_tokens: int = 60,
                     min_token_freq: int = 2, max_vocab: int = 20000, lance_uri: str | None = None,

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training.config import VISUAL_TASKS, ModelConfig, TrainConfig, align_for
-from training.data import list_datasets, load_qa_dataset
+from training.data import list_datasets, load_for_training
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     recipe-reading scorers' step alignment (None: on with step-text vectors; never for question_only).
     `pooled`: per task and scorer, train once on the union of the datasets' train/val questions
     (training/pooled.py) and test that model on each dataset's test split."""
-    from etl.config import Paths
     from training.baselines import hasty_student_accuracy
     from training.train import train_run
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
@@ -50,10 +49,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     if pooled:
         rows = _pooled_rows(export_dir, datasets, scorers, model_cfg, train_cfg, text_features, align)
     for d in ([] if pooled else datasets):
-        ds = load_qa_dataset(export_dir, d["dataset_id"], text_features, max_steps=train_cfg.max_steps_per_recipe,
-                             max_tokens=train_cfg.max_tokens_per_step, min_token_freq=train_cfg.min_token_freq,
-                             max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
-                             max_train_questions=train_cfg.max_train_questions)
+        ds = load_for_training(export_dir, d["dataset_id"], text_features, train_cfg)
         test_split = "test" if "test" in ds.splits else "val"
         hasty = hasty_student_accuracy(ds, test_split)
         for scorer in scorers:
@@ -81,17 +77,13 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
 
 def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], model_cfg: ModelConfig,
                  train_cfg: TrainConfig, text_features: str, align: bool | None) -> list[dict]:
-    from etl.config import Paths
     from training.baselines import hasty_student_accuracy
     from training.ddp import init_distributed
     from training.pooled import pool
     from training.train import build_model, context_ablation, evaluate, fit, set_seed
     rows = []
     for task in sorted({d["task"] for d in datasets}):
-        dss = [load_qa_dataset(export_dir, d["dataset_id"], text_features, max_steps=train_cfg.max_steps_per_recipe,
-                               max_tokens=train_cfg.max_tokens_per_step, min_token_freq=train_cfg.min_token_freq,
-                               max_vocab=train_cfg.max_vocab, lance_uri=Paths.from_env().lance,
-                               max_train_questions=train_cfg.max_train_questions)
+        dss = [load_for_training(export_dir, d["dataset_id"], text_features, train_cfg)
                for d in datasets if d["task"] == task]
         union = pool(dss)
         _, device = init_distributed(train_cfg)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
-from training.data import QADataset, foreign_context_rows, load_qa_dataset
+from training.data import QADataset, foreign_context_rows, load_for_training, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
 from training.model import GM3C
 
@@ -346,10 +346,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
     from etl.config import Paths
     from training.baselines import hasty_student_accuracy
     if ds is None:
-        ds = load_qa_dataset(export_dir, dataset_id, model_cfg.text_features, max_steps=cfg.max_steps_per_recipe,
-                             max_tokens=cfg.max_tokens_per_step, min_token_freq=cfg.min_token_freq,
-                             max_vocab=cfg.max_vocab, lance_uri=Paths.from_env().lance,
-                             max_train_questions=cfg.max_train_questions)
+        ds = load_for_training(export_dir, dataset_id, model_cfg.text_features, cfg)
     d, device = init_distributed(cfg)
     model = build_model(ds, model_cfg)
     meta = {**data_meta(ds), "vocab": ds.vocab, "world_size": d.world}

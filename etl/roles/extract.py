@@ -113,9 +113,12 @@ def _phrase_re(kind: str) -> re.Pattern:
     return re.compile(rf"(?<![\w-])(?:{alts})(?![\w-])", re.I)
 
 
+_PHRASES = {"tool": frozenset(L.TOOLS), "habitat": frozenset(L.HABITATS)}
+
+
 def _norm_phrase(s: str, kind: str) -> str:
     s = re.sub(r"\s+", " ", s.lower())
-    vocab = set(L.TOOLS if kind == "tool" else L.HABITATS)
+    vocab = _PHRASES[kind]
     if s in vocab:
         return s
     for cut in ("es", "s"):

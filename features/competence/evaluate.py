@@ -61,8 +61,8 @@ class Reader:
         self.text = " ".join(b for _, b in steps).lower()
         self.step_text = {i: b.lower() for i, b in steps}
         self.defaults = defaults or {}
-        self.mentions = {kind: [v for f in self.frames for v, e in ([getattr(f, kind)] if getattr(f, kind) else [])
-                                if e] for kind in ("tool", "habitat")}
+        self.mentions = {kind: [getattr(f, kind)[0] for f in self.frames if getattr(f, kind) and getattr(f, kind)[1]]
+                         for kind in ("tool", "habitat")}
 
     def _specific(self, kind: str, value: str, verb: str) -> str:
         """A hidden role resolved: the recipe's own wording of it ("knife" -> "chef's knife"), else the

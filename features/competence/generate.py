@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from etl.roles.extract import extract_step
 from etl.roles.lexicon import IRREGULAR, inflections
 
 FAMILIES = ("cardinality", "elision", "implicit", "lifespan", "modifier", "unanswerable")
@@ -71,14 +72,12 @@ class Frame:
 
 
 def participle(lemma: str) -> str:
-    extra = IRREGULAR.get(lemma, ())
-    for f in extra:
-        if f.endswith(("en", "n")) or f in ("ground", "brought"):
+    """The past participle of an action ("baked", "beaten", "ground"; "cut" for cut, put, set, spread)."""
+    for f in IRREGULAR.get(lemma, ()):
+        if f.endswith("n") or f in ("ground", "brought"):
             return f
-    if lemma in ("cut", "put", "set", "spread", "beat"):
-        return lemma if lemma != "beat" else "beaten"
     eds = sorted(f for f in inflections(lemma) if f.endswith("ed"))
-    return eds[0] if eds else lemma + "ed"
+    return eds[0] if eds else lemma
 
 
 _ON = ("board", "tray", "plate", "counter", "sheet", "surface", "platter", "rack", "griddle", "grill", "stove",
@@ -113,7 +112,6 @@ def load_frames(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, list[F
 
 def frames_from_text(steps: list[tuple[int, str]]) -> list[Frame]:
     """Frames of a recipe's steps read by the rule-based extractor (what a reader sees)."""
-    from etl.roles.extract import extract_step
     out: list[Frame] = []
     for idx, body in steps:
         rows = [("", idx, r.role, r.value, r.explicit, r.start, r.event, None, k)
@@ -205,9 +203,9 @@ def recipe_questions(rid: str, frames: list[Frame], text: str, other_mixtures: l
     rng = random.Random(int.from_bytes(hashlib.sha256(f"competence:{seed}:{rid}".encode()).digest()[:8], "big"))
     by_vo = _keyed(frames, lambda f: (f.event, f.obj) if f.obj else None)
 
-    def q(family, template, question, answer, f: Frame | None, prov):
+    def q(family, template, question, answer, f: Frame | None, prov, verb: str | None = None):
         qs.append(Question(family, template, rid, question, answer, f.step_idx if f else None, prov,
-                           f.event if f else None))
+                           verb or (f.event if f else None)))
 
     unans: list[tuple] = []
     for (verb, obj), fs in by_vo.items():
@@ -299,7 +297,7 @@ def recipe_questions(rid: str, frames: list[Frame], text: str, other_mixtures: l
         asked.add(question)
         q("unanswerable", kind, question, NA, f,
           {"why": why, "verb": verb,
-           "roles": [r for r in (f.rows if f else []) if r["role"] in ("event", "participant")]})
+           "roles": [r for r in (f.rows if f else []) if r["role"] in ("event", "participant")]}, verb)
         n += 1
     return qs
 
@@ -323,7 +321,7 @@ def balance_unanswerable(questions: list[Question], seed: int) -> list[Question]
     na: dict[tuple, list[Question]] = defaultdict(list)
     for x in questions:
         if x.family == "unanswerable":
-            na[(x.template, x.provenance.get("verb"))].append(x)
+            na[(x.template, x.verb)].append(x)
     answerable: dict[tuple, list[Question]] = defaultdict(list)
     for x in questions:
         for kind, ft in PAIR.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -88,7 +89,6 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, seed: int = 0) -> dict:
     target = out / "competence"
     ids = [dataset_id(f, seed) for f in FAMILIES]
     if target.exists():
-        import shutil
         shutil.rmtree(target)
     target.mkdir(parents=True)
     con.execute(f"""COPY (SELECT dataset_id, qid, family, template, recipe_id, split, question, answer, answerable,

@@ -38,8 +38,8 @@ def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],
     """Delete each dataset's planned questions and record the step; returns one summary per dataset."""
     out = []
     for did, drop in sorted(plan.items()):
-        qs = oof[did]
-        kept = [q for q in qs if q not in set(drop)]
+        qs, gone = oof[did], set(drop)
+        kept = [q for q in qs if q not in gone]
         before = sum(r for _, r in qs.values()) / len(qs) if qs else None
         after = sum(qs[q][1] for q in kept) / len(kept) if kept else None
         with transaction(con):
