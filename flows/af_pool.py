@@ -1,9 +1,13 @@
 """Prefect flow `af-pool`: the pooled adversary over a task's AF datasets.
 
-Export the task's AF datasets with vectors (a temporary folder) -> out-of-fold GM3C question-only
-scores over all of them at once (training/af_pooled.py) -> drop the questions it solves with
-probability >= tau, never below `min_kept` x the plain setting -> write back (features/datasets/
-af_pooled.py). Run after `mrqa generate` of the AF settings and before `mrqa report`.
+For `rounds` rounds (visual cloze): export the task's AF datasets with vectors (a temporary folder) ->
+out-of-fold GM3C question-only logits over all of them at once, for the choices and for each question's
+recorded knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions it solves
+beyond `solved_share` (a quarter; most confident first) get alternates it scores above the answer in place of
+distractors it scores below, aiming the answer's rank at the ranks short of a quarter (swaps_for) ->
+write back (features/datasets/af_pooled.apply_swaps). Then, with a fresh out-of-fold model, drop the
+questions it solves with probability >= tau, never below `min_kept` x the plain setting. Run after
+`mrqa generate` of the AF settings and before `mrqa report`.
 """
 from __future__ import annotations
 
@@ -11,23 +15,36 @@ import logging
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from prefect import flow
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.datasets.af_pooled import af_datasets, apply_drops
+from features.datasets.af_pooled import af_datasets, alternates, apply_drops, apply_swaps
 from features.datasets.export import export_parquet
-from training.af_pooled import FOLDS, TAU, check_args, drop_plan, out_of_fold
+from training.af_pooled import (
+    FOLDS,
+    ROUNDS,
+    SOLVED_SHARE,
+    TAU,
+    check_args,
+    drop_plan,
+    out_of_fold_scores,
+    swap_plan,
+    verdicts,
+)
 
 log = logging.getLogger(__name__)
 
 
 @flow(name="af-pool", log_prints=True)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
-                 seed: int = 0, size: str = "small") -> dict:
-    """Filter the AF datasets of `task` (seed `seed`) with the pooled out-of-fold adversary."""
+                 seed: int = 0, size: str = "small", rounds: int = ROUNDS,
+                 solved_share: float = SOLVED_SHARE) -> dict:
+    """Swap (visual cloze, `rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the
+    pooled out-of-fold adversary."""
     paths = Paths.from_env().ensure()
-    check_args(tau, min_kept)
+    check_args(tau, min_kept, rounds, solved_share)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed)
@@ -41,16 +58,49 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         ids = [r["dataset_id"] for r in rows]
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
-        with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
-            export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
-            oof = out_of_fold(Path(tmp), ids, recipe_of, folds=folds, seed=seed, size=size, lance_uri=paths.lance)
+        swap_log: dict[str, list[dict]] = {d: [] for d in ids}
+        for rnd in range(1, rounds + 1 if task == "visual_cloze" else 1):
+            alts = alternates(con, ids)
+            if not any(alts.values()):
+                log.info("af-pool: no recorded alternates (datasets generated before they were): no swaps")
+                break
+            items = {k: [x["item"] for x in a["alts"]] for k, a in alts.items()}
+            scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items,
+                             sorted({i for v in items.values() for i in v}))
+            plan = swap_plan(scores, alts, solved_share)
+            done_n = apply_swaps(con, plan, scores, rnd)
+            acc = verdicts(scores)
+            for d in ids:
+                swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
+                                    "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
+                                                                   / max(len(acc[d]), 1), 4)})
+                log.info("af-pool round %d %s: out-of-fold question-only %.3f, swapped %d questions", rnd, d,
+                         swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
+        oof = verdicts(_scores(con, paths, ids, recipe_of, folds, seed, size))
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
+                "rounds": rounds if task == "visual_cloze" else 0, "solved_share": solved_share,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
-        res = apply_drops(con, plan, oof, info)
+        res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:
         con.close()
     for r in res:
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
     return {"task": task, "datasets": res, **info}
+
+
+def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
+            alts: dict | None = None, alt_items: list[str] | None = None) -> dict:
+    """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates)."""
+    vectors = None
+    if alt_items:
+        from features.vectors.store import FeatureStore
+        enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
+                          [ids]).fetchall()
+        got, mat = FeatureStore(paths.lance).image_vectors(enc[0][0], ids=alt_items)
+        vectors = dict(zip(got, np.asarray(mat, dtype=np.float32)))
+    with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
+        export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
+        return out_of_fold_scores(Path(tmp), ids, recipe_of, folds=folds, seed=seed, size=size,
+                                  lance_uri=paths.lance, alternates=alts, alt_vectors=vectors)

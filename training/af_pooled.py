@@ -25,17 +25,25 @@ from training.pooled import pool
 
 FOLDS = 4
 TAU = 0.5
+ROUNDS = 2
+SOLVED_SHARE = 0.25      # swap rounds: the share of a dataset's questions the adversary may still solve
 
 
 def _unit(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
 
 
-def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[str, str], str],
-                folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30, patience: int = 5,
-                lance_uri: str | None = None, progress: bool = True) -> dict[str, dict[str, tuple[float, bool]]]:
-    """dataset_id -> qid -> (probability of the answer, answer is the argmax), each question scored by
-    a question-only model that never trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe."""
+def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[str, str], str],
+                       folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30,
+                       patience: int = 5, lance_uri: str | None = None,
+                       alternates: dict[tuple[str, str], list[str]] | None = None,
+                       alt_vectors: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, dict]]:
+    """dataset_id -> qid -> {"choices": the logits of its 4 choices, "answer": the answer's index,
+    "alts": the logits of its alternates}, each question scored by a question-only model that never
+    trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe. `alternates` (visual cloze):
+    (dataset_id, qid) -> image ids that could stand in a distractor's place, each scored as the image
+    at the placeholder (the question-only model scores each choice alone, so an alternate's logit is
+    the logit it would have as a choice); their vectors in `alt_vectors`."""
     from training.ddp import init_distributed
     from training.train import autocast, build_model, fit, set_seed
     if folds < 2:
@@ -50,12 +58,17 @@ def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[
     recipes = [recipe_of[tuple(q.split("/", 1))] for q in qids]
     fold = np.array([_unit(f"fold:{seed}:{r}") % folds for r in recipes])
     inner = np.array([_unit(f"stop:{seed}:{r}") % 10 == 0 for r in recipes])
+    alts = [list((alternates or {}).get(tuple(q.split("/", 1)), ())) for q in qids]
+    missing = sorted({a for al in alts for a in al if a not in (alt_vectors or {})})
+    if missing:
+        raise ValueError(f"{len(missing)} alternates have no image vector (e.g. {missing[0]})")
 
     def sub(ix: np.ndarray) -> Split:
         return Split([qids[i] for i in ix], rr[ix], qq[ix], aa[ix], tt[ix])
 
     _, device = init_distributed(tc)
-    p_answer, right = np.zeros(len(qids)), np.zeros(len(qids), dtype=bool)
+    logits = np.zeros(qq.shape[:2], dtype=np.float64)
+    alt_logits: list[np.ndarray] = [np.zeros(len(a)) for a in alts]
     for f in range(folds):
         held = np.where(fold == f)[0]
         ds: QADataset = replace(union, splits={"train": sub(np.where((fold != f) & ~inner)[0]),
@@ -69,19 +82,134 @@ def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[
                 idx = np.arange(s, min(s + 256, len(held)))
                 b = ds.batch("test", idx, device)
                 with autocast(device, tc.amp):
-                    p = torch.softmax(model(b).float(), 1).cpu()
-                ans = b["answer"].cpu()
-                p_answer[held[idx]] = p[torch.arange(len(idx)), ans].numpy()
-                right[held[idx]] = (p.argmax(1) == ans).numpy()
-    out: dict[str, dict[str, tuple[float, bool]]] = {}
-    for q, p, r in zip(qids, p_answer, right):
+                    logits[held[idx]] = model(b).float().cpu().numpy()
+                rows = held[idx]
+                width = max(len(alts[i]) for i in rows)
+                if not width:
+                    continue
+                # each alternate at the placeholder: the answer's query with that one image replaced
+                q = b["query"][torch.arange(len(idx)), b["answer"]]                       # (B, M, d)
+                # the placeholder: the one query position where the choices differ
+                slot = (b["query"] != b["query"][:, :1]).any(-1).any(1).float().argmax(1)  # (B,)
+                aq = q[:, None].repeat(1, width, 1, 1).clone()
+                for k, i in enumerate(rows):
+                    if alts[i]:
+                        v = torch.as_tensor(np.stack([alt_vectors[a] for a in alts[i]]), dtype=aq.dtype)
+                        aq[k, :len(alts[i]), slot[k]] = v.to(aq.device)
+                qm = b["query_mask"][torch.arange(len(idx)), b["answer"]][:, None].expand(-1, width, -1)
+                with autocast(device, tc.amp):
+                    al = model({**b, "query": aq, "query_mask": qm}).float().cpu().numpy()
+                for k, i in enumerate(rows):
+                    alt_logits[i] = al[k, :len(alts[i])].astype(np.float64)
+    out: dict[str, dict[str, dict]] = {}
+    for i, q in enumerate(qids):
         d, qid = q.split("/", 1)
-        out.setdefault(d, {})[qid] = (round(float(p), 6), bool(r))
+        out.setdefault(d, {})[qid] = {"choices": np.round(logits[i], 6), "answer": int(aa[i]),
+                                      "alts": np.round(alt_logits[i], 6)}
     return out
 
 
-def check_args(tau: float, min_kept: float) -> None:
-    """The refusals of `drop_plan`, for a caller that wants them before any work."""
+def verdicts(scores: dict[str, dict[str, dict]]) -> dict[str, dict[str, tuple[float, bool]]]:
+    """dataset_id -> qid -> (probability of the answer, answer is the argmax) from out-of-fold logits."""
+    out: dict[str, dict[str, tuple[float, bool]]] = {}
+    for d, qs in scores.items():
+        for qid, s in qs.items():
+            z = s["choices"] - s["choices"].max()
+            p = np.exp(z) / np.exp(z).sum()
+            out.setdefault(d, {})[qid] = (round(float(p[s["answer"]]), 6), bool(int(np.argmax(p)) == s["answer"]))
+    return out
+
+
+def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[str, str], str],
+                folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30, patience: int = 5,
+                lance_uri: str | None = None, progress: bool = True) -> dict[str, dict[str, tuple[float, bool]]]:
+    """dataset_id -> qid -> (probability of the answer, answer is the argmax), each question scored by
+    a question-only model that never trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe."""
+    return verdicts(out_of_fold_scores(export_dir, dataset_ids, recipe_of, folds, seed, size, max_epochs,
+                                       patience, lance_uri))
+
+
+def answer_rank(choices: np.ndarray, answer: int) -> int:
+    """How many other choices score above the answer (0: the model picks it)."""
+    return int((np.delete(choices, answer) > choices[answer]).sum())
+
+
+def target_ranks(scores: dict[str, dict], order_key, solved_share: float = SOLVED_SHARE) -> dict[str, int]:
+    """qid -> the answer rank to aim at, for the questions to change: the rank counts of a dataset made
+    as even as the solved ones allow. The model's pick is the answer on c0 questions; the
+    c0 - solved_share x n most confidently solved (`order_key`, larger first) move, each to the rank
+    short of its share ((1 - solved_share) / 3 of n) the most (ties: the lower rank), so no rank, the
+    reversed cue "the least plausible choice is the answer" included, ends over its share."""
+    n = len(scores)
+    rank = {q: answer_rank(s["choices"], s["answer"]) for q, s in scores.items()}
+    counts = np.bincount(list(rank.values()), minlength=4).astype(float) if n else np.zeros(4)
+    solved = sorted((q for q, r in rank.items() if r == 0), key=lambda q: (-order_key(q), q))
+    share = np.array([solved_share] + [(1 - solved_share) / 3] * 3) * n
+    out = {}
+    for q in solved[:max(0, int(np.floor(counts[0] - share[0])))]:
+        r = 1 + int(np.argmax(share[1:] - counts[1:]))
+        if counts[r] >= share[r]:
+            break
+        out[q] = r
+        counts[r] += 1
+        counts[0] -= 1
+    return out
+
+
+def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.ndarray, alt_closer: np.ndarray,
+              need: int, exact: bool, target: int) -> list[tuple[int, int]]:
+    """(choice column, alternate index) swaps that bring the answer to `target` choices scored above it:
+    the distractors below the answer, lowest first, each replaced by the alternate scored above the
+    answer by the least (the least distinguishable), while the number of distractors closer to the
+    question than the answer stays what knob 3 asks (`need`, exactly when `exact`, else at least).
+    closer (4,): per choice column (the answer's ignored); fewer swaps when the alternates run out."""
+    s_a = choices[answer]
+    cols = [c for c in np.argsort(choices, kind="stable") if c != answer and choices[c] <= s_a]
+    above = [j for j in np.argsort(alts - s_a, kind="stable") if alts[j] > s_a]
+    n_closer = int(sum(closer[c] for c in range(len(choices)) if c != answer))
+    have = len(choices) - 1 - len(cols)
+    out, used = [], set()
+    for c in cols:
+        if have >= target:
+            break
+        for j in above:
+            if j in used:
+                continue
+            n_new = n_closer - int(closer[c]) + int(alt_closer[j])
+            if (n_new == need) if exact else (n_new >= need):
+                out.append((int(c), int(j)))
+                used.add(j)
+                n_closer, have = n_new, have + 1
+                break
+    return out
+
+
+def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
+              solved_share: float = SOLVED_SHARE) -> dict[str, dict[str, list[tuple[int, int]]]]:
+    """dataset_id -> qid -> its swaps (`swaps_for`) toward the `target_ranks` of its dataset, the most
+    confidently solved questions first. `alts`: (dataset_id, qid) -> {"alts", "closer", "need",
+    "exact"} (features/datasets/af_pooled.alternates); questions without alternates are not swapped."""
+    plan: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for did, qs in sorted(scores.items()):
+        p_ans = {q: float(np.exp(s["choices"][s["answer"]] - np.logaddexp.reduce(s["choices"]))) for q, s in qs.items()}
+        out = {}
+        for q, t in sorted(target_ranks(qs, p_ans.__getitem__, solved_share).items()):
+            a = alts.get((did, q))
+            if not a:
+                continue
+            s = qs[q]
+            out[q] = swaps_for(s["choices"], s["answer"], s["alts"], np.array(a["closer"]),
+                               np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t)
+        plan[did] = out
+    return plan
+
+
+def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float = SOLVED_SHARE) -> None:
+    """The refusals of `drop_plan` and the swap rounds, for a caller that wants them before any work."""
+    if rounds < 0:
+        raise ValueError(f"--rounds must be 0 or more, got {rounds}")
+    if not 0 <= solved_share <= 1:
+        raise ValueError(f"--solved-share must be in [0, 1], got {solved_share}")
     if not 0 < tau <= 1:
         raise ValueError(f"--tau must be in (0, 1], got {tau}")
     if not 0 <= min_kept < 1:

@@ -7,16 +7,120 @@ dataset, recomputes its question and recipe counts and content hash, records the
 and the dropped count as the generation skip `af_pooled_predictable`, and removes the dataset's now
 stale `bias_metrics` row (`mrqa report` recomputes it). A dataset filtered once is refused a second
 time: regenerate it (`mrqa generate`) to filter again.
+
+Visual cloze first swaps (`alternates`, `apply_swaps`): each AF question records in its provenance the
+knob-valid candidates that were not picked (`af_alternates`, features/datasets/adversarial.py). The
+pooled adversary scores them at the placeholder, and a question it solves too easily gets a distractor
+it finds plausible from that list (training/af_pooled.swaps_for). The swapped-out distractor joins the
+alternates, `distractors`, `choice_items`, `af_pools` and `n_closer` follow the new choice, its
+`af_scores` entry becomes null (that ensemble never scored it) and `af_pooled_swaps` records each swap
+with the round and the adversary's logits. The closer-to-the-question count is kept, so every knob
+holds; the drop runs after the last round.
 """
 from __future__ import annotations
 
 import json
 
 import duckdb
+import numpy as np
 
 from etl.warehouse import load_query, transaction
 
 SKIP_REASON = "af_pooled_predictable"
+
+
+def _dumps(x) -> str:
+    return json.dumps(x, sort_keys=True, separators=(",", ":"))
+
+
+def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[tuple[str, str], dict]:
+    """(dataset_id, qid) -> {"alts": its recorded alternates, "closer": per choice column, is it a
+    distractor closer to the question than the answer (the answer's: False), "need": the closer
+    distractors knob 3 asks for, "exact": whether exactly (knob-3 balanced mode) or at least}. Questions
+    without recorded alternates are left out."""
+    rows = con.execute("""SELECT dataset_id, qid, answer, json_extract(provenance, '$.af_alternates'),
+                                 json_extract(provenance, '$.distractors'),
+                                 json_extract(provenance, '$.n_closer_required'),
+                                 json_extract_string(provenance, '$.k3_mode')
+                          FROM questions WHERE list_contains(?, dataset_id) ORDER BY dataset_id, qid""",
+                       [dataset_ids]).fetchall()
+    out = {}
+    for d, q, answer, alts, dis, need, mode in rows:
+        alts = json.loads(alts) if alts else []
+        if not alts:
+            continue
+        closer = [bool(x["closer"]) for x in json.loads(dis)]
+        closer.insert(answer, False)
+        out[(d, q)] = {"alts": alts, "closer": closer, "need": int(json.loads(need or "0")),
+                       "exact": mode == "balanced"}
+    return out
+
+
+def _swap(p: dict, choices: list[str], answer: int, col: int, alt_ix: int, rnd: int, logits: tuple) -> None:
+    """Swap choice `col` of one question for its alternate `alt_ix`, provenance included (in place)."""
+    alts = p["af_alternates"]
+    new = alts[alt_ix]
+    slot = col - (col > answer)                         # the distractor's index among the three
+    old = p["distractors"][slot]
+    alts[alt_ix] = {**old, "pool": p["af_pools"][col]}
+    p["distractors"][slot] = {k: new[k] for k in old}
+    p["af_pools"][col] = new["pool"]
+    p["af_scores"][col] = None
+    p["choice_items"][col] = choices[col] = new["item"]
+    p["n_closer"] = sum(bool(d["closer"]) for d in p["distractors"])
+    p.setdefault("af_pooled_swaps", []).append({"round": rnd, "choice": col, "out": old["item"], "in": new["item"],
+                                                "logit_in": logits[0], "logit_out": logits[1],
+                                                "logit_answer": logits[2]})
+
+
+def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[tuple[int, int]]]],
+                scores: dict[str, dict[str, dict]], rnd: int) -> dict[str, int]:
+    """Carry out each question's (choice column, alternate index) swaps of round `rnd`; returns the
+    number of questions changed per dataset. The content hash and distance probe are rewritten."""
+    out = {}
+    for did, qs in sorted(swaps.items()):
+        todo = {q: sw for q, sw in qs.items() if sw}
+        if not todo:
+            out[did] = 0
+            continue
+        rows = con.execute("SELECT qid, choice_list, answer, provenance FROM questions WHERE dataset_id = ? "
+                           "AND list_contains(?, qid) ORDER BY qid", [did, sorted(todo)]).fetchall()
+        new = []
+        for qid, choices, answer, prov in rows:
+            p, choices, s = json.loads(prov), list(choices), scores[did][qid]
+            for col, j in todo[qid]:
+                _swap(p, choices, answer, col, j, rnd,
+                      (float(s["alts"][j]), float(s["choices"][col]), float(s["choices"][answer])))
+            new.append((qid, choices, _dumps(p)))
+        with transaction(con):
+            con.execute("CREATE OR REPLACE TEMP TABLE af_swapped (qid VARCHAR, choice_list VARCHAR[], provenance JSON)")
+            con.executemany("INSERT INTO af_swapped VALUES (?, ?, ?)", new)
+            con.execute("UPDATE questions SET choice_list = s.choice_list, provenance = s.provenance FROM af_swapped s "
+                        "WHERE questions.dataset_id = ? AND questions.qid = s.qid", [did])
+            con.execute("DROP TABLE af_swapped")
+            _rewrite(con, did)
+        out[did] = len(new)
+    return out
+
+
+def _rewrite(con: duckdb.DuckDBPyConnection, did: str) -> None:
+    """The dataset's counts, content hash and distance-probe accuracy from its questions now."""
+    n, n_rec = con.execute("SELECT count(*), count(DISTINCT recipe_id) FROM questions WHERE dataset_id = ?",
+                           [did]).fetchall()[0]
+    sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
+    params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
+    hits = 0
+    for answer, prov in con.execute("SELECT answer, provenance FROM questions WHERE dataset_id = ?", [did]).fetchall():
+        p = json.loads(prov)
+        if "distractors" in p and "d_answer_q" in p:
+            dq = [d["dist_q"] for d in p["distractors"]]
+            dq.insert(answer, p["d_answer_q"])
+            hits += int(np.argmin(dq)) == answer
+    if n and "distance_probe_accuracy" in params:
+        params["distance_probe_accuracy"] = round(hits / n, 4)
+    con.execute("UPDATE datasets SET n_questions = ?, n_recipes = ?, content_sha256 = ?, params = ? "
+                "WHERE dataset_id = ?", [n, n_rec, sha, json.dumps(params, sort_keys=True), did])
+    con.execute("DELETE FROM bias_metrics WHERE dataset_id = ?", [did])
 
 
 def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> list[dict]:
@@ -34,8 +138,10 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> lis
 
 
 def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],
-                oof: dict[str, dict[str, tuple[float, bool]]], info: dict) -> list[dict]:
-    """Delete each dataset's planned questions and record the step; returns one summary per dataset."""
+                oof: dict[str, dict[str, tuple[float, bool]]], info: dict,
+                extra: dict[str, dict] | None = None) -> list[dict]:
+    """Delete each dataset's planned questions and record the step (`info`, and the dataset's own
+    `extra[dataset_id]`, e.g. its swap rounds); returns one summary per dataset."""
     out = []
     for did, drop in sorted(plan.items()):
         qs, gone = oof[did], set(drop)
@@ -48,7 +154,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],
                                    [did]).fetchall()[0]
             sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
             params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
-            step = {**info, "dropped": len(drop), "scored": len(qs),
+            step = {**info, **(extra or {}).get(did, {}), "dropped": len(drop), "scored": len(qs),
                     "oof_question_only_acc": None if before is None else round(before, 4),
                     "oof_question_only_acc_kept": None if after is None else round(after, 4)}
             params["af_pooled"] = step

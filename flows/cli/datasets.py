@@ -139,15 +139,22 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                 min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
                                                "the plain setting's questions (0.4: the kept-share bound)."),
                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
+                rounds: int = typer.Option(2, "--rounds", help="Visual cloze: rounds of swapping in "
+                                           "distractors the adversary finds plausible before the drop (0: drop "
+                                           "only)."),
+                solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
+                                                   "dataset's questions the adversary may still solve."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
-    scores every question out of fold (by recipe); the questions it solves confidently are dropped
-    (skip `af_pooled_predictable`, params.af_pooled). Run after generating the AF settings; then
-    `mrqa report`."""
+    scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
+    solves beyond a quarter get knob-valid distractors it scores above the answer (the alternates AF
+    recorded). Then the questions it still solves confidently are dropped (skip `af_pooled_predictable`,
+    params.af_pooled). Run after generating the AF settings; then `mrqa report`."""
     from flows.af_pool import af_pool_flow
     try:
-        res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed)
+        res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
+                       rounds=rounds, solved_share=solved_share)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:

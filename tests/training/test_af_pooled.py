@@ -1,44 +1,199 @@
 """The pooled adversary (training/af_pooled.py, features/datasets/af_pooled.py, `mrqa af-pool`) on
 the synthetic world: every dropped question was solved out of fold with at least tau, by a model
 that never trained on its recipe; counts, content hash, skips and params are rewritten; the floor of
-kept questions holds; a second run is refused; the adversary is deterministic."""
+kept questions holds; a second run is refused; the adversary is deterministic.
+
+The swap rounds: every swapped-in distractor was one of the question's recorded knob-valid alternates,
+and the knob invariant suite of test_generate.py (the ball and the knob-3 closer count, recomputed from
+the exported vectors) runs on the swapped datasets; the answer's own step is never a distractor and
+the step text still tells the answer; the swaps are recorded; the whole step is deterministic."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from synthetic_home import synthetic_home
 
 from features.datasets.generate import generate_datasets
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
-from training.af_pooled import drop_plan
+from training.af_pooled import drop_plan, swaps_for, target_ranks
 
 ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
-            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 0, 0))]
+            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 0, 0)),
+            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced"))]
+
+
+def _load_invariants():
+    spec = importlib.util.spec_from_file_location(
+        "af_pool_knob_invariants", Path(__file__).parents[1] / "features" / "datasets" / "test_generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _build(tmp_path_factory, name: str):
+    """A synthetic home with the AF settings generated and then swapped and filtered by the pooled
+    adversary: (af-pool's result, the AF rows before, the rows after, paths, an open connection)."""
+    from flows.af_pool import af_pool_flow
+    cm = synthetic_home(tmp_path_factory, name, n_recipes=90, seed=3, dim=24, k=100)
+    h, paths, con = cm.__enter__()
+    con.execute("UPDATE recipes SET author = 'author-' || CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) "
+                "% 12 AS VARCHAR)")
+    generate_datasets(con, SETTINGS + [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS],
+                      seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    before = _rows(con, "WHERE d.adversarial")
+    con.execute("INSERT INTO bias_metrics (dataset_id, task, knobs, n_questions, n_scored, chance, probe_model, "
+                "probe_folds, computed_at) SELECT dataset_id, task, setting, n_questions, n_questions, 0.25, "
+                "'logreg', 5, now() FROM datasets WHERE adversarial")
+    con.close()
+    # AF already takes the synthetic world's question-only model to chance: aim lower, so the rounds swap
+    res = af_pool_flow.fn(task="visual_cloze", tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05)
+    con2 = duckdb.connect(str(paths.warehouse))
+    return cm, res, before, paths, con2
+
+
+def _rows(con, where: str) -> dict:
+    q = con.execute(f"SELECT q.*, d.preset FROM questions q JOIN datasets d USING (dataset_id) {where}")
+    cols = [c[0] for c in q.description]
+    out = {}
+    for r in q.fetchall():
+        r = dict(zip(cols, r))
+        r["prov"] = json.loads(r["provenance"])
+        out[(r["dataset_id"], r["qid"])] = r
+    return out
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    with synthetic_home(tmp_path_factory, "af_pool_home", n_recipes=90, seed=3, dim=24, k=100) as (h, paths, con):
-        con.execute("UPDATE recipes SET author = 'author-' || CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) "
-                    "% 12 AS VARCHAR)")
-        generate_datasets(con, SETTINGS + [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS],
-                          seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-        before = {d: n for d, n in con.execute("SELECT dataset_id, n_questions FROM datasets WHERE adversarial")
-                  .fetchall()}
-        qids = {(d, q): r for d, q, r in con.execute("SELECT dataset_id, qid, recipe_id FROM questions").fetchall()}
-        con.execute("INSERT INTO bias_metrics (dataset_id, task, knobs, n_questions, n_scored, chance, probe_model, "
-                    "probe_folds, computed_at) SELECT dataset_id, task, setting, n_questions, n_questions, 0.25, "
-                    "'logreg', 5, now() FROM datasets WHERE adversarial")
-        con.close()
-        from flows.af_pool import af_pool_flow
-        res = af_pool_flow.fn(task="visual_cloze", tau=0.3, folds=2, seed=0, size="tiny")
-        con2 = duckdb.connect(str(paths.warehouse))
-        yield {"res": res, "before": before, "qids": qids, "con": con2, "paths": paths}
+    cm, res, before_rows, paths, con2 = _build(tmp_path_factory, "af_pool_home")
+    before = {}
+    for d, _ in before_rows:
+        before[d] = before.get(d, 0) + 1
+    try:
+        yield {"res": res, "before": before, "before_rows": before_rows, "qids": {k: r["recipe_id"] for k, r in
+               before_rows.items()}, "con": con2, "paths": paths}
+    finally:
         con2.close()
+        cm.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def world(home):
+    """The swapped AF datasets in the shape the knob invariant suite reads (rows with `prov`, unit vectors)."""
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(home["paths"].lance).image_vectors(ENC)
+    vec = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, v in zip(ids, mat)}
+    rows = list(_rows(home["con"], "WHERE d.adversarial").values())
+    return {"con": home["con"], "rows": rows, "vec": vec, "paths": home["paths"]}
+
+
+_inv = _load_invariants()
+
+
+def test_swapped_datasets_keep_the_knob2_ball(world):
+    assert any("af_pooled_swaps" in r["prov"] for r in world["rows"])
+    _inv.test_cloze_shape_and_knob2_ball_from_exported_vectors(world)
+
+
+def test_swapped_datasets_keep_the_knob3_closer_count(world):
+    _inv.test_knob3_closer_distractors_on_flagged_questions(world)
+
+
+def test_swaps_come_from_the_recorded_alternates_and_are_recorded(home, world):
+    """Every swapped-in image was a recorded alternate of the question before af-pool, the swapped-out
+    one is an alternate now, the pools and rounds are what they say; the swap rounds counted them."""
+    before, n_swapped = home["before_rows"], {}
+    for r in world["rows"]:
+        p, b = r["prov"], before[(r["dataset_id"], r["qid"])]["prov"]
+        swaps = p.get("af_pooled_swaps", [])
+        n_swapped[r["dataset_id"]] = n_swapped.get(r["dataset_id"], 0) + bool(swaps)
+        pool_of = {a["item"]: a["pool"] for a in b["af_alternates"]}
+        pool_of.update({b["choice_items"][c]: b["af_pools"][c] for c in range(4)})
+        last = {s["choice"]: s["in"] for s in swaps}            # a later round may swap a column again
+        assert r["answer"] not in last and len(set(p["choice_items"])) == 4
+        for c in range(4):
+            item = p["choice_items"][c]
+            assert item == last.get(c, b["choice_items"][c]), r["qid"]
+            assert item in pool_of and p["af_pools"][c] == pool_of[item]     # an alternate, or a choice before
+            assert (p["af_scores"][c] is None) == (c in last)
+        for s in swaps:
+            assert s["round"] in (1, 2) and s["logit_in"] > s["logit_answer"] >= s["logit_out"]
+        # nothing lost: the choices and the alternates hold the same images as before
+        assert (set(p["choice_items"]) | {a["item"] for a in p["af_alternates"]}) == set(pool_of)
+    assert sum(n_swapped.values()) > 10, n_swapped
+    for did, n in n_swapped.items():
+        params = json.loads(home["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                                [did]).fetchall()[0][0])
+        rounds = params["af_pooled"]["swap_rounds"]
+        assert [x["round"] for x in rounds] == [1, 2]
+        # a question swapped in both rounds counts in each; dropped questions are gone from the rows
+        assert sum(x["swapped"] for x in rounds) >= n
+
+
+def test_swapped_distractors_are_never_the_answer_step_and_stay_readable(home, world):
+    from features.datasets.adversarial import READ_MARGIN
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(home["paths"].lance).text_vectors(ENC, "body")
+    body = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, np.float64))}
+    vec, checked = world["vec"], 0
+    for r in world["rows"]:
+        p = r["prov"]
+        for s in p.get("af_pooled_swaps", []):
+            rid, step, _ = s["in"].removesuffix(".jpg").rsplit("_", 2)
+            assert not (rid == r["recipe_id"] and int(step) in (p["answer_step"], *r["question_step_ids"]))
+            t = body[f"{r['recipe_id']}_{p['answer_step']}_body"]
+            assert vec[p["answer_item"]] @ t - vec[s["in"]] @ t >= READ_MARGIN - 1e-6
+            checked += 1
+    assert checked > 10
+
+
+def test_swaps_and_drops_are_deterministic(home, tmp_path_factory):
+    cm, res, _, _, con = _build(tmp_path_factory, "af_pool_home_again")
+    try:
+        again = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
+        first = dict(home["con"].execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial")
+                     .fetchall())
+        assert again == first and res == home["res"]
+    finally:
+        con.close()
+        cm.__exit__(None, None, None)
+
+
+def test_target_ranks_even_out_the_ranks_most_confident_first():
+    # 8 questions, 6 solved (rank 0): 4 move (to 2 rank 0 = 8/4), to the ranks short of 2, lower first
+    ch = lambda r: np.array([1.0, 0.5 + r, 0.4, 0.3]) if r else np.array([1.0, 0.5, 0.4, 0.3])
+    scores = {f"q{i}": {"choices": ch(0), "answer": 0} for i in range(6)}
+    scores["q6"] = {"choices": np.array([0.0, 1.0, 2.0, 3.0]), "answer": 0}          # rank 3
+    scores["q7"] = {"choices": np.array([0.0, 1.0, -1.0, -2.0]), "answer": 0}        # rank 1
+    conf = {f"q{i}": i / 10 for i in range(8)}
+    t = target_ranks(scores, conf.__getitem__)
+    assert set(t) == {"q5", "q4", "q3", "q2"}                  # the most confident solved ones
+    assert sorted(t.values()) == [1, 2, 2, 3]
+    counts = np.bincount([0] * 2 + [3, 1] + list(t.values()), minlength=4)
+    assert counts.tolist() == [2, 2, 2, 2]
+
+
+def test_swaps_for_reaches_the_target_and_keeps_the_closer_count():
+    choices = np.array([2.0, 0.1, 0.5, 0.3])         # answer 0 is the pick
+    closer = np.array([False, True, False, False])
+    alts = np.array([2.5, 2.1, 3.0, 1.0, 2.2])
+    alt_closer = np.array([True, False, False, False, True])
+    # exact: one closer distractor stays one; the least distinguishable above first (2.1, then 2.2 ...)
+    sw = swaps_for(choices, 0, alts, closer, alt_closer, need=1, exact=True, target=2)
+    assert sw == [(1, 4), (3, 1)]           # lowest first: col 1 (0.1, closer) <- 2.2 (closer); col 3 <- 2.1
+    assert sum(alts[j] > 2.0 for _, j in sw) == 2
+    # at least one closer: col 1 may take a non-closer alternate only if another closer one remains
+    sw = swaps_for(choices, 0, alts, closer, alt_closer, need=1, exact=False, target=1)
+    assert sw == [(1, 4)]
+    sw = swaps_for(choices, 0, alts, closer, alt_closer, need=0, exact=False, target=3)
+    assert [j for _, j in sw] == [1, 4, 0] and [c for c, _ in sw] == [1, 3, 2]
+    assert swaps_for(choices, 0, np.array([1.0]), closer, np.array([False]), 0, False, 1) == []   # none above
 
 
 def test_dropped_questions_are_gone_and_everything_is_rewritten(home):
