@@ -59,7 +59,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
         swap_log: dict[str, list[dict]] = {d: [] for d in ids}
-        for rnd in range(1, rounds + 1 if task == "visual_cloze" else 1):
+        for rnd in range(1, rounds + 1):
             alts = alternates(con, ids)
             if not any(alts.values()):
                 log.info("af-pool: no recorded alternates (datasets generated before they were): no swaps")
@@ -79,7 +79,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         oof = verdicts(_scores(con, paths, ids, recipe_of, folds, seed, size))
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
-                "rounds": rounds if task == "visual_cloze" else 0, "solved_share": solved_share,
+                "rounds": rounds, "solved_share": solved_share,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:

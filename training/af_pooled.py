@@ -84,29 +84,64 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                 with autocast(device, tc.amp):
                     logits[held[idx]] = model(b).float().cpu().numpy()
                 rows = held[idx]
-                width = max(len(alts[i]) for i in rows)
-                if not width:
-                    continue
-                # each alternate at the placeholder: the answer's query with that one image replaced
-                q = b["query"][torch.arange(len(idx)), b["answer"]]                       # (B, M, d)
-                # the placeholder: the one query position where the choices differ
-                slot = (b["query"] != b["query"][:, :1]).any(-1).any(1).float().argmax(1)  # (B,)
-                aq = q[:, None].repeat(1, width, 1, 1).clone()
-                for k, i in enumerate(rows):
-                    if alts[i]:
-                        v = torch.as_tensor(np.stack([alt_vectors[a] for a in alts[i]]), dtype=aq.dtype)
-                        aq[k, :len(alts[i]), slot[k]] = v.to(aq.device)
-                qm = b["query_mask"][torch.arange(len(idx)), b["answer"]][:, None].expand(-1, width, -1)
-                with autocast(device, tc.amp):
-                    al = model({**b, "query": aq, "query_mask": qm}).float().cpu().numpy()
-                for k, i in enumerate(rows):
-                    alt_logits[i] = al[k, :len(alts[i])].astype(np.float64)
+                if any(alts[i] for i in rows):
+                    al = _alt_logits(model, b, [alts[i] for i in rows], alt_vectors, union.task, device, tc.amp)
+                    for k, i in enumerate(rows):
+                        alt_logits[i] = al[k]
     out: dict[str, dict[str, dict]] = {}
     for i, q in enumerate(qids):
         d, qid = q.split("/", 1)
         out.setdefault(d, {})[qid] = {"choices": np.round(logits[i], 6), "answer": int(aa[i]),
                                       "alts": np.round(alt_logits[i], 6)}
     return out
+
+
+def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np.ndarray], task: str,
+                device, amp: bool) -> list[np.ndarray]:
+    """Per question of batch `b`, its alternates' logits. Visual cloze: (A,), each alternate at the
+    placeholder (the question-only model scores each choice alone, so this is the logit it would have
+    as a choice). Visual coherence: (A, 4), the 4 choices' logits with the alternate as the foreign
+    image (choice `answer`'s query, the 3 coherent images, is the same; every other choice's query holds
+    the foreign image, at the answer's place among the other three)."""
+    from training.train import autocast
+    n = len(alts)
+    width = max(len(a) for a in alts)
+    dev = b["query"].device
+    ar = torch.arange(n, device=dev)
+    ans = b["answer"]
+    vec = torch.zeros(n, width, b["query"].shape[-1], dtype=b["query"].dtype)
+    for k, a in enumerate(alts):
+        if a:
+            vec[k, :len(a)] = torch.as_tensor(np.stack([alt_vectors[x] for x in a]))
+    vec = vec.to(b["query"].device)
+    if task == "visual_cloze":
+        q = b["query"][ar, ans]                                                   # (B, M, d)
+        slot = (b["query"] != b["query"][:, :1]).any(-1).any(1).float().argmax(1)  # where the choices differ
+        aq = q[:, None].repeat(1, width, 1, 1)
+        aq[ar[:, None], torch.arange(width, device=dev)[None, :], slot[:, None]] = vec
+        qm = b["query_mask"][ar, ans][:, None].expand(-1, width, -1)
+        with torch.no_grad(), autocast(device, amp):
+            out = model({**b, "query": aq, "query_mask": qm}).float().cpu().numpy()
+        return [out[k, :len(a)].astype(np.float64) for k, a in enumerate(alts)]
+    # coherence: the 3 other choices' queries, each with the alternate in the foreign image's place
+    others = torch.stack([torch.tensor([j for j in range(4) if j != int(a)]) for a in ans.cpu()]).to(dev)  # (B, 3)
+    q = b["query"][ar[:, None], others]                                            # (B, 3, M, d)
+    at = ans[:, None] - (others < ans[:, None]).long()                              # the foreign's place
+    aq = q[:, None].repeat(1, width, 1, 1, 1)                                      # (B, A, 3, M, d)
+    aq[ar[:, None, None], torch.arange(width, device=dev)[None, :, None], torch.arange(3, device=dev)[None, None, :],
+       at[:, None, :].expand(-1, width, -1)] = vec[:, :, None, :].expand(-1, -1, 3, -1)
+    qm = b["query_mask"][ar[:, None], others][:, None].expand(-1, width, -1, -1)
+    with torch.no_grad(), autocast(device, amp):
+        o = model({**b, "query": aq.reshape(n, width * 3, *aq.shape[3:]),
+                   "query_mask": qm.reshape(n, width * 3, -1)}).float().cpu().numpy().reshape(n, width, 3)
+        a_logit = model(b).float().cpu().numpy()[np.arange(n), ans.cpu().numpy()]
+    res = []
+    for k, a in enumerate(alts):
+        full = np.zeros((len(a), 4))
+        full[:, others[k].cpu().numpy()] = o[k, :len(a)]
+        full[:, int(ans[k])] = a_logit[k]
+        res.append(full)
+    return res
 
 
 def verdicts(scores: dict[str, dict[str, dict]]) -> dict[str, dict[str, tuple[float, bool]]]:
@@ -184,6 +219,19 @@ def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.nda
     return out
 
 
+def coherence_swap_for(choices: np.ndarray, answer: int, alt_sets: np.ndarray, target: int) -> list[tuple[int, int]]:
+    """[(answer column, alternate index)]: the foreign image whose 4-choice logits (alt_sets (A, 4))
+    put the answer's rank nearest `target` (ties: the smallest logit gap, then the first), when that is
+    nearer than now; [] otherwise."""
+    if not len(alt_sets):
+        return []
+    ranks = (np.delete(alt_sets, answer, axis=1) > alt_sets[:, [answer]]).sum(1)
+    gaps = np.abs(np.delete(alt_sets, answer, axis=1) - alt_sets[:, [answer]]).min(1)
+    obj = np.abs(ranks - target) + gaps / (1.0 + gaps)
+    j = int(np.argmin(obj))
+    return [(int(answer), j)] if abs(ranks[j] - target) < abs(answer_rank(choices, answer) - target) else []
+
+
 def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
               solved_share: float = SOLVED_SHARE) -> dict[str, dict[str, list[tuple[int, int]]]]:
     """dataset_id -> qid -> its swaps (`swaps_for`) toward the `target_ranks` of its dataset, the most
@@ -198,8 +246,11 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
             if not a:
                 continue
             s = qs[q]
-            out[q] = swaps_for(s["choices"], s["answer"], s["alts"], np.array(a["closer"]),
-                               np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t)
+            if s["alts"].ndim == 2:           # coherence: the foreign image is the answer
+                out[q] = coherence_swap_for(s["choices"], s["answer"], s["alts"], t)
+            else:
+                out[q] = swaps_for(s["choices"], s["answer"], s["alts"], np.array(a["closer"]),
+                                   np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t)
         plan[did] = out
     return plan
 

@@ -845,7 +845,48 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
            "dq": g(fields["dq"])[sub], "frank": g(fields["frank"])[sub]}
     prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
             "af_scores": _lists(_r(choice_scores))}
+    valid = (cand >= 0) & ~twin & ~unread
+    prov["distance_probe_hit"] = pa.array(_probe_hits(sp, items[sub], g(cand)[sub][:, None])[:, 0])
+    prov["af_alternates"] = coherence_alternates(sp, items[sub], cand[sub], valid[sub] & (
+        np.arange(cand.shape[1])[None, :] != cur_col[sub][:, None]), pool[sub], {k: v[sub] for k, v in fields.items()})
     return sub, out, prov
+
+
+def _probe_hits(sp, items: np.ndarray, cand: np.ndarray, block: int = 128) -> np.ndarray:
+    """(K, M): would the distance probe (the image farthest from the mean of the other three) pick
+    candidate cand[k, m] as the foreign image among the 3 coherent items[k]?"""
+    out = np.zeros(cand.shape, dtype=bool)
+    for s in range(0, len(cand), block):
+        v = sp.vecs[items[s:s + block]].astype(np.float64)                     # (n, 3, d)
+        c = sp.vecs[np.maximum(cand[s:s + block], 0)].astype(np.float64)       # (n, M, d)
+        vv = np.concatenate([np.broadcast_to(v[:, None], (len(v), c.shape[1], 3, v.shape[-1])), c[:, :, None]], 2)
+        rest = vv.sum(2, keepdims=True) - vv
+        loo = 1.0 - (vv * rest).sum(-1) / np.maximum(np.linalg.norm(vv, axis=-1) * np.linalg.norm(rest, axis=-1),
+                                                     1e-12)
+        out[s:s + block] = np.argmax(loo, axis=-1) == 3
+    return out & (cand >= 0)
+
+
+def coherence_alternates(sp, items: np.ndarray, cand: np.ndarray, valid: np.ndarray, pool: np.ndarray,
+                         fields: dict, cap: int = ALT_CAP) -> pa.ListArray:
+    """Per coherence question, the first `cap` knob-valid foreign images (the setting's ball and knob-3
+    rule, no text twin of a step of the recipe, told apart by the shown steps' texts) other than the
+    chosen one, with what the provenance records of a foreign image: its anchor, distance, dist_q,
+    foreign_rank, pool and whether the distance probe would spot it. The pooled adversary
+    (features/datasets/af_pooled.py) swaps the foreign image within this list."""
+    take = valid & (np.cumsum(valid, axis=1) <= cap)
+    qi, ci = np.nonzero(take)
+    it = cand[qi, ci]
+    hits = _probe_hits(sp, items, np.where(take, cand, -1))[qi, ci]
+    names = np.array(COHERENCE_POOLS, dtype=object)
+    rows = pa.StructArray.from_arrays(
+        [pa.array(sp.item_ids[fields["anchor"][qi, ci]].tolist(), pa.string()), pa.array(_r(fields["D"][qi, ci])),
+         pa.array(_r(fields["dq"][qi, ci])), pa.array(hits), pa.array(fields["frank"][qi, ci].astype(np.int64)),
+         pa.array(sp.item_ids[it].tolist(), pa.string()), pa.array(names[pool[qi, ci]].tolist(), pa.string()),
+         pa.array(sp.recipe_ids[it].tolist(), pa.string())],
+        names=["anchor_item", "distance", "dist_q", "distance_probe_hit", "foreign_rank", "item", "pool", "recipe_id"])
+    offsets = np.concatenate([[0], np.cumsum(take.sum(1))]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), rows)
 
 
 # ----------------------------------------------------------------------------- question-only models

@@ -49,11 +49,33 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
         alts = json.loads(alts) if alts else []
         if not alts:
             continue
-        closer = [bool(x["closer"]) for x in json.loads(dis)]
+        closer = [bool(x["closer"]) for x in json.loads(dis)] if dis else [False] * 3
         closer.insert(answer, False)
         out[(d, q)] = {"alts": alts, "closer": closer, "need": int(json.loads(need or "0")),
                        "exact": mode == "balanced"}
     return out
+
+
+# what a coherence question's provenance says of its foreign image, and the alternate's field for each
+FOREIGN_FIELDS = {"anchor_item": "anchor_item", "distance": "distance", "dist_q": "dist_q",
+                  "distance_probe_hit": "distance_probe_hit", "foreign_rank": "foreign_rank",
+                  "foreign_item": "item", "foreign_recipe_id": "recipe_id"}
+
+
+def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int, alt_ix: int, rnd: int,
+                  before: list, after: list) -> None:
+    """Coherence: make alternate `alt_ix` the foreign image (the answer) of one question (in place)."""
+    alts = p["af_alternates"]
+    new = alts[alt_ix]
+    alts[alt_ix] = {**{a: p[f] for f, a in FOREIGN_FIELDS.items()}, "pool": p["af_pools"][answer]}
+    old = p["foreign_item"]
+    for f, a in FOREIGN_FIELDS.items():
+        p[f] = new[a]
+    p["af_pools"][answer] = new["pool"]
+    p["af_scores"] = [None] * len(p["af_scores"])
+    question[answer] = choices[answer] = new["item"]
+    p.setdefault("af_pooled_swaps", []).append({"round": rnd, "choice": answer, "out": old, "in": new["item"],
+                                                "logits_before": before, "logits_after": after})
 
 
 def _swap(p: dict, choices: list[str], answer: int, col: int, alt_ix: int, rnd: int, logits: tuple) -> None:
@@ -83,19 +105,24 @@ def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[
         if not todo:
             out[did] = 0
             continue
-        rows = con.execute("SELECT qid, choice_list, answer, provenance FROM questions WHERE dataset_id = ? "
+        rows = con.execute("SELECT qid, question, choice_list, answer, provenance FROM questions WHERE dataset_id = ? "
                            "AND list_contains(?, qid) ORDER BY qid", [did, sorted(todo)]).fetchall()
         new = []
-        for qid, choices, answer, prov in rows:
-            p, choices, s = json.loads(prov), list(choices), scores[did][qid]
+        for qid, question, choices, answer, prov in rows:
+            p, question, choices, s = json.loads(prov), list(question), list(choices), scores[did][qid]
             for col, j in todo[qid]:
-                _swap(p, choices, answer, col, j, rnd,
-                      (float(s["alts"][j]), float(s["choices"][col]), float(s["choices"][answer])))
-            new.append((qid, choices, _dumps(p)))
+                if s["alts"].ndim == 2:
+                    _swap_foreign(p, question, choices, answer, j, rnd, s["choices"].tolist(), s["alts"][j].tolist())
+                else:
+                    _swap(p, choices, answer, col, j, rnd,
+                          (float(s["alts"][j]), float(s["choices"][col]), float(s["choices"][answer])))
+            new.append((qid, question, choices, _dumps(p)))
         with transaction(con):
-            con.execute("CREATE OR REPLACE TEMP TABLE af_swapped (qid VARCHAR, choice_list VARCHAR[], provenance JSON)")
-            con.executemany("INSERT INTO af_swapped VALUES (?, ?, ?)", new)
-            con.execute("UPDATE questions SET choice_list = s.choice_list, provenance = s.provenance FROM af_swapped s "
+            con.execute("CREATE OR REPLACE TEMP TABLE af_swapped (qid VARCHAR, question VARCHAR[], "
+                        "choice_list VARCHAR[], provenance JSON)")
+            con.executemany("INSERT INTO af_swapped VALUES (?, ?, ?, ?)", new)
+            con.execute("UPDATE questions SET question = s.question, choice_list = s.choice_list, "
+                        "provenance = s.provenance FROM af_swapped s "
                         "WHERE questions.dataset_id = ? AND questions.qid = s.qid", [did])
             con.execute("DROP TABLE af_swapped")
             _rewrite(con, did)
@@ -112,7 +139,9 @@ def _rewrite(con: duckdb.DuckDBPyConnection, did: str) -> None:
     hits = 0
     for answer, prov in con.execute("SELECT answer, provenance FROM questions WHERE dataset_id = ?", [did]).fetchall():
         p = json.loads(prov)
-        if "distractors" in p and "d_answer_q" in p:
+        if "distance_probe_hit" in p:                   # coherence: recorded per foreign image
+            hits += bool(p["distance_probe_hit"])
+        elif "distractors" in p and "d_answer_q" in p:
             dq = [d["dist_q"] for d in p["distractors"]]
             dq.insert(answer, p["d_answer_q"])
             hits += int(np.argmin(dq)) == answer

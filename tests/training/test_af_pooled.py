@@ -26,7 +26,9 @@ from training.af_pooled import drop_plan, swaps_for, target_ranks
 ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
             ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 0, 0)),
-            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced"))]
+            ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1, k3_mode="balanced")),
+            ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 1)),
+            ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 1, k3_mode="balanced"))]
 
 
 def _load_invariants():
@@ -53,7 +55,8 @@ def _build(tmp_path_factory, name: str):
                 "'logreg', 5, now() FROM datasets WHERE adversarial")
     con.close()
     # AF already takes the synthetic world's question-only model to chance: aim lower, so the rounds swap
-    res = af_pool_flow.fn(task="visual_cloze", tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05)
+    res = {t: af_pool_flow.fn(task=t, tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05)
+           for t in ("visual_cloze", "visual_coherence")}
     con2 = duckdb.connect(str(paths.warehouse))
     return cm, res, before, paths, con2
 
@@ -73,11 +76,12 @@ def _rows(con, where: str) -> dict:
 def home(tmp_path_factory):
     cm, res, before_rows, paths, con2 = _build(tmp_path_factory, "af_pool_home")
     before = {}
-    for d, _ in before_rows:
-        before[d] = before.get(d, 0) + 1
+    for (d, _), r in before_rows.items():
+        if r["task"] == "visual_cloze":
+            before[d] = before.get(d, 0) + 1
     try:
-        yield {"res": res, "before": before, "before_rows": before_rows, "qids": {k: r["recipe_id"] for k, r in
-               before_rows.items()}, "con": con2, "paths": paths}
+        yield {"res": res["visual_cloze"], "res_all": res, "before": before, "before_rows": before_rows,
+               "con": con2, "paths": paths}
     finally:
         con2.close()
         cm.__exit__(None, None, None)
@@ -90,26 +94,65 @@ def world(home):
     ids, mat = FeatureStore(home["paths"].lance).image_vectors(ENC)
     vec = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, v in zip(ids, mat)}
     rows = list(_rows(home["con"], "WHERE d.adversarial").values())
-    return {"con": home["con"], "rows": rows, "vec": vec, "paths": home["paths"]}
+    return {"con": home["con"], "rows": rows, "vec": vec, "paths": home["paths"],
+            "cloze": [r for r in rows if r["task"] == "visual_cloze"],
+            "coherence": [r for r in rows if r["task"] == "visual_coherence"]}
 
 
 _inv = _load_invariants()
 
 
 def test_swapped_datasets_keep_the_knob2_ball(world):
-    assert any("af_pooled_swaps" in r["prov"] for r in world["rows"])
-    _inv.test_cloze_shape_and_knob2_ball_from_exported_vectors(world)
+    assert any("af_pooled_swaps" in r["prov"] for r in world["cloze"])
+    _inv.test_cloze_shape_and_knob2_ball_from_exported_vectors({**world, "rows": world["cloze"]})
 
 
 def test_swapped_datasets_keep_the_knob3_closer_count(world):
-    _inv.test_knob3_closer_distractors_on_flagged_questions(world)
+    _inv.test_knob3_closer_distractors_on_flagged_questions({**world, "rows": world["cloze"]})
+
+
+def test_swapped_coherence_keeps_knobs_2_and_3_and_stays_readable(home, world):
+    """Coherence: the swapped-in foreign image was a recorded alternate; it is from another recipe of
+    the split, its anchor and distance are right and inside the ball, knob 3 holds (recomputed from
+    the vectors), the shown steps' texts still tell it apart, and its distance-probe flag is right."""
+    from features.datasets.adversarial import READ_MARGIN
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(home["paths"].lance).text_vectors(ENC, "body")
+    body = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, np.float64))}
+    vec, before, swapped = world["vec"], home["before_rows"], 0
+    split = dict(home["con"].execute("SELECT recipe_id, split FROM recipes").fetchall())
+    for r in world["coherence"]:
+        p, b = r["prov"], before[(r["dataset_id"], r["qid"])]["prov"]
+        assert r["question"] == r["choice_list"] and r["question"][r["answer"]] == p["foreign_item"]
+        swaps = p.get("af_pooled_swaps", [])
+        if not swaps:
+            assert p["foreign_item"] == b["foreign_item"]
+            continue
+        swapped += 1
+        was = {a["item"]: a for a in b["af_alternates"]} | {b["foreign_item"]: None}
+        assert p["foreign_item"] in was and swaps[-1]["in"] == p["foreign_item"]
+        assert p["foreign_recipe_id"] != r["recipe_id"] and split[p["foreign_recipe_id"]] == r["split"]
+        coherent, f = p["question_items"], vec[p["foreign_item"]]
+        assert p["anchor_item"] in coherent
+        assert _inv._d(f, vec[p["anchor_item"]]) == pytest.approx(p["distance"], abs=1e-5)
+        assert p["ball"][0] - 1e-5 < p["distance"] < p["ball"][1] + 1e-5
+        _inv.assert_coherence_knob3(r, vec, coherent, f)
+        for it in coherent:
+            t = body[f"{r['recipe_id']}_{it.removesuffix('.jpg').rsplit('_', 2)[1]}_body"]
+            assert f @ t <= vec[it] @ t - READ_MARGIN + 1e-6
+        allv = [vec[x] for x in r["question"]]
+        loo = [_inv._d(allv[j], np.sum([allv[i] for i in range(4) if i != j], axis=0)) for j in range(4)]
+        assert p["distance_probe_hit"] == (int(np.argmax(loo)) == r["answer"])
+        for s in swaps:       # the adversary ranked the answer higher (less plausible as foreign) than before
+            assert (np.delete(s["logits_after"], r["answer"]) > s["logits_after"][r["answer"]]).sum() >= 1
+    assert swapped > 5, swapped
 
 
 def test_swaps_come_from_the_recorded_alternates_and_are_recorded(home, world):
     """Every swapped-in image was a recorded alternate of the question before af-pool, the swapped-out
     one is an alternate now, the pools and rounds are what they say; the swap rounds counted them."""
     before, n_swapped = home["before_rows"], {}
-    for r in world["rows"]:
+    for r in world["cloze"]:
         p, b = r["prov"], before[(r["dataset_id"], r["qid"])]["prov"]
         swaps = p.get("af_pooled_swaps", [])
         n_swapped[r["dataset_id"]] = n_swapped.get(r["dataset_id"], 0) + bool(swaps)
@@ -142,7 +185,7 @@ def test_swapped_distractors_are_never_the_answer_step_and_stay_readable(home, w
     ids, mat = FeatureStore(home["paths"].lance).text_vectors(ENC, "body")
     body = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, np.float64))}
     vec, checked = world["vec"], 0
-    for r in world["rows"]:
+    for r in world["cloze"]:
         p = r["prov"]
         for s in p.get("af_pooled_swaps", []):
             rid, step, _ = s["in"].removesuffix(".jpg").rsplit("_", 2)
@@ -159,7 +202,7 @@ def test_swaps_and_drops_are_deterministic(home, tmp_path_factory):
         again = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
         first = dict(home["con"].execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial")
                      .fetchall())
-        assert again == first and res == home["res"]
+        assert again == first and res == home["res_all"]
     finally:
         con.close()
         cm.__exit__(None, None, None)
