@@ -55,6 +55,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if done:
             raise ValueError(f"already filtered by the pooled adversary: {', '.join(done)}; regenerate them "
                              "(`mrqa generate`) to filter again")
+        rows = [r for r in rows if r["n_questions"]]
+        if not rows:
+            raise ValueError(f"the AF datasets of {task} (seed {seed}) hold no questions: nothing to filter")
         ids = [r["dataset_id"] for r in rows]
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}

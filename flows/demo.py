@@ -1,8 +1,9 @@
 """`mrqa demo`: the pipeline flow (flows/pipeline.py) with the sample kitchen's parameters.
 
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
-clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset ->
-bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
+clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset -> the
+pooled adversary on the AF visual cloze and coherence datasets (flows/af_pool.py) -> competence
+families -> bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
 knobs 0-1-1 (`TRAIN_DATASETS`) next to Hasty Student. Each stage is a Prefect subflow, timed (wall
 and CPU seconds); a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo`
 prints.
@@ -25,14 +26,14 @@ TRAIN_DATASETS = ("vc-recipeqa-", "vc-0-1-1-s")   # visual cloze: RecipeQA-style
 
 @flow(name="demo", log_prints=True)
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
-              crawl_workers: int = 8, train: bool = True, train_epochs: int = 3,
+              crawl_workers: int = 8, train: bool = True, train_epochs: int = 3, af_pool: bool = True,
               dask_address: str | None = None) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     short training on `TRAIN_DATASETS`); returns the pipeline summary plus the digest printed by
     `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
-                            crawl_workers=crawl_workers, seed=seed, train=train,
+                            crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             train_datasets=list(TRAIN_DATASETS), train_epochs=train_epochs,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
@@ -57,6 +58,10 @@ def demo_digest(summary: dict) -> dict:
                  | ({"neighbour_rows": emb["neighbours"].get("rows")}
                     if isinstance(emb.get("neighbours"), dict) else {}),
         "generate": {k: gen.get(k) for k in ("n_datasets", "n_questions") if k in gen},
+        "af_pool": {task: (r.get("skipped") if "skipped" in r else
+                           f"{sum(x['kept'] for x in r.values())} kept / {sum(x['dropped'] for x in r.values())} "
+                           f"dropped over {len(r)} datasets")
+                    for task, r in (gen.get("af_pool") or {}).items()},
     }
     vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}
              for ph in ("before", "after")} if cln else {}

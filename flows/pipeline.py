@@ -40,6 +40,9 @@ log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARN
 
 DASK_ENV = "MRQA_DASK_ADDRESS"
 STAGES = ("ingest", "clean", "embed", "generate", "competence", "report", "train", "sweep")
+AF_POOL_TASKS = ("visual_cloze", "visual_coherence")     # the tasks whose AF datasets the generate stage filters
+AF_POOL_ROUNDS = 2                                      # its swap rounds (`mrqa af-pool --rounds`)
+AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-share bound of the AF settings
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -218,11 +221,13 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                         output_files=lambda s: [paths.lance] if "://" not in paths.lance else []))
     if p["generate"]:
         # the report stage computes the learned question-only probe of every dataset: generate
-        # prints it only when no report follows (about a second per dataset, 80 datasets)
-        stages.append(Stage("generate", lambda: generate_flow(all_settings=True, seed=p["seed"],
-                                                              encoder_id=p["encoder_id"],
-                                                              probe=not p["report"]),
-                            {"seed": p["seed"], "encoder_id": p["encoder_id"]},
+        # prints it only when no report follows (about a second per dataset, 80 datasets).
+        # The pooled adversary runs inside this stage, as its last step: it rewrites the AF datasets the
+        # stage generated, and a stage of its own would change generate's outputs behind its back
+        af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
+                     "min_kept": p["af_pool_min_kept"]} if p["af_pool"] else None
+        stages.append(Stage("generate", lambda: _generate(p, paths, af_params),
+                            {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
                             [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]))
@@ -256,6 +261,48 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                             [Tab("datasets", ("created_at",)), Tab("questions")], [],
                             output_files=lambda s: [s["out"]] if s.get("out") else []))
     return stages
+
+
+def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
+    """Every dataset (generate_flow), then, with `af_params`, the pooled adversary (`_af_pool`)."""
+    res = generate_flow(all_settings=True, seed=p["seed"], encoder_id=p["encoder_id"], probe=not p["report"])
+    if af_params:
+        res["af_pool"] = _af_pool(paths, {**af_params, "seed": p["seed"]})
+        con = connect(paths)          # the counts as they are after it
+        try:
+            n = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
+        finally:
+            con.close()
+        for d in res.get("datasets", []):
+            d["n_questions_generated"] = d["n_questions"]
+            d["n_questions"] = n.get(d["dataset_id"], d["n_questions"])
+        res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
+    return res
+
+
+def _af_pool(paths: Paths, params: dict) -> dict:
+    """The pooled adversary (flows/af_pool.py) on each task's AF datasets: swap rounds, then the drop
+    with the kept-share floor. A task without AF datasets, or whose AF datasets are all filtered
+    already, is left as it is and says so."""
+    from features.datasets.af_pooled import af_datasets
+    from flows.af_pool import af_pool_flow
+    out = {}
+    for task in params["tasks"]:
+        con = connect(paths)
+        try:
+            rows = af_datasets(con, task, params["seed"])
+        finally:
+            con.close()
+        if not any(r["n_questions"] for r in rows):
+            out[task] = {"skipped": "no AF datasets with questions"}
+        elif all(r["params"].get("af_pooled") for r in rows if r["n_questions"]):
+            out[task] = {"skipped": "already filtered by the pooled adversary"}
+        else:
+            res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"], min_kept=params["min_kept"])
+            out[task] = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
+                                                             "oof_question_only_acc_kept")}
+                         for r in res["datasets"]}
+    return out
 
 
 def _competence(p: dict, ground_truth: Path | None) -> dict:
@@ -344,13 +391,15 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   source: str | None = None, allow_hosts: list[str] = (), allow_private: bool = False,
                   delay_s: float = 1.0, crawl_workers: int = 4, max_pages: int | None = None,
                   clean_workers: int = 1, encoder_id: str | None = None, k: int = 100, seed: int = 0,
-                  generate: bool = True, report: bool = True, train: bool = False,
+                  generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
+                  af_pool_min_kept: float = AF_POOL_MIN_KEPT,
+                  af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3,
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
                   force: list[PipelineStage] = (), dask_address: str | None = None,
                   raise_on_failure: bool = True) -> dict:
-    """Run ingest -> clean -> embed -> generate -> report (-> train -> sweep) as subflows.
+    """Run ingest -> clean -> embed -> generate -> competence -> report (-> train -> sweep) as subflows.
 
     Ingest sources: `sample_recipes` (build and serve the sample kitchen), `listing`, `sitemap`,
     `urls_file`, `rescrape` (stale/missing recipes); none: start at clean on the existing warehouse.
@@ -358,6 +407,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     e.g. "vc-0-1-1-s"); without any the train stage is skipped and says why.
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
+    `af_pool`: generate ends with the pooled adversary (flows/af_pool.py) swaps and drops in the AF datasets
+    of `af_pool_tasks` (`af_pool_rounds` rounds, never below `af_pool_min_kept` of a plain setting).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

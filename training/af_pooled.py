@@ -57,7 +57,7 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                       for f in ("recipe_row", "query", "answer", "target_ctx"))
     recipes = [recipe_of[tuple(q.split("/", 1))] for q in qids]
     fold = np.array([_unit(f"fold:{seed}:{r}") % folds for r in recipes])
-    inner = np.array([_unit(f"stop:{seed}:{r}") % 10 == 0 for r in recipes])
+    stop_key = np.array([_unit(f"stop:{seed}:{r}") for r in recipes], dtype=np.uint64)
     alts = [list((alternates or {}).get(tuple(q.split("/", 1)), ())) for q in qids]
     missing = sorted({a for al in alts for a in al if a not in (alt_vectors or {})})
     if missing:
@@ -71,8 +71,9 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     alt_logits: list[np.ndarray] = [np.zeros(len(a)) for a in alts]
     for f in range(folds):
         held = np.where(fold == f)[0]
+        inner = _early_stop_rows(fold != f, stop_key)
         ds: QADataset = replace(union, splits={"train": sub(np.where((fold != f) & ~inner)[0]),
-                                               "val": sub(np.where((fold != f) & inner)[0]), "test": sub(held)})
+                                               "val": sub(np.where(inner)[0]), "test": sub(held)})
         set_seed(seed + f)
         model = build_model(ds, replace(mc, scorer="question_only", text_features="vectors", align=False))
         fit(model, ds, tc, device)
@@ -94,6 +95,17 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
         out.setdefault(d, {})[qid] = {"choices": np.round(logits[i], 6), "answer": int(aa[i]),
                                       "alts": np.round(alt_logits[i], 6)}
     return out
+
+
+def _early_stop_rows(train: np.ndarray, stop_key: np.ndarray) -> np.ndarray:
+    """The training rows held out for early stopping: those of about 10% of the training recipes (the
+    smallest seeded keys; at least one recipe, never all of them when there are two or more)."""
+    keys = np.unique(stop_key[train])
+    if len(keys) < 2:
+        raise ValueError("the pooled adversary needs at least two recipes in each fold's training part; "
+                         "generate on more recipes or use fewer --folds")
+    cut = keys[min(max(1, len(keys) // 10), len(keys) - 1) - 1]
+    return train & (stop_key <= cut)
 
 
 def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np.ndarray], task: str,

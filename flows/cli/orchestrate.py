@@ -24,13 +24,17 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                    "(default: all cores)."),
              train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
                                         "training run next to Hasty Student."),
+             af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
+                                          "adversary on the AF visual cloze and coherence datasets "
+                                          "(`mrqa af-pool`, 2 swap rounds, kept share >= 0.4)."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
                                                          help="Also write the full summary here.")):
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
     from flows.demo import demo_flow, format_digest
-    summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, dask_address=dask_address)
+    summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
+                        dask_address=dask_address)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -52,6 +56,8 @@ def pipeline_cmd(
         allow_private: bool = typer.Option(False, "--allow-private", help="Allow loopback/private hosts."),
         delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
+        af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled adversary "
+                                     "on the AF visual cloze and coherence datasets (`mrqa af-pool`)."),
         train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
@@ -60,7 +66,8 @@ def pipeline_cmd(
                                                    "the fan-out stages."),
         summary_json: Optional[Path] = typer.Option(None, "--summary-json", help="Also write the summary here."),
         wait: float = wait_option()):
-    """ingest -> clean -> embed -> generate -> report (-> train, sweep); unchanged stages are skipped.
+    """ingest -> clean -> embed -> generate (then the pooled adversary) -> competence -> report (-> train,
+    sweep); unchanged stages are skipped.
 
     With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
     existing warehouse."""
@@ -70,8 +77,8 @@ def pipeline_cmd(
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            train=train, sweep=sweep, force=[f.value for f in force], dask_address=dask_address,
-                            raise_on_failure=False)
+                            af_pool=af_pool, train=train, sweep=sweep, force=[f.value for f in force],
+                            dask_address=dask_address, raise_on_failure=False)
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
     echo_json({"stages": [{k: r.get(k) for k in ("stage", "status", "seconds", "reason", "error")

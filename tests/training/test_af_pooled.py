@@ -298,3 +298,27 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "no AF datasets of visual_cloze" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--tau", "0"])
     assert r.exit_code == 2 and "--tau must be in (0, 1]" in r.output
+
+
+def test_coherence_swap_for_picks_the_foreign_image_nearest_the_target_rank():
+    from training.af_pooled import coherence_swap_for
+    choices = np.array([0.1, 0.2, 2.0, 0.3])              # the answer (foreign, column 2) is spotted: rank 0
+    sets = np.array([[0.5, 0.1, 0.9, 0.0],                # rank 0
+                     [1.5, 0.1, 1.0, 0.0],                # rank 1, gap 0.5
+                     [1.1, 0.1, 1.0, 0.0],                # rank 1, gap 0.1: the least distinguishable
+                     [1.5, 1.6, 1.0, 1.2]])               # rank 3
+    assert coherence_swap_for(choices, 2, sets, 1) == [(2, 2)]
+    assert coherence_swap_for(choices, 2, sets, 3) == [(2, 3)]
+    assert coherence_swap_for(choices, 2, sets[:1], 1) == []          # no nearer than now: no swap
+    assert coherence_swap_for(choices, 2, np.zeros((0, 4)), 1) == []
+
+
+def test_early_stop_rows_hold_out_about_a_tenth_of_the_training_recipes():
+    from training.af_pooled import _early_stop_rows
+    keys = np.repeat(np.arange(40, dtype=np.uint64) * 7919 % 101, 3)       # 40 recipes, 3 questions each
+    train = np.arange(120) < 90                                            # 30 recipes train
+    rows = _early_stop_rows(train, keys)
+    assert not (rows & ~train).any() and len(np.unique(keys[rows])) == 3
+    assert _early_stop_rows(np.arange(120) < 6, keys).sum() == 3           # 2 recipes: one held out
+    with pytest.raises(ValueError, match="at least two recipes"):
+        _early_stop_rows(np.arange(120) < 3, keys)
