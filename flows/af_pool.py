@@ -1,13 +1,16 @@
-"""Prefect flow `af-pool`: the pooled adversary over a task's AF datasets.
+"""Prefect flow `af-pool`: the pooled adversary over a task's AF datasets (visual cloze, coherence).
 
-For `rounds` rounds (visual cloze): export the task's AF datasets with vectors (a temporary folder) ->
-out-of-fold GM3C question-only logits over all of them at once, for the choices and for each question's
-recorded knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions it solves
-beyond `solved_share` (a quarter; most confident first) get alternates it scores above the answer in place of
-distractors it scores below, aiming the answer's rank at the ranks short of a quarter (swaps_for) ->
-write back (features/datasets/af_pooled.apply_swaps). Then, with a fresh out-of-fold model, drop the
-questions it solves with probability >= tau, never below `min_kept` x the plain setting. Run after
-`mrqa generate` of the AF settings and before `mrqa report`.
+For `rounds` rounds: export the task's AF datasets with vectors (a temporary folder) -> out-of-fold
+GM3C question-only logits over all of them at once, for the choices and for each question's recorded
+knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions it solves beyond
+`solved_share` (a quarter; most confident first) are aimed at the answer ranks short of their share:
+cloze, alternates it scores above the answer replace distractors it scores below (swaps_for);
+coherence, the alternate foreign image that puts the answer's rank nearest the target
+(coherence_swap_for) -> write back (features/datasets/af_pooled.apply_swaps). Then drop the questions
+it solves with probability >= tau, never below `min_kept` x the plain setting: as judged by the last
+round's model with the swapped choices' logits put in, or (`fresh_drop`, or no rounds) by a model
+trained anew on the questions as they now are. Run after `mrqa generate` of the AF settings and
+before `mrqa report`.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from training.af_pooled import (
     drop_plan,
     out_of_fold_scores,
     swap_plan,
+    swapped_scores,
     verdicts,
 )
 
@@ -40,9 +44,10 @@ log = logging.getLogger(__name__)
 @flow(name="af-pool", log_prints=True)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
-                 solved_share: float = SOLVED_SHARE) -> dict:
-    """Swap (visual cloze, `rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the
-    pooled out-of-fold adversary."""
+                 solved_share: float = SOLVED_SHARE, fresh_drop: bool = False) -> dict:
+    """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
+    out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
+    put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass)."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share)
     con = connect(paths)
@@ -62,6 +67,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
         swap_log: dict[str, list[dict]] = {d: [] for d in ids}
+        scores: dict = {}
         for rnd in range(1, rounds + 1):
             alts = alternates(con, ids)
             if not any(alts.values()):
@@ -73,16 +79,20 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             plan = swap_plan(scores, alts, solved_share)
             done_n = apply_swaps(con, plan, scores, rnd)
             acc = verdicts(scores)
+            scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
             for d in ids:
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
                                     "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
                                                                    / max(len(acc[d]), 1), 4)})
                 log.info("af-pool round %d %s: out-of-fold question-only %.3f, swapped %d questions", rnd, d,
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
-        oof = verdicts(_scores(con, paths, ids, recipe_of, folds, seed, size))
+        fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
+        if fresh:
+            scores = _scores(con, paths, ids, recipe_of, folds, seed, size)
+        oof = verdicts(scores)
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
-                "rounds": rounds, "solved_share": solved_share,
+                "rounds": rounds, "solved_share": solved_share, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:

@@ -267,6 +267,27 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
     return plan
 
 
+def swapped_scores(scores: dict[str, dict[str, dict]], plan: dict[str, dict[str, list[tuple[int, int]]]]
+                   ) -> dict[str, dict[str, dict]]:
+    """The scores with each planned swap carried out: the model scores each choice alone (cloze), so a
+    swapped-in alternate's logit is its logit as a choice; coherence: the alternate's 4 logits."""
+    out = {d: dict(qs) for d, qs in scores.items()}
+    for did, qs in plan.items():
+        for q, sw in qs.items():
+            if not sw:
+                continue
+            s = dict(out[did][q])
+            ch = s["choices"].copy()
+            for col, j in sw:
+                if s["alts"].ndim == 2:
+                    ch = s["alts"][j].copy()
+                else:
+                    ch[col] = s["alts"][j]
+            s["choices"] = ch
+            out[did][q] = s
+    return out
+
+
 def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float = SOLVED_SHARE) -> None:
     """The refusals of `drop_plan` and the swap rounds, for a caller that wants them before any work."""
     if rounds < 0:

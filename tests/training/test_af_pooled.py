@@ -55,7 +55,9 @@ def _build(tmp_path_factory, name: str):
                 "'logreg', 5, now() FROM datasets WHERE adversarial")
     con.close()
     # AF already takes the synthetic world's question-only model to chance: aim lower, so the rounds swap
-    res = {t: af_pool_flow.fn(task=t, tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05)
+    # cloze: the drop by a model trained anew after the rounds; coherence: by the last round's model
+    res = {t: af_pool_flow.fn(task=t, tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05,
+                              fresh_drop=t == "visual_cloze")
            for t in ("visual_cloze", "visual_coherence")}
     con2 = duckdb.connect(str(paths.warehouse))
     return cm, res, before, paths, con2
@@ -322,3 +324,26 @@ def test_early_stop_rows_hold_out_about_a_tenth_of_the_training_recipes():
     assert _early_stop_rows(np.arange(120) < 6, keys).sum() == 3           # 2 recipes: one held out
     with pytest.raises(ValueError, match="at least two recipes"):
         _early_stop_rows(np.arange(120) < 3, keys)
+
+
+def test_swapped_scores_put_the_alternates_logits_in_and_the_flags_say_which_drop():
+    from training.af_pooled import swapped_scores
+    scores = {"d": {"a": {"choices": np.array([2.0, 0.1, 0.5, 0.3]), "answer": 0, "alts": np.array([2.5, 1.0])},
+                    "b": {"choices": np.array([0.1, 0.2, 2.0, 0.3]), "answer": 2,
+                          "alts": np.array([[1.1, 0.1, 1.0, 0.0]])}}}
+    out = swapped_scores(scores, {"d": {"a": [(1, 0)], "b": [(2, 0)]}})
+    assert out["d"]["a"]["choices"].tolist() == [2.0, 2.5, 0.5, 0.3]
+    assert out["d"]["b"]["choices"].tolist() == [1.1, 0.1, 1.0, 0.0]
+    assert scores["d"]["a"]["choices"].tolist() == [2.0, 0.1, 0.5, 0.3]          # the input is left as it was
+    from training.af_pooled import verdicts
+    v = verdicts(out)
+    assert v["d"]["a"][1] is False and v["d"]["b"][1] is False                    # neither solved any more
+
+
+def test_af_pool_records_how_the_drop_was_decided(home):
+    assert home["res_all"]["visual_cloze"]["fresh_drop"] is True
+    assert home["res_all"]["visual_coherence"]["fresh_drop"] is False
+    for r in home["res_all"]["visual_coherence"]["datasets"]:
+        params = json.loads(home["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                                [r["dataset_id"]]).fetchall()[0][0])
+        assert params["af_pooled"]["fresh_drop"] is False and len(params["af_pooled"]["swap_rounds"]) == 2
