@@ -74,9 +74,11 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 log.info("af-pool: no recorded alternates (datasets generated before they were): no swaps")
                 break
             items = {k: [x["item"] for x in a["alts"]] for k, a in alts.items()}
-            scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items,
-                             sorted({i for v in items.values() for i in v}))
-            plan = swap_plan(scores, alts, solved_share)
+            vectors = _vectors(con, paths, ids, sorted({i for k, a in alts.items()
+                                                        for i in items[k] + (a["choices"] if task == "visual_cloze"
+                                                                             else [])}))
+            scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors)
+            plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
             done_n = apply_swaps(con, plan, scores, rnd)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
@@ -103,16 +105,18 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     return {"task": task, "datasets": res, **info}
 
 
+def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, np.ndarray]:
+    """Image vectors of `items` in the datasets' feature space (their encoder), as the store holds them."""
+    from features.vectors.store import FeatureStore
+    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+    got, mat = FeatureStore(paths.lance).image_vectors(enc[0][0], ids=items)
+    return dict(zip(got, np.asarray(mat, dtype=np.float32)))
+
+
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
-            alts: dict | None = None, alt_items: list[str] | None = None) -> dict:
-    """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates)."""
-    vectors = None
-    if alt_items:
-        from features.vectors.store import FeatureStore
-        enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
-                          [ids]).fetchall()
-        got, mat = FeatureStore(paths.lance).image_vectors(enc[0][0], ids=alt_items)
-        vectors = dict(zip(got, np.asarray(mat, dtype=np.float32)))
+            alts: dict | None = None, vectors: dict | None = None) -> dict:
+    """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
+    whose vectors are in `vectors`)."""
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
         export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
         return out_of_fold_scores(Path(tmp), ids, recipe_of, folds=folds, seed=seed, size=size,

@@ -203,19 +203,32 @@ def target_ranks(scores: dict[str, dict], order_key, solved_share: float = SOLVE
     return out
 
 
+def centre(V: np.ndarray) -> int:
+    """The centre of a choice set (4, d): the choice with the highest mean cosine to the others (the
+    centre rule of features/diagnostics/bias.py picks it)."""
+    U = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+    g = U @ U.T
+    return int(np.argmax((g.sum(1) - np.diag(g)) / (len(V) - 1)))
+
+
 def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.ndarray, alt_closer: np.ndarray,
-              need: int, exact: bool, target: int) -> list[tuple[int, int]]:
+              need: int, exact: bool, target: int, V: np.ndarray | None = None,
+              W: np.ndarray | None = None) -> list[tuple[int, int]]:
     """(choice column, alternate index) swaps that bring the answer to `target` choices scored above it:
     the distractors below the answer, lowest first, each replaced by the alternate scored above the
     answer by the least (the least distinguishable), while the number of distractors closer to the
     question than the answer stays what knob 3 asks (`need`, exactly when `exact`, else at least).
-    closer (4,): per choice column (the answer's ignored); fewer swaps when the alternates run out."""
+    closer (4,): per choice column (the answer's ignored); fewer swaps when the alternates run out.
+    With the choices' and alternates' vectors V (4, d) and W (A, d): never a swap that makes the
+    answer the centre of the choice set when it was not (alternates the adversary finds plausible sit
+    near the answer, and a centre cue would replace the cue they remove)."""
     s_a = choices[answer]
     cols = [c for c in np.argsort(choices, kind="stable") if c != answer and choices[c] <= s_a]
     above = [j for j in np.argsort(alts - s_a, kind="stable") if alts[j] > s_a]
     n_closer = int(sum(closer[c] for c in range(len(choices)) if c != answer))
     have = len(choices) - 1 - len(cols)
     out, used = [], set()
+    V = None if V is None else V.copy()
     for c in cols:
         if have >= target:
             break
@@ -223,32 +236,48 @@ def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.nda
             if j in used:
                 continue
             n_new = n_closer - int(closer[c]) + int(alt_closer[j])
-            if (n_new == need) if exact else (n_new >= need):
-                out.append((int(c), int(j)))
-                used.add(j)
-                n_closer, have = n_new, have + 1
-                break
+            if not ((n_new == need) if exact else (n_new >= need)):
+                continue
+            if V is not None:
+                T = V.copy()
+                T[c] = W[j]
+                if centre(T) == answer != centre(V):
+                    continue
+                V = T
+            out.append((int(c), int(j)))
+            used.add(j)
+            n_closer, have = n_new, have + 1
+            break
     return out
 
 
-def coherence_swap_for(choices: np.ndarray, answer: int, alt_sets: np.ndarray, target: int) -> list[tuple[int, int]]:
+def coherence_swap_for(choices: np.ndarray, answer: int, alt_sets: np.ndarray, target: int,
+                       probe_hit: np.ndarray | None = None, now_hit: bool = False) -> list[tuple[int, int]]:
     """[(answer column, alternate index)]: the foreign image whose 4-choice logits (alt_sets (A, 4))
     put the answer's rank nearest `target` (ties: the smallest logit gap, then the first), when that is
-    nearer than now; [] otherwise."""
+    nearer than now; [] otherwise. With `probe_hit` (A,): never an alternate the distance probe spots
+    when it does not spot the foreign image now (`now_hit`)."""
     if not len(alt_sets):
         return []
     ranks = (np.delete(alt_sets, answer, axis=1) > alt_sets[:, [answer]]).sum(1)
     gaps = np.abs(np.delete(alt_sets, answer, axis=1) - alt_sets[:, [answer]]).min(1)
     obj = np.abs(ranks - target) + gaps / (1.0 + gaps)
+    if probe_hit is not None and not now_hit:
+        obj = np.where(probe_hit, np.inf, obj)
     j = int(np.argmin(obj))
+    if not np.isfinite(obj[j]):
+        return []
     return [(int(answer), j)] if abs(ranks[j] - target) < abs(answer_rank(choices, answer) - target) else []
 
 
 def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
-              solved_share: float = SOLVED_SHARE) -> dict[str, dict[str, list[tuple[int, int]]]]:
-    """dataset_id -> qid -> its swaps (`swaps_for`) toward the `target_ranks` of its dataset, the most
-    confidently solved questions first. `alts`: (dataset_id, qid) -> {"alts", "closer", "need",
-    "exact"} (features/datasets/af_pooled.alternates); questions without alternates are not swapped."""
+              solved_share: float = SOLVED_SHARE, vectors: dict[str, np.ndarray] | None = None
+              ) -> dict[str, dict[str, list[tuple[int, int]]]]:
+    """dataset_id -> qid -> its swaps toward the `target_ranks` of its dataset, the most confidently
+    solved questions first. `alts`: (dataset_id, qid) -> {"alts", "closer", "need", "exact", "choices",
+    "probe_hit"} (features/datasets/af_pooled.alternates); questions without alternates are not
+    swapped. Cloze: `swaps_for`, with the centre guard when `vectors` (image id -> unit vector) hold
+    the choices and alternates; coherence: `coherence_swap_for`, with the distance-probe guard."""
     plan: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for did, qs in sorted(scores.items()):
         p_ans = {q: float(np.exp(s["choices"][s["answer"]] - np.logaddexp.reduce(s["choices"]))) for q, s in qs.items()}
@@ -259,10 +288,16 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
                 continue
             s = qs[q]
             if s["alts"].ndim == 2:           # coherence: the foreign image is the answer
-                out[q] = coherence_swap_for(s["choices"], s["answer"], s["alts"], t)
+                hits = np.array([bool(x.get("distance_probe_hit")) for x in a["alts"]])
+                out[q] = coherence_swap_for(s["choices"], s["answer"], s["alts"], t, hits,
+                                            bool(a.get("probe_hit")))
             else:
+                V = W = None
+                if vectors is not None:
+                    V = np.stack([vectors[i] for i in a["choices"]])
+                    W = np.stack([vectors[x["item"]] for x in a["alts"]])
                 out[q] = swaps_for(s["choices"], s["answer"], s["alts"], np.array(a["closer"]),
-                                   np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t)
+                                   np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t, V, W)
         plan[did] = out
     return plan
 

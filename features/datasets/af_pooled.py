@@ -36,23 +36,26 @@ def _dumps(x) -> str:
 def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[tuple[str, str], dict]:
     """(dataset_id, qid) -> {"alts": its recorded alternates, "closer": per choice column, is it a
     distractor closer to the question than the answer (the answer's: False), "need": the closer
-    distractors knob 3 asks for, "exact": whether exactly (knob-3 balanced mode) or at least}. Questions
-    without recorded alternates are left out."""
-    rows = con.execute("""SELECT dataset_id, qid, answer, json_extract(provenance, '$.af_alternates'),
+    distractors knob 3 asks for, "exact": whether exactly (knob-3 balanced mode) or at least,
+    "choices": the choice image ids, "probe_hit": coherence, whether the distance probe spots the
+    foreign image now}. Questions without recorded alternates are left out."""
+    rows = con.execute("""SELECT dataset_id, qid, answer, choice_list, json_extract(provenance, '$.af_alternates'),
                                  json_extract(provenance, '$.distractors'),
                                  json_extract(provenance, '$.n_closer_required'),
-                                 json_extract_string(provenance, '$.k3_mode')
+                                 json_extract_string(provenance, '$.k3_mode'),
+                                 json_extract(provenance, '$.distance_probe_hit')
                           FROM questions WHERE list_contains(?, dataset_id) ORDER BY dataset_id, qid""",
                        [dataset_ids]).fetchall()
     out = {}
-    for d, q, answer, alts, dis, need, mode in rows:
+    for d, q, answer, choices, alts, dis, need, mode, hit in rows:
         alts = json.loads(alts) if alts else []
         if not alts:
             continue
         closer = [bool(x["closer"]) for x in json.loads(dis)] if dis else [False] * 3
         closer.insert(answer, False)
         out[(d, q)] = {"alts": alts, "closer": closer, "need": int(json.loads(need or "0")),
-                       "exact": mode == "balanced"}
+                       "exact": mode == "balanced", "choices": list(choices),
+                       "probe_hit": bool(json.loads(hit or "false"))}
     return out
 
 

@@ -347,3 +347,39 @@ def test_af_pool_records_how_the_drop_was_decided(home):
         params = json.loads(home["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                                 [r["dataset_id"]]).fetchall()[0][0])
         assert params["af_pooled"]["fresh_drop"] is False and len(params["af_pooled"]["swap_rounds"]) == 2
+
+
+def test_swaps_never_make_the_answer_the_centre_and_coherence_never_takes_a_probe_spotted_foreign():
+    from training.af_pooled import centre, coherence_swap_for
+    V = np.array([[0, 0, 1, 0], [1, 1, 0, 0], [0.2, 0, 1, 0], [0, 1, 0, 1.0]])
+    assert centre(V) == 2                                       # not the answer (column 1)
+    choices, closer = np.array([0.1, 2.0, 0.5, 0.3]), np.zeros(4, dtype=bool)
+    W = np.array([[1, 0.8, 0, 0], [0, 0, 0, 1.0]])              # the first would make column 1 the centre
+    alts = np.array([2.2, 2.5])
+    assert centre(np.array([W[0], V[1], V[2], V[3]])) == 1
+    assert swaps_for(choices, 1, alts, closer, np.zeros(2, bool), 0, False, 1) == [(0, 0)]      # unguarded
+    assert swaps_for(choices, 1, alts, closer, np.zeros(2, bool), 0, False, 1, V, W) == [(0, 1)]
+    sets = np.array([[1.1, 0.1, 1.0, 0.0], [1.5, 0.1, 1.0, 0.0]])
+    ch = np.array([0.1, 0.2, 2.0, 0.3])
+    assert coherence_swap_for(ch, 2, sets, 1) == [(2, 0)]
+    assert coherence_swap_for(ch, 2, sets, 1, np.array([True, False])) == [(2, 1)]
+    assert coherence_swap_for(ch, 2, sets, 1, np.array([True, True])) == []
+    assert coherence_swap_for(ch, 2, sets, 1, np.array([True, False]), now_hit=True) == [(2, 0)]
+
+
+def test_swapped_questions_keep_the_answer_off_centre_and_the_probe_off_the_foreign(home, world):
+    from training.af_pooled import centre
+    before, vec, n = home["before_rows"], world["vec"], 0
+    for r in world["rows"]:
+        p = r["prov"]
+        if not p.get("af_pooled_swaps"):
+            continue
+        b = before[(r["dataset_id"], r["qid"])]["prov"]
+        if r["task"] == "visual_cloze":
+            was = centre(np.stack([vec[i] for i in b["choice_items"]])) == r["answer"]
+            now = centre(np.stack([vec[i] for i in p["choice_items"]])) == r["answer"]
+            assert was or not now, r["qid"]
+        else:
+            assert b["distance_probe_hit"] or not p["distance_probe_hit"], r["qid"]
+        n += 1
+    assert n > 10
