@@ -26,7 +26,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                         "training run next to Hasty Student."),
              af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
                                           "adversary on the AF visual cloze and coherence datasets "
-                                          "(`mrqa af-pool`, 2 swap rounds, kept share >= 0.4)."),
+                                          "(`mrqa af-pool`, 1 swap round, kept share >= 0.4)."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",

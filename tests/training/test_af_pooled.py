@@ -81,11 +81,12 @@ def home(tmp_path_factory):
     for (d, _), r in before_rows.items():
         if r["task"] == "visual_cloze":
             before[d] = before.get(d, 0) + 1
+    state = {"res": res["visual_cloze"], "res_all": res, "before": before, "before_rows": before_rows,
+             "con": con2, "paths": paths}
     try:
-        yield {"res": res["visual_cloze"], "res_all": res, "before": before, "before_rows": before_rows,
-               "con": con2, "paths": paths}
+        yield state
     finally:
-        con2.close()
+        state["con"].close()            # a test may have reopened it
         cm.__exit__(None, None, None)
 
 
@@ -383,3 +384,19 @@ def test_swapped_questions_keep_the_answer_off_centre_and_the_probe_off_the_fore
             assert b["distance_probe_hit"] or not p["distance_probe_hit"], r["qid"]
         n += 1
     assert n > 10
+
+
+def test_the_pipeline_step_leaves_filtered_and_missing_tasks_as_they_are(home):
+    from flows.pipeline import _af_pool
+    before = dict(home["con"].execute("SELECT dataset_id, content_sha256 FROM datasets").fetchall())
+    home["con"].close()
+    try:
+        out = _af_pool(home["paths"], {"tasks": ["visual_cloze", "visual_coherence"], "seed": 0, "rounds": 1,
+                                       "min_kept": 0.4})
+        assert out == {t: {"skipped": "already filtered by the pooled adversary"}
+                       for t in ("visual_cloze", "visual_coherence")}
+        out = _af_pool(home["paths"], {"tasks": ["visual_cloze"], "seed": 7, "rounds": 1, "min_kept": 0.4})
+        assert out == {"visual_cloze": {"skipped": "no AF datasets with questions"}}
+    finally:
+        home["con"] = duckdb.connect(str(home["paths"].warehouse))
+    assert dict(home["con"].execute("SELECT dataset_id, content_sha256 FROM datasets").fetchall()) == before
