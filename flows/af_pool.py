@@ -7,7 +7,8 @@ knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions 
 cloze, alternates it scores above the answer replace distractors it scores below (swaps_for);
 coherence, the alternate foreign image that puts the answer's rank nearest the target
 (coherence_swap_for) -> write back (features/datasets/af_pooled.apply_swaps). Then drop the questions
-it solves with probability >= tau, never below `min_kept` x the plain setting: as judged by the last
+it solves with probability >= tau, never below `min_kept` x the plain setting nor below `solved_share`
+of the kept questions solved (a set it gets below chance is a reversed cue): as judged by the last
 round's model with the swapped choices' logits put in, or (`fresh_drop`, or no rounds) by a model
 trained anew on the questions as they now are. Run after `mrqa generate` of the AF settings and
 before `mrqa report`.
@@ -92,7 +93,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if fresh:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size)
         oof = verdicts(scores)
-        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept)
+        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, solved_share)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
                 "rounds": rounds, "solved_share": solved_share, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}

@@ -2,7 +2,7 @@
 
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
 clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset -> the
-pooled adversary on the AF visual cloze and coherence datasets (flows/af_pool.py) -> competence
+pooled adversary on the AF visual cloze datasets (flows/af_pool.py) -> competence
 families -> bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
 knobs 0-1-1 (`TRAIN_DATASETS`) next to Hasty Student. Each stage is a Prefect subflow, timed (wall
 and CPU seconds); a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo`

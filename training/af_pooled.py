@@ -336,14 +336,20 @@ def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float
 
 
 def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, int], tau: float = TAU,
-              min_kept: float = 0.0) -> dict[str, list[str]]:
+              min_kept: float = 0.0, solved_share: float = 0.0) -> dict[str, list[str]]:
     """dataset_id -> the qids to drop: solved out of fold (the pick is the answer) with probability
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
-    questions (0: no floor)."""
-    check_args(tau, min_kept)
+    questions (0: no floor) and the adversary still solves at least `solved_share` of the kept ones
+    (0: no cap). The cap is AFLite's "drop what stays predictable, in either direction": dropping every
+    solved question leaves a set the adversary gets below chance, and that reversed cue ("the choice it
+    picks is never the answer") is one a fresh model learns."""
+    check_args(tau, min_kept, 0, solved_share)
     plan = {}
     for did, qs in sorted(oof.items()):
         cands = sorted(((p, q) for q, (p, r) in qs.items() if r and p >= tau), key=lambda x: (-x[0], x[1]))
         room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)
+        if solved_share:
+            solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= share
+            room = min(room, int(np.floor((solved - solved_share * len(qs)) / (1 - solved_share) + 1e-9)))
         plan[did] = sorted(q for _, q in cands[:max(0, room)])
     return plan

@@ -25,8 +25,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
                                         "training run next to Hasty Student."),
              af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
-                                          "adversary on the AF visual cloze and coherence datasets "
-                                          "(`mrqa af-pool`, 1 swap round, kept share >= 0.4)."),
+                                          "adversary on the AF visual cloze datasets (`mrqa af-pool`, 1 swap "
+                                          "round, kept share >= 0.4)."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
@@ -57,7 +57,7 @@ def pipeline_cmd(
         delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
         af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled adversary "
-                                     "on the AF visual cloze and coherence datasets (`mrqa af-pool`)."),
+                                     "on the AF visual cloze datasets (`mrqa af-pool`)."),
         train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "

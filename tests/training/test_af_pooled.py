@@ -287,6 +287,10 @@ def test_drop_plan_takes_the_confident_solved_ones_and_keeps_the_floor():
     assert drop_plan(oof, {"d": 10}, tau=0.5) == {"d": ["a", "b", "f"]}
     assert drop_plan(oof, {"d": 10}, tau=0.5, min_kept=0.4) == {"d": ["a"]}    # keep >= 4 of 5
     assert drop_plan(oof, {"d": 10}, tau=0.5, min_kept=0.5) == {"d": []}
+    # the cap: 4 of 5 solved; at least a quarter of the kept stay solved: (4 - d) / (5 - d) >= 0.25 -> d <= 3
+    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.25) == {"d": ["a", "b", "f"]}
+    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.6) == {"d": ["a", "b"]}     # 2/3 >= 0.6 > 1/2
+    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.8) == {"d": []}             # 4/5: at the share
     with pytest.raises(ValueError, match="tau"):
         drop_plan(oof, {}, tau=0.0)
     with pytest.raises(ValueError, match="min-kept"):
