@@ -1,5 +1,6 @@
-"""Prefect flow `pipeline`: ingest -> clean -> embed (new images; neighbours) -> generate -> report
-(-> optional short training of the given datasets / sweep), each stage a subflow of flows/*.py.
+"""Prefect flow `pipeline`: ingest -> clean -> embed (new images; neighbours) -> generate (then the pooled
+adversary on the AF visual cloze datasets) -> competence -> report (-> optional short training of the
+given datasets / sweep), each stage a subflow of flows/*.py.
 
 Re-runs skip finished work: before a stage runs, the flow fingerprints the stage's input tables and
 parameters and its output tables/files (etl/stage_state is the DuckDB table `pipeline_stages`); a
