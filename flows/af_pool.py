@@ -7,8 +7,8 @@ knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions 
 cloze, alternates it scores above the answer replace distractors it scores below (swaps_for);
 coherence, the alternate foreign image that puts the answer's rank nearest the target
 (coherence_swap_for) -> write back (features/datasets/af_pooled.apply_swaps). Then drop the questions
-it solves with probability >= tau, never below `min_kept` x the plain setting nor below `solved_share`
-of the kept questions solved (a set it gets below chance is a reversed cue): as judged by the last
+it solves with probability >= tau, never below `min_kept` x the plain setting (and, with `keep_solved`,
+never below that share of the kept questions solved): as judged by the last
 round's model with the swapped choices' logits put in, or (`fresh_drop`, or no rounds) by a model
 trained anew on the questions as they now are. Run after `mrqa generate` of the AF settings and
 before `mrqa report`.
@@ -45,12 +45,13 @@ log = logging.getLogger(__name__)
 @flow(name="af-pool", log_prints=True)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
-                 solved_share: float = SOLVED_SHARE, fresh_drop: bool = False) -> dict:
+                 solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass)."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share)
+    check_args(tau, min_kept, rounds, keep_solved)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed)
@@ -93,9 +94,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if fresh:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size)
         oof = verdicts(scores)
-        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, solved_share)
+        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
-                "rounds": rounds, "solved_share": solved_share, "fresh_drop": fresh,
+                "rounds": rounds, "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:

@@ -46,6 +46,7 @@ AF_POOL_TASKS = ("visual_cloze",)   # the tasks whose AF datasets the generate s
 AF_POOL_ROUNDS = 1                                      # its swap rounds (`mrqa af-pool --rounds`: 2); one keeps
                                                         # the demo within 15 minutes
 AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-share bound of the AF settings
+AF_POOL_KEEP_SOLVED = 0.25                              # its drop's cap (`mrqa af-pool --keep-solved`)
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -228,7 +229,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         # The pooled adversary runs inside this stage, as its last step: it rewrites the AF datasets the
         # stage generated, and a stage of its own would change generate's outputs behind its back
         af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
-                     "min_kept": p["af_pool_min_kept"]} if p["af_pool"] else None
+                     "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED} if p["af_pool"] else None
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params),
                             {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -303,7 +304,7 @@ def _af_pool(paths: Paths, params: dict) -> dict:
         else:
             try:
                 res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
-                                   min_kept=params["min_kept"])
+                                   min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0))
             except ValueError as e:      # e.g. too few recipes for its folds: the datasets stay as generated
                 log.warning("af-pool %s: %s", task, e)
                 out[task] = {"skipped": str(e)}

@@ -144,6 +144,9 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                            "only)."),
                 solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
                                                    "dataset's questions the adversary may still solve."),
+                keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "
+                                                  "still solves this share of the kept questions (0: no cap; "
+                                                  "0.25: never below chance)."),
                 fresh_drop: bool = typer.Option(False, "--fresh-drop", help="Decide the drop by a model trained "
                                                 "anew after the last round (one more pass) instead of the last "
                                                 "round's model with the swapped choices' logits."),
@@ -157,7 +160,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
     from flows.af_pool import af_pool_flow
     try:
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
-                       rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop)
+                       rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
