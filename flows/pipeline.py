@@ -46,7 +46,8 @@ AF_POOL_TASKS = ("visual_cloze",)   # the tasks whose AF datasets the generate s
 AF_POOL_ROUNDS = 1                                      # its swap rounds (`mrqa af-pool --rounds`: 2); one keeps
                                                         # the demo within 15 minutes
 AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-share bound of the AF settings
-AF_POOL_KEEP_SOLVED = 0.25                              # its drop's cap (`mrqa af-pool --keep-solved`)
+AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
+                                                        # 0.25 left pooled question-only at 33-42% (33-40% without)
 
 
 # ----------------------------------------------------------------------------- fingerprints
