@@ -78,7 +78,7 @@ PROVENANCE_KEYS = {
                    "closer (dist_q below the answer's)}.",
     "n_closer": "Cloze: distractors closer to the question than the answer.",
     "n_closer_required": "Cloze: how many closer distractors knob 3 required for this question.",
-    "n_closer_candidates": "Cloze: in-ball candidates closer to the question than the answer.",
+    "n_closer_candidates": "Cloze: in-ball candidates closer to the question than the answer (null when knob 3 is 0).",
     "k3_heads": "Knob 3 applied to this question (coin: the seeded coin flip; all/balanced: always).",
     "m_d": "Knob 2: mean distance of the answer's k nearest neighbours.",
     "s_d": "Knob 2: standard deviation of those distances.",

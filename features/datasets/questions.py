@@ -210,7 +210,10 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
     m, s = P["m_d"][keep], P["s_d"][keep]
     extra.update({"rule": "ball", "m_d": pa.array(_r(m)), "s_d": pa.array(_r(s)),
                   "ball": _lists(_r(np.stack([lo[keep], hi[keep]], 1))), "ball_sd": [p.ball_lo_sd, p.ball_hi_sd],
-                  "k": p.k, "n_ball_candidates": pa.array(n_c[keep]), "n_closer_candidates": pa.array(n_close[keep])})
+                  "k": p.k, "n_ball_candidates": pa.array(n_c[keep]),
+                  # without a knob-3 rule the closeness of the candidates is computed lazily (only the rows
+                  # of the picks, and those other settings of the same run asked for): not counted
+                  "n_closer_candidates": pa.array(n_close[keep]) if p.k3_mode != "off" else None})
     _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, closer, extra, need, heads)
 
 

@@ -58,7 +58,9 @@ AF_SETTINGS = [_af("visual_cloze", 0, 0, 0), _af("visual_cloze", 0, 1, 1), _af("
 # this world, computed by the generator before adversarial filtering existed: AF adds datasets, and
 # leaves these byte-identical. Keyed by the ids that spell the setting's name (vc-0-0-1-balanced-s0-...);
 # the same datasets had vc-k001-s0-...-pdabfed-style ids before, with these same content hashes (they
-# cover the questions, not the id)
+# cover the questions, not the id). The 8 cloze settings with knob 3 = 0 were re-recorded once, when
+# their `n_closer_candidates` became null (it had counted whatever closeness earlier settings of the
+# same run had computed, so a setting generated alone differed); nothing else in them changed
 BEFORE_AF = json.loads((Path(__file__).with_name("adversarial_before_af_hashes.json")).read_text())
 
 

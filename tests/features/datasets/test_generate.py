@@ -332,6 +332,11 @@ def test_determinism_idempotence_and_seed(world, tmp_path):
     assert all(o["content_sha256"] != f["content_sha256"] for o, f in zip(other, first))
     parts = sorted(p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*.parquet"))
     assert "questions/task=visual_cloze/knobs=0-1-1/split=train/data_0.parquet" in parts
+    # a setting without a knob-3 rule, generated alone, is the dataset `--all` made among the others
+    # (the candidates' closeness is computed lazily and shared between the settings of one run)
+    alone = generate_datasets(con, [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0))], seed=0,
+                              encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    assert alone[0]["content_sha256"] == world["summaries"][alone[0]["dataset_id"]]["content_sha256"]
 
 
 def test_recipeqa_json_export(world, tmp_path):
