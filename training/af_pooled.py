@@ -4,11 +4,14 @@ setting of a task at once, scoring each question out of fold.
 AF (features/datasets/adversarial.py) picks distractors against a linear ensemble trained per
 setting. A nonlinear question-only model that sees all settings' questions (the settings share one
 recipe split) still learns a cue AF leaves: on the 1,000-recipe demo it reads 37-52% of the AF visual
-cloze questions (`mrqa sweep --pooled`). `out_of_fold` trains that model k times, each time on the
-questions of the other folds of recipes (all splits; 10% of those recipes held out for early
-stopping), and returns for every question the probability it gives the answer and whether the answer
-is its pick. `drop_plan` then names the questions it solves with probability at least `tau`, never
-taking a dataset below `min_kept` of its plain setting's questions. Deterministic for a seed.
+cloze questions (`mrqa sweep --pooled`). `out_of_fold_scores` trains that model k times, each time on
+the questions of the other folds of recipes (all splits; about 10% of those recipes held out for early
+stopping), and returns for every question the logits of its choices and of its recorded alternates
+(each scored in place: cloze, at the placeholder; coherence, as the foreign image). `swap_plan` aims
+the questions it solves beyond a share at the answer ranks short of theirs (`swaps_for`,
+`coherence_swap_for`, with the centre and distance-probe guards); `drop_plan` names the questions it
+still solves with probability at least `tau`, never taking a dataset below `min_kept` of its plain
+setting's questions (nor, optionally, below a share solved). Deterministic for a seed.
 """
 from __future__ import annotations
 

@@ -8,14 +8,15 @@ and the dropped count as the generation skip `af_pooled_predictable`, and remove
 stale `bias_metrics` row (`mrqa report` recomputes it). A dataset filtered once is refused a second
 time: regenerate it (`mrqa generate`) to filter again.
 
-Visual cloze first swaps (`alternates`, `apply_swaps`): each AF question records in its provenance the
-knob-valid candidates that were not picked (`af_alternates`, features/datasets/adversarial.py). The
-pooled adversary scores them at the placeholder, and a question it solves too easily gets a distractor
-it finds plausible from that list (training/af_pooled.swaps_for). The swapped-out distractor joins the
-alternates, `distractors`, `choice_items`, `af_pools` and `n_closer` follow the new choice, its
-`af_scores` entry becomes null (that ensemble never scored it) and `af_pooled_swaps` records each swap
-with the round and the adversary's logits. The closer-to-the-question count is kept, so every knob
-holds; the drop runs after the last round.
+Swaps come first (`alternates`, `apply_swaps`): each visual cloze and coherence AF question records in
+its provenance the knob-valid candidates that were not picked (`af_alternates`,
+features/datasets/adversarial.py). The pooled adversary scores them in place, and a question it
+solves too easily gets a distractor (coherence: a foreign image) it finds plausible from that list
+(training/af_pooled.swaps_for, coherence_swap_for). The swapped-out image joins the alternates;
+`distractors` (coherence: the foreign image's fields), `choice_items`, `af_pools` and `n_closer`
+follow the new choice; its `af_scores` entry (coherence: all four) becomes null, since that ensemble
+never scored it; `af_pooled_swaps` records each swap with the round and the adversary's logits. The
+knob-3 flags are kept, so every knob holds; the drop runs after the last round.
 """
 from __future__ import annotations
 
