@@ -50,8 +50,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass)."""
     paths = Paths.from_env().ensure()
-    check_args(tau, min_kept, rounds, solved_share)
-    check_args(tau, min_kept, rounds, keep_solved)
+    check_args(tau, min_kept, rounds, solved_share, keep_solved)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from features.datasets.adversarial import answer_rank, objective
 from training.config import resolve_configs
 from training.data import QADataset, Split, load_for_training
 from training.pooled import pool
@@ -159,29 +160,24 @@ def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np
     return res
 
 
+def _rank(choices: np.ndarray, answer: int) -> int:
+    """How many other choices score above the answer (0: the model picks it)."""
+    return int(answer_rank(choices, np.asarray(answer))[0])
+
+
+def _p_answer(s: dict) -> float:
+    """The softmax probability of the answer among a question's choice logits."""
+    z = np.exp(s["choices"] - s["choices"].max())
+    return float(z[s["answer"]] / z.sum())
+
+
 def verdicts(scores: dict[str, dict[str, dict]]) -> dict[str, dict[str, tuple[float, bool]]]:
     """dataset_id -> qid -> (probability of the answer, answer is the argmax) from out-of-fold logits."""
     out: dict[str, dict[str, tuple[float, bool]]] = {}
     for d, qs in scores.items():
         for qid, s in qs.items():
-            z = s["choices"] - s["choices"].max()
-            p = np.exp(z) / np.exp(z).sum()
-            out.setdefault(d, {})[qid] = (round(float(p[s["answer"]]), 6), bool(int(np.argmax(p)) == s["answer"]))
+            out.setdefault(d, {})[qid] = (round(_p_answer(s), 6), int(np.argmax(s["choices"])) == s["answer"])
     return out
-
-
-def out_of_fold(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[str, str], str],
-                folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30, patience: int = 5,
-                lance_uri: str | None = None, progress: bool = True) -> dict[str, dict[str, tuple[float, bool]]]:
-    """dataset_id -> qid -> (probability of the answer, answer is the argmax), each question scored by
-    a question-only model that never trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe."""
-    return verdicts(out_of_fold_scores(export_dir, dataset_ids, recipe_of, folds, seed, size, max_epochs,
-                                       patience, lance_uri))
-
-
-def answer_rank(choices: np.ndarray, answer: int) -> int:
-    """How many other choices score above the answer (0: the model picks it)."""
-    return int((np.delete(choices, answer) > choices[answer]).sum())
 
 
 def target_ranks(scores: dict[str, dict], order_key, solved_share: float = SOLVED_SHARE) -> dict[str, int]:
@@ -191,7 +187,7 @@ def target_ranks(scores: dict[str, dict], order_key, solved_share: float = SOLVE
     short of its share ((1 - solved_share) / 3 of n) the most (ties: the lower rank), so no rank, the
     reversed cue "the least plausible choice is the answer" included, ends over its share."""
     n = len(scores)
-    rank = {q: answer_rank(s["choices"], s["answer"]) for q, s in scores.items()}
+    rank = {q: _rank(s["choices"], s["answer"]) for q, s in scores.items()}
     counts = np.bincount(list(rank.values()), minlength=4).astype(float) if n else np.zeros(4)
     solved = sorted((q for q, r in rank.items() if r == 0), key=lambda q: (-order_key(q), q))
     share = np.array([solved_share] + [(1 - solved_share) / 3] * 3) * n
@@ -262,15 +258,14 @@ def coherence_swap_for(choices: np.ndarray, answer: int, alt_sets: np.ndarray, t
     when it does not spot the foreign image now (`now_hit`)."""
     if not len(alt_sets):
         return []
-    ranks = (np.delete(alt_sets, answer, axis=1) > alt_sets[:, [answer]]).sum(1)
-    gaps = np.abs(np.delete(alt_sets, answer, axis=1) - alt_sets[:, [answer]]).min(1)
-    obj = np.abs(ranks - target) + gaps / (1.0 + gaps)
+    ranks, gaps = answer_rank(alt_sets, np.full(len(alt_sets), answer))
+    obj = objective(ranks, gaps, target)
     if probe_hit is not None and not now_hit:
         obj = np.where(probe_hit, np.inf, obj)
     j = int(np.argmin(obj))
     if not np.isfinite(obj[j]):
         return []
-    return [(int(answer), j)] if abs(ranks[j] - target) < abs(answer_rank(choices, answer) - target) else []
+    return [(int(answer), j)] if abs(ranks[j] - target) < abs(_rank(choices, answer) - target) else []
 
 
 def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
@@ -283,7 +278,7 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
     the choices and alternates; coherence: `coherence_swap_for`, with the distance-probe guard."""
     plan: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for did, qs in sorted(scores.items()):
-        p_ans = {q: float(np.exp(s["choices"][s["answer"]] - np.logaddexp.reduce(s["choices"]))) for q, s in qs.items()}
+        p_ans = {q: _p_answer(s) for q, s in qs.items()}
         out = {}
         for q, t in sorted(target_ranks(qs, p_ans.__getitem__, solved_share).items()):
             a = alts.get((did, q))
@@ -326,12 +321,15 @@ def swapped_scores(scores: dict[str, dict[str, dict]], plan: dict[str, dict[str,
     return out
 
 
-def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float = SOLVED_SHARE) -> None:
+def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float = SOLVED_SHARE,
+               keep_solved: float = 0.0) -> None:
     """The refusals of `drop_plan` and the swap rounds, for a caller that wants them before any work."""
     if rounds < 0:
         raise ValueError(f"--rounds must be 0 or more, got {rounds}")
     if not 0 <= solved_share <= 1:
         raise ValueError(f"--solved-share must be in [0, 1], got {solved_share}")
+    if not 0 <= keep_solved < 1:
+        raise ValueError(f"--keep-solved must be in [0, 1), got {keep_solved}")
     if not 0 < tau <= 1:
         raise ValueError(f"--tau must be in (0, 1], got {tau}")
     if not 0 <= min_kept < 1:
@@ -339,20 +337,20 @@ def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float
 
 
 def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, int], tau: float = TAU,
-              min_kept: float = 0.0, solved_share: float = 0.0) -> dict[str, list[str]]:
+              min_kept: float = 0.0, keep_solved: float = 0.0) -> dict[str, list[str]]:
     """dataset_id -> the qids to drop: solved out of fold (the pick is the answer) with probability
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
-    questions (0: no floor) and the adversary still solves at least `solved_share` of the kept ones
+    questions (0: no floor) and the adversary still solves at least `keep_solved` of the kept ones
     (0: no cap). The cap is AFLite's "drop what stays predictable, in either direction": dropping every
     solved question leaves a set the adversary gets below chance, and that reversed cue ("the choice it
     picks is never the answer") is one a fresh model learns."""
-    check_args(tau, min_kept, 0, solved_share)
+    check_args(tau, min_kept, keep_solved=keep_solved)
     plan = {}
     for did, qs in sorted(oof.items()):
         cands = sorted(((p, q) for q, (p, r) in qs.items() if r and p >= tau), key=lambda x: (-x[0], x[1]))
         room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)
-        if solved_share:
-            solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= share
-            room = min(room, int(np.floor((solved - solved_share * len(qs)) / (1 - solved_share) + 1e-9)))
+        if keep_solved:
+            solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= keep_solved
+            room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
         plan[did] = sorted(q for _, q in cands[:max(0, room)])
     return plan

@@ -302,7 +302,7 @@ def target_ranks(qkeys: np.ndarray, seed: int) -> np.ndarray:
     return (splitmix64(qkeys ^ np.uint64(stable_key("af-target", seed))) % np.uint64(N_RANKS)).astype(np.int64)
 
 
-def _objective(rank: np.ndarray, gap: np.ndarray, target: np.ndarray) -> np.ndarray:
+def objective(rank: np.ndarray, gap: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Lexicographic: distance of the answer's rank to its target first, then its score gap to the
     nearest other choice (an indistinguishable answer is best); lower is better."""
     return np.abs(rank - target) + gap / (1.0 + gap)
@@ -649,8 +649,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                 S_set = (sp_set + np.einsum("nmcf,nf->nmc", set_features(d_set, s_set, i_set), Vd[r])
                          - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
-                obj[r] = np.where(elig[r], _objective(rk, gp, aim[r][:, None]), np.inf)
-            now = np.where(cur_twin[:, s] | cur_unread[:, s], np.inf, _objective(*answer_rank(S, pos), aim))
+                obj[r] = np.where(elig[r], objective(rk, gp, aim[r][:, None]), np.inf)
+            now = np.where(cur_twin[:, s] | cur_unread[:, s], np.inf, objective(*answer_rank(S, pos), aim))
             best = np.argmin(obj, axis=1)
             do = np.flatnonzero(obj[rows, best] < now - 1e-9)
             cc = best[do]
@@ -815,7 +815,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         rank_now = _foreign_rank(_mean_scores(advs, rows, cur, 4 * X.shape[2]), 1)[0][:, 0]
         solved_by_round.append(round(float((rank_now == 0).mean()), 4) if K else None)
         # every eligible candidate: the foreign image's rank in its own 4-image set, aimed at the target
-        obj = np.where((cand >= 0) & ~twin & ~unread, _objective(*_foreign_rank(_mean_scores(
+        obj = np.where((cand >= 0) & ~twin & ~unread, objective(*_foreign_rank(_mean_scores(
             advs, rows, _coherence_build(sp, items, cand), width), cand.shape[1]), aim[:, None]), np.inf)
         best = np.argmin(obj, axis=1)
         do = np.flatnonzero(obj[rows, best] < obj[rows, cur_col] - 1e-9)

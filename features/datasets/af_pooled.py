@@ -2,8 +2,8 @@
 
 `af_datasets(con, task, seed)` lists a task's AF datasets with their plain setting's question count;
 `apply_drops(con, plan, ...)` deletes the named questions of each dataset in one transaction per
-dataset, recomputes its question and recipe counts and content hash, records the step in
-`datasets.params.af_pooled` (tau, folds, seed, the floor, what the adversary read before and after)
+dataset, recomputes its question and recipe counts, content hash and distance-probe accuracy, records
+the step in `datasets.params.af_pooled` (tau, folds, seed, the floor, what the adversary read before and after)
 and the dropped count as the generation skip `af_pooled_predictable`, and removes the dataset's now
 stale `bias_metrics` row (`mrqa report` recomputes it). A dataset filtered once is refused a second
 time: regenerate it (`mrqa generate`) to filter again.
@@ -134,13 +134,15 @@ def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[
     return out
 
 
-def _rewrite(con: duckdb.DuckDBPyConnection, did: str) -> None:
-    """The dataset's counts, content hash and distance-probe accuracy from its questions now."""
+def _rewrite(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
+    """The dataset's counts, content hash and distance-probe accuracy from its questions now (the probe
+    only where every question records what it needs), `step(params)` applied to its params, its stale
+    `bias_metrics` row removed; returns its question count. Inside the caller's transaction."""
     n, n_rec = con.execute("SELECT count(*), count(DISTINCT recipe_id) FROM questions WHERE dataset_id = ?",
                            [did]).fetchall()[0]
     sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
-    hits = 0
+    hits = covered = 0
     for answer, prov in con.execute("SELECT answer, provenance FROM questions WHERE dataset_id = ?", [did]).fetchall():
         p = json.loads(prov)
         if "distance_probe_hit" in p:                   # coherence: recorded per foreign image
@@ -149,11 +151,17 @@ def _rewrite(con: duckdb.DuckDBPyConnection, did: str) -> None:
             dq = [d["dist_q"] for d in p["distractors"]]
             dq.insert(answer, p["d_answer_q"])
             hits += int(np.argmin(dq)) == answer
-    if n and "distance_probe_accuracy" in params:
+        else:
+            continue
+        covered += 1
+    if n and covered == n and "distance_probe_accuracy" in params:
         params["distance_probe_accuracy"] = round(hits / n, 4)
+    if step is not None:
+        step(params)
     con.execute("UPDATE datasets SET n_questions = ?, n_recipes = ?, content_sha256 = ?, params = ? "
                 "WHERE dataset_id = ?", [n, n_rec, sha, json.dumps(params, sort_keys=True), did])
     con.execute("DELETE FROM bias_metrics WHERE dataset_id = ?", [did])
+    return n
 
 
 def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> list[dict]:
@@ -181,21 +189,18 @@ def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],
         kept = [q for q in qs if q not in gone]
         before = sum(r for _, r in qs.values()) / len(qs) if qs else None
         after = sum(qs[q][1] for q in kept) / len(kept) if kept else None
+        step = {**info, **(extra or {}).get(did, {}), "dropped": len(drop), "scored": len(qs),
+                "oof_question_only_acc": None if before is None else round(before, 4),
+                "oof_question_only_acc_kept": None if after is None else round(after, 4)}
+
+        def record(params: dict, step=step, n_drop=len(drop)) -> None:
+            params["af_pooled"] = step
+            params.setdefault("skips", {})[SKIP_REASON] = n_drop
+
         with transaction(con):
             con.execute("DELETE FROM questions WHERE dataset_id = ? AND list_contains(?, qid)", [did, drop])
-            n, n_rec = con.execute("SELECT count(*), count(DISTINCT recipe_id) FROM questions WHERE dataset_id = ?",
-                                   [did]).fetchall()[0]
-            sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
-            params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
-            step = {**info, **(extra or {}).get(did, {}), "dropped": len(drop), "scored": len(qs),
-                    "oof_question_only_acc": None if before is None else round(before, 4),
-                    "oof_question_only_acc_kept": None if after is None else round(after, 4)}
-            params["af_pooled"] = step
-            params.setdefault("skips", {})[SKIP_REASON] = len(drop)
-            con.execute("UPDATE datasets SET n_questions = ?, n_recipes = ?, content_sha256 = ?, params = ? "
-                        "WHERE dataset_id = ?", [n, n_rec, sha, json.dumps(params, sort_keys=True), did])
+            n = _rewrite(con, did, record)
             con.execute("INSERT OR REPLACE INTO generation_skips VALUES (?, ?, ?)", [did, SKIP_REASON, len(drop)])
-            con.execute("DELETE FROM bias_metrics WHERE dataset_id = ?", [did])
         out.append({"dataset_id": did, "dropped": len(drop), "kept": n, **{k: step[k] for k in (
             "oof_question_only_acc", "oof_question_only_acc_kept")}})
     return out

@@ -269,14 +269,15 @@ def test_a_second_run_is_refused(home):
 
 def test_the_adversary_scores_out_of_fold_and_deterministically(home, tmp_path):
     from features.datasets.export import export_parquet
-    from training.af_pooled import out_of_fold
+    from training.af_pooled import out_of_fold_scores, verdicts
     con, paths = home["con"], home["paths"]
     ids = sorted(home["before"])
     recipe_of = {(d, q): r for d, q, r in con.execute(
         "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
     export_parquet(con, ids, tmp_path / "x", with_vectors=True, lance_uri=paths.lance)
-    a = out_of_fold(tmp_path / "x", ids, recipe_of, folds=2, seed=0, size="tiny", lance_uri=paths.lance)
-    b = out_of_fold(tmp_path / "x", ids, recipe_of, folds=2, seed=0, size="tiny", lance_uri=paths.lance)
+    kw = dict(folds=2, seed=0, size="tiny", lance_uri=paths.lance)
+    a = verdicts(out_of_fold_scores(tmp_path / "x", ids, recipe_of, **kw))
+    b = verdicts(out_of_fold_scores(tmp_path / "x", ids, recipe_of, **kw))
     assert a == b
     assert {d: set(q) for d, q in a.items()} == {d: {q for (dd, q) in recipe_of if dd == d} for d in ids}
     assert all(0.0 <= p <= 1.0 for qs in a.values() for p, _ in qs.values())
@@ -288,9 +289,9 @@ def test_drop_plan_takes_the_confident_solved_ones_and_keeps_the_floor():
     assert drop_plan(oof, {"d": 10}, tau=0.5, min_kept=0.4) == {"d": ["a"]}    # keep >= 4 of 5
     assert drop_plan(oof, {"d": 10}, tau=0.5, min_kept=0.5) == {"d": []}
     # the cap: 4 of 5 solved; at least a quarter of the kept stay solved: (4 - d) / (5 - d) >= 0.25 -> d <= 3
-    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.25) == {"d": ["a", "b", "f"]}
-    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.6) == {"d": ["a", "b"]}     # 2/3 >= 0.6 > 1/2
-    assert drop_plan(oof, {"d": 10}, tau=0.1, solved_share=0.8) == {"d": []}             # 4/5: at the share
+    assert drop_plan(oof, {"d": 10}, tau=0.1, keep_solved=0.25) == {"d": ["a", "b", "f"]}
+    assert drop_plan(oof, {"d": 10}, tau=0.1, keep_solved=0.6) == {"d": ["a", "b"]}     # 2/3 >= 0.6 > 1/2
+    assert drop_plan(oof, {"d": 10}, tau=0.1, keep_solved=0.8) == {"d": []}             # 4/5: at the share
     with pytest.raises(ValueError, match="tau"):
         drop_plan(oof, {}, tau=0.0)
     with pytest.raises(ValueError, match="min-kept"):
@@ -305,6 +306,8 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "no AF datasets of visual_cloze" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--tau", "0"])
     assert r.exit_code == 2 and "--tau must be in (0, 1]" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--keep-solved", "1"])
+    assert r.exit_code == 2 and "--keep-solved must be in [0, 1)" in r.output
 
 
 def test_coherence_swap_for_picks_the_foreign_image_nearest_the_target_rank():
