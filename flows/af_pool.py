@@ -1,4 +1,4 @@
-"""Prefect flow `af-pool`: the pooled adversary over a task's AF datasets (visual cloze, coherence).
+"""Prefect flows `af-pool` (the pooled adversary over a task's AF datasets) and `af-check` (its check).
 
 For `rounds` rounds: export the task's AF datasets with vectors (a temporary folder) -> out-of-fold
 GM3C question-only logits over all of them at once, for the choices and for each question's recorded
@@ -10,8 +10,13 @@ coherence, the alternate foreign image that puts the answer's rank nearest the t
 it solves with probability >= tau, never below `min_kept` x the plain setting (and, with `keep_solved`,
 never below that share of the kept questions solved): as judged by the last
 round's model with the swapped choices' logits put in, or (`fresh_drop`, or no rounds) by a model
-trained anew on the questions as they now are. Run after `mrqa generate` of the AF settings and
-before `mrqa report`.
+trained anew on the questions as they now are; with `linear`, also what the linear learned probe
+solves (cross-fitted on folds of its own). `adversaries`: the mean logits of several such models, each
+its own seed and fold split. Run after `mrqa generate` of the AF settings (with `--af-drop pooled`, AF
+leaves its own drop to this one) and before `mrqa report`.
+
+Flow `af-check`: GM3C question-only on every question of a task's AF settings, cross-fitted by recipe
+with seeds apart from the adversary's, the mean over seeds with a 95% interval (read-only).
 """
 from __future__ import annotations
 
@@ -27,12 +32,16 @@ from etl.warehouse import connect
 from features.datasets.af_pooled import af_datasets, alternates, apply_drops, apply_swaps
 from features.datasets.export import export_parquet
 from training.af_pooled import (
+    ADVERSARIES,
     FOLDS,
     ROUNDS,
     SOLVED_SHARE,
     TAU,
     check_args,
     drop_plan,
+    linear_verdicts,
+    mean_scores,
+    member_seed,
     out_of_fold_scores,
     swap_plan,
     swapped_scores,
@@ -45,12 +54,14 @@ log = logging.getLogger(__name__)
 @flow(name="af-pool", log_prints=True)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
-                 solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0) -> dict:
+                 solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
+                adversaries: int = ADVERSARIES, linear: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
-    put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass)."""
+    put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
+    drop also takes what the linear question-only probe solves (`_linear_oof`)."""
     paths = Paths.from_env().ensure()
-    check_args(tau, min_kept, rounds, solved_share, keep_solved)
+    check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed)
@@ -78,7 +89,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             vectors = _vectors(con, paths, ids, sorted({i for k, a in alts.items()
                                                         for i in items[k] + (a["choices"] if task == "visual_cloze"
                                                                              else [])}))
-            scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors)
+            scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
+                             adversaries)
             plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
             done_n = apply_swaps(con, plan, scores, rnd)
             acc = verdicts(scores)
@@ -91,11 +103,13 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
         if fresh:
-            scores = _scores(con, paths, ids, recipe_of, folds, seed, size)
+            scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries)
         oof = verdicts(scores)
-        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved)
+        lin = _linear_oof(con, paths, ids, task, seed) if linear else None
+        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
-                "rounds": rounds, "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
+                "rounds": rounds, "adversaries": adversaries, "linear": linear,
+                "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:
@@ -114,11 +128,83 @@ def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, n
     return dict(zip(got, np.asarray(mat, dtype=np.float32)))
 
 
+LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
+
+
+def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict[str, dict[str, tuple[float, bool]]]:
+    """The linear learned question-only probe's verdict on every question (the report's model and
+    features: logistic regression on the frozen vectors, 5 folds by recipe), cross-fitted on each dataset
+    with folds and a seed of its own (`LINEAR_SEED` + seed), so the report's figure is read on a split
+    this drop never used."""
+    from features.diagnostics.bias import VectorLookup, resolve_dataset
+    from features.diagnostics.question_only import cross_fitted_scores, task_features
+    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+    lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
+    scores, answers = {}, {}
+    for d in ids:
+        res = resolve_dataset(con, d, lookup, task)
+        if not res.qids:
+            continue
+        X = task_features(task, res.question_rows, res.choice_rows, lookup.mat)
+        S = cross_fitted_scores(X, res.answers, res.recipe_ids, 5, LINEAR_SEED + seed)
+        scores[d] = dict(zip(res.qids, S))
+        answers[d] = dict(zip(res.qids, res.answers.tolist()))
+    return linear_verdicts(scores, answers)
+
+
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
-            alts: dict | None = None, vectors: dict | None = None) -> dict:
+            alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1) -> dict:
     """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
-    whose vectors are in `vectors`)."""
+    whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split."""
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
         export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
-        return out_of_fold_scores(Path(tmp), ids, recipe_of, folds=folds, seed=seed, size=size,
-                                  lance_uri=paths.lance, alternates=alts, alt_vectors=vectors)
+        return mean_scores([out_of_fold_scores(Path(tmp), ids, recipe_of, folds=folds, seed=member_seed(seed, k),
+                                               size=size, lance_uri=paths.lance, alternates=alts,
+                                               alt_vectors=vectors)
+                            for k in range(adversaries)])
+
+
+CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary's (seed + 1000 x round + 7919 x k)
+
+
+@flow(name="af-check", log_prints=True)
+def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
+                  seed: int = 0, size: str = "small", knobs_only: bool = True) -> dict:
+    """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
+    for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
+    scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
+    mean over all questions and its 95% interval (Wilson with n questions, widened by the recipe
+    bootstrap). The test split of one export holds only 90-200 questions of a setting, so its accuracy
+    moves by +-5 points between draws; this reads every question. `knobs_only`: the 8 knob settings
+    (the balanced variants are pooled in training all the same)."""
+    from features.diagnostics.question_only import accuracy_interval
+    paths = Paths.from_env().ensure()
+    if not seeds:
+        raise ValueError("--seeds needs at least one seed")
+    con = connect(paths)
+    try:
+        rows = [r for r in af_datasets(con, task, seed) if r["n_questions"]]
+        if not rows:
+            raise ValueError(f"no AF datasets of {task} (seed {seed}) with questions: run "
+                             f"`mrqa generate --task {task} --knobs 0-1-1-af` (or --all) first")
+        ids = [r["dataset_id"] for r in rows]
+        recipe_of = {(d, q): r for d, q, r in con.execute(
+            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        runs = {s: verdicts(_scores(con, paths, ids, recipe_of, folds, CHECK_SEED + s, size)) for s in seeds}
+    finally:
+        con.close()
+    out = []
+    for r in rows:
+        d = r["dataset_id"]
+        if knobs_only and "balanced" in r["setting"]:
+            continue
+        qids = sorted(runs[seeds[0]][d])
+        hit = np.array([[runs[s][d][q][1] for q in qids] for s in seeds], dtype=np.float64)
+        mean = hit.mean(0)
+        ci = accuracy_interval(mean, [recipe_of[(d, q)] for q in qids], seed=seed)
+        out.append({"dataset_id": d, "setting": r["setting"], "n": len(qids),
+                    "accuracy": round(float(mean.mean()), 4), "ci": [round(x, 4) for x in ci],
+                    "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)}})
+        log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f] over %d questions (seeds %s)", d,
+                 out[-1]["accuracy"], *out[-1]["ci"], len(qids), out[-1]["by_seed"])
+    return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "datasets": out}

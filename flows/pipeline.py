@@ -46,6 +46,9 @@ AF_POOL_TASKS = ("visual_cloze",)   # the tasks whose AF datasets the generate s
 AF_POOL_ROUNDS = 1                                      # its swap rounds (`mrqa af-pool --rounds`: 2); one keeps
                                                         # the demo within 15 minutes
 AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-share bound of the AF settings
+AF_POOL_TAU = 0.35                                      # its drop: solved with at least this probability (the
+                                                        # room AF's own drop leaves it, `af_pooled_drop`)
+AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 
@@ -230,7 +233,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         # The pooled adversary runs inside this stage, as its last step: it rewrites the AF datasets the
         # stage generated, and a stage of its own would change generate's outputs behind its back
         af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
-                     "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED} if p["af_pool"] else None
+                     "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED, "tau": AF_POOL_TAU,
+                     "drop": "pooled", "linear": AF_POOL_LINEAR} if p["af_pool"] else None
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params),
                             {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -269,10 +273,12 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
 
 
 def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
-    """Every dataset (generate_flow), then, with `af_params`, the pooled adversary (`_af_pool`)."""
-    res = generate_flow(all_settings=True, seed=p["seed"], encoder_id=p["encoder_id"], probe=not p["report"])
+    """Every dataset (generate_flow), then, with `af_params`, the pooled adversary (`_af_pool`): the AF
+    datasets of its tasks leave AF's own drop to it (`af_pooled_drop`)."""
+    res = generate_flow(all_settings=True, seed=p["seed"], encoder_id=p["encoder_id"], probe=not p["report"],
+                        af_pooled_drop=tuple(af_params["tasks"]) if af_params else ())
     if af_params:
-        res["af_pool"] = _af_pool(paths, {**af_params, "seed": p["seed"]})
+        res["af_pool"] = _af_pool(paths, {**af_params, "seed": p["seed"], "encoder_id": p["encoder_id"]})
         con = connect(paths)          # the counts as they are after it
         try:
             n = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
@@ -288,7 +294,8 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
 def _af_pool(paths: Paths, params: dict) -> dict:
     """The pooled adversary (flows/af_pool.py) on each task's AF datasets: swap rounds, then the drop
     with the kept-share floor. A task without AF datasets, or whose AF datasets are all filtered
-    already, is left as it is and says so."""
+    already, is left as it is and says so. A task it cannot filter (e.g. too few recipes for its
+    folds) has its AF datasets made again with AF's own drop (`_linear_drop`), and says why."""
     from features.datasets.af_pooled import af_datasets
     from flows.af_pool import af_pool_flow
     out = {}
@@ -305,15 +312,25 @@ def _af_pool(paths: Paths, params: dict) -> dict:
         else:
             try:
                 res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
-                                   min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0))
-            except ValueError as e:      # e.g. too few recipes for its folds: the datasets stay as generated
-                log.warning("af-pool %s: %s", task, e)
-                out[task] = {"skipped": str(e)}
+                                   min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
+                                   tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False))
+            except ValueError as e:      # e.g. too few recipes for its folds: AF's own drop instead
+                log.warning("af-pool %s: %s; its AF datasets are made again with AF's own drop", task, e)
+                out[task] = {"skipped": str(e), "regenerated_with_linear_drop": _linear_drop(task, params)}
                 continue
             out[task] = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
                                                              "oof_question_only_acc_kept")}
                          for r in res["datasets"]}
     return out
+
+
+def _linear_drop(task: str, params: dict) -> list[str]:
+    """Generate `task`'s AF settings again with AF's own drop (the pooled adversary could not run, and
+    they were made without one); returns their dataset ids."""
+    from features.datasets.generate import generation_settings
+    from flows.generate import generate_and_register
+    settings = [(t, s) for t, s in generation_settings(adversarial=True) if t == task and s.af_rounds]
+    return [d["dataset_id"] for d in generate_and_register(settings, params["seed"], params.get("encoder_id"))]
 
 
 def _competence(p: dict, ground_truth: Path | None) -> dict:

@@ -110,9 +110,12 @@ READ_MARGIN = 0.0
 def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
-    return {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
-            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
-            "read_margin": READ_MARGIN, "read_text": "body"}
+    out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
+           "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
+           "read_margin": READ_MARGIN, "read_text": "body"}
+    if getattr(ds, "af_drop", "linear") != "linear":      # recorded only when not AF's own (older ids' content)
+        out["drop"] = ds.af_drop
+    return out
 
 
 def readable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -459,7 +462,10 @@ def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: dict | None 
     then made equal again, each trimmed group keeping its adversary ranks in proportion. Returns the
     kept rows. `bad` {skip reason: rows} (`af_text_twin`: a text twin left among the choices;
     `af_unreadable`: a choice the step text cannot tell from the answer) are dropped first, under the
-    first reason that holds, in their own group, so the caps hold on the others."""
+    first reason that holds, in their own group, so the caps hold on the others. With `ds.af_drop`
+    "pooled" there is no cap: the pooled GM3C adversary (`mrqa af-pool`) drops instead, and the room this
+    drop would have taken (9-10% of a knob-2 = 0 setting, already near the 40% floor after the twins)
+    is its."""
     splits = b.splits[keep]
     groups = np.char.add(np.char.add(splits.astype(str), "|"), rank.astype(str)) if exact else splits
     bad_any = np.zeros(len(adv_rank), dtype=bool)
@@ -468,7 +474,8 @@ def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: dict | None 
         bad_any |= rows_bad
     bad = bad_any
     groups = np.where(bad, "\x00twin", np.asarray(groups).astype(str))
-    alive = _cap_extremes(adv_rank, groups, gap) & ~bad
+    # "pooled": the drop of what stays predictable is the pooled adversary's (`mrqa af-pool`), with the room
+    alive = (_cap_extremes(adv_rank, groups, gap) if ds.af_drop == "linear" else np.ones(len(bad), bool)) & ~bad
     ds.skip("af_predictable", (~alive & ~bad).sum())
     stats = {**stats, "adversary_rank_counts": np.bincount(adv_rank, minlength=N_RANKS).tolist()}
     if exact:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
 PERMS = list(itertools.permutations(range(4)))          # PERMS[0] is the correct order
 STREAM_K3, STREAM_POS, STREAM_ORDER, STREAM_FAR = 3, 5, 7, 11
+POOLED_DROP_TASKS = ("visual_cloze", "visual_coherence")   # the tasks `mrqa af-pool` can drop for
 CHUNK = 2048                                            # questions per block of (Q, K, d) gathers
 
 
@@ -134,9 +135,11 @@ class Batch:
 class Generator:
     """Generates datasets for one encoder on one warehouse connection; caches shared inputs."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, encoder_id: str, lance_uri: str | None = None):
+    def __init__(self, con: duckdb.DuckDBPyConnection, encoder_id: str, lance_uri: str | None = None,
+                 af_pooled_drop: tuple[str, ...] = ()):
         from etl.config import Paths
         self.con = con
+        self.af_pooled_drop = frozenset(af_pooled_drop) & set(POOLED_DROP_TASKS)
         self.encoder_id = encoder_id
         self.lance_uri = lance_uri or Paths.from_env().lance
         self._spaces: dict[str, Space] = {}
@@ -290,7 +293,8 @@ class Generator:
         b = self.batch(task, params, seed)
         prep = self._prepared[(fam.space, seed, params.k)]
         ds = GeneratedDataset(dataset_id(task, params, seed, self.encoder_id), task, params, seed,
-                              self.encoder_id, skips=dict(b.pools["skips"]))
+                              self.encoder_id, skips=dict(b.pools["skips"]),
+                              af_drop="pooled" if task in self.af_pooled_drop else "linear")
         sp = self._spaces[fam.space]
         if task in ("visual_cloze", "textual_cloze"):
             from features.datasets.questions import cloze
@@ -325,6 +329,7 @@ class GeneratedDataset:
     n_recipes: int = 0
     notes: dict = field(default_factory=dict)          # e.g. knob-3 balanced draw statistics
     adversarial: dict = field(default_factory=dict)    # AF: rounds, pools, ensemble and what it measured
+    af_drop: str = "linear"          # AF's drop: its own linear ensemble's cap, or "pooled": left to `mrqa af-pool`
 
     @property
     def n_questions(self) -> int:
@@ -544,7 +549,8 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | No
 def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, KnobParams]],
                       seed: int = 0, encoder_id: str | None = None, lance_uri: str | None = None,
                       progress: bool = True, generator: Generator | None = None,
-                      workers: int | None = None, register=None) -> list[dict]:
+                      workers: int | None = None, register=None, af_pooled_drop: tuple[str, ...] = ()
+                      ) -> list[dict]:
     """Generate and register every (task, params) setting; returns one summary per dataset, in the
     order of `settings`, with `seconds` (its generation + registration; the first dataset of a space
     also pays for preparing the shared inputs).
@@ -557,14 +563,18 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     in order. Registration is serial, in the order of `settings`, on this thread's connection, so the
     warehouse and every dataset's content are the same whatever `workers` is. `register(con, ds)`
     (default register_dataset) stores one dataset; the generate flow passes a Prefect task per
-    dataset (with retries) there."""
+    dataset (with retries) there. `af_pooled_drop`: the tasks (visual cloze, coherence) whose AF datasets skip AF's own
+    drop of the questions its linear ensemble still solves (`af_predictable`): `mrqa af-pool` drops by
+    the stronger pooled adversary instead, with the room that drop would have used."""
     import os
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from tqdm import tqdm
     encoder_id = encoder_id or default_encoder(con)
-    gen = generator or Generator(con, encoder_id, lance_uri)
+    gen = generator or Generator(con, encoder_id, lance_uri, af_pooled_drop)
+    if generator is not None and af_pooled_drop:
+        gen.af_pooled_drop = frozenset(af_pooled_drop) & set(POOLED_DROP_TASKS)
     workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     groups: dict[tuple, list[int]] = {}
     for i, (task, params) in enumerate(settings):      # bad settings fail before any work

@@ -9,6 +9,7 @@ module per stage:
     clean        clean, tokenize, vocab-report
     embed        encoder train|add|list|eval, embed
     datasets     generate, datasets, export, report
+    adversarial  af-report, af-pool, af-check
     train        train, evaluate, baselines, sweep
     orchestrate  demo, pipeline, deploy
     competence   roles extract|truth|eval, competence generate|evaluate|export
@@ -28,13 +29,13 @@ from typing import Optional
 
 import typer
 
-from flows.cli import bench, clean, competence, datasets, embed, ingest, orchestrate, train, warehouse
+from flows.cli import adversarial, bench, clean, competence, datasets, embed, ingest, orchestrate, train, warehouse
 from flows.cli.common import PREFECT_ENV, OneLineErrors, package_version, setup_logging
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
                        "de-biased benchmarks with control knobs, train and evaluate.")
-for _stage in (warehouse, ingest, clean, embed, datasets, train, orchestrate):
+for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, train, orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
 app.add_typer(bench.app, name="bench")
 app.add_typer(competence.roles_app, name="roles")

@@ -27,6 +27,7 @@ TextFeatures = choices("TextFeatures", TEXT_FEATURES)
 Size = choices("Size", SIZES)
 Split = choices("Split", SPLITS)
 Preset = choices("Preset", ("recipeqa",))                      # features.datasets.generate.settings_for
+AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))
 ExportFormat = choices("ExportFormat", ("parquet", "recipeqa-json"))   # features.datasets.export

@@ -1,5 +1,5 @@
-"""`mrqa generate`, `datasets`, `af-report`, `af-pool`, `export`, `report`: make the QA datasets with the control knobs,
-list and export them, and report their bias."""
+"""`mrqa generate`, `datasets`, `export`, `report`: make the QA datasets with the control knobs, list and
+export them, and report their bias (the adversarial filter's own commands: flows/cli/adversarial.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import ExportFormat, K3Mode, ListFormat, Preset, Probe, Task, VisualTask
+from flows.cli.choices import AfDrop, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
 from flows.cli.common import echo_json, fail, one_of, run_flow, wait_option
 
 app = typer.Typer()
@@ -48,9 +48,16 @@ def generate_cmd(
                                                    "textual cloze). --all makes the AF variants unless "
                                                    "--no-adversarial."),
         af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3)."),
+        af_drop: AfDrop = typer.Option(AfDrop.linear, "--af-drop", help="AF's drop of the questions its question-only "
+                                       "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze "
+                                       "and coherence: none here; `mrqa af-pool --min-kept 0.4` must follow and "
+                                       "drops by the stronger pooled GM3C adversary, with that room)."),
         wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
+    from features.datasets.generate import POOLED_DROP_TASKS
     from flows.generate import generate_flow
+    if af_drop is AfDrop.pooled and adversarial is False:
+        fail("--af-drop pooled is about the AF datasets; leave out --no-adversarial")
     overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
                                          ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
                                          ("k3_n_constrained", n_constrained), ("k3_prob", k3_prob),
@@ -83,7 +90,8 @@ def generate_cmd(
     except (ValueError, TypeError) as e:
         fail(str(e))
     try:
-        summary = run_flow(generate_flow, seed=seed, encoder_id=encoder, overrides=overrides or None, **kw)
+        summary = run_flow(generate_flow, seed=seed, encoder_id=encoder, overrides=overrides or None,
+                           af_pooled_drop=POOLED_DROP_TASKS if af_drop is AfDrop.pooled else (), **kw)
     except (ValueError, LookupError) as e:
         fail(str(e))
     for s in summary["datasets"]:
@@ -110,63 +118,6 @@ def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", he
     for r in rows:
         typer.echo(f"{r[0]:40s} {r[1]:17s} {r[2]:18s} seed={r[3]} questions={r[5]:,d} recipes={r[6]:,d} "
                    f"skips={r[7]}")
-
-
-@app.command("af-report")
-def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
-    """What adversarial filtering did to each AF dataset: questions kept, the learned question-only
-    probe before and after, the final adversary, the step-text oracle (docs/knobs.md)."""
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.datasets.af_report import af_report, format_table
-    paths = Paths.from_env()
-    con = connect(paths, read_only=True)
-    try:
-        rows = af_report(con, paths.lance)
-    finally:
-        con.close()
-    if fmt == "json":
-        echo_json(rows)
-    else:
-        typer.echo(format_table(rows))
-
-
-@app.command("af-pool")
-def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
-                                                "datasets are filtered together."),
-                tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
-                                          "model solves with at least this probability of the answer."),
-                min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
-                                               "the plain setting's questions (0.4: the kept-share bound)."),
-                folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
-                rounds: int = typer.Option(2, "--rounds", help="Visual cloze: rounds of swapping in "
-                                           "distractors the adversary finds plausible before the drop (0: drop "
-                                           "only)."),
-                solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
-                                                   "dataset's questions the adversary may still solve."),
-                keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "
-                                                  "still solves this share of the kept questions (0: no cap; "
-                                                  "0.25: never below chance)."),
-                fresh_drop: bool = typer.Option(False, "--fresh-drop", help="Decide the drop by a model trained "
-                                                "anew after the last round (one more pass) instead of the last "
-                                                "round's model with the swapped choices' logits."),
-                seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
-                wait: float = wait_option()):
-    """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
-    scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
-    solves beyond a quarter get knob-valid distractors it scores above the answer (the alternates AF
-    recorded). Then the questions it still solves confidently are dropped (skip `af_pooled_predictable`,
-    params.af_pooled). Run after generating the AF settings; then `mrqa report`."""
-    from flows.af_pool import af_pool_flow
-    try:
-        res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
-                       rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved)
-    except ValueError as e:
-        fail(str(e))
-    for r in res["datasets"]:
-        typer.echo(f"{r['dataset_id']:34s} dropped {r['dropped']:5d}  kept {r['kept']:5d}  out-of-fold "
-                   f"question-only {100 * (r['oof_question_only_acc'] or 0):.1f}% -> "
-                   f"{100 * (r['oof_question_only_acc_kept'] or 0):.1f}%")
 
 
 @app.command("export")

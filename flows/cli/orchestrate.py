@@ -26,7 +26,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                         "training run next to Hasty Student."),
              af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
                                           "adversary on the AF visual cloze datasets (`mrqa af-pool`, 1 swap "
-                                          "round, kept share >= 0.4)."),
+                                          "round, tau 0.35, kept share >= 0.4), which are generated leaving "
+                                          "AF's own drop to it."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",

@@ -19,7 +19,7 @@ CLI_DIR = Path(__file__).resolve().parents[2] / "flows" / "cli"
 COMMANDS = {
     "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
-    "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool",
+    "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool", "af-check",
     "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench ann", "bench knn", "bench generate",

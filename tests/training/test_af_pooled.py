@@ -407,3 +407,119 @@ def test_the_pipeline_step_leaves_filtered_and_missing_tasks_as_they_are(home):
     finally:
         home["con"] = duckdb.connect(str(home["paths"].warehouse))
     assert dict(home["con"].execute("SELECT dataset_id, content_sha256 FROM datasets").fetchall()) == before
+
+
+def test_mean_scores_average_the_members_logits_and_one_member_is_itself():
+    from training.af_pooled import mean_scores, member_seed, verdicts
+    a = {"d": {"q": {"choices": np.array([2.0, 0.0, 0.0, 0.0]), "answer": 0, "alts": np.array([1.0, 3.0])},
+               "r": {"choices": np.array([0.0, 1.0, 0.0, 0.0]), "answer": 2, "alts": np.zeros(0)}}}
+    b = {"d": {"q": {"choices": np.array([-2.0, 0.0, 0.0, 2.0]), "answer": 0, "alts": np.array([3.0, 1.0])},
+               "r": {"choices": np.array([0.0, 0.0, 3.0, 0.0]), "answer": 2, "alts": np.zeros(0)}}}
+    assert mean_scores([a]) is a
+    m = mean_scores([a, b])
+    assert m["d"]["q"]["choices"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert m["d"]["q"]["alts"].tolist() == [2.0, 2.0] and m["d"]["r"]["alts"].shape == (0,)
+    v = verdicts(m)
+    assert v["d"]["q"][1] is False and v["d"]["r"][1] is True       # a solved q alone, b solved r alone
+    assert member_seed(5, 0) == 5 and len({member_seed(5, k) for k in range(4)}) == 4
+    with pytest.raises(ValueError, match="at least one member"):
+        mean_scores([])
+
+
+def test_an_ensemble_of_adversaries_is_refused_below_one_and_recorded(home, paths):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--adversaries", "0"])
+    assert r.exit_code == 2 and "--adversaries must be at least 1" in r.output
+    step = json.loads(home["con"].execute(
+        "SELECT params FROM datasets WHERE task = 'visual_cloze' AND adversarial LIMIT 1").fetchone()[0])["af_pooled"]
+    assert step["adversaries"] == 1
+
+
+def test_af_check_reads_every_question_out_of_fold_with_an_interval(home):
+    from flows.af_pool import af_check_flow
+    from training.af_pooled import out_of_fold_scores  # noqa: F401  (the model the check trains)
+    con = home["con"]
+    counts = dict(con.execute("SELECT dataset_id, n_questions FROM datasets WHERE task = 'visual_cloze' "
+                              "AND adversarial AND n_questions > 0").fetchall())
+    settings = dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall())
+    con.close()
+    try:
+        a = af_check_flow.fn(task="visual_cloze", seeds=(0, 1), folds=2, size="tiny")
+        b = af_check_flow.fn(task="visual_cloze", seeds=(0, 1), folds=2, size="tiny", knobs_only=False)
+    finally:
+        home["con"] = duckdb.connect(str(home["paths"].warehouse))
+    assert {r["dataset_id"] for r in b["datasets"]} == set(counts)
+    assert {r["dataset_id"] for r in a["datasets"]} == {d for d in counts if "balanced" not in settings[d]}
+    for r in b["datasets"]:
+        assert r["n"] == counts[r["dataset_id"]]                 # every question, not a test split
+        assert set(r["by_seed"]) == {0, 1}
+        assert r["accuracy"] == pytest.approx(sum(r["by_seed"].values()) / 2, abs=1e-4)
+        assert r["ci"][0] <= r["accuracy"] <= r["ci"][1]
+    assert a["datasets"] == [r for r in b["datasets"] if "balanced" not in r["setting"]]   # deterministic
+
+
+def test_the_pipeline_makes_a_task_again_with_afs_own_drop_when_the_pooled_step_cannot(tmp_path_factory):
+    """AF datasets generated for the pooled drop have none of their own; when the pipeline's pooled step
+    cannot run on their task, `_linear_drop` makes them again with AF's own drop."""
+    from features.datasets.generate import generation_settings
+    from flows.pipeline import _linear_drop
+
+    def drops(con) -> dict:
+        return {d: json.loads(p)["adversarial"].get("drop") for d, p in con.execute(
+            "SELECT dataset_id, any_value(provenance) FROM questions JOIN datasets USING (dataset_id) "
+            "WHERE adversarial AND datasets.task = 'visual_cloze' GROUP BY ALL").fetchall()}
+
+    with synthetic_home(tmp_path_factory, "linear_drop", n_recipes=60, seed=5, dim=24, k=100) as (_, paths, con):
+        settings = [(t, p) for t, p in generation_settings(adversarial=True) if t == "visual_cloze" and p.af_rounds]
+        made = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                                 af_pooled_drop=("visual_cloze",))
+        assert len(made) == 12 and set(drops(con).values()) == {"pooled"}
+        assert all(s["skips"].get("af_predictable", 0) == 0 for s in made)
+        con.close()
+        ids = _linear_drop("visual_cloze", {"seed": 0, "encoder_id": ENC})
+        con = duckdb.connect(str(paths.warehouse))
+        try:
+            assert sorted(ids) == sorted(s["dataset_id"] for s in made)
+            assert set(drops(con).values()) == {None}          # AF's own drop: nothing recorded
+            n = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
+            assert all(n[s["dataset_id"]] <= s["n_questions"] for s in made)
+        finally:
+            con.close()
+
+
+def test_drop_plan_with_the_linear_probe_takes_what_either_solves_most_confident_first():
+    oof = {"d": {"a": (0.9, True), "b": (0.3, True), "c": (0.7, False), "e": (0.2, False), "f": (0.5, True)}}
+    lin = {"d": {"a": (0.4, True), "b": (0.8, True), "c": (0.6, True), "e": (0.9, False), "f": (0.1, False)}}
+    assert drop_plan(oof, {"d": 10}, tau=0.5) == {"d": ["a", "f"]}
+    # b and c are solved by the linear probe alone; e by neither (its 0.9 is not the answer's argmax)
+    assert drop_plan(oof, {"d": 10}, tau=0.5, linear=lin) == {"d": ["a", "b", "c", "f"]}
+    # the floor keeps 3 of 5: the two most confident of either, a (0.9) then b (0.8)
+    assert drop_plan(oof, {"d": 5}, tau=0.5, min_kept=0.6, linear=lin) == {"d": ["a", "b"]}
+    assert drop_plan(oof, {"d": 10}, tau=0.5, linear={}) == drop_plan(oof, {"d": 10}, tau=0.5)
+
+
+def test_linear_verdicts_are_the_softmax_of_the_probe_scores():
+    from training.af_pooled import linear_verdicts
+    v = linear_verdicts({"d": {"q": np.array([0.0, 0.0, np.log(2.0), 0.0]), "r": np.zeros(4)}},
+                        {"d": {"q": 2, "r": 1}})
+    assert v["d"]["q"] == (pytest.approx(0.4), True)
+    assert v["d"]["r"][0] == pytest.approx(0.25) and v["d"]["r"][1] is False    # ties: the first choice
+
+
+def test_the_linear_adversary_scores_every_question_out_of_fold_on_folds_of_its_own(home):
+    from features.diagnostics.bias import VectorLookup, resolve_dataset
+    from features.diagnostics.question_only import recipe_folds
+    from flows.af_pool import LINEAR_SEED, _linear_oof
+    con, paths = home["con"], home["paths"]
+    ids = sorted(home["before"])
+    a = _linear_oof(con, paths, ids, "visual_cloze", 0)
+    assert a == _linear_oof(con, paths, ids, "visual_cloze", 0)
+    n = dict(con.execute("SELECT dataset_id, count(*) FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1",
+                         [ids]).fetchall())
+    assert {d: len(qs) for d, qs in a.items()} == {d: k for d, k in n.items() if k}
+    assert all(0.0 <= p <= 1.0 for qs in a.values() for p, _ in qs.values())
+    res = resolve_dataset(con, ids[0], VectorLookup(paths.lance, ENC, "image"), "visual_cloze")
+    # not the report's folds (seed 0): the report's probe is read on a split this drop never used
+    assert (recipe_folds(res.recipe_ids, 5, LINEAR_SEED) != recipe_folds(res.recipe_ids, 5, 0)).any()

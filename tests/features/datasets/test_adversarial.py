@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 from synthetic_home import synthetic_home
 
@@ -511,3 +512,38 @@ def test_the_adversary_sees_the_judges_features_including_the_set_level_cues():
     # the last block: each image's max / min / std cosine to the other three
     np.testing.assert_allclose(X[..., -N_ITEM_FEATURES:], others_similarity(vecs[np.array(sets)]).reshape(5, 6, 4, 3),
                                atol=1e-5)
+
+
+def test_a_pooled_drop_keeps_every_question_the_linear_drop_keeps_and_skips_only_its_cap(world):
+    """`af_pooled_drop` (the demo: `mrqa af-pool` drops instead) changes nothing but the cap: the same
+    questions, byte for byte, plus those the linear ensemble's cap dropped; recorded as `drop: pooled`.
+    Balanced mode still evens out the distance ranks."""
+    from features.datasets.generate import Generator
+    con, paths = world["con"], world["paths"]
+    gen = Generator(con, ENC, paths.lance, af_pooled_drop=("visual_cloze", "visual_coherence", "textual_cloze"))
+    assert gen.af_pooled_drop == {"visual_cloze", "visual_coherence"}      # textual cloze: af-pool cannot drop
+    grew = 0
+    for task, p in (AF_SETTINGS[1], AF_SETTINGS[4], AF_SETTINGS[5]):
+        ds = gen.generate(task, p, 0)
+        did = dataset_id(task, p, 0, ENC)
+        linear = world["summaries"][did]
+        assert ds.dataset_id == did and ds.af_drop == "pooled"
+        assert ds.skips.get("af_predictable", 0) == 0
+        capped = linear["skips"].get("af_predictable", 0)
+        if p.k3_mode == "balanced":       # the rank rebalance trims again, after the (absent) cap
+            assert ds.n_questions >= linear["n_questions"]
+        else:
+            assert ds.n_questions == linear["n_questions"] + capped
+        grew += ds.n_questions - linear["n_questions"]
+        tbl = pa.table(dict(ds.columns))
+        mine = {q: (tuple(c), a) for q, c, a in zip(*(tbl.column(k).to_pylist()
+                                                       for k in ("qid", "choice_list", "answer")))}
+        theirs = {q: (tuple(c), a) for q, c, a in con.execute(
+            "SELECT qid, choice_list, answer FROM questions WHERE dataset_id = ?", [did]).fetchall()}
+        assert set(theirs) <= set(mine) and all(mine[q] == v for q, v in theirs.items())
+        assert ds.prov["adversarial"]["drop"] == "pooled" and "drop" not in json.loads(con.execute(
+            "SELECT provenance FROM questions WHERE dataset_id = ? LIMIT 1", [did]).fetchone()[0])["adversarial"]
+        if p.k3_mode == "balanced":
+            counts = np.bincount(np.asarray(ds.prov["n_closer"].to_pylist()), minlength=4)
+            assert len(set(counts.tolist())) == 1, counts
+    assert grew > 0                      # the cap dropped something on this world, and pooled keeps it

@@ -1,0 +1,107 @@
+"""`mrqa af-report`, `af-pool`, `af-check`: what adversarial filtering did, the pooled adversary over a
+task's AF datasets, and its cross-fitted check (docs/knobs.md, "Adversarial filtering")."""
+from __future__ import annotations
+
+import typer
+
+from flows.cli.choices import ListFormat, VisualTask
+from flows.cli.common import echo_json, fail, run_flow, wait_option
+
+app = typer.Typer()
+
+
+@app.command("af-report")
+def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
+    """What adversarial filtering did to each AF dataset: questions kept, the learned question-only
+    probe before and after, the final adversary, the step-text oracle (docs/knobs.md)."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.af_report import af_report, format_table
+    paths = Paths.from_env()
+    con = connect(paths, read_only=True)
+    try:
+        rows = af_report(con, paths.lance)
+    finally:
+        con.close()
+    if fmt == "json":
+        echo_json(rows)
+    else:
+        typer.echo(format_table(rows))
+
+
+@app.command("af-pool")
+def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
+                                                "datasets are filtered together."),
+                tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
+                                          "model solves with at least this probability of the answer."),
+                min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
+                                               "the plain setting's questions (0.4: the kept-share bound)."),
+                folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
+                rounds: int = typer.Option(2, "--rounds", help="Visual cloze: rounds of swapping in "
+                                           "distractors the adversary finds plausible before the drop (0: drop "
+                                           "only)."),
+                solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
+                                                   "dataset's questions the adversary may still solve."),
+                keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "
+                                                  "still solves this share of the kept questions (0: no cap; "
+                                                  "0.25: never below chance)."),
+                fresh_drop: bool = typer.Option(False, "--fresh-drop", help="Decide the drop by a model trained "
+                                                "anew after the last round (one more pass) instead of the last "
+                                                "round's model with the swapped choices' logits."),
+                adversaries: int = typer.Option(1, "--adversaries", help="Pooled models per pass, each with "
+                                                "its own seed and fold split; their mean logits decide the "
+                                                "swaps and the drop (one model's misses are partly luck)."),
+                linear: bool = typer.Option(False, "--linear/--no-linear", help="The drop also takes what the "
+                                            "linear learned question-only probe solves (cross-fitted, folds "
+                                            "apart from the report's); the demo's drop does."),
+                seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
+                wait: float = wait_option()):
+    """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
+    scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
+    solves beyond a quarter get knob-valid distractors it scores above the answer (the alternates AF
+    recorded). Then the questions it still solves confidently are dropped (skip `af_pooled_predictable`,
+    params.af_pooled). Run after generating the AF settings; then `mrqa report`."""
+    from flows.af_pool import af_pool_flow
+    try:
+        res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
+                       rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
+                       adversaries=adversaries, linear=linear)
+    except ValueError as e:
+        fail(str(e))
+    for r in res["datasets"]:
+        typer.echo(f"{r['dataset_id']:34s} dropped {r['dropped']:5d}  kept {r['kept']:5d}  out-of-fold "
+                   f"question-only {100 * (r['oof_question_only_acc'] or 0):.1f}% -> "
+                   f"{100 * (r['oof_question_only_acc_kept'] or 0):.1f}%")
+
+
+@app.command("af-check")
+def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
+                                                 "datasets are checked."),
+                 seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds of the check's "
+                                           "models (each its own fold split, apart from the adversary's)."),
+                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
+                 seed: int = typer.Option(0, "--seed", help="The datasets' seed."),
+                 as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+                 wait: float = wait_option()):
+    """GM3C question-only accuracy on every question of the AF datasets, cross-fitted by recipe: per check
+    seed, a pooled model per fold scores the recipes it did not train on; the mean over seeds with a 95%
+    interval. Read-only. The test split of one export holds 90-200 questions per setting; this reads all."""
+    from flows.af_pool import af_check_flow
+    try:
+        ss = tuple(int(x) for x in seeds.split(",") if x.strip())
+    except ValueError:
+        fail(f"--seeds must be comma-separated integers, got {seeds!r}")
+    if not ss:
+        fail("--seeds needs at least one seed")
+    try:
+        res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        echo_json(res)
+        return
+    typer.echo(f"{'setting':20s} {'questions':>9s}  GM3C question-only (cross-fitted)  by seed")
+    for r in res["datasets"]:
+        lo, hi = r["ci"]
+        typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * r['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
+                   f"{'':14s}" + " ".join(f"{100 * v:.1f}" for v in r["by_seed"].values()))
