@@ -55,8 +55,6 @@ before (knob selection) and after (kept questions), questions in and kept.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pyarrow as pa
 
@@ -490,29 +488,16 @@ def _finish(ds, b, keep, adv_rank, gap, rank, exact, K, stats, bad: dict | None 
 
 # ----------------------------------------------------------------------------- cloze
 
-_blas = {"lock": threading.Lock(), "users": 0, "limits": None}
-
-
 def _single_blas_thread(fn):
-    """Run AF with one BLAS thread: its many small solves and products are slower threaded (on 2 busy
-    cores, 6x in wall time), and the datasets run on several threads already. The limit is process-wide:
-    set by the first AF call that starts, restored when the last one running ends."""
+    """Run AF with one BLAS thread (`one_blas_thread`): its many small solves and products are slower
+    threaded (on 2 busy cores, 6x in wall time), and the datasets run on several threads already."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from threadpoolctl import threadpool_limits
-        with _blas["lock"]:
-            if _blas["users"] == 0:
-                _blas["limits"] = threadpool_limits(1, user_api="blas")
-            _blas["users"] += 1
-        try:
+        from features.diagnostics.question_only import one_blas_thread
+        with one_blas_thread():
             return fn(*args, **kwargs)
-        finally:
-            with _blas["lock"]:
-                _blas["users"] -= 1
-                if _blas["users"] == 0:
-                    _blas["limits"].restore_original_limits()
     return wrapper
 
 

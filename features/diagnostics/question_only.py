@@ -18,6 +18,8 @@ further down in this module.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,18 +126,43 @@ def recipe_folds(groups, n_folds: int = 5, seed: int = 0) -> np.ndarray:
     return fold
 
 
+_blas = {"lock": threading.Lock(), "users": 0, "limits": None}
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """Run the block with one BLAS thread: results that do not depend on the threads the process runs
+    (threaded sums change the last digits), and many small solves are faster so on 2 busy cores. The
+    limit is process-wide: set by the first block that enters, restored when the last one running ends,
+    so blocks on several threads at once do not undo each other's limit."""
+    from threadpoolctl import threadpool_limits
+    with _blas["lock"]:
+        if _blas["users"] == 0:
+            _blas["limits"] = threadpool_limits(1, user_api="blas")
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _blas["lock"]:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                _blas["limits"].restore_original_limits()
+
+
 def cross_fitted_scores(X, y, groups, n_folds: int = 5, seed: int = 0, C: float = 1.0) -> np.ndarray:
     """(n, c) scores where each question is scored by a model that never saw its recipe (GroupKFold by
     `groups` = recipe ids). Deterministic for a given seed. With a single recipe nothing can be held
-    out: every score is zero (no prediction better than chance)."""
+    out: every score is zero (no prediction better than chance). One BLAS thread: threaded sums change
+    the last digits, and the pooled adversary's drop orders questions by these scores."""
     X = np.asarray(X, dtype=np.float32)
     y = np.asarray(y, dtype=np.int64)
     fold = recipe_folds(groups, n_folds, seed)
     out = np.zeros(X.shape[:2])
-    for k in np.unique(fold):
-        test = fold == k
-        if (~test).any():
-            out[test] = QuestionOnlyModel(C, seed).fit(X[~test], y[~test]).scores(X[test])
+    with one_blas_thread():                         # the same scores whatever threads the process runs
+        for k in np.unique(fold):
+            test = fold == k
+            if (~test).any():
+                out[test] = QuestionOnlyModel(C, seed).fit(X[~test], y[~test]).scores(X[test])
     return out
 
 
