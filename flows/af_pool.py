@@ -136,18 +136,16 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
     features: logistic regression on the frozen vectors, 5 folds by recipe), cross-fitted on each dataset
     with folds and a seed of its own (`LINEAR_SEED` + seed), so the report's figure is read on a split
     this drop never used."""
-    from features.diagnostics.bias import VectorLookup, resolve_dataset
-    from features.diagnostics.question_only import cross_fitted_scores, task_features
+    from features.diagnostics.bias import VectorLookup, learned_probe, resolve_dataset
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
     lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
     scores, answers = {}, {}
     for d in ids:
         res = resolve_dataset(con, d, lookup, task)
-        if not res.qids:
+        qo = learned_probe(res, lookup.mat, 5, LINEAR_SEED + seed)
+        if qo is None or qo.accuracy is None:       # too few questions or recipes to cross-fit: no verdict
             continue
-        X = task_features(task, res.question_rows, res.choice_rows, lookup.mat)
-        S = cross_fitted_scores(X, res.answers, res.recipe_ids, 5, LINEAR_SEED + seed)
-        scores[d] = dict(zip(res.qids, S))
+        scores[d] = dict(zip(res.qids, qo.scores))
         answers[d] = dict(zip(res.qids, res.answers.tolist()))
     return linear_verdicts(scores, answers)
 
@@ -181,7 +179,9 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
-    con = connect(paths)
+    if not paths.warehouse.exists():
+        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
+    con = connect(paths, read_only=True)
     try:
         rows = [r for r in af_datasets(con, task, seed) if r["n_questions"]]
         if not rows:

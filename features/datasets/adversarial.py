@@ -111,7 +111,7 @@ def config(ds) -> dict:
     out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
            "read_margin": READ_MARGIN, "read_text": "body"}
-    if getattr(ds, "af_drop", "linear") != "linear":      # recorded only when not AF's own (older ids' content)
+    if ds.af_drop != "linear":                   # recorded only when not AF's own (older ids' content)
         out["drop"] = ds.af_drop
     return out
 

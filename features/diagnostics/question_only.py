@@ -132,7 +132,7 @@ _blas = {"lock": threading.Lock(), "users": 0, "limits": None}
 @contextlib.contextmanager
 def one_blas_thread():
     """Run the block with one BLAS thread: results that do not depend on the threads the process runs
-    (threaded sums change the last digits), and many small solves are faster so on 2 busy cores. The
+    (threaded sums change the last digits), and many small solves run faster on 2 busy cores. The
     limit is process-wide: set by the first block that enters, restored when the last one running ends,
     so blocks on several threads at once do not undo each other's limit."""
     from threadpoolctl import threadpool_limits

@@ -523,3 +523,15 @@ def test_the_linear_adversary_scores_every_question_out_of_fold_on_folds_of_its_
     res = resolve_dataset(con, ids[0], VectorLookup(paths.lance, ENC, "image"), "visual_cloze")
     # not the report's folds (seed 0): the report's probe is read on a split this drop never used
     assert (recipe_folds(res.recipe_ids, 5, LINEAR_SEED) != recipe_folds(res.recipe_ids, 5, 0)).any()
+
+
+def test_af_check_refuses_bad_seeds_and_a_missing_warehouse_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    monkeypatch.setenv("MRQA_HOME", str(tmp_path / "nothing"))
+    r = CliRunner().invoke(app, ["--no-prefect", "af-check", "--seeds", "a,b"])
+    assert r.exit_code == 2 and "--seeds must be comma-separated integers" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-check"])
+    assert r.exit_code == 2 and "no warehouse at" in r.output
+    assert not (tmp_path / "nothing" / "warehouse.duckdb").exists()        # read-only: nothing created
