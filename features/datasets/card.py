@@ -208,8 +208,9 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
             .fetchall()}
     if not have:
         return {}
-    cols = [c for c in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "qo_acc", "qo_ci_low", "qo_ci_high",
-                        "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "qo_n_test", "n_scored", "chance")
+    cols = [c for c in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "qo_acc", "qo_ci_low",
+                        "qo_ci_high", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "qo_n_test", "n_scored",
+                        "chance")
             if c in have]
     cur = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics WHERE list_contains(?, dataset_id)",
                       [ids])
@@ -279,18 +280,19 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           "Counts per split; bias figures from `mrqa report` (accuracy of answering without the context; "
           "chance is 25%): Hasty Student (a fixed context-free rule), the distance probe (a classifier on each "
           "choice's distances from the question), the centre of the choices (the choice nearest the other "
-          "choices, the question unseen), the learned question-only probe (all scored questions, and "
+          "choices, the question unseen), the closest pair (visual coherence: of the two images most alike, the "
+          "one less like the other two), the learned question-only probe (all scored questions, and "
           "the test split, with 95% intervals). – = not measured.", "",
           "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
-          "centre of the choices | question-only probe | question-only probe (test) |",
-          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+          "centre of the choices | closest pair | question-only probe | question-only probe (test) |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
         b = bias.get(did, {})
         n_rec = meta.get(did, (None, None, None))[2]
         md.append(f"| {d['config']} | {did} | " + " | ".join(f"{d['splits'].get(s, 0):,d}" for s in CARD_SPLITS)
                   + f" | {'' if n_rec is None else f'{n_rec:,d}'} | {_pct(b.get('hasty_student_acc'))} | "
                     f"{_pct(b.get('probe_acc'))} | {_pct(b.get('centre_rule_acc'))} | "
-                    f"{_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
+                    f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
                     f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", "",

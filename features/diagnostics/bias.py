@@ -360,6 +360,33 @@ def centre_rule(task: str, choice_rows: list, mat: np.ndarray, answers: np.ndarr
     return float((picked == np.asarray(answers)).mean())
 
 
+def pair_rule(task: str, choice_rows: list, mat: np.ndarray, answers: np.ndarray) -> float | None:
+    """Accuracy of the closest-pair rule on visual coherence: of the two images with the highest cosine
+    to each other, pick the one with the lower mean cosine to the other two, the recipe unseen. The
+    knob-2 ball draws the foreign image from a shown image's nearest neighbours, so it forms the
+    closest pair of the four far more often than a random image of the four would (half the time),
+    and the rule then has a coin flip left; on independent images it reads chance. None for the other
+    tasks (their answer is not one of a pair drawn together) and without questions."""
+    if task != "visual_coherence" or len(choice_rows) == 0:
+        return None
+    return float((closest_pair_pick(mat[np.array(choice_rows)]) == np.asarray(answers)).mean())
+
+
+def closest_pair_pick(images: np.ndarray) -> np.ndarray:
+    """(n, c, d) images of n questions -> (n,) the closest-pair rule's pick (`pair_rule`); ties go to the
+    lower column."""
+    u = images / np.maximum(np.linalg.norm(images, axis=-1, keepdims=True), 1e-12)
+    n, c = u.shape[:2]
+    gram = np.einsum("nid,njd->nij", u, u)
+    off = np.where(np.eye(c, dtype=bool), -np.inf, gram)
+    flat = off.reshape(n, -1).argmax(1)
+    i, j = flat // c, flat % c
+    rest = ~(np.eye(c, dtype=bool)[i] | np.eye(c, dtype=bool)[j])           # (n, c): the other images
+    mean_to_rest = lambda k: (gram[np.arange(n), k] * rest).sum(1) / np.maximum(rest.sum(1), 1)
+    mi, mj = mean_to_rest(i), mean_to_rest(j)
+    return np.where(mj < mi, j, np.where(mi < mj, i, np.minimum(i, j)))
+
+
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
                          lance_uri: str | None = None, seed: int = 0, n_folds: int = 5,
                          model: str = "logreg", progress: bool = True,
@@ -392,14 +419,16 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
             qo = learned_probe(res, lookups[key].mat, n_folds, seed)
         if dist is None or len(dist.qids) == 0:
             row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None,
-                       centre_rule_acc=None)
+                       centre_rule_acc=None, pair_rule_acc=None)
         else:
             hs = float((hasty_student(dist.hasty) == dist.answers).mean())
             pr = distance_probe(dist.probe, dist.answers, dist.recipe_ids, n_folds, seed, model)
             ranks = np.bincount(answer_ranks(dist.probe, dist.answers), minlength=N_CHOICES)
             cr = centre_rule(task, res.choice_rows, lookups[key].mat, res.answers)
+            cp = pair_rule(task, res.choice_rows, lookups[key].mat, res.answers)
             row.update(n_scored=len(dist.qids), hasty_student_acc=round(hs, 4),
                        centre_rule_acc=None if cr is None else round(cr, 4),
+                       pair_rule_acc=None if cp is None else round(cp, 4),
                        probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
                        answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
         row.update(question_only_row(qo))
@@ -495,7 +524,7 @@ BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_question
                 "n_recipes", "chance", "hasty_student_acc", "probe_acc", "probe_model", "probe_folds",
                 "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
                 "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics",
-                "centre_rule_acc"]
+                "centre_rule_acc", "pair_rule_acc"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:

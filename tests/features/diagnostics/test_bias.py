@@ -94,6 +94,32 @@ def test_overlap_coverage_and_jaccard():
     assert recipe_overlap({"x": [[1, 2, 3, 4], [3, 4, 5, 6]]}, {"x": 6})[1] == pytest.approx(1 / 3)
 
 
+def test_pair_rule_finds_a_foreign_image_drawn_next_to_a_shown_one_and_nothing_else():
+    """Coherence: a foreign image drawn from a shown image's neighbourhood forms the closest pair of the
+    four, and it is the one of the pair less like the other two (its own recipe's look is missing):
+    the rule finds it; independent images: chance; other tasks and no questions: not measured."""
+    from features.diagnostics.bias import closest_pair_pick, pair_rule
+    rng = np.random.default_rng(11)
+    n, d = 1000, 64
+    answers = rng.integers(0, 4, size=n)
+    recipe = rng.normal(size=(n, 1, d))
+    imgs = recipe + 1.5 * rng.normal(size=(n, 4, d))
+    anchor = (answers + 1 + rng.integers(0, 3, size=n)) % 4           # a shown image, not the answer
+    # the foreign photo: near its anchor's content, but without the recipe's shared look
+    imgs[np.arange(n), answers] = imgs[np.arange(n), anchor] - recipe[:, 0] + 0.3 * rng.normal(size=(n, d))
+    rows = np.arange(n * 4).reshape(n, 4).tolist()
+    assert pair_rule("visual_coherence", rows, imgs.reshape(-1, d), answers) > 0.9
+    independent = rng.normal(size=(n, 4, d))
+    assert 0.2 < pair_rule("visual_coherence", rows, independent.reshape(-1, d), answers) < 0.3
+    for task in ("visual_cloze", "textual_cloze", "visual_ordering"):
+        assert pair_rule(task, rows, imgs.reshape(-1, d), answers) is None
+    assert pair_rule("visual_coherence", [], imgs.reshape(-1, d), answers[:0]) is None
+    # the pick is one of the closest pair, by hand on one question
+    v = np.array([[[1.0, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0.6, 0.6, 0.2]]])
+    # closest pair: 0 and 1; mean cosine to {2, 3}: image 1 is nearer them, so image 0 is picked
+    assert closest_pair_pick(v).tolist() == [0]
+
+
 def test_centre_rule_finds_distractors_drawn_around_the_answer_and_nothing_else():
     """Distractors drawn around the answer: the answer is the centre of its choice set, and the rule
     finds it; independent choices: chance; ordering: not measured (its choices share their images)."""
