@@ -108,6 +108,8 @@ READ_MARGIN = 0.0
 def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
+    if ds.params.distractors == "matched":       # beyond the knobs: one pool (features/datasets/matched.py)
+        pools = ("matched",)
     out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
            "read_margin": READ_MARGIN, "read_text": "body"}
@@ -744,11 +746,14 @@ def _foreign_rank(S: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @_single_blas_thread
-def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, ball_elig: np.ndarray,
-                     rule: np.ndarray, target: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: bool):
+def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, ball_elig: np.ndarray | None,
+                     rule: np.ndarray | None, target: np.ndarray | None, lo: np.ndarray | None,
+                     hi: np.ndarray | None, exact: bool, matched: np.ndarray | None = None):
     """AF of the coherence questions `keep` with knob-selected foreign images `foreign` (K,).
     ball_elig (K, W): the ball pool's eligible cells (knob 2 and knob 3 of the setting); rule (K,):
     the knob-3 rule per question (paper | none | rank); target (K,): the rank under `rank`.
+    matched (K, M): beyond the knobs (features/datasets/matched.py), the candidates instead of the ball
+    and author pools (valid cells only; `foreign` among them); the knob arguments are then unused.
     Returns (rows of `keep` kept, {foreign, anchor, distance, dist_q, foreign_rank} of the kept, provenance)."""
     K, R, seed = len(keep), ds.params.af_rounds, ds.seed
     if K == 0:
@@ -760,27 +765,37 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     # ball pool: the setting's eligible cells, with their anchors and knob-3 scores
     # (the knob pick, then the first eligible cells in the seeded pick order, BALL_CAP in all: the union
     # of 3 neighbour lists is long)
-    is_pick = P["C"][keep] == foreign[:, None]
-    first = np.argsort(np.where(is_pick, 0, np.where(ball_elig, 1, 2)), axis=1, kind="stable")[:, :BALL_CAP]
-    take = lambda a: np.take_along_axis(a[keep], first, 1)
-    cand_b = np.where(np.take_along_axis(ball_elig, first, 1), take(P["C"]), -1)
-    fields_b = {"anchor": take(P["anchor"]), "D": take(P["D"]), "dq": take(P["dq"]), "frank": take(P["frank"])}
-    # author pool: recomputed distances (anchor = the nearest coherent image), same knob-2/3 tests
-    ca = extra_pools(sp, ("author",), items[:, 0], b.sk.steps[keep], qkeys)["author"]
+    if matched is None:
+        is_pick = P["C"][keep] == foreign[:, None]
+        first = np.argsort(np.where(is_pick, 0, np.where(ball_elig, 1, 2)), axis=1, kind="stable")[:, :BALL_CAP]
+        take = lambda a: np.take_along_axis(a[keep], first, 1)
+        cand_b = np.where(np.take_along_axis(ball_elig, first, 1), take(P["C"]), -1)
+        fields_b = {"anchor": take(P["anchor"]), "D": take(P["D"]), "dq": take(P["dq"]), "frank": take(P["frank"])}
+        # author pool: recomputed distances (anchor = the nearest coherent image), same knob-2/3 tests
+        ca = extra_pools(sp, ("author",), items[:, 0], b.sk.steps[keep], qkeys)["author"]
+    else:                                   # the matched pool alone, its fields computed as the author pool's
+        cand_b = np.full((K, 1), -1, dtype=np.int64)
+        fields_b = {"anchor": items[:, :1], "D": np.full((K, 1), np.nan), "dq": np.full((K, 1), np.nan),
+                    "frank": np.zeros((K, 1), dtype=np.int64)}
+        ca = matched
     dd = sp.dots(ca, P["qv"][keep])                                              # (K, M, 4)
     dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, rows)
     dist3 = 1.0 - dd[..., 1:]
     near = np.argmin(dist3, axis=-1)
     D = np.take_along_axis(dist3, near[..., None], -1)[..., 0]
-    ok = (ca >= 0) & (D > lo[:, None]) & (D < hi[:, None])
-    ok &= np.where((rule == "paper")[:, None], dq < P["min_pair"][keep][:, None], True)
-    ok &= np.where((rule == "rank")[:, None], frank == target[:, None], True)
+    if matched is None:
+        ok = (ca >= 0) & (D > lo[:, None]) & (D < hi[:, None])
+        ok &= np.where((rule == "paper")[:, None], dq < P["min_pair"][keep][:, None], True)
+        ok &= np.where((rule == "rank")[:, None], frank == target[:, None], True)
+    else:
+        ok = ca >= 0
     cand = _dedupe(np.concatenate([cand_b, np.where(ok, ca, -1)], axis=1))
-    pool = _pool_label(sp, cand, items[:, 0])
+    pool = _pool_label(sp, cand, items[:, 0]) if matched is None else np.zeros(cand.shape, dtype=np.int64)
+    pool_names = COHERENCE_POOLS if matched is None else ("matched",)
     fields = {"anchor": np.concatenate([fields_b["anchor"], np.take_along_axis(items, near, 1) if K else near], 1),
               "D": np.concatenate([fields_b["D"], D], 1), "dq": np.concatenate([fields_b["dq"], dq], 1),
               "frank": np.concatenate([fields_b["frank"], frank], 1)}
-    cur_col = np.argmax(cand == foreign[:, None], axis=1)       # the knob pick is a ball cell
+    cur_col = np.argmax(cand == foreign[:, None], axis=1)       # the knob pick is a ball (or matched) cell
     if K and not (cand[rows, cur_col] == foreign).all():
         raise AssertionError("adversarial: a knob-selected foreign image is not among its eligible cells")
     # a foreign photo whose step twins a step of the question's recipe reads as belonging to it: never
@@ -827,12 +842,12 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     sub = _finish(ds, b, keep, adv_rank, gap, g(fields["frank"]), exact, K, stats,
                   bad={"af_text_twin": g(twin), "af_unreadable": g(unread)})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
-    ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(COHERENCE_POOLS)}
+    ds.adversarial["foreign_by_pool"] = {name: int((g(pool)[sub] == i).sum()) for i, name in enumerate(pool_names)}
     # scores in choice order (the foreign image at pos)
     coh, fs = final[:, :3], final[:, 3]
     choice_scores = _insert(coh, fs, pos)[sub]
-    names = np.array(COHERENCE_POOLS + ("question",), dtype=object)
-    choice_pool = _insert(np.full((K, 3), len(COHERENCE_POOLS)), g(pool), pos)[sub]
+    names = np.array(pool_names + ("question",), dtype=object)
+    choice_pool = _insert(np.full((K, 3), len(pool_names)), g(pool), pos)[sub]
     out = {"foreign": g(cand)[sub], "anchor": g(fields["anchor"])[sub], "D": g(fields["D"])[sub],
            "dq": g(fields["dq"])[sub], "frank": g(fields["frank"])[sub]}
     prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
@@ -840,7 +855,8 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
     valid = (cand >= 0) & ~twin & ~unread
     prov["distance_probe_hit"] = pa.array(_probe_hits(sp, items[sub], g(cand)[sub][:, None])[:, 0])
     prov["af_alternates"] = coherence_alternates(sp, items[sub], cand[sub], valid[sub] & (
-        np.arange(cand.shape[1])[None, :] != cur_col[sub][:, None]), pool[sub], {k: v[sub] for k, v in fields.items()})
+        np.arange(cand.shape[1])[None, :] != cur_col[sub][:, None]), pool[sub], {k: v[sub] for k, v in fields.items()},
+        names=pool_names)
     return sub, out, prov
 
 
@@ -860,7 +876,7 @@ def _probe_hits(sp, items: np.ndarray, cand: np.ndarray, block: int = 128) -> np
 
 
 def coherence_alternates(sp, items: np.ndarray, cand: np.ndarray, valid: np.ndarray, pool: np.ndarray,
-                         fields: dict, cap: int = ALT_CAP) -> pa.ListArray:
+                         fields: dict, cap: int = ALT_CAP, names: tuple = COHERENCE_POOLS) -> pa.ListArray:
     """Per coherence question, the first `cap` knob-valid foreign images (the setting's ball and knob-3
     rule, no text twin of a step of the recipe, told apart by the shown steps' texts) other than the
     chosen one, with what the provenance records of a foreign image: its anchor, distance, dist_q,
@@ -870,7 +886,7 @@ def coherence_alternates(sp, items: np.ndarray, cand: np.ndarray, valid: np.ndar
     qi, ci = np.nonzero(take)
     it = cand[qi, ci]
     hits = _probe_hits(sp, items, np.where(take, cand, -1))[qi, ci]
-    names = np.array(COHERENCE_POOLS, dtype=object)
+    names = np.array(names, dtype=object)
     rows = pa.StructArray.from_arrays(
         [pa.array(sp.item_ids[fields["anchor"][qi, ci]].tolist(), pa.string()), pa.array(_r(fields["D"][qi, ci])),
          pa.array(_r(fields["dq"][qi, ci])), pa.array(hits), pa.array(fields["frank"][qi, ci].astype(np.int64)),

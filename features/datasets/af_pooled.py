@@ -166,12 +166,14 @@ def _rewrite(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
 
 def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> list[dict]:
     """The AF datasets of `task` and `seed`: dataset_id, setting, params, n_questions, and n_plain (the
-    question count of the same setting without AF, same seed and encoder; None when not generated)."""
+    question count of the same setting without AF, same seed and encoder: the paper setting's where a
+    parameter variant of it (a `-p<hash>` id) was generated too; None when not generated)."""
     rows = con.execute("""
         SELECT a.dataset_id, a.setting, a.params, a.n_questions,
                (SELECT p.n_questions FROM datasets p WHERE p.task = a.task AND NOT coalesce(p.adversarial, false)
                   AND p.setting = regexp_replace(a.setting, '-af$', '') AND p.seed = a.seed
-                  AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id) AS n_plain
+                  AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
+                ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) AS n_plain
         FROM datasets a WHERE a.task = ? AND a.seed = ? AND coalesce(a.adversarial, false)
         ORDER BY a.dataset_id""", [task, seed]).fetchall()
     return [{"dataset_id": d, "setting": s, "params": json.loads(p) if p else {}, "n_questions": n, "n_plain": np_}

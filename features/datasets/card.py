@@ -65,8 +65,11 @@ PROVENANCE_KEYS = {
     "knobs": "The knob values [k1, k2, k3] (nulls for a preset; older datasets: [k1, k2]).",
     "preset": "The preset name, or null.",
     "k3_mode": "off | coin | all | balanced.",
-    "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), uniform or "
-            "weighted_by_summed_distance (ordering).",
+    "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), matched "
+            "(coherence beyond the paper: matched to reference_item), uniform or weighted_by_summed_distance "
+            "(ordering).",
+    "reference_item": "Coherence, --distractors matched: the held-out photo of the question's recipe whose cosines "
+                      "to the shown photos the foreign image's match.",
     "answer_step": "step_idx of the answer step (cloze: the blank; coherence/ordering: the drawn step).",
     "extra_removed_step": "Knob 1 = 1: the other step removed from the recipe's pool after this question; else null.",
     "question_items": "The items the question shows (image ids or `<recipe>_<step>_title`).",

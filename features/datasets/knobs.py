@@ -43,7 +43,8 @@ class KnobParams:
     remove_answer_step: bool = True      # the correct answer's step leaves the pool after a question
     extra_step_removal: bool = False     # k1=1: one random other step of the question leaves too
     # knob 2 -- distance of distractors from the correct answer (ball in units of s_d around m_d)
-    distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset)
+    distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset) | matched
+                                         # (coherence, beyond the paper: features/datasets/matched.py)
     k: int = 100                         # neighbours used for m_d, s_d and as candidates
     ball_lo_sd: float | None = None      # None: lower bound is distance 0
     ball_hi_sd: float = -1.0
@@ -92,8 +93,12 @@ class KnobParams:
             raise ValueError("knob 3 is not defined for visual_ordering (no question to be close to)")
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
-        if self.distractors not in ("ball", "random_far"):
-            raise ValueError("distractors must be ball or random_far")
+        if self.distractors not in ("ball", "random_far", "matched"):
+            raise ValueError("distractors must be ball, random_far or matched")
+        if self.distractors == "matched" and (task != "visual_coherence" or self.preset
+                                              or self.knob2 or self.knob3 or self.k3_mode != "off"):
+            raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
+                             "(it replaces their distances: e.g. --task visual_coherence --knobs 0-0-0-af)")
         if self.k < 3:
             raise ValueError("k must be at least 3 (three distractors)")
         if self.ball_lo_sd is not None and self.ball_lo_sd >= self.ball_hi_sd:

@@ -324,6 +324,9 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
                         heads)
         return
     P = _coherence_pool(b, sp, knn)
+    if p.distractors == "matched":
+        _coherence_matched(ds, b, sp, P, heads)
+        return
     lo = np.zeros(q) if p.ball_lo_sd is None else P["m_d"] + p.ball_lo_sd * P["s_d"]
     hi = P["m_d"] + p.ball_hi_sd * P["s_d"]
     inball = (P["C"] >= 0) & (P["D"] > lo[:, None]) & (P["D"] < hi[:, None])
@@ -375,6 +378,43 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     else:
         extra.update({"k3_rule": pa.array(rule[keep].tolist(), pa.string()), "target_rank": None})
     _emit_coherence(ds, b, sp, keep, pick["foreign"], P, extra, heads)
+
+
+def _coherence_matched(ds, b, sp, P, heads) -> None:
+    """Beyond the paper (features/datasets/matched.py): the foreign image whose cosines to the 3 shown
+    images match those of a held-out photo of the question's recipe; no text twin of a step of the
+    recipe, and one the shown steps' texts tell apart (as for the ball). The best-matched valid
+    candidate, or with AF the one its adversary finds most plausible among them."""
+    from features.datasets.adversarial import readable_coherence, twin_of_recipe
+    from features.datasets.matched import matched_pool, reference_items
+    ref = reference_items(sp, b.items, b.sk.steps, b.qkeys)
+    ds.skip("no_reference_image", (ref < 0).sum())
+    cand, cost = matched_pool(sp, b.items, ref)
+    bad = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids)
+    bad |= (cand >= 0) & ~readable_coherence(sp, b.items, np.maximum(cand, 0))
+    valid = (cand >= 0) & ~bad
+    ok = valid.any(1)
+    ds.skip("no_matched_candidate", ((ref >= 0) & ~ok).sum())
+    keep = np.flatnonzero(ok)
+    col = np.argmax(valid[keep], axis=1)
+    foreign = cand[keep, col]
+    af = {}
+    if ds.params.af_rounds:
+        from features.datasets.adversarial import config, refine_coherence
+        sub, pick, af = refine_coherence(ds, b, sp, P, keep, foreign, None, None, None, None, None, exact=False,
+                                         matched=np.where(valid[keep], cand[keep], -1))
+        keep, foreign = keep[sub], pick["foreign"]
+        af["adversarial"] = config(ds)
+    K = len(keep)
+    dd = sp.dots(foreign[:, None], P["qv"][keep])                                  # (K, 1, 4)
+    dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, np.arange(K))
+    dist3 = 1.0 - dd[:, 0, 1:]
+    near = np.argmin(dist3, axis=1) if K else np.zeros(0, dtype=np.int64)
+    extra = {"rule": "matched", "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
+             "anchor_item": pa.array(sp.item_ids[b.items[keep][np.arange(K), near]].tolist(), pa.string()),
+             "distance": pa.array(_r(dist3[np.arange(K), near])), "dist_q": pa.array(_r(dq[:, 0])),
+             "foreign_rank": pa.array(frank[:, 0]), "k3_rule": None, "target_rank": None, **af}
+    _emit_coherence(ds, b, sp, keep, foreign, P, extra, heads)
 
 
 def _emit_coherence(ds, b, sp, keep, foreign, P, extra, heads) -> None:

@@ -28,6 +28,7 @@ Size = choices("Size", SIZES)
 Split = choices("Split", SPLITS)
 Preset = choices("Preset", ("recipeqa",))                      # features.datasets.generate.settings_for
 AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
+Distractors = choices("Distractors", ("ball", "matched"))      # KnobParams.distractors of the knob settings
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))
 ExportFormat = choices("ExportFormat", ("parquet", "recipeqa-json"))   # features.datasets.export

@@ -1,0 +1,167 @@
+"""Visual coherence with matched foreign images (features/datasets/matched.py), beyond the paper, on a
+synthetic world with a planted per-recipe "kitchen" cue (features/datasets/synthetic.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import duckdb
+import numpy as np
+import pytest
+from synthetic_home import synthetic_home
+
+from features.datasets.card import PROVENANCE_KEYS
+from features.datasets.export import export_parquet
+from features.datasets.generate import generate_datasets
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, dataset_id
+from features.datasets.matched import MATCHED_POOL
+
+ENC = "synthetic-enc-0001"
+TASK = "visual_coherence"
+
+
+def _matched(k1: int, af: bool) -> tuple[str, KnobParams]:
+    p = KnobParams.preset_for(TASK, k1, 0, 0, distractors="matched")
+    return TASK, replace(p, af_rounds=AF_DEFAULT_ROUNDS) if af else p
+
+
+SETTINGS = [_matched(0, False), _matched(1, False), _matched(0, True),
+            (TASK, KnobParams.preset_for(TASK, 0, 0, 0))]       # the paper's 0-0-0, to compare
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with synthetic_home(tmp_path_factory, "matched_home", n_recipes=90, seed=3, dim=24, k=100) as (home, paths, con):
+        con.execute("""UPDATE recipes SET author = 'author-' ||
+                       CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % 12 AS VARCHAR)""")
+        summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        ids = [s["dataset_id"] for s in summaries]
+        out = paths.exports / "m"
+        export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
+        rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+        for r in rows:
+            r["prov"] = json.loads(r["provenance"])
+        iv = duckdb.sql(f"SELECT image_id, recipe_id, vector FROM '{out}/image_vectors.parquet'").fetchall()
+        vec = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, _, v in iv}
+        images = [(i, r) for i, r, _ in iv]
+        split = dict(duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall())
+        yield {"con": con, "paths": paths, "summaries": summaries, "ids": ids, "rows": rows, "vec": vec,
+               "images": images, "split": split}
+
+
+def _rows(world, did):
+    return [r for r in world["rows"] if r["dataset_id"] == did]
+
+
+def _step(item: str) -> tuple[str, int]:
+    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
+    return rid, int(step)
+
+
+def test_ids_params_and_refusals(world):
+    for (task, p), did in zip(SETTINGS, world["ids"]):
+        assert did == dataset_id(task, p, 0, ENC)
+        params = json.loads(world["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                                 [did]).fetchone()[0])
+        if p.distractors == "matched":      # a parameter variant: never the name of a paper setting
+            assert did.endswith(f"-p{did[-6:]}") and params["distractors"] == "matched"
+            if p.af_rounds:
+                assert params["adversarial"]["pools"] == ["matched"]
+        else:
+            assert "-p" not in did.rsplit("-", 1)[-1][:2]
+    for task, kw in (("visual_cloze", {}), (TASK, {"k2": 1}), (TASK, {"k3": 1})):
+        p = KnobParams.preset_for(task, 0, kw.get("k2", 0), kw.get("k3", 0), distractors="matched")
+        with pytest.raises(ValueError, match="--distractors matched is defined for visual coherence"):
+            p.validate(task)
+    with pytest.raises(ValueError, match="--distractors matched"):
+        KnobParams.recipeqa_preset(distractors="matched").validate(TASK)
+
+
+def test_every_foreign_image_is_matched_to_a_held_out_photo_of_the_recipe(world):
+    """On every question: the foreign image (the answer) is a photo of another recipe of the same split;
+    the reference is a photo of the question's recipe from a step it does not show; and the foreign
+    image is among the MATCHED_POOL candidates whose sorted cosines to the 3 shown photos are nearest the
+    reference's (recomputed here from the exported vectors over every photo of the split)."""
+    vec, split = world["vec"], world["split"]
+    by_split: dict[str, list[str]] = {}
+    for img, rid in world["images"]:
+        if img in vec:
+            by_split.setdefault(split[rid], []).append(img)
+    n = 0
+    for did in world["ids"][:3]:
+        rows = _rows(world, did)
+        assert rows
+        for r in rows:
+            p, choices = r["prov"], list(r["choice_list"])
+            foreign = choices[r["answer"]]
+            shown = [c for i, c in enumerate(choices) if i != r["answer"]]
+            assert p["rule"] == "matched" and p["foreign_item"] == foreign
+            assert set(p) <= set(PROVENANCE_KEYS), set(p) - set(PROVENANCE_KEYS)     # documented on the card
+            frid, rid = _step(foreign)[0], r["recipe_id"]
+            assert frid != rid and split[frid] == split[rid] == r["split"]
+            ref_rid, ref_step = _step(p["reference_item"])
+            assert ref_rid == rid and p["reference_item"] not in shown
+            assert ref_step not in {_step(c)[1] for c in shown}
+            S = np.stack([vec[c] for c in shown])
+            prof = lambda x, S=S: -np.sort(-(S @ vec[x]))
+            target = prof(p["reference_item"])
+            pool = [i for i in by_split[r["split"]] if _step(i)[0] != rid]
+            costs = np.array([np.abs(prof(i) - target).sum() for i in pool])
+            mine = np.abs(prof(foreign) - target).sum()
+            assert (costs < mine - 1e-5).sum() < MATCHED_POOL
+            n += 1
+    assert n > 100
+
+
+def test_the_distance_rules_lose_the_foreign_image(world):
+    """The paper's knob 2 puts the foreign image in the closest pair of the four; matched, the
+    closest-pair and centre rules and Hasty Student's outlier rule fall towards chance."""
+    from features.diagnostics.bias import centre_rule, pair_rule
+    vec = world["vec"]
+
+    def rules(did):
+        rows = _rows(world, did)
+        items = sorted({c for r in rows for c in r["choice_list"]})
+        ix = {c: i for i, c in enumerate(items)}
+        mat = np.stack([vec[c] for c in items])
+        choice_rows = [[ix[c] for c in r["choice_list"]] for r in rows]
+        ans = np.array([r["answer"] for r in rows])
+        X = mat[np.array(choice_rows)]
+        rest = X.sum(1, keepdims=True) - X
+        loo = 1 - (X * rest).sum(-1) / np.linalg.norm(rest, axis=-1)
+        outlier = float((loo.argmax(1) == ans).mean())
+        return pair_rule(TASK, choice_rows, mat, ans), centre_rule(TASK, choice_rows, mat, ans), outlier
+
+    paper = rules(world["ids"][3])
+    matched = rules(world["ids"][0])
+    assert paper[0] > 0.5                                   # the knob-2 closest pair
+    assert matched[0] < paper[0] - 0.2 and matched[0] < 0.4
+    assert all(x < 0.45 for x in matched), matched
+
+
+def test_matched_generation_is_deterministic(world):
+    con, paths = world["con"], world["paths"]
+    again = generate_datasets(con, SETTINGS[:3], seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                              workers=1)
+    assert [a["content_sha256"] for a in again] == [s["content_sha256"] for s in world["summaries"][:3]]
+    other = generate_datasets(con, SETTINGS[:1], seed=1, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    assert other[0]["content_sha256"] != world["summaries"][0]["content_sha256"]
+
+
+def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
+    from typer.testing import CliRunner
+
+    from features.datasets.synthetic import build_world
+    from flows.cli import app
+    build_world(con, paths.lance, n_recipes=30, seed=2, dim=16, k=50)
+    con.close()
+    runner = CliRunner()
+    for args in (["--task", "visual_cloze", "--knobs", "0-0-0"], ["--task", TASK, "--knobs", "0-1-0-af"],
+                 ["--all"]):
+        r = runner.invoke(app, ["generate", *args, "--distractors", "matched"])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
+        assert ("--distractors matched is defined" in r.output) or ("--all" in r.output), r.output
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-af", "--distractors", "matched"])
+    assert r.exit_code == 0, r.output
+    assert "vcoh-0-0-0-af-s0-" in r.output and "-p" in r.output.split()[0]
