@@ -55,19 +55,20 @@ log = logging.getLogger(__name__)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
-                adversaries: int = ADVERSARIES, linear: bool = False) -> dict:
+                adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball") -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
-    drop also takes what the linear question-only probe solves (`_linear_oof`)."""
+    drop also takes what the linear question-only probe solves (`_linear_oof`). `distractors`: the AF
+    datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     con = connect(paths)
     try:
-        rows = af_datasets(con, task, seed)
+        rows = af_datasets(con, task, seed, distractors)
         if not rows:
-            raise ValueError(f"no AF datasets of {task} (seed {seed}) in the warehouse: run "
-                             f"`mrqa generate --task {task} --knobs 0-1-1-af` (or --all) first")
+            raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) in the warehouse: "
+                             f"run `mrqa generate --task {task} --knobs {_example(distractors)}` first")
         done = [r["dataset_id"] for r in rows if r["params"].get("af_pooled")]
         if done:
             raise ValueError(f"already filtered by the pooled adversary: {', '.join(done)}; regenerate them "
@@ -108,7 +109,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
-                "rounds": rounds, "adversaries": adversaries, "linear": linear,
+                "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
@@ -118,6 +119,11 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
     return {"task": task, "datasets": res, **info}
+
+
+def _example(distractors: str) -> str:
+    """The generate arguments that make AF datasets of a kind (for an error message)."""
+    return "0-0-0-af --distractors matched" if distractors == "matched" else "0-1-1-af` (or --all"
 
 
 def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, np.ndarray]:
@@ -167,7 +173,7 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 
 @flow(name="af-check", log_prints=True)
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
-                  seed: int = 0, size: str = "small", knobs_only: bool = True) -> dict:
+                  seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball") -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
@@ -183,10 +189,10 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
     con = connect(paths, read_only=True)
     try:
-        rows = [r for r in af_datasets(con, task, seed) if r["n_questions"]]
+        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
         if not rows:
-            raise ValueError(f"no AF datasets of {task} (seed {seed}) with questions: run "
-                             f"`mrqa generate --task {task} --knobs 0-1-1-af` (or --all) first")
+            raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
+                             f"run `mrqa generate --task {task} --knobs {_example(distractors)}` first")
         ids = [r["dataset_id"] for r in rows]
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
@@ -207,4 +213,5 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
                     "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)}})
         log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f] over %d questions (seeds %s)", d,
                  out[-1]["accuracy"], *out[-1]["ci"], len(qids), out[-1]["by_seed"])
-    return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "datasets": out}
+    return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "distractors": distractors,
+            "datasets": out}

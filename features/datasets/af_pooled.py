@@ -164,8 +164,10 @@ def _rewrite(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
     return n
 
 
-def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> list[dict]:
-    """The AF datasets of `task` and `seed`: dataset_id, setting, params, n_questions, and n_plain (the
+def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0, distractors: str = "ball") -> list[dict]:
+    """The AF datasets of `task` and `seed` whose distractors were drawn by `distractors` (ball: the knob
+    settings; matched: coherence beyond the paper, features/datasets/matched.py; the two are separate
+    benchmarks, never pooled together): dataset_id, setting, params, n_questions, and n_plain (the
     question count of the same setting without AF, same seed and encoder: the paper setting's where a
     parameter variant of it (a `-p<hash>` id) was generated too; None when not generated)."""
     rows = con.execute("""
@@ -175,7 +177,8 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0) -> lis
                   AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
                 ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) AS n_plain
         FROM datasets a WHERE a.task = ? AND a.seed = ? AND coalesce(a.adversarial, false)
-        ORDER BY a.dataset_id""", [task, seed]).fetchall()
+          AND coalesce(json_extract_string(a.params, '$.distractors'), 'ball') = ?
+        ORDER BY a.dataset_id""", [task, seed, distractors]).fetchall()
     return [{"dataset_id": d, "setting": s, "params": json.loads(p) if p else {}, "n_questions": n, "n_plain": np_}
             for d, s, p, n, np_ in rows]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli.choices import ListFormat, VisualTask
+from flows.cli.choices import Distractors, ListFormat, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -55,6 +55,9 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                             "linear learned question-only probe solves (cross-fitted, folds "
                                             "apart from the report's); the demo's drop does."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
+                distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
+                                                        "datasets: the knob settings' (ball) or coherence's "
+                                                        "matched variants (matched); never pooled together."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
@@ -65,7 +68,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
     try:
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
-                       adversaries=adversaries, linear=linear)
+                       adversaries=adversaries, linear=linear, distractors=distractors.value)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
@@ -82,6 +85,9 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                  folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
                  seed: int = typer.Option(0, "--seed", help="The datasets' seed."),
                  as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
+                                                         "datasets: the knob settings' (ball) or coherence's "
+                                                         "matched variants (matched)."),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted by recipe: per check
     seed, a pooled model per fold scores the recipes it did not train on; the mean over seeds with a 95%
@@ -94,7 +100,8 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
     if not ss:
         fail("--seeds needs at least one seed")
     try:
-        res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed)
+        res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
+                       distractors=distractors.value)
     except ValueError as e:
         fail(str(e))
     if as_json:

@@ -127,7 +127,8 @@ def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", he
 
 
 @app.command("export")
-def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id to export."),
+def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "--datasets", help="dataset_id to "
+                                                            "export (repeat, or comma-separated)."),
                all_: bool = typer.Option(False, "--all", help="Export every dataset."),
                fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", help="Export format."),
                out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
@@ -148,14 +149,20 @@ def export_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="da
     paths = Paths.from_env().ensure()
     con = connect(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-    if all_ == bool(dataset):
-        fail("give exactly one of --dataset ID or --all")
-    if dataset and dataset not in known:
-        fail(f"no dataset {dataset!r}; `mrqa datasets` lists them")
-    ids = known if all_ else [dataset]
+    wanted = [d.strip() for x in dataset or [] for d in x.split(",") if d.strip()]
+    if all_ == bool(wanted):
+        fail("give exactly one of --dataset ID (repeat, or comma-separated) or --all")
+    for d in wanted:
+        if d not in known:
+            fail(f"no dataset {d!r}; `mrqa datasets` lists them")
+    ids = known if all_ else list(dict.fromkeys(wanted))
     if not ids:
         fail("no datasets to export; run `mrqa generate --all` first")
-    out = out or paths.exports / ("all" if all_ else dataset)
+    if out is None:
+        import hashlib
+        name = "all" if all_ else ids[0] if len(ids) == 1 else \
+            "datasets-" + hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
+        out = paths.exports / name
     if fmt == "parquet":
         res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
                              with_images=with_images, home=paths.home)

@@ -83,35 +83,40 @@ def test_every_foreign_image_is_matched_to_a_held_out_photo_of_the_recipe(world)
     the reference is a photo of the question's recipe from a step it does not show; and the foreign
     image is among the MATCHED_POOL candidates whose sorted cosines to the 3 shown photos are nearest the
     reference's (recomputed here from the exported vectors over every photo of the split)."""
-    vec, split = world["vec"], world["split"]
-    by_split: dict[str, list[str]] = {}
-    for img, rid in world["images"]:
-        if img in vec:
-            by_split.setdefault(split[rid], []).append(img)
     n = 0
     for did in world["ids"][:3]:
         rows = _rows(world, did)
         assert rows
         for r in rows:
-            p, choices = r["prov"], list(r["choice_list"])
-            foreign = choices[r["answer"]]
-            shown = [c for i, c in enumerate(choices) if i != r["answer"]]
-            assert p["rule"] == "matched" and p["foreign_item"] == foreign
-            assert set(p) <= set(PROVENANCE_KEYS), set(p) - set(PROVENANCE_KEYS)     # documented on the card
-            frid, rid = _step(foreign)[0], r["recipe_id"]
-            assert frid != rid and split[frid] == split[rid] == r["split"]
-            ref_rid, ref_step = _step(p["reference_item"])
-            assert ref_rid == rid and p["reference_item"] not in shown
-            assert ref_step not in {_step(c)[1] for c in shown}
-            S = np.stack([vec[c] for c in shown])
-            prof = lambda x, S=S: -np.sort(-(S @ vec[x]))
-            target = prof(p["reference_item"])
-            pool = [i for i in by_split[r["split"]] if _step(i)[0] != rid]
-            costs = np.array([np.abs(prof(i) - target).sum() for i in pool])
-            mine = np.abs(prof(foreign) - target).sum()
-            assert (costs < mine - 1e-5).sum() < MATCHED_POOL
+            assert set(r["prov"]) <= set(PROVENANCE_KEYS), set(r["prov"]) - set(PROVENANCE_KEYS)   # on the card
+            _check_matched(world, r)
             n += 1
     assert n > 100
+
+
+def _check_matched(world, r) -> None:
+    """The foreign image of question row r is a photo of another recipe of its split, among the
+    MATCHED_POOL best matches of the reference, a photo of r's recipe from a step it does not show."""
+    vec, split = world["vec"], world["split"]
+    if "by_split" not in world:
+        world["by_split"] = {}
+        for img, rid in world["images"]:
+            world["by_split"].setdefault(split[rid], []).append(img)
+    p, choices = r["prov"], list(r["choice_list"])
+    foreign = choices[r["answer"]]
+    shown = [c for i, c in enumerate(choices) if i != r["answer"]]
+    assert p["rule"] == "matched" and p["foreign_item"] == foreign
+    frid, rid = _step(foreign)[0], r["recipe_id"]
+    assert frid != rid and split[frid] == split[rid] == r["split"]
+    ref_rid, ref_step = _step(p["reference_item"])
+    assert ref_rid == rid and p["reference_item"] not in shown
+    assert ref_step not in {_step(c)[1] for c in shown}
+    S = np.stack([vec[c] for c in shown])
+    prof = lambda x: -np.sort(-(S @ vec[x]))
+    target = prof(p["reference_item"])
+    pool = [i for i in world["by_split"][r["split"]] if _step(i)[0] != rid]
+    costs = np.array([np.abs(prof(i) - target).sum() for i in pool])
+    assert (costs < np.abs(prof(foreign) - target).sum() - 1e-5).sum() < MATCHED_POOL
 
 
 def test_the_distance_rules_lose_the_foreign_image(world):
@@ -164,4 +169,54 @@ def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
         assert ("--distractors matched is defined" in r.output) or ("--all" in r.output), r.output
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-af", "--distractors", "matched"])
     assert r.exit_code == 0, r.output
-    assert "vcoh-0-0-0-af-s0-" in r.output and "-p" in r.output.split()[0]
+    matched = r.output.split()[0]
+    assert matched.startswith("vcoh-0-0-0-af-s0-") and matched[-8:-6] == "-p"
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0"])
+    assert r.exit_code == 0, r.output
+    plain = r.output.split()[0]
+    # an export of a chosen few (the matched datasets apart from the knob settings' for a sweep)
+    out = paths.exports / "two"
+    r = runner.invoke(app, ["export", "--dataset", f"{matched},{plain}", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = {d for (d,) in duckdb.sql(f"SELECT DISTINCT dataset_id FROM read_parquet('{out}/questions/**/*.parquet', "
+                                    "hive_partitioning = true)").fetchall()}
+    assert got == {matched, plain}
+    for args in (["--dataset", "nope"], ["--dataset", matched, "--all"], []):
+        r = runner.invoke(app, ["export", *args])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
+
+
+def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
+    """The knob settings' AF datasets and the matched ones are separate benchmarks: `mrqa af-pool` and
+    `mrqa af-check` take one kind (--distractors); the floor counts against the paper setting's plain
+    dataset (not the matched plain one); the pooled adversary's swaps stay in the matched pool. Runs
+    last: it filters the matched AF dataset in place."""
+    from features.datasets.af_pooled import af_datasets
+    from flows.af_pool import af_check_flow, af_pool_flow
+    con = world["con"]
+    matched_af, paper_plain = world["ids"][2], world["ids"][3]
+    rows = af_datasets(con, TASK, 0, "matched")
+    assert [r["dataset_id"] for r in rows] == [matched_af] and af_datasets(con, TASK, 0) == []
+    assert rows[0]["n_plain"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
+                                             [paper_plain]).fetchone()[0]
+    con.close()
+    try:
+        with pytest.raises(ValueError, match="no AF datasets of visual_coherence .*ball distractors"):
+            af_pool_flow.fn(task=TASK, folds=2, size="tiny")
+        res = af_pool_flow.fn(task=TASK, tau=0.3, folds=2, size="tiny", rounds=2, solved_share=0.05,
+                              min_kept=0.2, distractors="matched")
+        chk = af_check_flow.fn(task=TASK, seeds=(0,), folds=2, size="tiny", distractors="matched")
+    finally:
+        world["con"] = duckdb.connect(str(world["paths"].warehouse))
+    assert [r["dataset_id"] for r in res["datasets"]] == [matched_af] and res["distractors"] == "matched"
+    assert [r["dataset_id"] for r in chk["datasets"]] == [matched_af] and chk["distractors"] == "matched"
+    q = world["con"].execute("SELECT * FROM questions WHERE dataset_id = ?", [matched_af])
+    cols = [c[0] for c in q.description]
+    after = [dict(zip(cols, r)) for r in q.fetchall()]
+    assert after and chk["datasets"][0]["n"] == len(after)
+    swapped = 0
+    for r in after:
+        r["prov"] = json.loads(r["provenance"])
+        swapped += bool(r["prov"].get("af_pooled_swaps"))
+        _check_matched(world, r)
+    assert swapped > 0
