@@ -55,7 +55,8 @@ log = logging.getLogger(__name__)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
-                adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball") -> dict:
+                adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
+                workers: int | None = None) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -91,7 +92,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                                                         for i in items[k] + (a["choices"] if task == "visual_cloze"
                                                                              else [])}))
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
-                             adversaries)
+                             adversaries, workers)
             plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
             done_n = apply_swaps(con, plan, scores, rnd)
             acc = verdicts(scores)
@@ -104,7 +105,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
         if fresh:
-            scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries)
+            scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers)
         oof = verdicts(scores)
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
@@ -157,15 +158,54 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
 
 
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
-            alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1) -> dict:
+            alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1,
+            workers: int | None = None) -> dict:
     """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
-    whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split."""
+    whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split
+    (`_runs`: in parallel processes when there are several)."""
+    return mean_scores(_runs(con, paths, ids, recipe_of, folds, [member_seed(seed, k) for k in range(adversaries)],
+                             size, alts, vectors, workers))
+
+
+def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds: list[int], size: str,
+          alts: dict | None = None, vectors: dict | None = None, workers: int | None = None) -> list[dict]:
+    """`out_of_fold_scores` of the datasets as the warehouse holds them now, one run per seed, from one
+    export. Several runs go to `workers` processes (default: one per CPU core, at most one per run):
+    each trains on one thread, so on 2 cores 2 runs take about the wall time of one. A run's result does
+    not depend on where it ran (tested)."""
+    import os
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
         export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
-        return mean_scores([out_of_fold_scores(Path(tmp), ids, recipe_of, folds=folds, seed=member_seed(seed, k),
-                                               size=size, lance_uri=paths.lance, alternates=alts,
-                                               alt_vectors=vectors)
-                            for k in range(adversaries)])
+        jobs = [(Path(tmp), ids, recipe_of, {"folds": folds, "seed": s, "size": size, "lance_uri": paths.lance,
+                                             "alternates": alts, "alt_vectors": vectors}) for s in seeds]
+        n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+        if n <= 1:
+            return [_run(j) for j in jobs]
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        log.info("af-pool: %d runs in %d processes", len(jobs), n)
+        # one thread per process: OpenMP threads that spin on a core another process needs cost more
+        # than they give (3 runs in 2 processes of 2 threads each took 2.4x the time of running them in turn)
+        saved = {k: os.environ.get(k) for k in ONE_THREAD}
+        os.environ.update(ONE_THREAD)
+        try:
+            with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
+                return list(ex.map(_run, jobs))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def _run(job: tuple) -> dict:
+    """One `out_of_fold_scores` run (a process pool's unit of work)."""
+    export, ids, recipe_of, kw = job
+    return out_of_fold_scores(export, ids, recipe_of, **kw)
 
 
 CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary's (seed + 1000 x round + 7919 x k)
@@ -173,7 +213,8 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 
 @flow(name="af-check", log_prints=True)
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
-                  seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball") -> dict:
+                  seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball",
+                  workers: int | None = None) -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
@@ -196,7 +237,9 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         ids = [r["dataset_id"] for r in rows]
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
-        runs = {s: verdicts(_scores(con, paths, ids, recipe_of, folds, CHECK_SEED + s, size)) for s in seeds}
+        runs = dict(zip(seeds, (verdicts(r) for r in _runs(con, paths, ids, recipe_of, folds,
+                                                             [CHECK_SEED + s for s in seeds], size,
+                                                             workers=workers))))
     finally:
         con.close()
     out = []

@@ -2,6 +2,8 @@
 task's AF datasets, and its cross-fitted check (docs/knobs.md, "Adversarial filtering")."""
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 from flows.cli.choices import Distractors, ListFormat, VisualTask
@@ -58,6 +60,8 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball) or coherence's "
                                                         "matched variants (matched); never pooled together."),
+                workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
+                                                      "--adversaries models (default: one per CPU core)."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
@@ -68,7 +72,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
     try:
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
-                       adversaries=adversaries, linear=linear, distractors=distractors.value)
+                       adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
@@ -88,6 +92,8 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                  distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                          "datasets: the knob settings' (ball) or coherence's "
                                                          "matched variants (matched)."),
+                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
+                                                       "seeds' models (default: one per CPU core)."),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted by recipe: per check
     seed, a pooled model per fold scores the recipes it did not train on; the mean over seeds with a 95%
@@ -101,7 +107,7 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
         fail("--seeds needs at least one seed")
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
-                       distractors=distractors.value)
+                       distractors=distractors.value, workers=workers)
     except ValueError as e:
         fail(str(e))
     if as_json:

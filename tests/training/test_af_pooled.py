@@ -283,6 +283,35 @@ def test_the_adversary_scores_out_of_fold_and_deterministically(home, tmp_path):
     assert all(0.0 <= p <= 1.0 for qs in a.values() for p, _ in qs.values())
 
 
+def test_runs_in_processes_give_what_runs_in_turn_give(home):
+    """Several adversaries (or check seeds) go to a process each: the same logits, to the digit, as the
+    same runs one after the other in this process; and a refused worker count."""
+    from typer.testing import CliRunner
+
+    from flows.af_pool import _runs
+    from flows.cli import app
+    con, paths = home["con"], home["paths"]
+    ids = sorted(home["before"])
+    recipe_of = {(d, q): r for d, q, r in con.execute(
+        "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+    seeds = [3, 3 + 7919]
+    one = _runs(con, paths, ids, recipe_of, 2, seeds, "tiny", workers=1)
+    two = _runs(con, paths, ids, recipe_of, 2, seeds, "tiny", workers=2)
+    assert len(one) == len(two) == 2
+    for a, b in zip(one, two):
+        assert a.keys() == b.keys()
+        for d in a:
+            assert a[d].keys() == b[d].keys()
+            for q in a[d]:
+                assert a[d][q]["choices"].tolist() == b[d][q]["choices"].tolist()
+                assert a[d][q]["alts"].tolist() == b[d][q]["alts"].tolist()
+    assert any(one[0][d][q]["choices"].tolist() != one[1][d][q]["choices"].tolist()
+               for d in one[0] for q in one[0][d])                     # two seeds: two different models
+    for cmd in ("af-pool", "af-check"):
+        r = CliRunner().invoke(app, ["--no-prefect", cmd, "--workers", "0"])
+        assert r.exit_code == 2 and "--workers" in r.output, r.output
+
+
 def test_drop_plan_takes_the_confident_solved_ones_and_keeps_the_floor():
     oof = {"d": {"a": (0.9, True), "b": (0.6, True), "c": (0.7, False), "e": (0.2, True), "f": (0.55, True)}}
     assert drop_plan(oof, {"d": 10}, tau=0.5) == {"d": ["a", "b", "f"]}
