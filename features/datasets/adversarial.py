@@ -728,6 +728,17 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
     return build
 
 
+def foreign_fields(sp, P: dict, keep: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What the provenance records of candidate foreign images cand (K, M) of the coherence questions
+    `keep` (rows of the pool P): the column of the nearest coherent image (anchor), its cosine distance,
+    the distance to the question mean and the foreign rank (`coherence_scores`), each (K, M)."""
+    dd = sp.dots(cand, P["qv"][keep])                                            # (K, M, 4)
+    dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, np.arange(len(keep)))
+    dist3 = 1.0 - dd[..., 1:]
+    near = np.argmin(dist3, axis=-1)
+    return near, np.take_along_axis(dist3, near[..., None], -1)[..., 0], dq, frank
+
+
 def twin_of_recipe(sp, cand: np.ndarray, recipe_ids: np.ndarray, block: int = 256) -> np.ndarray:
     """(K, M): is candidate item cand[k, m] a text twin of any step of recipe_ids[k]?"""
     steps = sp.step_words.recipe_rows(recipe_ids)
@@ -774,15 +785,10 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         # author pool: recomputed distances (anchor = the nearest coherent image), same knob-2/3 tests
         ca = extra_pools(sp, ("author",), items[:, 0], b.sk.steps[keep], qkeys)["author"]
     else:                                   # the matched pool alone, its fields computed as the author pool's
-        cand_b = np.full((K, 1), -1, dtype=np.int64)
-        fields_b = {"anchor": items[:, :1], "D": np.full((K, 1), np.nan), "dq": np.full((K, 1), np.nan),
-                    "frank": np.zeros((K, 1), dtype=np.int64)}
+        cand_b = np.zeros((K, 0), dtype=np.int64)
+        fields_b = {"anchor": cand_b, "D": np.zeros((K, 0)), "dq": np.zeros((K, 0)), "frank": cand_b}
         ca = matched
-    dd = sp.dots(ca, P["qv"][keep])                                              # (K, M, 4)
-    dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, rows)
-    dist3 = 1.0 - dd[..., 1:]
-    near = np.argmin(dist3, axis=-1)
-    D = np.take_along_axis(dist3, near[..., None], -1)[..., 0]
+    near, D, dq, frank = foreign_fields(sp, P, keep, ca)
     if matched is None:
         ok = (ca >= 0) & (D > lo[:, None]) & (D < hi[:, None])
         ok &= np.where((rule == "paper")[:, None], dq < P["min_pair"][keep][:, None], True)

@@ -12,9 +12,9 @@ the recipe would: not closer, not farther, so no rule on the encoder's distances
 Knobs 2 and 3 are not applied (their distances are what it replaces); knob 1 is. The dataset id
 gets the `-p<hash>` of a parameter variant, so it never takes the name of a paper setting.
 
-`matched_pool` returns per question its `MATCHED_POOL` best-matched candidates in that order and
-the reference; twins and foreign images the shown steps' texts cannot tell apart are left out by the
-caller (questions.py), as for the ball.
+`matched_pool` returns per question its `MATCHED_POOL` best-matched candidates in that order; text
+twins and photos the shown steps' texts cannot tell apart are left out by the caller (questions.py),
+as for the ball.
 """
 from __future__ import annotations
 
@@ -48,15 +48,14 @@ def _profile(sims: np.ndarray) -> np.ndarray:
     return -np.sort(-sims, axis=-1)
 
 
-def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) -> tuple[np.ndarray, np.ndarray]:
-    """(Q, m) candidate items, best match first (-1 padding), and (Q, m) their match costs: the L1
-    distance between a candidate's sorted cosines to the 3 shown images and the reference's. Candidates:
+def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) -> np.ndarray:
+    """(Q, m) candidate items, best match first (-1 padding): by the L1 distance between a candidate's
+    sorted cosines to the 3 shown images and the reference's. Candidates:
     images of other recipes of the question's split. Rows without a reference get none. Ties go to the
     lower item row (a stable order: the same inputs give the same pool)."""
     V = sp.vecs
     Q = len(items)
     cand = np.full((Q, m), -1, dtype=np.int64)
-    cost = np.full((Q, m), np.nan)
     split_of = sp.splits[items[:, 0]]
     for s in np.unique(split_of):
         pool = np.flatnonzero(sp.splits == s)
@@ -79,7 +78,5 @@ def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) 
             pc = np.take_along_axis(c, part, 1)
             o = np.lexsort((part, pc), axis=1)
             part, pc = np.take_along_axis(part, o, 1), np.take_along_axis(pc, o, 1)
-            ok = np.isfinite(pc)
-            cand[r, :k] = np.where(ok, pool[part], -1)
-            cost[r, :k] = np.where(ok, pc, np.nan)
-    return cand, cost
+            cand[r, :k] = np.where(np.isfinite(pc), pool[part], -1)
+    return cand

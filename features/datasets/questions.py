@@ -385,11 +385,11 @@ def _coherence_matched(ds, b, sp, P, heads) -> None:
     images match those of a held-out photo of the question's recipe; no text twin of a step of the
     recipe, and one the shown steps' texts tell apart (as for the ball). The best-matched valid
     candidate, or with AF the one its adversary finds most plausible among them."""
-    from features.datasets.adversarial import readable_coherence, twin_of_recipe
+    from features.datasets.adversarial import foreign_fields, readable_coherence, twin_of_recipe
     from features.datasets.matched import matched_pool, reference_items
     ref = reference_items(sp, b.items, b.sk.steps, b.qkeys)
     ds.skip("no_reference_image", (ref < 0).sum())
-    cand, cost = matched_pool(sp, b.items, ref)
+    cand = matched_pool(sp, b.items, ref)
     bad = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids)
     bad |= (cand >= 0) & ~readable_coherence(sp, b.items, np.maximum(cand, 0))
     valid = (cand >= 0) & ~bad
@@ -405,15 +405,12 @@ def _coherence_matched(ds, b, sp, P, heads) -> None:
                                          matched=np.where(valid[keep], cand[keep], -1))
         keep, foreign = keep[sub], pick["foreign"]
         af["adversarial"] = config(ds)
-    K = len(keep)
-    dd = sp.dots(foreign[:, None], P["qv"][keep])                                  # (K, 1, 4)
-    dq, frank, _ = coherence_scores({"dd": dd, "cs": P["cs"][keep], "ss": P["ss"][keep]}, np.arange(K))
-    dist3 = 1.0 - dd[:, 0, 1:]
-    near = np.argmin(dist3, axis=1) if K else np.zeros(0, dtype=np.int64)
+    near, D, dq, frank = (x[:, 0] for x in foreign_fields(sp, P, keep, foreign[:, None]))
+    anchor = b.items[keep][np.arange(len(keep)), near]
     extra = {"rule": "matched", "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
-             "anchor_item": pa.array(sp.item_ids[b.items[keep][np.arange(K), near]].tolist(), pa.string()),
-             "distance": pa.array(_r(dist3[np.arange(K), near])), "dist_q": pa.array(_r(dq[:, 0])),
-             "foreign_rank": pa.array(frank[:, 0]), "k3_rule": None, "target_rank": None, **af}
+             "anchor_item": pa.array(sp.item_ids[anchor].tolist(), pa.string()), "distance": pa.array(_r(D)),
+             "dist_q": pa.array(_r(dq)), "foreign_rank": pa.array(frank), "k3_rule": None, "target_rank": None,
+             **af}
     _emit_coherence(ds, b, sp, keep, foreign, P, extra, heads)
 
 

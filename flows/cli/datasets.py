@@ -158,11 +158,10 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     ids = known if all_ else list(dict.fromkeys(wanted))
     if not ids:
         fail("no datasets to export; run `mrqa generate --all` first")
-    if out is None:
+    if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
         import hashlib
-        name = "all" if all_ else ids[0] if len(ids) == 1 else \
-            "datasets-" + hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
-        out = paths.exports / name
+        digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
+        out = paths.exports / ("all" if all_ else ids[0] if len(ids) == 1 else f"datasets-{digest}")
     if fmt == "parquet":
         res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
                              with_images=with_images, home=paths.home)
