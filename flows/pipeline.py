@@ -49,6 +49,9 @@ AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-sh
 AF_POOL_TAU = 0.35                                      # its drop: solved with at least this probability (the
                                                         # room AF's own drop leaves it, `af_pooled_drop`)
 AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
+AF_POOL_ADVERSARIES = 2                                 # its models per pass (`--adversaries`), trained in
+                                                        # parallel processes: about 20 s more than one, and
+                                                        # question-only 27.8-30.2% instead of 29.5-31.6%
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 
@@ -234,7 +237,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         # stage generated, and a stage of its own would change generate's outputs behind its back
         af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
                      "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED, "tau": AF_POOL_TAU,
-                     "drop": "pooled", "linear": AF_POOL_LINEAR} if p["af_pool"] else None
+                     "drop": "pooled", "linear": AF_POOL_LINEAR,
+                     "adversaries": AF_POOL_ADVERSARIES} if p["af_pool"] else None
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params),
                             {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params},
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -313,7 +317,8 @@ def _af_pool(paths: Paths, params: dict) -> dict:
             try:
                 res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
                                    min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
-                                   tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False))
+                                   tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False),
+                                   adversaries=params.get("adversaries", 1))
             except ValueError as e:      # e.g. too few recipes for its folds: AF's own drop instead
                 log.warning("af-pool %s: %s; its AF datasets are made again with AF's own drop", task, e)
                 out[task] = {"skipped": str(e), "regenerated_with_linear_drop": _linear_drop(task, params)}

@@ -3,12 +3,14 @@
     mrqa af-report [--format json]                       # the same as:
     .venv/bin/python -m features.datasets.af_report --home /tmp/e2home [--json]
 
-Per AF dataset of the warehouse and its knob-only twin (same setting without AF): questions, the share
-AF kept, the learned question-only probe (5-fold by recipe; recorded by the generator, before = the
-knob selection), and the step-text oracle: the choice closest to the recipe's own step text in the
-encoder's joint image/text space (cloze: the answer step's title; coherence: the choice farthest from
-every shown step's title). The probe should fall to chance while the oracle stays high: the question is
-then answered by reading the recipe, not by the look of the photos.
+Per AF dataset of the warehouse and its knob-only twin (same setting without AF): questions, the share AF
+kept (of the knob questions, and of those it could pose: less the questions whose ball holds only text
+twins of the answer step, two right answers, skip `af_text_twin`), the learned question-only probe
+(5-fold by recipe; recorded by the generator, before = the knob selection), and the step-text oracle: the
+choice closest to the recipe's own step text in the encoder's joint image/text space (cloze: the answer
+step's title; coherence: the choice farthest from every shown step's title). The probe should fall to
+chance while the oracle stays high: the question is then answered by reading the recipe, not by the look
+of the photos.
 """
 from __future__ import annotations
 
@@ -70,6 +72,13 @@ def af_report(con, lance_uri: str) -> list[dict]:
                "kept_share": adv["kept_share"], "probe_before": adv.get("probe_before"),
                "probe_after": adv.get("probe_after"), "adversary_final": adv.get("solved_share_final"),
                "base_registered": bool(base_n)}
+        # the knob questions AF could pose at all: a knob question whose distractor is a text twin of
+        # the answer step (two right answers) and whose ball holds no non-twin candidate is dropped
+        # (`af_text_twin`); AF's kept share of the rest is what its own filtering cost
+        twins = con.execute("""SELECT coalesce(sum(n_skipped), 0) FROM generation_skips
+                               WHERE dataset_id = ? AND reason = 'af_text_twin'""", [did]).fetchone()[0]
+        posable = adv["n_knob_questions"] - int(twins)
+        row.update({"twin_dropped": int(twins), "kept_of_posable": round(n / posable, 4) if posable > 0 else None})
         if task != "textual_cloze":
             if enc not in vectors:
                 vectors[enc] = _vectors(lance_uri, enc)
@@ -139,14 +148,17 @@ def format_table(rows: list[dict]) -> str:
     """The printed report: a legend, then one line per AF dataset (what `mrqa af-report` shows)."""
     f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
     out = ["probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
-           "(after);", "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
+           "(after);", "kept: of the knob questions; of posable: of those left once the questions whose only "
+           "candidates are text twins of the answer (two right answers) are gone;",
+           "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
            "before the drop rule;", "oracle: the choice nearest the recipe's own step text (the question "
            "answered by reading)",
-           f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'probe before':>13s} "
-           f"{'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}"]
+           f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'of posable':>10s} "
+           f"{'probe before':>13s} {'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}"]
     for r in rows:
         out.append(f"{r['task']:17s} {r['knobs']:20s} {r['knob_questions']:7d} {r['af_questions']:6d} "
-                   f"{f(r['kept_share']):>6s} {f(r['probe_before']):>13s} {f(r['probe_after']):>6s} "
+                   f"{f(r['kept_share']):>6s} {f(r.get('kept_of_posable')):>10s} "
+                   f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} "
                    f"{f(r['adversary_final']):>10s} {f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s}")
     if not rows:
         out.append("no adversarially filtered datasets; run `mrqa generate --all` or `mrqa generate --task T "

@@ -141,6 +141,8 @@ KNOB_LEGEND = "\n".join((
     'closer to the question than the answer (coin flip per question) |',
     "| `-all` / `-balanced` | knob-3 mode: every question, or the answer's distance rank uniform over "
     '0..3 |',
+    "| `-matched` | visual coherence, knobs 2 and 3 = 0: the foreign image's cosines to the shown images "
+    "match a held-out photo of the recipe's own (beyond the paper) |",
     '| `-af` | adversarially filtered: distractors a learned question-only ensemble cannot reject |',
     '| `recipeqa` | the RecipeQA-style reference preset (steps reused, random far distractors) |',
     "| `recipeqa-original` | RecipeQA's own questions, imported |",
@@ -167,6 +169,13 @@ def _configs(parts: list[dict], files: list[str]) -> list[tuple[str, list[tuple[
     return out
 
 
+# a config answered this often without reading its recipe is not a reading benchmark: any context-free
+# figure of the card above it puts the config in the card's "Read before use" list
+READING_BOUND = 0.35
+KEPT_BOUND = 0.4             # an AF config that kept less of its knob questions is listed too
+CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty Student"),
+                ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
+                ("pair_rule_acc", "closest pair"))
 PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
 
 
@@ -220,6 +229,17 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
     return {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
 
 
+def _kept(con: duckdb.DuckDBPyConnection, dsets: dict[str, dict]) -> list[tuple[str, float]]:
+    """(config, the share of its knob questions the AF dataset kept: questions now / knob questions) per AF
+    dataset."""
+    rows = con.execute("""SELECT dataset_id, n_questions,
+                                 CAST(json_extract(params, '$.adversarial.n_knob_questions') AS BIGINT)
+                          FROM datasets WHERE list_contains(?, dataset_id)
+                            AND json_extract(params, '$.adversarial.n_knob_questions') IS NOT NULL""",
+                       [sorted(dsets)]).fetchall()
+    return [(dsets[did]["config"], n / k) for did, n, k in rows if k]
+
+
 def _cell(text: str) -> str:
     """Text for a Markdown table cell (a literal | would end the cell)."""
     return text.replace("|", "\\|")
@@ -235,6 +255,41 @@ def _ci(b: dict, acc: str, lo: str, hi: str) -> str:
     if b.get(lo) is None or b.get(hi) is None:
         return _pct(b[acc])
     return f"{_pct(b[acc])} [{100 * b[lo]:.1f}, {100 * b[hi]:.1f}]"
+
+
+def reading_caveats(bias_of: list[tuple[str, dict]], kept_of: list[tuple[str, float]] = ()) -> list[str]:
+    """The card's "Read before use" section: the configs that some context-free figure answers more often
+    than READING_BOUND, each with its highest such figure, and the AF configs that kept less than
+    KEPT_BOUND of their knob questions. `bias_of`: (config, bias figures) per dataset; `kept_of`: (config,
+    kept share) per AF dataset; a config of several datasets shows its worst. [] when none is listed."""
+    worst: dict[str, tuple[float, str]] = {}
+    for config, b in bias_of:
+        for k, name in CONTEXT_FREE:
+            if b.get(k) is not None and b[k] > READING_BOUND:
+                worst[config] = max(worst.get(config, (0.0, "")), (b[k], name))
+    over = [f"| {config} | {name} | {_pct(acc)} |" for config, (acc, name) in sorted(worst.items())]
+    least: dict[str, float] = {}
+    for config, k in kept_of:
+        if k is not None and k < KEPT_BOUND:
+            least[config] = min(least.get(config, 1.0), k)
+    few = [f"| {config} | {_pct(k)} |" for config, k in sorted(least.items())]
+    out = []
+    if over:
+        out += ["## Read before use", "",
+                f"These configs are answered more than {100 * READING_BOUND:.0f}% of the time without reading "
+                "the recipe (chance is 25%): by a rule that sees the choices' distances only, or by the learned "
+                "question-only probe. They reproduce a setting (the paper's knobs, the RecipeQA-style preset); "
+                "they do not show that a model reads. A figure at or below the bound is no proof either: the "
+                "GM3C question-only model (`mrqa af-check`) is a stronger check.", "",
+                "| config | highest context-free figure | accuracy |", "| --- | --- | ---: |", *over, ""]
+    if few:
+        out += ["## Small adversarial configs" if over else "## Read before use", "",
+                f"Adversarial filtering kept less than {100 * KEPT_BOUND:.0f}% of these configs' knob questions "
+                "(text twins of the answer, questions the step text cannot answer, questions a question-only "
+                "model still solves, and in the balanced knob-3 mode the equal distance ranks: `mrqa "
+                "af-report`, the dataset's `generation_skips`): what is left is a skewed sample of the setting.",
+                "", "| config | kept of the knob questions |", "| --- | ---: |", *few, ""]
+    return out
 
 
 def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list[dict],
@@ -298,7 +353,9 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                     f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
                     f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
-    md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", "",
+    md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]
+    md += reading_caveats([(d["config"], bias.get(did, {})) for did, d in dsets.items()], _kept(con, dsets))
+    md += [
            "## Knob settings", "",
            "A setting's name is `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other than the coin "
            "flip, then `-af` for adversarial filtering; or a preset name.", "", KNOB_LEGEND,

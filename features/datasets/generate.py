@@ -32,8 +32,8 @@ from features.datasets.knobs import (
     AF_TASKS,
     KnobParams,
     dataset_id,
-    legacy_dataset_id,
     parse_setting,
+    previous_dataset_ids,
     splitmix64,
     stable_key,
     uniforms,
@@ -412,8 +412,8 @@ def register_dataset(con: duckdb.DuckDBPyConnection, ds: GeneratedDataset) -> di
     if tbl.num_rows and pc.count_distinct(tbl.column("qid")).as_py() != tbl.num_rows:
         raise ValueError(f"dataset {ds.dataset_id} repeats a qid; nothing was registered")
     summary = ds.summary()
-    # the same dataset under the id it had before setting names (vc-k001-...) is replaced too
-    ids = sorted({ds.dataset_id, legacy_dataset_id(ds.task, ds.params, ds.seed, ds.encoder_id)})
+    # the same dataset under the ids it had before (vc-k001-..., matched ones with -p<hash>) is replaced too
+    ids = sorted({ds.dataset_id, *previous_dataset_ids(ds.task, ds.params, ds.seed, ds.encoder_id)})
     with transaction(con):
         for t in ("questions", "datasets", "generation_skips"):
             con.execute(f"DELETE FROM {t} WHERE dataset_id IN (SELECT unnest(?))", [ids])
@@ -535,7 +535,7 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | No
         raise ValueError(f"unknown preset {preset!r} (only 'recipeqa')")
     else:       # a setting name or an older spelling (features.datasets.knobs.parse_setting)
         text = knobs if isinstance(knobs, str) else ",".join(str(k) for k in (knobs or (0, 0, 0)))
-        setting = parse_setting(text, k3_mode, adversarial)
+        setting = parse_setting(text, k3_mode, adversarial, (overrides or {}).get("distractors"))
         if setting.preset:
             params = KnobParams.recipeqa_preset(**(overrides or {}))
         else:

@@ -118,7 +118,8 @@ class KnobParams:
         """The knob setting these parameters were made from (the id-, partition- and report name)."""
         if self.preset:
             return Setting(None, None, None, "off", False, self.preset)
-        return Setting(self.knob1, self.knob2, self.knob3, self.k3_mode, self.af_rounds > 0)
+        return Setting(self.knob1, self.knob2, self.knob3, self.k3_mode, self.af_rounds > 0,
+                       distractors="matched" if self.distractors == "matched" else "ball")
 
     @property
     def knobs_label(self) -> str:
@@ -168,12 +169,25 @@ def legacy_dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str)
     return did + (f"-p{params_hash(params)}" if params != ref else "")
 
 
+def previous_dataset_ids(task: str, params: KnobParams, seed: int, encoder_id: str) -> list[str]:
+    """The ids the same dataset had under older names, replaced when it is generated again: before setting
+    names (`legacy_dataset_id`), and for matched coherence before its setting name said `-matched`
+    (`vcoh-0-0-0-af-s0-<enc8>-p<hash6>`)."""
+    out = [legacy_dataset_id(task, params, seed, encoder_id)]
+    if params.distractors == "matched" and not params.preset:
+        enc8 = hashlib.sha256(encoder_id.encode()).hexdigest()[:8]
+        name = replace(params.setting, distractors="ball").name
+        out.append(f"{TASK_CODES[task]}-{name}-s{seed}-{enc8}-p{params_hash(params)}")
+    return out
+
+
 # ----------------------------------------------------------------------------- setting names
 
 PRESETS = ("recipeqa",)
 NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
 _SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
                              (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
+                             (?P<matched>-matched)?
                              (?P<af>-af)?$""", re.VERBOSE)
 
 
@@ -187,27 +201,32 @@ class Setting:
     k3_mode: str = "off"                 # off (k3=0) | coin (the paper's) | all | balanced
     adversarial: bool = False
     preset: str | None = None
+    distractors: str = "ball"            # ball (knob 2) | matched (coherence at knobs 2 and 3 = 0, beyond the paper)
 
     @property
     def name(self) -> str:
         if self.preset:
             return self.preset
-        return setting_name(self.k1, self.k2, self.k3, self.k3_mode, self.adversarial)
+        return setting_name(self.k1, self.k2, self.k3, self.k3_mode, self.adversarial, self.distractors)
 
     def params(self, task: str, af_rounds: int = AF_DEFAULT_ROUNDS, **overrides) -> KnobParams:
         """The preset parameters of this setting for `task` (with `overrides`)."""
         if self.preset:
             p = KnobParams.recipeqa_preset(**overrides)
         else:
+            if self.distractors != "ball":
+                overrides = {"distractors": self.distractors, **overrides}
             p = KnobParams.preset_for(task, self.k1, self.k2, self.k3,
                                       k3_mode=self.k3_mode if self.k3 else "coin", **overrides)
         return replace(p, af_rounds=af_rounds) if self.adversarial else p
 
 
-def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False) -> str:
+def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False,
+                 distractors: str = "ball") -> str:
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
-    than the paper's coin flip, then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`,
-    `0-1-1-af`, `0-1-1-balanced-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
+    than the paper's coin flip, then `-matched` for coherence's matched foreign images (knobs 2 and 3 = 0
+    only, beyond the paper), then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`, `0-1-1-af`,
+    `0-1-1-balanced-af`, `1-0-0-matched-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
     for label, v in (("k1", k1), ("k2", k2), ("k3", k3)):
         if v not in (0, 1):
             raise ValueError(f"{label} must be 0 or 1, got {v!r}")
@@ -218,16 +237,24 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
         raise ValueError(f"knob-3 mode {mode!r} needs k3=1 (with k3=0 knob 3 is off)")
     if k3 == 1 and mode == "off":
         mode = "coin"
-    return f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "") + ("-af" if adversarial else "")
+    if distractors not in ("ball", "matched"):
+        raise ValueError(f"a setting's distractors are ball or matched, got {distractors!r}")
+    if distractors == "matched" and (k2 or k3):
+        raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
+                         "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
+    return (f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "")
+            + ("-matched" if distractors == "matched" else "") + ("-af" if adversarial else ""))
 
 
-def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | None = None) -> Setting:
+def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | None = None,
+                  distractors: str | None = None) -> Setting:
     """A setting from its name or an older spelling, normalised (`Setting.name` is the canonical name).
 
     Accepted: `0-0-1-balanced` (the name), `0,0,1` with `k3_mode="balanced"` (`--knobs 0,0,1
     --k3-mode balanced`), `0-0-1:balanced` (the old knob label), `0-0-1balanced` (the old partition),
-    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, and `recipeqa`.
-    `k3_mode` / `adversarial` given beside the text must agree with it. Raises ValueError otherwise."""
+    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, `K1-0-0-matched[-af]` (or
+    `K1-0-0[-af]` with `distractors="matched"`), and `recipeqa`. `k3_mode` / `adversarial` /
+    `distractors` given beside the text must agree with it. Raises ValueError otherwise."""
     raw = str(text)
     s = raw.strip().lower()
     if s in PRESETS:
@@ -249,9 +276,12 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     af = bool(m["af"])
     if adversarial is False and af:
         raise ValueError(f"{raw!r} names an adversarially filtered setting but --no-adversarial was given")
-    setting_name(k1, k2, k3, mode, af)          # validates values and mode
+    if m["matched"] and distractors not in (None, "matched"):
+        raise ValueError(f"{raw!r} names matched foreign images but --distractors is {distractors!r}")
+    dist = "matched" if m["matched"] or distractors == "matched" else "ball"
+    setting_name(k1, k2, k3, mode, af, dist)          # validates values, mode and distractors
     return Setting(k1, k2, k3, (mode if mode in NAMED_MODES else "coin") if k3 else "off",
-                   af or bool(adversarial))
+                   af or bool(adversarial), distractors=dist)
 
 
 # ----------------------------------------------------------------------------- deterministic randomness

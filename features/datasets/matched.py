@@ -9,8 +9,9 @@ other recipes of the question's split whose cosines to the 3 shown images, sorte
 those of a *reference*: a photo of the question's own recipe from a step it does not show (picked
 by the question's seeded key). The foreign image then sits among the shown ones the way a photo of
 the recipe would: not closer, not farther, so no rule on the encoder's distances tells it apart.
-Knobs 2 and 3 are not applied (their distances are what it replaces); knob 1 is. The dataset id
-gets the `-p<hash>` of a parameter variant, so it never takes the name of a paper setting.
+Knobs 2 and 3 are not applied (their distances are what it replaces); knob 1 is. The setting is
+named `K1-0-0-matched` (`-af` for its AF variant): its own dataset id, Parquet partition and card
+config, never a paper setting's.
 
 `matched_pool` returns per question its `MATCHED_POOL` best-matched candidates in that order; text
 twins and photos the shown steps' texts cannot tell apart are left out by the caller (questions.py),

@@ -78,10 +78,12 @@ def setting_sort_key(row: dict) -> tuple:
 
 def is_paper_setting(row: dict) -> bool:
     """A binary knob setting with the paper's parameters: knob 3 off or the paper's coin flip, not
-    adversarially filtered, and no `-p<hash>` suffix on the id (parameters overridden)."""
+    adversarially filtered, the knob-2 ball (not coherence's `-matched` foreign images), and no
+    `-p<hash>` suffix on the id (parameters overridden)."""
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
             and row.get("knob3") is not None and row.get("k3_mode") in ("off", "coin")
-            and not row.get("adversarial") and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
+            and not row.get("adversarial") and "-matched" not in str(row.get("setting") or "")
+            and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
 
 
 def ordering_by_probe(rows: list[dict]) -> list[dict]:

@@ -52,10 +52,10 @@ def generate_cmd(
                                        "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze "
                                        "and coherence: none here; `mrqa af-pool --min-kept 0.4` must follow and "
                                        "drops by the stronger pooled GM3C adversary, with that room)."),
-        distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="ball: the knob-2 ball "
-                                                "(the paper); matched: visual coherence at knobs 0-0 only, the "
-                                                "foreign image whose cosines to the shown ones match a photo of "
-                                                "the recipe's own (beyond the paper; the id gets -p<hash>)."),
+        distractors: Optional[Distractors] = typer.Option(
+            None, "--distractors", help="ball (default): the knob-2 ball (the paper); matched: visual coherence "
+            "at knobs 0-0 only, the foreign image whose cosines to the shown ones match a photo of the recipe's own "
+            "(beyond the paper; the setting is named K1-0-0-matched[-af], which --knobs also takes)."),
         wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from features.datasets.generate import POOLED_DROP_TASKS
@@ -68,7 +68,7 @@ def generate_cmd(
                                          ("ordering_weight_power", weight_power)) if v is not None}
     if ball_lo is not None:
         overrides["ball_lo_sd"] = ball_lo
-    if distractors is not Distractors.ball:
+    if distractors is not None:
         overrides["distractors"] = distractors.value
     if all_:
         if task or knobs or preset or overrides:

@@ -72,3 +72,38 @@ def test_migration_names_old_rows_like_setting_name(tmp_path):
     assert con.execute("SELECT count(*) FROM v_datasets_legacy WHERE knob3 = '1:balanced'").fetchone()[0] == 2
     assert dict(con.execute("SELECT dataset_id, knobs FROM bias_metrics").fetchall()) == EXPECTED
     con.close()
+
+
+def test_matched_datasets_made_before_their_own_name_are_renamed(tmp_path):
+    """103: coherence datasets with matched foreign images, made when they carried the paper setting's
+    name (ids with -p<hash>), get `K1-0-0-matched[-af]` in datasets and bias_metrics; the paper
+    setting's own datasets keep theirs."""
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(SQL_DIR, sql_dir)
+    order = sql_dir / "migrations.txt"
+    full = order.read_text()
+    lines = full.splitlines(keepends=True)
+    order.write_text("".join(lines[:next(i for i, ln in enumerate(lines) if "103_matched_setting_names" in ln)]))
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    migrate(con, sql_dir)
+    rows = [("vcoh-0-0-0-af-s0-e-p9671a4", 0, "0-0-0-af", True, {"distractors": "matched", "af_rounds": 3}),
+            ("vcoh-1-0-0-s0-e-p1b2c3d", 1, "1-0-0", False, {"distractors": "matched"}),
+            ("vcoh-0-0-0-af-s0-e", 0, "0-0-0-af", True, {"distractors": "ball", "af_rounds": 3}),
+            ("vcoh-0-0-0-s0-e", 0, "0-0-0", False, {"distractors": "ball"})]
+    con.executemany("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, k3_mode, adversarial, setting,
+                       seed, encoder_id, params, created_at, n_questions, n_recipes)
+                       VALUES (?, 'visual_coherence', ?, 0, 0, 'off', ?, ?, 0, 'e', ?, TIMESTAMP '2026-01-01', 1, 1)""",
+                    [[d, k1, af, s, json.dumps(p)] for d, k1, s, af, p in rows])
+    con.executemany("""INSERT INTO bias_metrics (dataset_id, task, knobs, n_questions, n_scored, chance, probe_model,
+                       probe_folds, computed_at) VALUES (?, 'visual_coherence', ?, 1, 1, 0.25, 'logreg', 5,
+                       TIMESTAMP '2026-01-01')""", [[d, s] for d, _, s, _, _ in rows])
+    order.write_text(full)
+    assert migrate(con, sql_dir) == ["103_matched_setting_names.sql"]
+    want = {d: setting_name(k1, 0, 0, "off", af, p["distractors"]) for d, k1, _, af, p in rows}
+    assert want == {"vcoh-0-0-0-af-s0-e-p9671a4": "0-0-0-matched-af", "vcoh-1-0-0-s0-e-p1b2c3d": "1-0-0-matched",
+                    "vcoh-0-0-0-af-s0-e": "0-0-0-af", "vcoh-0-0-0-s0-e": "0-0-0"}
+    assert dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall()) == want
+    assert dict(con.execute("SELECT dataset_id, knobs FROM bias_metrics").fetchall()) == want
+    migrate(con, sql_dir)                                          # idempotent
+    assert dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall()) == want
+    con.close()

@@ -471,6 +471,11 @@ def test_af_report_rows_match_the_registered_datasets(world):
         s = world["summaries"][did]
         assert r["af_questions"] == s["n_questions"] and r["kept_share"] == s["adversarial"]["kept_share"]
         assert r["probe_after"] == s["adversarial"]["probe_after"] and r["base_registered"]
+        # kept of posable: the knob questions less those dropped for text twins alone
+        assert r["twin_dropped"] == s["skips"].get("af_text_twin", 0)
+        posable = s["adversarial"]["n_knob_questions"] - r["twin_dropped"]
+        assert r["kept_of_posable"] == round(s["n_questions"] / posable, 4)
+        assert r["kept_of_posable"] >= r["kept_share"]
         if r["task"] == "textual_cloze":
             assert "oracle_after" not in r
         else:

@@ -187,6 +187,23 @@ def test_card_documents_every_config_and_provenance_key(world, export):
     assert "| centre of the choices |" in header and len(header.split("|")) == len(line.split("|"))
 
 
+def test_read_before_use_lists_the_configs_past_a_bound():
+    """A config is listed once, with its worst figure over its datasets; the bounds are strict (35% answered
+    without reading, 40% kept)."""
+    from features.datasets.card import reading_caveats
+    text = "\n".join(reading_caveats(
+        [("a", {"qo_acc": 0.30, "pair_rule_acc": 0.60}), ("a", {"qo_acc": 0.70}), ("b", {"qo_acc": 0.30,
+         "hasty_student_acc": None}), ("c", {"probe_acc": 0.35})],
+        [("b-af", 0.39), ("b-af", 0.20), ("d-af", 0.40)]))
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln]
+    assert rows == ["| config | highest context-free figure | accuracy |", "| a | question-only probe | 70.0% |",
+                    "| config | kept of the knob questions |", "| b-af | 20.0% |"]
+    assert text.startswith("## Read before use") and "## Small adversarial configs" in text
+    only_small = "\n".join(reading_caveats([("x", {"qo_acc": 0.2})], [("x-af", 0.1)]))
+    assert only_small.startswith("## Read before use") and "| x-af | 10.0% |" in only_small
+    assert reading_caveats([("x", {"qo_acc": 0.25, "pair_rule_acc": 0.35})], [("x-af", 0.5)]) == []
+
+
 def test_export_is_byte_identical(world, export, tmp_path):
     again = export_parquet(world["con"], sorted(world["ids"].values()), tmp_path / "again", with_vectors=True,
                            lance_uri=world["paths"].lance, with_images=True, home=world["home"])

@@ -82,6 +82,33 @@ def test_setting_names_round_trip(args, name):
     assert dataset_id(task, params, 0, "enc").startswith(f"vc-{name}-s0-")
 
 
+def test_matched_settings_have_their_own_name_id_and_earlier_id():
+    """Coherence's matched foreign images: `K1-0-0-matched[-af]` (never a paper setting's name, id or
+    partition), read from the name or from `--distractors matched`; the id they had before the name
+    said it (the paper setting's name with -p<hash>) is replaced on re-generation."""
+    import hashlib
+
+    from features.datasets.knobs import params_hash, previous_dataset_ids
+    enc8 = hashlib.sha256(b"enc").hexdigest()[:8]
+    for k1, af in ((0, False), (1, True)):
+        name, old = f"{k1}-0-0-matched" + ("-af" if af else ""), f"{k1}-0-0" + ("-af" if af else "")
+        s = parse_setting(name)
+        assert s == Setting(k1, 0, 0, "off", af, distractors="matched") and s.name == name
+        assert parse_setting(old, distractors="matched") == s and parse_setting(old).distractors == "ball"
+        p = s.params("visual_coherence")
+        assert p.distractors == "matched" and p.setting == s
+        assert dataset_id("visual_coherence", p, 0, "enc") == f"vcoh-{name}-s0-{enc8}"
+        assert previous_dataset_ids("visual_coherence", p, 0, "enc")[1] == f"vcoh-{old}-s0-{enc8}-p{params_hash(p)}"
+        ball = parse_setting(old).params("visual_coherence")        # the knob setting: only its legacy id
+        assert len(previous_dataset_ids("visual_coherence", ball, 0, "enc")) == 1
+    for text, dist, match in (("0-1-0-matched", None, "knob 2 = 0 and knob 3 = 0"),
+                              ("0-0-1-matched-af", None, "knob 2 = 0 and knob 3 = 0"),
+                              ("0-0-0-matched", "ball", "--distractors is 'ball'"),
+                              ("0-0-0-af-matched", None, "not a knob setting")):
+        with pytest.raises(ValueError, match=match):
+            parse_setting(text, distractors=dist)
+
+
 # every older spelling of a setting, and the name it is read as
 OLD_SPELLINGS = [
     (("0,0,1", "balanced", None), "0-0-1-balanced"),        # --knobs 0,0,1 --k3-mode balanced

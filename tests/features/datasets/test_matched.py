@@ -64,12 +64,16 @@ def test_ids_params_and_refusals(world):
         assert did == dataset_id(task, p, 0, ENC)
         params = json.loads(world["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                                  [did]).fetchone()[0])
-        if p.distractors == "matched":      # a parameter variant: never the name of a paper setting
-            assert did.endswith(f"-p{did[-6:]}") and params["distractors"] == "matched"
+        setting = world["con"].execute("SELECT setting FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0]
+        if p.distractors == "matched":      # its own setting name: never a paper setting's id or partition
+            name = f"{p.knob1}-0-0-matched" + ("-af" if p.af_rounds else "")
+            assert setting == name and did == f"vcoh-{name}-s0-{did.rsplit('-', 1)[-1]}"
+            assert params["distractors"] == "matched"
             if p.af_rounds:
                 assert params["adversarial"]["pools"] == ["matched"]
         else:
-            assert "-p" not in did.rsplit("-", 1)[-1][:2]
+            assert setting == "0-0-0" and "matched" not in did
+        assert "-p" not in did.rsplit("-", 1)[-1][:2]
     for task, kw in (("visual_cloze", {}), (TASK, {"k2": 1}), (TASK, {"k3": 1})):
         p = KnobParams.preset_for(task, 0, kw.get("k2", 0), kw.get("k3", 0), distractors="matched")
         with pytest.raises(ValueError, match="--distractors matched is defined for visual coherence"):
@@ -170,7 +174,13 @@ def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-af", "--distractors", "matched"])
     assert r.exit_code == 0, r.output
     matched = r.output.split()[0]
-    assert matched.startswith("vcoh-0-0-0-af-s0-") and matched[-8:-6] == "-p"
+    assert matched.startswith("vcoh-0-0-0-matched-af-s0-")
+    # the setting's own name says it too; a name and an option that disagree are refused
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-matched-af"])
+    assert r.exit_code == 0 and r.output.split()[0] == matched, r.output
+    for args in (["--knobs", "0-1-0-matched"], ["--knobs", "0-0-0-matched", "--distractors", "ball"]):
+        r = runner.invoke(app, ["generate", "--task", TASK, *args])
+        assert r.exit_code == 2 and "Traceback" not in r.output and "matched" in r.output, (args, r.output)
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0"])
     assert r.exit_code == 0, r.output
     plain = r.output.split()[0]

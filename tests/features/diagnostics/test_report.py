@@ -418,3 +418,33 @@ def test_encoder_names_in_tables_are_short():
     assert short_encoder(ENC) == ENC
     other = "x" * 40
     assert len(short_encoder(other)) <= 24 and short_encoder(other) != short_encoder("x" * 41)
+
+
+def test_card_lists_the_configs_answered_without_reading(report, tmp_path):
+    """An export's card, written after the bias figures: "Read before use" lists exactly the configs
+    whose context-free figures (question-only probe, Hasty Student, distance probe, centre, closest pair)
+    exceed the bound, each with its highest one."""
+    from features.datasets.card import CONTEXT_FREE, READING_BOUND
+    from features.datasets.export import export_parquet
+    con = report["con"]
+    ids = [s["dataset_id"] for s in report["summaries"]]
+    export_parquet(con, ids, tmp_path / "card")
+    text = (tmp_path / "card" / "README.md").read_text()
+    config_of = {}
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.split("|")]
+        if len(cells) > 3 and cells[2] in ids:
+            config_of[cells[2]] = cells[1]
+    assert config_of, "the card's config table names the datasets"
+    cols = [k for k, _ in CONTEXT_FREE]
+    expected = {}
+    for did, *vals in con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics").fetchall():
+        figs = [v for v in vals if v is not None and v > READING_BOUND]
+        if did in config_of and figs:
+            expected[config_of[did]] = f"{100 * max(figs):.1f}%"
+    section = text.split("## Read before use")[1].split("\n## ")[0] if expected else ""
+    listed = {c[1].strip(): c[3].strip() for c in (ln.split("|") for ln in section.splitlines())
+              if len(c) == 5 and c[1].strip() not in ("config", "---")}
+    assert listed == expected
+    assert ("| config | highest context-free figure |" in text) == bool(expected)
+    assert expected, "the fixture's preset is answered without reading (Hasty Student well above 35%)"
