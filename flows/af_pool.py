@@ -111,6 +111,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
+                # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
+                "drop_order": "lists in turn" if linear else "confidence",
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})

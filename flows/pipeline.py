@@ -50,8 +50,7 @@ AF_POOL_TAU = 0.35                                      # its drop: solved with 
                                                         # room AF's own drop leaves it, `af_pooled_drop`)
 AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
 AF_POOL_ADVERSARIES = 2                                 # its models per pass (`--adversaries`), trained in
-                                                        # parallel processes: about 20 s more than one, and
-                                                        # question-only 27.8-30.2% instead of 29.5-31.6%
+                                                        # parallel processes: about 20 s more than one
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 

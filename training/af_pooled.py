@@ -380,22 +380,28 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
     questions (0: no floor) and the adversary still solves at least `keep_solved` of the kept ones
     (0: no cap). With `linear` (the same shape: the linear question-only probe's out-of-fold verdicts,
-    `linear_verdicts`), a question either adversary solves with probability >= tau is a candidate, its
-    confidence the larger of theirs: where the floor binds, the drop spends its room on both cues
-    (the pooled model's alone left the linear probe at 35-39% on the knob 2 = 0 settings). The cap is
+    `linear_verdicts`), a question either adversary solves with probability >= tau is a candidate, and
+    the two adversaries' lists, each most confident first, are taken in turn (the pooled model's first;
+    a question on both lists counts at its earlier place): where the floor binds, the drop spends its
+    room on both cues alike. Ordered by the larger of their confidences instead, the pooled model's
+    confident picks took the room and left the linear probe at 31-36% on every question of the knob 2 = 0
+    visual cloze settings of the demo (18-30% in turn; docs/results.md). The cap is
     AFLite's "drop what stays predictable, in either direction": dropping every solved question leaves
     a set the adversary gets below chance, and that reversed cue ("the choice it picks is never the
     answer") is one a fresh model learns."""
     check_args(tau, min_kept, keep_solved=keep_solved)
     plan = {}
     for did, qs in sorted(oof.items()):
-        lin = (linear or {}).get(did, {})
-        conf = {q: max([p for p, r in (qs[q], lin.get(q, (0.0, False))) if r and p >= tau], default=None)
-                for q in qs}
-        cands = sorted(((p, q) for q, p in conf.items() if p is not None), key=lambda x: (-x[0], x[1]))
+        place: dict[str, tuple[int, int]] = {}        # qid -> (place on a list, which list), the earliest
+        for m, src in enumerate((qs, (linear or {}).get(did, {}))):
+            solved = sorted((q for q, (p, r) in src.items() if r and p >= tau and q in qs),
+                            key=lambda q: (-src[q][0], q))
+            for i, q in enumerate(solved):
+                place[q] = min(place.get(q, (i, m)), (i, m))
+        cands = sorted(place, key=lambda q: (place[q], q))
         room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)
         if keep_solved:
             solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= keep_solved
             room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
-        plan[did] = sorted(q for _, q in cands[:max(0, room)])
+        plan[did] = sorted(cands[:max(0, room)])
     return plan

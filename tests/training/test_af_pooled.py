@@ -524,9 +524,24 @@ def test_drop_plan_with_the_linear_probe_takes_what_either_solves_most_confident
     assert drop_plan(oof, {"d": 10}, tau=0.5) == {"d": ["a", "f"]}
     # b and c are solved by the linear probe alone; e by neither (its 0.9 is not the answer's argmax)
     assert drop_plan(oof, {"d": 10}, tau=0.5, linear=lin) == {"d": ["a", "b", "c", "f"]}
-    # the floor keeps 3 of 5: the two most confident of either, a (0.9) then b (0.8)
+    # the floor keeps 3 of 5: each list's most confident, the pooled model's a, then the linear probe's b
     assert drop_plan(oof, {"d": 5}, tau=0.5, min_kept=0.6, linear=lin) == {"d": ["a", "b"]}
     assert drop_plan(oof, {"d": 10}, tau=0.5, linear={}) == drop_plan(oof, {"d": 10}, tau=0.5)
+
+
+def test_drop_plan_spends_the_floors_room_on_both_adversaries_in_turn():
+    """The pooled model is more confident than the linear probe, yet the room goes to both lists in
+    turn; a question on both lists takes its earlier place, once."""
+    oof = {"d": {"a": (0.95, True), "b": (0.9, True), "c": (0.85, True), "e": (0.2, False), "f": (0.3, False),
+                 "g": (0.8, True)}}
+    lin = {"d": {"a": (0.6, True), "e": (0.55, True), "f": (0.5, True), "g": (0.3, False)}}
+    # lists: pooled a, b, c, g; linear a, e, f -> a (first on both), b, e (second places), c, f, g
+    full = ["a", "b", "c", "e", "f", "g"]
+    for keep, want in ((5, ["a"]), (4, ["a", "b"]), (3, ["a", "b", "e"]), (2, ["a", "b", "c", "e"]),
+                       (1, ["a", "b", "c", "e", "f"]), (0, full)):
+        assert drop_plan(oof, {"d": 6}, tau=0.5, min_kept=keep / 6 if keep else 0.0, linear=lin) == {"d": want}
+    # by the larger confidence alone the room would have gone to a, b, c first: the linear cue kept
+    assert drop_plan(oof, {"d": 6}, tau=0.5, min_kept=3 / 6) == {"d": ["a", "b", "c"]}
 
 
 def test_linear_verdicts_are_the_softmax_of_the_probe_scores():
