@@ -30,15 +30,22 @@ EXPECTED = {"vc-k000-s0-e": "0-0-0", "vc-k011-s0-e": "0-1-1", "vc-k001-s0-e-pdab
             "vc-recipeqa-s0-e": "recipeqa", "recipeqa-original-visual_cloze": "recipeqa-original"}
 
 
-def test_migration_names_old_rows_like_setting_name(tmp_path):
+def _warehouse_before(tmp_path, migration: str):
+    """A warehouse migrated up to (not including) `migration`; returns it, the copied SQL folder and a
+    function that restores the full migration list."""
     sql_dir = tmp_path / "sql"
     shutil.copytree(SQL_DIR, sql_dir)
     order = sql_dir / "migrations.txt"
     full = order.read_text()
     lines = full.splitlines(keepends=True)
-    order.write_text("".join(lines[:next(i for i, ln in enumerate(lines) if "094_datasets_setting" in ln)]))
+    order.write_text("".join(lines[:next(i for i, ln in enumerate(lines) if migration in ln)]))
     con = duckdb.connect(str(tmp_path / "w.duckdb"))
     migrate(con, sql_dir)
+    return con, sql_dir, lambda: order.write_text(full)
+
+
+def test_migration_names_old_rows_like_setting_name(tmp_path):
+    con, sql_dir, restore = _warehouse_before(tmp_path, "094_datasets_setting")
     assert con.execute("SELECT data_type FROM duckdb_columns() WHERE table_name = 'datasets' "
                        "AND column_name = 'knob3'").fetchone()[0] == "VARCHAR"
     con.executemany("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, preset, seed, encoder_id, params,
@@ -51,7 +58,7 @@ def test_migration_names_old_rows_like_setting_name(tmp_path):
                        TIMESTAMP '2026-01-01')""",
                     [[d, pre or f"{k1}-{k2}-{k3}" + ("-af" if "-af-" in d else "")]
                      for d, k1, k2, k3, pre, _ in OLD_ROWS])
-    order.write_text(full)
+    restore()
     assert migrate(con, sql_dir)[:2] == ["094_datasets_setting.sql", "095_v_datasets_legacy.sql"]
 
     assert con.execute("SELECT data_type FROM duckdb_columns() WHERE table_name = 'datasets' "
@@ -78,14 +85,7 @@ def test_matched_datasets_made_before_their_own_name_are_renamed(tmp_path):
     """103: coherence datasets with matched foreign images, made when they carried the paper setting's
     name (ids with -p<hash>), get `K1-0-0-matched[-af]` in datasets and bias_metrics; the paper
     setting's own datasets keep theirs."""
-    sql_dir = tmp_path / "sql"
-    shutil.copytree(SQL_DIR, sql_dir)
-    order = sql_dir / "migrations.txt"
-    full = order.read_text()
-    lines = full.splitlines(keepends=True)
-    order.write_text("".join(lines[:next(i for i, ln in enumerate(lines) if "103_matched_setting_names" in ln)]))
-    con = duckdb.connect(str(tmp_path / "w.duckdb"))
-    migrate(con, sql_dir)
+    con, sql_dir, restore = _warehouse_before(tmp_path, "103_matched_setting_names")
     rows = [("vcoh-0-0-0-af-s0-e-p9671a4", 0, "0-0-0-af", True, {"distractors": "matched", "af_rounds": 3}),
             ("vcoh-1-0-0-s0-e-p1b2c3d", 1, "1-0-0", False, {"distractors": "matched"}),
             ("vcoh-0-0-0-af-s0-e", 0, "0-0-0-af", True, {"distractors": "ball", "af_rounds": 3}),
@@ -97,7 +97,7 @@ def test_matched_datasets_made_before_their_own_name_are_renamed(tmp_path):
     con.executemany("""INSERT INTO bias_metrics (dataset_id, task, knobs, n_questions, n_scored, chance, probe_model,
                        probe_folds, computed_at) VALUES (?, 'visual_coherence', ?, 1, 1, 0.25, 'logreg', 5,
                        TIMESTAMP '2026-01-01')""", [[d, s] for d, _, s, _, _ in rows])
-    order.write_text(full)
+    restore()
     assert migrate(con, sql_dir) == ["103_matched_setting_names.sql"]
     want = {d: setting_name(k1, 0, 0, "off", af, p["distractors"]) for d, k1, _, af, p in rows}
     assert want == {"vcoh-0-0-0-af-s0-e-p9671a4": "0-0-0-matched-af", "vcoh-1-0-0-s0-e-p1b2c3d": "1-0-0-matched",
