@@ -278,8 +278,9 @@ def reading_caveats(bias_of: list[tuple[str, dict]], kept_of: list[tuple[str, fl
         out += ["## Read before use", "",
                 f"These configs are answered more than {100 * READING_BOUND:.0f}% of the time without reading "
                 "the recipe (chance is 25%): by a rule that sees the choices' distances only, or by the learned "
-                "question-only probe. They reproduce a setting (the paper's knobs, the RecipeQA-style preset); "
-                "they do not show that a model reads. A figure at or below the bound is no proof either: the "
+                "question-only probe. A paper setting or the RecipeQA-style preset listed here reproduces "
+                "that setting's bias; an `-af` config listed here kept a cue its filtering did not remove. "
+                "Neither shows that a model reads. A figure at or below the bound is no proof either: the "
                 "GM3C question-only model (`mrqa af-check`) is a stronger check.", "",
                 "| config | highest context-free figure | accuracy |", "| --- | --- | ---: |", *over, ""]
     if few:
