@@ -69,7 +69,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         rows = af_datasets(con, task, seed, distractors)
         if not rows:
             raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) in the warehouse: "
-                             f"run `mrqa generate --task {task} --knobs {_example(distractors)}` first")
+                             f"run {_example(task, distractors)} first")
         done = [r["dataset_id"] for r in rows if r["params"].get("af_pooled")]
         if done:
             raise ValueError(f"already filtered by the pooled adversary: {', '.join(done)}; regenerate them "
@@ -124,9 +124,11 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     return {"task": task, "datasets": res, **info}
 
 
-def _example(distractors: str) -> str:
-    """The generate arguments that make AF datasets of a kind (for an error message)."""
-    return "0-0-0-af --distractors matched" if distractors == "matched" else "0-1-1-af` (or --all"
+def _example(task: str, distractors: str) -> str:
+    """The generate command that makes AF datasets of a kind (for an error message)."""
+    if distractors == "matched":
+        return f"`mrqa generate --task {task} --knobs 0-0-0-matched-af`"
+    return f"`mrqa generate --task {task} --knobs 0-1-1-af` (or `mrqa generate --all`)"
 
 
 def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, np.ndarray]:
@@ -235,7 +237,7 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
         if not rows:
             raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
-                             f"run `mrqa generate --task {task} --knobs {_example(distractors)}` first")
+                             f"run {_example(task, distractors)} first")
         ids = [r["dataset_id"] for r in rows]
         recipe_of = {(d, q): r for d, q, r in con.execute(
             "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}

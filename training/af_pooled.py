@@ -394,9 +394,9 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
     for did, qs in sorted(oof.items()):
         place: dict[str, tuple[int, int]] = {}        # qid -> (place on a list, which list), the earliest
         for m, src in enumerate((qs, (linear or {}).get(did, {}))):
-            solved = sorted((q for q, (p, r) in src.items() if r and p >= tau and q in qs),
+            ranked = sorted((q for q, (p, r) in src.items() if r and p >= tau and q in qs),
                             key=lambda q: (-src[q][0], q))
-            for i, q in enumerate(solved):
+            for i, q in enumerate(ranked):
                 place[q] = min(place.get(q, (i, m)), (i, m))
         cands = sorted(place, key=lambda q: (place[q], q))
         room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)

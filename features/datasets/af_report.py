@@ -148,7 +148,8 @@ def format_table(rows: list[dict]) -> str:
     """The printed report: a legend, then one line per AF dataset (what `mrqa af-report` shows)."""
     f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
     out = ["probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
-           "(after);", "kept: of the knob questions; of posable: of those left once the questions whose only "
+           "(after);", "kept: AF's own selection, of the knob questions (before `mrqa af-pool`, which may drop more); "
+           "of posable: the dataset's questions now, of the knob questions left once those whose only "
            "candidates are text twins of the answer (two right answers) are gone;",
            "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
            "before the drop rule;", "oracle: the choice nearest the recipe's own step text (the question "
