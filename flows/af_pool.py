@@ -29,16 +29,18 @@ from prefect import flow
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.datasets.af_pooled import af_datasets, alternates, apply_drops, apply_swaps
+from features.datasets.af_pooled import af_datasets, alternates, apply_drops, apply_swaps, split_counts
 from features.datasets.export import export_parquet
 from training.af_pooled import (
     ADVERSARIES,
+    FLOOR_BY,
     FOLDS,
     ROUNDS,
     SOLVED_SHARE,
     TAU,
     check_args,
     drop_plan,
+    drop_plan_by_split,
     linear_verdicts,
     mean_scores,
     member_seed,
@@ -56,14 +58,17 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
-                workers: int | None = None) -> dict:
+                workers: int | None = None, floor_by: str = "dataset") -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
     drop also takes what the linear question-only probe solves (`_linear_oof`). `distractors`: the AF
-    datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart."""
+    datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart.
+    `floor_by`: the `min_kept` floor holds per dataset, or in each of its splits (`drop_plan_by_split`)."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
+    if floor_by not in FLOOR_BY:
+        raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed, distractors)
@@ -108,8 +113,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers)
         oof = verdicts(scores)
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
-        plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
-        info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept,
+        if floor_by == "split":
+            split_of, n_split = split_counts(con, rows)
+            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin)
+        else:
+            plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
+        info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept, "floor_by": floor_by,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
                 "drop_order": "lists in turn" if linear else "confidence",

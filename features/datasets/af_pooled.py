@@ -170,18 +170,38 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0, distra
     benchmarks, never pooled together): dataset_id, setting, params, n_questions, and n_plain (the
     question count of the same setting without AF, same seed and encoder: the paper setting's where a
     parameter variant of it (a `-p<hash>` id) was generated too, and for a matched setting
-    (`0-0-0-matched-af`) the paper setting's (`0-0-0`); None when not generated)."""
+    (`0-0-0-matched-af`) the paper setting's (`0-0-0`); None when not generated) and plain_id (that
+    plain dataset's id, or None)."""
     rows = con.execute("""
-        SELECT a.dataset_id, a.setting, a.params, a.n_questions,
-               (SELECT p.n_questions FROM datasets p WHERE p.task = a.task AND NOT coalesce(p.adversarial, false)
-                  AND p.setting = regexp_replace(a.setting, '(-matched)?-af$', '') AND p.seed = a.seed
-                  AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
-                ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) AS n_plain
-        FROM datasets a WHERE a.task = ? AND a.seed = ? AND coalesce(a.adversarial, false)
+        SELECT a.dataset_id, a.setting, a.params, a.n_questions, p.n_questions, p.dataset_id
+        FROM datasets a LEFT JOIN LATERAL (
+            SELECT p.n_questions, p.dataset_id FROM datasets p WHERE p.task = a.task
+              AND NOT coalesce(p.adversarial, false)
+              AND p.setting = regexp_replace(a.setting, '(-matched)?-af$', '') AND p.seed = a.seed
+              AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
+            ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) p ON true
+        WHERE a.task = ? AND a.seed = ? AND coalesce(a.adversarial, false)
           AND coalesce(json_extract_string(a.params, '$.distractors'), 'ball') = ?
         ORDER BY a.dataset_id""", [task, seed, distractors]).fetchall()
-    return [{"dataset_id": d, "setting": s, "params": json.loads(p) if p else {}, "n_questions": n, "n_plain": np_}
-            for d, s, p, n, np_ in rows]
+    return [{"dataset_id": d, "setting": s, "params": json.loads(p) if p else {}, "n_questions": n, "n_plain": np_,
+             "plain_id": pid} for d, s, p, n, np_, pid in rows]
+
+
+def split_counts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> tuple[dict, dict]:
+    """For `af_datasets` rows: dataset_id -> qid -> split of each AF question, and dataset_id -> split ->
+    the plain setting's questions there (empty where no plain dataset was generated)."""
+    ids = [r["dataset_id"] for r in rows]
+    split_of: dict[str, dict[str, str]] = {d: {} for d in ids}
+    for d, q, s in con.execute("SELECT dataset_id, qid, split FROM questions WHERE list_contains(?, dataset_id)",
+                               [ids]).fetchall():
+        split_of[d][q] = s
+    n_plain: dict[str, dict[str, int]] = {d: {} for d in ids}
+    pids = sorted({r["plain_id"] for r in rows if r["plain_id"]})
+    counts = con.execute("SELECT dataset_id, split, count(*) FROM questions WHERE list_contains(?, dataset_id) "
+                         "GROUP BY ALL", [pids]).fetchall()
+    for r in rows:
+        n_plain[r["dataset_id"]] = {s: n for pid, s, n in counts if pid == r["plain_id"]}
+    return split_of, n_plain
 
 
 def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Distractors, ListFormat, VisualTask
+from flows.cli.choices import Distractors, FloorBy, ListFormat, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -62,6 +62,9 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                                         "matched variants (matched); never pooled together."),
                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                       "--adversaries models (default: one per CPU core)."),
+                floor_by: FloorBy = typer.Option(FloorBy.dataset, "--floor-by", help="Hold the --min-kept floor "
+                                                 "per dataset, or in each split of it (split: the test split "
+                                                 "is filtered as deeply as the training split; the demo's)."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
@@ -72,7 +75,8 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
     try:
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
-                       adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers)
+                       adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
+                       floor_by=floor_by.value)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:

@@ -29,6 +29,7 @@ Split = choices("Split", SPLITS)
 Preset = choices("Preset", ("recipeqa",))                      # features.datasets.generate.settings_for
 AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
 Distractors = choices("Distractors", ("ball", "matched"))      # KnobParams.distractors of the knob settings
+FloorBy = choices("FloorBy", ("dataset", "split"))            # training.af_pooled.FLOOR_BY
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))
 ExportFormat = choices("ExportFormat", ("parquet", "recipeqa-json"))   # features.datasets.export

@@ -337,6 +337,8 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "--tau must be in (0, 1]" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--keep-solved", "1"])
     assert r.exit_code == 2 and "--keep-solved must be in [0, 1)" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--floor-by", "recipe"])
+    assert r.exit_code == 2 and "--floor-by" in r.output and "dataset" in r.output
 
 
 def test_coherence_swap_for_picks_the_foreign_image_nearest_the_target_rank():
@@ -579,3 +581,35 @@ def test_af_check_refuses_bad_seeds_and_a_missing_warehouse_in_one_line(tmp_path
     r = CliRunner().invoke(app, ["--no-prefect", "af-check"])
     assert r.exit_code == 2 and "no warehouse at" in r.output
     assert not (tmp_path / "nothing" / "warehouse.duckdb").exists()        # read-only: nothing created
+
+
+
+def test_drop_plan_by_split_holds_the_floor_in_every_split():
+    """One floor per dataset spends its room where the confident questions are (here the training
+    split's): test keeps all of its questions and train a sixth. Per split, each keeps its own 40%, and
+    the floor is counted against that split's plain questions."""
+    from training.af_pooled import drop_plan_by_split
+    oof = {"d": {**{f"t{i}": (1 - i / 20, True) for i in range(1, 7)},
+                 "x1": (0.6, True), "x2": (0.55, True), "x3": (0.3, False)},
+           "e": {"y1": (0.9, True), "y2": (0.1, False)}}
+    split_of = {"d": {**{f"t{i}": "train" for i in range(1, 7)}, **{f"x{i}": "test" for i in (1, 2, 3)}},
+                "e": {"y1": "train", "y2": "test"}}
+    n_split = {"d": {"train": 6, "test": 3}, "e": {"train": 1, "test": 1}}
+    # one floor: keep ceil(0.4 x 9) = 4 of 9 -> t1..t5 go; train keeps 1 of 6, test 3 of 3
+    assert drop_plan(oof, {"d": 9, "e": 2}, tau=0.5, min_kept=0.4) == {"d": ["t1", "t2", "t3", "t4", "t5"],
+                                                                        "e": ["y1"]}
+    by = drop_plan_by_split(oof, split_of, n_split, tau=0.5, min_kept=0.4)
+    # train keeps ceil(2.4) = 3 of 6 (t1..t3 go), test ceil(1.2) = 2 of 3 (its most confident, x1, goes);
+    # e's train split keeps its one question
+    assert by == {"d": ["t1", "t2", "t3", "x1"], "e": []}
+    for did, drop in by.items():
+        for split in ("train", "test"):
+            kept = [q for q, s in split_of[did].items() if s == split and q not in drop]
+            assert len(kept) >= np.ceil(0.4 * n_split[did][split])
+    # without a floor the split makes no difference
+    assert drop_plan_by_split(oof, split_of, n_split, tau=0.5) == drop_plan(oof, {"d": 9, "e": 2}, tau=0.5)
+    # with the linear probe too, each split's two lists are taken in turn: train's t1, t6 (first on the
+    # linear list), t2
+    lin = {"d": {"t6": (0.9, True)}}
+    assert drop_plan_by_split(oof, split_of, n_split, tau=0.5, min_kept=0.4, linear=lin)["d"] == [
+        "t1", "t2", "t6", "x1"]

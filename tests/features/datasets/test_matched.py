@@ -3,6 +3,8 @@ synthetic world with a planted per-recipe "kitchen" cue (features/datasets/synth
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from dataclasses import replace
 
 import duckdb
@@ -201,7 +203,7 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     `mrqa af-check` take one kind (--distractors); the floor counts against the paper setting's plain
     dataset (not the matched plain one); the pooled adversary's swaps stay in the matched pool. Runs
     last: it filters the matched AF dataset in place."""
-    from features.datasets.af_pooled import af_datasets
+    from features.datasets.af_pooled import af_datasets, split_counts
     from flows.af_pool import af_check_flow, af_pool_flow
     con = world["con"]
     matched_af, paper_plain = world["ids"][2], world["ids"][3]
@@ -209,12 +211,18 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     assert [r["dataset_id"] for r in rows] == [matched_af] and af_datasets(con, TASK, 0) == []
     assert rows[0]["n_plain"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
                                              [paper_plain]).fetchone()[0]
+    split_of, n_split = split_counts(con, rows)         # what the per-split floor counts against
+    assert split_of == {matched_af: dict(con.execute("SELECT qid, split FROM questions WHERE dataset_id = ?",
+                                                     [matched_af]).fetchall())}
+    assert n_split == {matched_af: dict(con.execute("SELECT split, count(*) FROM questions WHERE dataset_id = ? "
+                                                    "GROUP BY ALL", [paper_plain]).fetchall())}
+    assert sum(n_split[matched_af].values()) == rows[0]["n_plain"]
     con.close()
     try:
         with pytest.raises(ValueError, match="no AF datasets of visual_coherence .*ball distractors"):
             af_pool_flow.fn(task=TASK, folds=2, size="tiny")
         res = af_pool_flow.fn(task=TASK, tau=0.3, folds=2, size="tiny", rounds=2, solved_share=0.05,
-                              min_kept=0.2, distractors="matched")
+                              min_kept=0.4, distractors="matched", floor_by="split")
         chk = af_check_flow.fn(task=TASK, seeds=(0,), folds=2, size="tiny", distractors="matched")
     finally:
         world["con"] = duckdb.connect(str(world["paths"].warehouse))
@@ -224,6 +232,12 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     cols = [c[0] for c in q.description]
     after = [dict(zip(cols, r)) for r in q.fetchall()]
     assert after and chk["datasets"][0]["n"] == len(after)
+    # the floor holds in each split, counted against the paper setting's plain dataset there
+    plain = dict(world["con"].execute("SELECT split, count(*) FROM questions WHERE dataset_id = ? GROUP BY ALL",
+                                      [paper_plain]).fetchall())
+    kept = Counter(r["split"] for r in after)
+    assert res["floor_by"] == "split" and set(kept) == set(plain)
+    assert all(kept[s] >= math.ceil(0.4 * plain[s]) for s in plain), (kept, plain)
     swapped = 0
     for r in after:
         r["prov"] = json.loads(r["provenance"])
