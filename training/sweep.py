@@ -20,6 +20,15 @@ from training.data import list_datasets, load_for_training
 log = logging.getLogger(__name__)
 
 
+def test_interval(acc: float, n: int) -> list[float] | None:
+    """The 95% Wilson interval of a test accuracy over its n questions (rounded), None without any: on
+    the 80-160 test questions of an AF setting of the demo it spans about 15 points, so two figures a
+    few points apart, or a figure and a bound, are told apart only where the intervals say so."""
+    from features.diagnostics.question_only import wilson_interval
+    ci = wilson_interval(round(acc * n), n)
+    return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
+
+
 def _setting_name(text: str) -> str:
     """A knob label as the export's partitions spell it (`0-0-1:balanced` -> `0-0-1-balanced`); text that
     is not a setting is kept as given (it then matches no dataset)."""
@@ -59,7 +68,9 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
                                   align=align_for(scorer, text_features, align)),
                           train_cfg, record=record, ds=ds)
             rows.append({"task": d["task"], "knobs": d["knobs"], "dataset_id": d["dataset_id"], "scorer": scorer,
-                         "test_acc": round(m["test_acc"], 4), "val_acc": round(m["val_acc"], 4),
+                         "test_acc": round(m["test_acc"], 4),
+                         "test_ci": test_interval(m["test_acc"], m["n_questions"].get(test_split, 0)),
+                         "val_acc": round(m["val_acc"], 4),
                          "hasty_student_acc": round(hasty, 4), "n_train": m["n_questions"].get("train", 0),
                          "n_test": m["n_questions"].get(test_split, 0), "epochs": m["epochs_run"],
                          "seconds": round(time.perf_counter() - t0, 1), "run_id": m["run_id"],
@@ -98,7 +109,9 @@ def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], mod
                 test = evaluate(model, ds, split, device, amp=train_cfg.amp)
                 abl = context_ablation(model, ds, split, device, test["accuracy"], amp=train_cfg.amp)
                 rows.append({"task": task, "knobs": ds.knobs, "dataset_id": ds.dataset_id, "scorer": scorer,
-                             "test_acc": round(test["accuracy"], 4), "val_acc": round(res["best_val_acc"], 4),
+                             "test_acc": round(test["accuracy"], 4),
+                             "test_ci": test_interval(test["accuracy"], len(ds.splits[split])),
+                             "val_acc": round(res["best_val_acc"], 4),
                              "hasty_student_acc": round(hasty_student_accuracy(ds, split), 4),
                              "n_train": len(union.splits["train"]), "n_test": len(ds.splits[split]),
                              "epochs": res["epochs_run"], "seconds": round(time.perf_counter() - t0, 1),
@@ -125,16 +138,17 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], summary: list[dict]) -> str:
-    lines = ["| task | knobs | scorer | test acc | val acc | Hasty Student | train q | test q | epochs "
-             "| test acc, another recipe's steps as context | CLS attention on the placeholder step, "
+    lines = ["| task | knobs | scorer | test acc | its 95% interval | val acc | Hasty Student | train q | test q "
+             "| epochs | test acc, another recipe's steps as context | CLS attention on the placeholder step, "
              "x uniform: last layer / rollout |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         att = ("-" if r.get("faithfulness_ratio") is None
                else f"{r['faithfulness_ratio']:.2f} / {r.get('rollout_ratio') or float('nan'):.2f}")
-        lines.append(f"| {r['task']} | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | {r['val_acc']:.3f} | "
-                     f"{r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | {r['epochs']} | "
-                     f"{r['foreign_context_acc']:.3f} | {att} |")
+        ci = "-" if not r.get("test_ci") else f"{r['test_ci'][0]:.3f}-{r['test_ci'][1]:.3f}"
+        lines.append(f"| {r['task']} | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | {ci} | "
+                     f"{r['val_acc']:.3f} | {r['hasty_student_acc']:.3f} | {r['n_train']} | {r['n_test']} | "
+                     f"{r['epochs']} | {r['foreign_context_acc']:.3f} | {att} |")
     lines += ["", "| task | scorer | RecipeQA-style preset | mean over knob settings (n) | Hasty preset "
                   "| Hasty knob mean |", "|---|---|---|---|---|---|"]
     f = lambda v: "-" if v is None else f"{v:.3f}"

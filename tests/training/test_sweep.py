@@ -33,6 +33,12 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     for r in rows:
         assert 0.0 <= r["test_acc"] <= 1.0 and r["n_test"] > 0 and r["epochs"] <= 2
         assert 0.0 <= r["foreign_context_acc"] <= 1.0
+        lo, hi = r["test_ci"]                 # Wilson 95% over the test questions, around the accuracy
+        assert lo <= r["test_acc"] <= hi and 0.0 <= lo < hi <= 1.0
+        p, n, z = r["test_acc"], r["n_test"], 1.959964
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+        assert abs(lo - max(0.0, centre - half)) < 1e-3 and abs(hi - min(1.0, centre + half)) < 1e-3
         got = con.execute("SELECT dataset_id, scorer, CAST(json_extract(metrics, '$.test_acc') AS DOUBLE) "
                           "FROM runs WHERE run_id = ?", [r["run_id"]]).fetchall()
         assert got and got[0][:2] == (r["dataset_id"], r["scorer"])
@@ -49,7 +55,8 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     md = (out / "accuracy.md").read_text()
     assert md in printed
     for r in rows:
-        assert f"| visual_cloze | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} |" in md
+        assert (f"| visual_cloze | {r['knobs']} | {r['scorer']} | {r['test_acc']:.3f} | "
+                f"{r['test_ci'][0]:.3f}-{r['test_ci'][1]:.3f} |") in md
         assert f"| {r['epochs']} | {r['foreign_context_acc']:.3f} |" in md
     acc = {(r["scorer"], r["knobs"]): r["test_acc"] for r in rows}
     for scorer in ("transformer", "bidaf", "question_only"):   # summary line: preset and knob mean from the rows
