@@ -229,15 +229,46 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
     return {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
 
 
-def _kept(con: duckdb.DuckDBPyConnection, dsets: dict[str, dict]) -> list[tuple[str, float]]:
-    """(config, the share of its knob questions the AF dataset kept: questions now / knob questions) per AF
-    dataset."""
+def _kept_shares(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:
+    """dataset_id -> the share of its knob questions an AF dataset kept (questions now / knob questions)."""
     rows = con.execute("""SELECT dataset_id, n_questions,
                                  CAST(json_extract(params, '$.adversarial.n_knob_questions') AS BIGINT)
                           FROM datasets WHERE list_contains(?, dataset_id)
                             AND json_extract(params, '$.adversarial.n_knob_questions') IS NOT NULL""",
-                       [sorted(dsets)]).fetchall()
-    return [(dsets[did]["config"], n / k) for did, n, k in rows if k]
+                       [sorted(ids)]).fetchall()
+    return {did: n / k for did, n, k in rows if k}
+
+
+def _kept(con: duckdb.DuckDBPyConnection, dsets: dict[str, dict]) -> list[tuple[str, float]]:
+    """(config, the share of its knob questions the AF dataset kept) per AF dataset."""
+    return [(dsets[did]["config"], k) for did, k in sorted(_kept_shares(con, list(dsets)).items())]
+
+
+def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The datasets of `ids` that pass the card's "Read before use" rules, per dataset (`mrqa export
+    --reading-only`): every context-free figure of `mrqa report` (CONTEXT_FREE) at or below READING_BOUND,
+    and an AF dataset keeping at least KEPT_BOUND of its knob questions. Returns (the passing ids in their
+    order, {left-out id: why}); a dataset `mrqa report` has not measured is left out. Passing is no
+    proof of reading: `mrqa af-check` (GM3C question-only) is the stronger check."""
+    bias, kept = _bias(con, sorted(ids)), _kept_shares(con, ids)
+    ok, why = [], {}
+    for did in ids:
+        b = bias.get(did)
+        if not b:
+            why[did] = "no bias figures: run `mrqa report` first"
+            continue
+        if b.get("qo_acc") is None:
+            why[did] = "the question-only probe could not be measured (too few questions or recipes)"
+            continue
+        over = [(b[k], name) for k, name in CONTEXT_FREE if b.get(k) is not None and b[k] > READING_BOUND]
+        if over:
+            acc, name = max(over)
+            why[did] = f"{name} {_pct(acc)} > {_pct(READING_BOUND)}"
+        elif did in kept and kept[did] < KEPT_BOUND:
+            why[did] = f"kept {_pct(kept[did])} of its knob questions < {_pct(KEPT_BOUND)}"
+        else:
+            ok.append(did)
+    return ok, why
 
 
 def _cell(text: str) -> str:

@@ -140,6 +140,10 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                                 "layout: bytes + path)."),
                images: bool = typer.Option(True, "--images/--no-images", help="recipeqa-json: copy "
                                            "the referenced images (RecipeQA layout)."),
+               reading_only: bool = typer.Option(False, "--reading-only", help="Only the datasets no "
+                                                 "context-free figure of `mrqa report` answers above 35% "
+                                                 "(and, if AF, that kept 40% of their knob questions): the "
+                                                 "card's \"Read before use\" rules; the others are named."),
                wait: float = wait_option()):
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
     config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
@@ -158,16 +162,26 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     ids = known if all_ else list(dict.fromkeys(wanted))
     if not ids:
         fail("no datasets to export; run `mrqa generate --all` first")
+    left_out: dict[str, str] = {}
+    if reading_only:
+        from features.datasets.card import reading_gate
+        ids, left_out = reading_gate(con, ids)
+        for did, why in left_out.items():
+            typer.echo(f"left out {did}: {why}", err=True)
+        if not ids:
+            fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
+                 "`mrqa af-pool` filters the AF ones further")
     if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
         import hashlib
         digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
-        out = paths.exports / ("all" if all_ else ids[0] if len(ids) == 1 else f"datasets-{digest}")
+        out = paths.exports / (("all-reading" if reading_only else "all") if all_
+                               else ids[0] if len(ids) == 1 else f"datasets-{digest}")
     if fmt == "parquet":
         res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
                              with_images=with_images, home=paths.home)
     else:
         res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
-    echo_json(res)
+    echo_json({**res, "left_out": left_out} if reading_only else res)
 
 
 @app.command("report")

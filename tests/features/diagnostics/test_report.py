@@ -448,3 +448,39 @@ def test_card_lists_the_configs_answered_without_reading(report, tmp_path):
     assert listed == expected
     assert ("| config | highest context-free figure |" in text) == bool(expected)
     assert expected, "the fixture's preset is answered without reading (Hasty Student well above 35%)"
+
+
+def test_export_reading_only_leaves_out_what_the_card_would_list(report, tmp_path):
+    """`mrqa export --reading-only` exports exactly the datasets whose context-free figures are all at or
+    below the bound (and, AF, kept enough), names each one left out with its worst figure, and the card
+    of what it exported has nothing to list under "Read before use"."""
+    from typer.testing import CliRunner
+
+    from features.datasets.card import CONTEXT_FREE, READING_BOUND, reading_gate
+    from flows.cli import app
+    con = report["con"]
+    ids = sorted(s["dataset_id"] for s in report["summaries"])
+    cols = [k for k, _ in CONTEXT_FREE]
+    rows = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics").fetchall()
+    figs = {did: [v for v in vals if v is not None] for did, *vals in rows}
+    has_qo = {did for did, *vals in rows if vals[cols.index("qo_acc")] is not None}
+    want = [d for d in ids if d in has_qo and max(figs[d]) <= READING_BOUND]
+    ok, why = reading_gate(con, ids)
+    assert ok == want and set(why) == set(ids) - set(want)
+    assert want and why, "the fixture has datasets on both sides of the bound"
+    for did, reason in why.items():
+        if figs.get(did):
+            assert f"{100 * max(figs[did]):.1f}% > 35.0%" in reason, (did, reason)
+    out = tmp_path / "reading"
+    r = CliRunner().invoke(app, ["--home", str(report["paths"].home), "--no-prefect", "export", "--all",
+                                 "--reading-only", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    for did in why:
+        assert f"left out {did}: " in r.output
+    got = json.loads(r.output[r.output.index("{"):])
+    assert set(got["left_out"]) == set(why)
+    import duckdb
+    exported = {d for (d,) in duckdb.sql(f"SELECT DISTINCT dataset_id FROM read_parquet("
+                                          f"'{out}/questions/**/*.parquet', hive_partitioning = true)").fetchall()}
+    assert exported == set(want)
+    assert "## Read before use" not in (out / "README.md").read_text()
