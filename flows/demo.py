@@ -76,6 +76,7 @@ def demo_digest(summary: dict) -> dict:
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
             "datasets": datasets, "bias": bias, "models": models, "report": rep.get("index"),
+            "reading_only": rep.get("reading_only"),
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
                            "results": comp.get("results") or {}},
             "failed": summary.get("failed", {}).get("report")}
@@ -112,6 +113,14 @@ def format_digest(d: dict) -> str:
         out += [f"    {r['setting']:<17} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
                 f"probe {r['distance probe']}  learned {r.get('learned probe, test split (95% CI)', '–')}"
                 for r in rows]
+    ro = d.get("reading_only")
+    if ro:
+        passing: dict[str, list[str]] = {}
+        for did in ro["datasets"]:
+            passing.setdefault(did.split("-", 1)[0], []).append(did.split("-", 1)[1].rsplit("-s", 1)[0])
+        out.append(f"reading benchmark (`mrqa export --all --reading-only`: no context-free figure above 35%, "
+                   f"AF keeping 40%): {len(ro['datasets'])} datasets, {ro['left_out']} left out")
+        out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
     comp = d.get("competence") or {}
     if comp.get("results"):
         from features.competence.report import format_table

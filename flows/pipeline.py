@@ -254,7 +254,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                              Tab("competence_questions"), Tab("competence_metrics", ("computed_at",))]))
     if p["report"]:
         out = str(paths.reports / "latest")
-        stages.append(Stage("report", lambda: _report_summary(report_flow(out=out, seed=p["seed"])),
+        stages.append(Stage("report", lambda: _report_summary(report_flow(out=out, seed=p["seed"]), paths),
                             {"seed": p["seed"], "out": out},
                             [Tab("datasets", ("created_at",)), Tab("questions"),
                              Tab("competence_metrics", ("computed_at",))], [Tab("bias_metrics")],
@@ -349,11 +349,23 @@ def _competence(p: dict, ground_truth: Path | None) -> dict:
             "results": res["results"]}
 
 
-def _report_summary(res: dict) -> dict:
-    """The report flow's result without the bulky per-row data (kept: the tables and the ordering)."""
-    return {"out": res["out"], "index": res["index"], "n_datasets": res["n_datasets"],
-            "tasks": {t: {"table": i.get("table", []), "ordering": i.get("ordering")}
-                      for t, i in res.get("tasks", {}).items()}}
+def _report_summary(res: dict, paths: Paths | None = None) -> dict:
+    """The report flow's result without the bulky per-row data (kept: the tables and the ordering), and
+    with `paths`, the datasets `mrqa export --reading-only` would export (features/datasets/card.py
+    reading_gate: no context-free figure above 35%, an AF dataset keeping 40%) and how many it leaves out."""
+    out = {"out": res["out"], "index": res["index"], "n_datasets": res["n_datasets"],
+           "tasks": {t: {"table": i.get("table", []), "ordering": i.get("ordering")}
+                     for t, i in res.get("tasks", {}).items()}}
+    if paths is not None:
+        from features.datasets.card import reading_gate
+        con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
+        try:
+            ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+            ok, why = reading_gate(con, ids)
+        finally:
+            con.close()
+        out["reading_only"] = {"datasets": ok, "left_out": len(why)}
+    return out
 
 
 # ----------------------------------------------------------------------------- artifacts and reports

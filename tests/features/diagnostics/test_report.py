@@ -264,6 +264,27 @@ def test_demo_summary_shows_the_learned_probe(report):
             assert f"learned {row['learned probe, test split (95% CI)']}" in text
 
 
+
+def test_demo_summary_names_the_reading_benchmark(report):
+    """The report stage's summary carries what `mrqa export --reading-only` would export, and the demo
+    prints it: the count, what is left out, and each passing dataset's setting under its task."""
+    from features.datasets.card import reading_gate
+    from flows.demo import demo_digest, format_digest
+    from flows.pipeline import _report_summary
+    con = report["con"]
+    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    ok, why = reading_gate(con, ids)
+    rep = _report_summary(report["res"], report["paths"])
+    assert rep["reading_only"] == {"datasets": ok, "left_out": len(why)} and ok and why
+    text = format_digest(demo_digest({"stages": [{"stage": "report", "status": "completed", "seconds": 1.0,
+                                                  "cpu_s": 0.5, "summary": rep}], "total_s": 1.0}))
+    assert f"{len(ok)} datasets, {len(why)} left out" in text
+    lines = text.split("reading benchmark")[1].splitlines()[1:]
+    for did in ok:
+        prefix, rest = did.split("-", 1)
+        assert any(ln.split()[0] == prefix and rest.rsplit("-s", 1)[0] in ln.split()[1:] for ln in lines), did
+
+
 # ----------------------------------------------------------------------------- the page, parsed
 
 class _Page(HTMLParser):
