@@ -27,13 +27,14 @@ TRAIN_DATASETS = ("vc-recipeqa-", "vc-0-1-1-s")   # visual cloze: RecipeQA-style
 @flow(name="demo", log_prints=True)
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
               crawl_workers: int = 8, train: bool = True, train_epochs: int = 3, af_pool: bool = True,
-              dask_address: str | None = None) -> dict:
+              dask_address: str | None = None, matched_coherence: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     short training on `TRAIN_DATASETS`); returns the pipeline summary plus the digest printed by
     `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
+                            matched_coherence=matched_coherence,
                             train_datasets=list(TRAIN_DATASETS), train_epochs=train_epochs,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
@@ -58,10 +59,9 @@ def demo_digest(summary: dict) -> dict:
                  | ({"neighbour_rows": emb["neighbours"].get("rows")}
                     if isinstance(emb.get("neighbours"), dict) else {}),
         "generate": {k: gen.get(k) for k in ("n_datasets", "n_questions") if k in gen},
-        "af_pool": {task: (r.get("skipped") if "skipped" in r else
-                           f"{sum(x['kept'] for x in r.values())} kept / {sum(x['dropped'] for x in r.values())} "
-                           f"dropped over {len(r)} datasets")
-                    for task, r in (gen.get("af_pool") or {}).items()},
+        "af_pool": {task: _pooled(r) for task, r in (gen.get("af_pool") or {}).items()}
+                   | ({"visual_coherence (matched)": _pooled(gen["matched_coherence"]["af_pool"])}
+                      if gen.get("matched_coherence") else {}),
     }
     vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}
              for ph in ("before", "after")} if cln else {}
@@ -80,6 +80,14 @@ def demo_digest(summary: dict) -> dict:
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
                            "results": comp.get("results") or {}},
             "failed": summary.get("failed", {}).get("report")}
+
+
+def _pooled(r: dict) -> str:
+    """One task's pooled step in a line: why it was skipped, or what it kept and dropped."""
+    if "skipped" in r:
+        return r["skipped"]
+    return (f"{sum(x['kept'] for x in r.values())} kept / {sum(x['dropped'] for x in r.values())} dropped over "
+            f"{len(r)} datasets")
 
 
 def _pct(x) -> str:

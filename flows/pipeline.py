@@ -51,6 +51,10 @@ AF_POOL_TAU = 0.35                                      # its drop: solved with 
 AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
 AF_POOL_ADVERSARIES = 2                                 # its models per pass (`--adversaries`), trained in
                                                         # parallel processes: about 20 s more than one
+MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0-matched-af")
+# `matched_coherence`: visual coherence beyond the paper (features/datasets/matched.py), generated after the
+# rest and filtered by its own pooled step, as docs/knobs.md ("Which coherence datasets to use") measured it
+MATCHED_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2}
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 
@@ -238,8 +242,9 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                      "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED, "tau": AF_POOL_TAU,
                      "drop": "pooled", "linear": AF_POOL_LINEAR,
                      "adversaries": AF_POOL_ADVERSARIES} if p["af_pool"] else None
-        stages.append(Stage("generate", lambda: _generate(p, paths, af_params),
-                            {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params},
+        gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
+                      **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {})}
+        stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
                             [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]))
@@ -291,7 +296,37 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
             d["n_questions_generated"] = d["n_questions"]
             d["n_questions"] = n.get(d["dataset_id"], d["n_questions"])
         res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
+    if p.get("matched_coherence"):
+        res["matched_coherence"], made = _matched(paths, p)
+        res["datasets"] = res.get("datasets", []) + made
+        res["n_datasets"] = len(res["datasets"])
+        res["n_questions"] = sum(d["n_questions"] for d in res["datasets"])
     return res
+
+
+def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
+    """Visual coherence with matched foreign images (MATCHED_SETTINGS), then their pooled step
+    (`mrqa af-pool --task visual_coherence --distractors matched`, MATCHED_POOL): the coherence datasets
+    that need reading, beside the paper's. Returns ({datasets: {dataset_id: questions}, af_pool: the pooled
+    step's dropped/kept per dataset}, the datasets' summaries with their final question counts)."""
+    from features.datasets.generate import settings_for
+    from flows.af_pool import af_pool_flow
+    from flows.generate import generate_and_register
+    settings = [st for name in MATCHED_SETTINGS for st in settings_for("visual_coherence", name)]
+    made = generate_and_register(settings, p["seed"], p.get("encoder_id"))
+    out = {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}}
+    try:
+        res = af_pool_flow(task="visual_coherence", seed=p["seed"], distractors="matched", **MATCHED_POOL)
+    except ValueError as e:        # e.g. too few recipes for its folds: the AF datasets keep AF's own drop
+        log.warning("matched coherence: the pooled step did not run: %s", e)
+        out["af_pool"] = {"skipped": str(e)}
+        return out, made
+    out["af_pool"] = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept")} for r in res["datasets"]}
+    for d in made:
+        if d["dataset_id"] in out["af_pool"]:
+            d["n_questions_generated"] = d["n_questions"]
+            d["n_questions"] = out["datasets"][d["dataset_id"]] = out["af_pool"][d["dataset_id"]]["kept"]
+    return out, made
 
 
 def _af_pool(paths: Paths, params: dict) -> dict:
@@ -437,7 +472,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   clean_workers: int = 1, encoder_id: str | None = None, k: int = 100, seed: int = 0,
                   generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
-                  af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, report: bool = True, train: bool = False,
+                  af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
+                  report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3,
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
@@ -453,6 +489,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
     `af_pool`: generate ends with the pooled adversary (flows/af_pool.py) swaps and drops in the AF datasets
     of `af_pool_tasks` (`af_pool_rounds` rounds, never below `af_pool_min_kept` of a plain setting).
+    `matched_coherence`: generate also makes visual coherence with matched foreign images (MATCHED_SETTINGS,
+    beyond the paper) and filters its AF datasets with their own pooled step (MATCHED_POOL).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

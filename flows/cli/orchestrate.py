@@ -28,6 +28,10 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                           "adversary on the AF visual cloze datasets (`mrqa af-pool`, 1 swap "
                                           "round, tau 0.35, kept share >= 0.4), which are generated leaving "
                                           "AF's own drop to it."),
+             matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes "
+                                                    "visual coherence with matched foreign images (K1-0-0-matched"
+                                                    "[-af], beyond the paper) and filters it with its own pooled "
+                                                    "step: about 3 more minutes."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
@@ -35,7 +39,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
     from flows.demo import demo_flow, format_digest
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
-                        dask_address=dask_address)
+                        dask_address=dask_address, matched_coherence=matched_coherence)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -59,6 +63,8 @@ def pipeline_cmd(
         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
         af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled adversary "
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
+        matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
+                                               "coherence with matched foreign images and their pooled step."),
         train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
@@ -78,7 +84,8 @@ def pipeline_cmd(
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            af_pool=af_pool, train=train, sweep=sweep, force=[f.value for f in force],
+                            af_pool=af_pool, matched_coherence=matched_coherence, train=train, sweep=sweep,
+                            force=[f.value for f in force],
                             dask_address=dask_address, raise_on_failure=False)
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))

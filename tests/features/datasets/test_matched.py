@@ -244,3 +244,43 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
         swapped += bool(r["prov"].get("af_pooled_swaps"))
         _check_matched(world, r)
     assert swapped > 0
+
+
+def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(tmp_path_factory, monkeypatch, prefect_harness):
+    """`mrqa demo/pipeline --matched-coherence`: after the paper's settings, the generate stage makes the
+    matched settings and runs their own pooled step, which keeps at least 40% of the paper setting's
+    questions; the stage's summary holds their final counts. Without the flag the stage's parameters
+    (its fingerprint) are what they were, so a home made before does not generate again."""
+    import inspect
+
+    from flows import pipeline
+    from flows.pipeline import MATCHED_SETTINGS, build_stages, pipeline_flow
+    monkeypatch.setattr(pipeline, "MATCHED_POOL", {**pipeline.MATCHED_POOL, "size": "tiny", "folds": 2,
+                                                   "adversaries": 1})
+    with synthetic_home(tmp_path_factory, "matched_pipeline", n_recipes=90, seed=3, dim=24, k=100) as (
+            home, paths, con):
+        paper = [(TASK, KnobParams.preset_for(TASK, k1, 0, 0)) for k1 in (0, 1)]
+        plain = {s["dataset_id"]: s["n_questions"] for s in generate_datasets(
+            con, paper, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)}
+        con.close()
+        out, made = pipeline._matched(paths, {"seed": 0, "encoder_id": ENC})
+        con = duckdb.connect(str(paths.warehouse))
+        rows = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
+        settings = dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall())
+        params = {d: json.loads(p) for d, p in con.execute("SELECT dataset_id, params FROM datasets").fetchall()}
+        con.close()
+    assert sorted(settings[d["dataset_id"]] for d in made) == sorted(MATCHED_SETTINGS)
+    assert out["datasets"] == {d["dataset_id"]: rows[d["dataset_id"]] for d in made}
+    assert all(d["n_questions"] == rows[d["dataset_id"]] for d in made)
+    af = [d["dataset_id"] for d in made if settings[d["dataset_id"]].endswith("-af")]
+    assert sorted(out["af_pool"]) == sorted(af)
+    for did in af:
+        step = params[did]["af_pooled"]
+        assert step["distractors"] == "matched" and step["rounds"] == 2 and step["min_kept"] == 0.4
+        paper_id = next(p for p in plain if p.startswith(f"vcoh-{settings[did][:5]}-s0-"))
+        assert rows[did] >= math.ceil(0.4 * plain[paper_id]) and out["af_pool"][did]["kept"] == rows[did]
+    defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+    gen = {m: next(s for s in build_stages({**defaults, "matched_coherence": m}, paths) if s.name == "generate")
+           for m in (False, True)}
+    assert "matched_coherence" not in gen[False].params and gen[True].params["matched_coherence"]
+    assert {k: v for k, v in gen[True].params.items() if k != "matched_coherence"} == gen[False].params
