@@ -325,8 +325,9 @@ def reading_caveats(bias_of: list[tuple[str, dict]], kept_of: list[tuple[str, fl
 
 
 def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list[dict],
-                files: list[str]) -> tuple[str, int]:
-    """The README.md text and the number of question configs."""
+                files: list[str], left_out: dict[str, str] | None = None) -> tuple[str, int]:
+    """The README.md text and the number of question configs; `left_out` ({dataset_id: why}): the
+    datasets `mrqa export --reading-only` left out, listed after the configs."""
     configs = _configs(parts, files)
     n_q_configs = len(configs) - len(files)
     y = ["---", "pretty_name: Meta-RecipeQA", "task_categories:", "- multiple-choice",
@@ -387,6 +388,13 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]
     md += reading_caveats([(d["config"], bias.get(did, {})) for did, d in dsets.items()], _kept(con, dsets))
+    if left_out:
+        md += ["## Left out of this export", "",
+               f"Exported with `mrqa export --reading-only`: {len(left_out)} datasets of the warehouse were left "
+               f"out, each by the rules of \"Read before use\" (a context-free figure above "
+               f"{100 * READING_BOUND:.0f}%, an adversarial dataset keeping less than {100 * KEPT_BOUND:.0f}% of its "
+               "knob questions) or for want of the figures.", "", "| dataset_id | why |", "| --- | --- |",
+               *[f"| {did} | {_cell(why)} |" for did, why in sorted(left_out.items())], ""]
     md += [
            "## Knob settings", "",
            "A setting's name is `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other than the coin "
@@ -424,7 +432,7 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
 
 
 def write_card(con: duckdb.DuckDBPyConnection, out: Path, questions: pa.Table, parts: list[dict],
-               files: list[str]) -> dict:
-    text, n = render_card(con, questions, parts, files)
+               files: list[str], left_out: dict[str, str] | None = None) -> dict:
+    text, n = render_card(con, questions, parts, files, left_out)
     (Path(out) / "README.md").write_text(text, encoding="utf-8")
     return {"configs": n}

@@ -89,13 +89,15 @@ def _choose(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> None:
 
 def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                    with_vectors: bool = False, lance_uri: str | None = None,
-                   with_images: bool = False, home: Path | None = None) -> dict:
+                   with_images: bool = False, home: Path | None = None,
+                   left_out: dict[str, str] | None = None) -> dict:
     """Write the Parquet export of `dataset_ids` into `out` (replaced); returns counts + hash.
 
     `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
     makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
     usual AWS_* / GOOGLE_* environment), replacing what is at the destination. `home` (MRQA_HOME)
-    resolves the relative image paths for `with_images`.
+    resolves the relative image paths for `with_images`. `left_out` ({dataset_id: why}, `mrqa export
+    --reading-only`): the datasets the card says were left out, and why.
     """
     import re
     m = re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
@@ -107,7 +109,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         dest_fs, dest = pafs.FileSystem.from_uri(uri)
         with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
             res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri,
-                                 with_images, home)
+                                 with_images, home, left_out)
             dest_fs.delete_dir_contents(dest, missing_dir_ok=True)
             pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
         return {**res, "out": uri}
@@ -128,7 +130,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             counts.update(_export_vectors(con, out, lance_uri))
         if with_images:
             counts.update(_export_images(con, out, home))
-        card = write_card(con, out, questions, parts, files=sorted(p.name for p in out.glob("*.parquet")))
+        card = write_card(con, out, questions, parts, files=sorted(p.name for p in out.glob("*.parquet")),
+                          left_out=left_out)
         counts["configs"] = card["configs"]
     finally:
         con.execute(f"SET threads = {threads}")

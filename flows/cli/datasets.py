@@ -178,7 +178,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                else ids[0] if len(ids) == 1 else f"datasets-{digest}")
     if fmt == "parquet":
         res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
-                             with_images=with_images, home=paths.home)
+                             with_images=with_images, home=paths.home, left_out=left_out or None)
     else:
         res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
     echo_json({**res, "left_out": left_out} if reading_only else res)

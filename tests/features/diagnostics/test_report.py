@@ -504,4 +504,8 @@ def test_export_reading_only_leaves_out_what_the_card_would_list(report, tmp_pat
     exported = {d for (d,) in duckdb.sql(f"SELECT DISTINCT dataset_id FROM read_parquet("
                                           f"'{out}/questions/**/*.parquet', hive_partitioning = true)").fetchall()}
     assert exported == set(want)
-    assert "## Read before use" not in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "## Read before use" not in card
+    listed = card.split("## Left out of this export")[1].split("\n## ")[0]
+    for did, reason in why.items():
+        assert f"| {did} | {reason} |" in listed
