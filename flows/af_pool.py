@@ -227,14 +227,16 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 @flow(name="af-check", log_prints=True)
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
                   seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball",
-                  workers: int | None = None) -> dict:
+                  workers: int | None = None, record: bool = False) -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
     mean over all questions and its 95% interval (Wilson with n questions, widened by the recipe
     bootstrap). The test split of one export holds only 90-200 questions of a setting, so its accuracy
     moves by +-5 points between draws; this reads every question. `knobs_only`: the 8 knob settings
-    (the balanced variants are pooled in training all the same)."""
+    (the balanced variants are pooled in training all the same). `record`: also write each dataset's
+    figure to `af_checks`, keyed by its content hash (the dataset card and `mrqa export --reading-only`
+    read it while the dataset is unchanged); otherwise it writes nothing."""
     from features.diagnostics.question_only import accuracy_interval
     paths = Paths.from_env().ensure()
     if not seeds:
@@ -269,5 +271,26 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
                     "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)}})
         log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f] over %d questions (seeds %s)", d,
                  out[-1]["accuracy"], *out[-1]["ci"], len(qids), out[-1]["by_seed"])
+    if record and out:
+        _record_checks(paths, task, out, list(seeds), folds, size)
     return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "distractors": distractors,
-            "datasets": out}
+            "datasets": out, **({"recorded": len(out)} if record else {})}
+
+
+def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], folds: int, size: str) -> None:
+    """af_checks rows for the checked datasets, each with the content hash it was measured on."""
+    import json
+
+    from etl.warehouse import transaction, utcnow
+    con = connect(paths)
+    try:
+        sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
+                               [[r["dataset_id"] for r in out]]).fetchall())
+        with transaction(con):
+            con.executemany("INSERT OR REPLACE INTO af_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [[r["dataset_id"], sha[r["dataset_id"]], task, r["n"], r["accuracy"], r["ci"][0],
+                              r["ci"][1], json.dumps(r["by_seed"], sort_keys=True), seeds, folds, size, utcnow()]
+                             for r in out])
+    finally:
+        con.close()
+    log.info("af-check: recorded %d datasets in af_checks", len(out))

@@ -175,7 +175,7 @@ READING_BOUND = 0.35
 KEPT_BOUND = 0.4             # an AF config that kept less of its knob questions is listed too
 CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty Student"),
                 ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
-                ("pair_rule_acc", "closest pair"))
+                ("pair_rule_acc", "closest pair"), ("gm3c_qo_acc", "GM3C question-only (af-check)"))
 PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
 
 
@@ -226,7 +226,14 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
             if c in have]
     cur = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics WHERE list_contains(?, dataset_id)",
                       [ids])
-    return {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
+    out = {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'af_checks'").fetchone()[0]:
+        # `mrqa af-check --record`, where it still measures the dataset as it is (the same content hash)
+        for did, acc in con.execute("""SELECT c.dataset_id, c.accuracy FROM af_checks c JOIN datasets d
+                                         ON d.dataset_id = c.dataset_id AND d.content_sha256 = c.content_sha256
+                                       WHERE list_contains(?, c.dataset_id)""", [ids]).fetchall():
+            out.setdefault(did, {})["gm3c_qo_acc"] = acc
+    return out
 
 
 def _kept_shares(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:
@@ -253,8 +260,8 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     bias, kept = _bias(con, sorted(ids)), _kept_shares(con, ids)
     ok, why = [], {}
     for did in ids:
-        b = bias.get(did)
-        if not b:
+        b = bias.get(did, {})
+        if "qo_acc" not in b:
             why[did] = "no bias figures: run `mrqa report` first"
             continue
         if b.get("qo_acc") is None:
@@ -308,11 +315,12 @@ def reading_caveats(bias_of: list[tuple[str, dict]], kept_of: list[tuple[str, fl
     if over:
         out += ["## Read before use", "",
                 f"These configs are answered more than {100 * READING_BOUND:.0f}% of the time without reading "
-                "the recipe (chance is 25%): by a rule that sees the choices' distances only, or by the learned "
-                "question-only probe. A paper setting or the RecipeQA-style preset listed here reproduces "
-                "that setting's bias; an `-af` config listed here kept a cue its filtering did not remove. "
-                "Neither shows that a model reads. A figure at or below the bound is no proof either: the "
-                "GM3C question-only model (`mrqa af-check`) is a stronger check.", "",
+                "the recipe (chance is 25%): by a rule that sees the choices' distances only, or by a learned "
+                "question-only model (the linear probe, or GM3C where `mrqa af-check --record` measured it). "
+                "A paper setting or the RecipeQA-style preset listed here reproduces that setting's bias; an "
+                "`-af` config listed here kept a cue its filtering did not remove. Neither shows that a model "
+                "reads. A figure at or below the bound is no proof either: where GM3C question-only was not "
+                "measured, `mrqa af-check` is the stronger check.", "",
                 "| config | highest context-free figure | accuracy |", "| --- | --- | ---: |", *over, ""]
     if few:
         out += ["## Small adversarial configs" if over else "## Read before use", "",
@@ -373,10 +381,12 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           "choice's distances from the question), the centre of the choices (the choice nearest the other "
           "choices, the question unseen), the closest pair (visual coherence: of the two images most alike, the "
           "one less like the other two), the learned question-only probe (all scored questions, and "
-          "the test split, with 95% intervals). – = not measured.", "",
+          "the test split, with 95% intervals), and GM3C question-only on every question, cross-fitted "
+          "(`mrqa af-check --record`, AF datasets). – = not measured.", "",
           "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
-          "centre of the choices | closest pair | question-only probe | question-only probe (test) |",
-          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+          "centre of the choices | closest pair | question-only probe | question-only probe (test) | "
+          "GM3C question-only |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
         b = bias.get(did, {})
         n_rec = meta.get(did, (None, None, None))[2]
@@ -384,7 +394,7 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                   + f" | {'' if n_rec is None else f'{n_rec:,d}'} | {_pct(b.get('hasty_student_acc'))} | "
                     f"{_pct(b.get('probe_acc'))} | {_pct(b.get('centre_rule_acc'))} | "
                     f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
-                    f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} |")
+                    f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} | {_pct(b.get('gm3c_qo_acc'))} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]
     md += reading_caveats([(d["config"], bias.get(did, {})) for did, d in dsets.items()], _kept(con, dsets))

@@ -98,10 +98,14 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                                                          "matched variants (matched)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core)."),
+                 record: bool = typer.Option(False, "--record", help="Also write each figure to the "
+                                             "warehouse (af_checks), for the dataset card and `mrqa export "
+                                             "--reading-only`; without it nothing is written."),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted by recipe: per check
     seed, a pooled model per fold scores the recipes it did not train on; the mean over seeds with a 95%
-    interval. Read-only. The test split of one export holds 90-200 questions per setting; this reads all."""
+    interval. Read-only unless --record. The test split of one export holds 90-200 questions per setting;
+    this reads all."""
     from flows.af_pool import af_check_flow
     try:
         ss = tuple(int(x) for x in seeds.split(",") if x.strip())
@@ -111,7 +115,7 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
         fail("--seeds needs at least one seed")
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
-                       distractors=distractors.value, workers=workers)
+                       distractors=distractors.value, workers=workers, record=record)
     except ValueError as e:
         fail(str(e))
     if as_json:

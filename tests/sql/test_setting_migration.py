@@ -98,7 +98,7 @@ def test_matched_datasets_made_before_their_own_name_are_renamed(tmp_path):
                        probe_folds, computed_at) VALUES (?, 'visual_coherence', ?, 1, 1, 0.25, 'logreg', 5,
                        TIMESTAMP '2026-01-01')""", [[d, s] for d, _, s, _, _ in rows])
     restore()
-    assert migrate(con, sql_dir) == ["103_matched_setting_names.sql"]
+    assert migrate(con, sql_dir)[0] == "103_matched_setting_names.sql"     # then the later files
     want = {d: setting_name(k1, 0, 0, "off", af, p["distractors"]) for d, k1, _, af, p in rows}
     assert want == {"vcoh-0-0-0-af-s0-e-p9671a4": "0-0-0-matched-af", "vcoh-1-0-0-s0-e-p1b2c3d": "1-0-0-matched",
                     "vcoh-0-0-0-af-s0-e": "0-0-0-af", "vcoh-0-0-0-s0-e": "0-0-0"}

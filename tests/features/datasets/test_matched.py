@@ -223,9 +223,21 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
             af_pool_flow.fn(task=TASK, folds=2, size="tiny")
         res = af_pool_flow.fn(task=TASK, tau=0.3, folds=2, size="tiny", rounds=2, solved_share=0.05,
                               min_kept=0.4, distractors="matched", floor_by="split")
-        chk = af_check_flow.fn(task=TASK, seeds=(0,), folds=2, size="tiny", distractors="matched")
+        chk = af_check_flow.fn(task=TASK, seeds=(0,), folds=2, size="tiny", distractors="matched", record=True)
     finally:
         world["con"] = duckdb.connect(str(world["paths"].warehouse))
+    # --record: the figure is in af_checks under the content hash it measured, and the card's rules read it
+    # while the dataset is unchanged
+    from features.datasets.card import _bias
+    con = world["con"]
+    row = con.execute("SELECT c.accuracy, c.n, c.content_sha256 = d.content_sha256 FROM af_checks c "
+                      "JOIN datasets d USING (dataset_id) WHERE dataset_id = ?", [matched_af]).fetchone()
+    assert row == (chk["datasets"][0]["accuracy"], chk["datasets"][0]["n"], True) and chk["recorded"] == 1
+    assert _bias(con, [matched_af])[matched_af]["gm3c_qo_acc"] == row[0]
+    sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [matched_af]).fetchone()[0]
+    con.execute("UPDATE datasets SET content_sha256 = 'changed' WHERE dataset_id = ?", [matched_af])
+    assert "gm3c_qo_acc" not in _bias(con, [matched_af]).get(matched_af, {})       # stale: not read
+    con.execute("UPDATE datasets SET content_sha256 = ? WHERE dataset_id = ?", [sha, matched_af])
     assert [r["dataset_id"] for r in res["datasets"]] == [matched_af] and res["distractors"] == "matched"
     assert [r["dataset_id"] for r in chk["datasets"]] == [matched_af] and chk["distractors"] == "matched"
     q = world["con"].execute("SELECT * FROM questions WHERE dataset_id = ?", [matched_af])
