@@ -314,19 +314,16 @@ def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
     from flows.generate import generate_and_register
     settings = [st for name in MATCHED_SETTINGS for st in settings_for("visual_coherence", name)]
     made = generate_and_register(settings, p["seed"], p.get("encoder_id"))
-    out = {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}}
     try:
         res = af_pool_flow(task="visual_coherence", seed=p["seed"], distractors="matched", **MATCHED_POOL)
+        pooled = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept")} for r in res["datasets"]}
     except ValueError as e:        # e.g. too few recipes for its folds: the AF datasets keep AF's own drop
         log.warning("matched coherence: the pooled step did not run: %s", e)
-        out["af_pool"] = {"skipped": str(e)}
-        return out, made
-    out["af_pool"] = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept")} for r in res["datasets"]}
+        pooled = {"skipped": str(e)}
     for d in made:
-        if d["dataset_id"] in out["af_pool"]:
-            d["n_questions_generated"] = d["n_questions"]
-            d["n_questions"] = out["datasets"][d["dataset_id"]] = out["af_pool"][d["dataset_id"]]["kept"]
-    return out, made
+        if d["dataset_id"] in pooled:
+            d["n_questions_generated"], d["n_questions"] = d["n_questions"], pooled[d["dataset_id"]]["kept"]
+    return {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}, "af_pool": pooled}, made
 
 
 def _af_pool(paths: Paths, params: dict) -> dict:

@@ -20,7 +20,7 @@ from training.data import list_datasets, load_for_training
 log = logging.getLogger(__name__)
 
 
-def test_interval(acc: float, n: int) -> list[float] | None:
+def ci95(acc: float, n: int) -> list[float] | None:
     """The 95% Wilson interval of a test accuracy over its n questions (rounded), None without any: on
     the 80-160 test questions of an AF setting of the demo it spans about 15 points, so two figures a
     few points apart, or a figure and a bound, are told apart only where the intervals say so."""
@@ -69,7 +69,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
                           train_cfg, record=record, ds=ds)
             rows.append({"task": d["task"], "knobs": d["knobs"], "dataset_id": d["dataset_id"], "scorer": scorer,
                          "test_acc": round(m["test_acc"], 4),
-                         "test_ci": test_interval(m["test_acc"], m["n_questions"].get(test_split, 0)),
+                         "test_ci": ci95(m["test_acc"], m["n_questions"].get(test_split, 0)),
                          "val_acc": round(m["val_acc"], 4),
                          "hasty_student_acc": round(hasty, 4), "n_train": m["n_questions"].get("train", 0),
                          "n_test": m["n_questions"].get(test_split, 0), "epochs": m["epochs_run"],
@@ -110,7 +110,7 @@ def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], mod
                 abl = context_ablation(model, ds, split, device, test["accuracy"], amp=train_cfg.amp)
                 rows.append({"task": task, "knobs": ds.knobs, "dataset_id": ds.dataset_id, "scorer": scorer,
                              "test_acc": round(test["accuracy"], 4),
-                             "test_ci": test_interval(test["accuracy"], len(ds.splits[split])),
+                             "test_ci": ci95(test["accuracy"], len(ds.splits[split])),
                              "val_acc": round(res["best_val_acc"], 4),
                              "hasty_student_acc": round(hasty_student_accuracy(ds, split), 4),
                              "n_train": len(union.splits["train"]), "n_test": len(ds.splits[split]),

@@ -195,12 +195,10 @@ def split_counts(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> tuple[dict
     for d, q, s in con.execute("SELECT dataset_id, qid, split FROM questions WHERE list_contains(?, dataset_id)",
                                [ids]).fetchall():
         split_of[d][q] = s
-    n_plain: dict[str, dict[str, int]] = {d: {} for d in ids}
     pids = sorted({r["plain_id"] for r in rows if r["plain_id"]})
     counts = con.execute("SELECT dataset_id, split, count(*) FROM questions WHERE list_contains(?, dataset_id) "
                          "GROUP BY ALL", [pids]).fetchall()
-    for r in rows:
-        n_plain[r["dataset_id"]] = {s: n for pid, s, n in counts if pid == r["plain_id"]}
+    n_plain = {r["dataset_id"]: {s: n for pid, s, n in counts if pid == r["plain_id"]} for r in rows}
     return split_of, n_plain
 
 
