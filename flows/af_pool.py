@@ -34,6 +34,7 @@ from features.datasets.export import export_parquet
 from training.af_pooled import (
     ADVERSARIES,
     FLOOR_BY,
+    FOLD_BY,
     FOLDS,
     ROUNDS,
     SOLVED_SHARE,
@@ -58,17 +59,20 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
-                workers: int | None = None, floor_by: str = "dataset") -> dict:
+                workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe") -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
     drop also takes what the linear question-only probe solves (`_linear_oof`). `distractors`: the AF
     datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart.
-    `floor_by`: the `min_kept` floor holds per dataset, or in each of its splits (`drop_plan_by_split`)."""
+    `floor_by`: the `min_kept` floor holds per dataset, or in each of its splits (`drop_plan_by_split`).
+    `fold_by`: the adversary's folds, of recipes or with the val and test splits held out whole
+    (`out_of_fold_scores`)."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
+    _check_fold_by(fold_by)
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed, distractors)
@@ -83,8 +87,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if not rows:
             raise ValueError(f"the AF datasets of {task} (seed {seed}) hold no questions: nothing to filter")
         ids = [r["dataset_id"] for r in rows]
-        recipe_of = {(d, q): r for d, q, r in con.execute(
-            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
+                            "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+        recipe_of = {(d, q): r for d, q, r, _ in qrows}
+        split_of = {(d, q): sp for d, q, _, sp in qrows}
         swap_log: dict[str, list[dict]] = {d: [] for d in ids}
         scores: dict = {}
         for rnd in range(1, rounds + 1):
@@ -97,7 +103,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                                                         for i in items[k] + (a["choices"] if task == "visual_cloze"
                                                                              else [])}))
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
-                             adversaries, workers)
+                             adversaries, workers, fold_by)
             plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
             done_n = apply_swaps(con, plan, scores, rnd)
             acc = verdicts(scores)
@@ -110,7 +116,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
         if fresh:
-            scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers)
+            scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,
+                             fold_by=fold_by)
         oof = verdicts(scores)
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
         if floor_by == "split":
@@ -123,7 +130,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
                 "drop_order": "lists in turn" if linear else "confidence",
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
-                "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe"}
+                "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe",
+                # recorded only when not the default, so datasets filtered before the option keep their hash
+                **({"fold_by": fold_by} if fold_by != "recipe" else {})}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:
         con.close()
@@ -170,18 +179,24 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
     return linear_verdicts(scores, answers)
 
 
+def _check_fold_by(fold_by: str) -> None:
+    if fold_by not in FOLD_BY:
+        raise ValueError(f"--fold-by must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
+
+
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
             alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1,
-            workers: int | None = None) -> dict:
+            workers: int | None = None, fold_by: str = "recipe") -> dict:
     """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
     whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split
     (`_runs`: in parallel processes when there are several)."""
     return mean_scores(_runs(con, paths, ids, recipe_of, folds, [member_seed(seed, k) for k in range(adversaries)],
-                             size, alts, vectors, workers))
+                             size, alts, vectors, workers, fold_by))
 
 
 def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds: list[int], size: str,
-          alts: dict | None = None, vectors: dict | None = None, workers: int | None = None) -> list[dict]:
+          alts: dict | None = None, vectors: dict | None = None, workers: int | None = None,
+          fold_by: str = "recipe") -> list[dict]:
     """`out_of_fold_scores` of the datasets as the warehouse holds them now, one run per seed, from one
     export. Several runs go to `workers` processes (default: one per CPU core, at most one per run):
     each trains on one thread, so on 2 cores 2 runs take about the wall time of one. A run's result does
@@ -190,7 +205,8 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
         export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
         jobs = [(Path(tmp), ids, recipe_of, {"folds": folds, "seed": s, "size": size, "lance_uri": paths.lance,
-                                             "alternates": alts, "alt_vectors": vectors}) for s in seeds]
+                                             "alternates": alts, "alt_vectors": vectors, "fold_by": fold_by})
+                for s in seeds]
         n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
         if n <= 1:
             return [_run(j) for j in jobs]
@@ -227,7 +243,7 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 @flow(name="af-check", log_prints=True)
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
                   seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball",
-                  workers: int | None = None, record: bool = False) -> dict:
+                  workers: int | None = None, record: bool = False, fold_by: str = "split") -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
@@ -236,11 +252,16 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     moves by +-5 points between draws; this reads every question. `knobs_only`: the 8 knob settings
     (the balanced variants are pooled in training all the same). `record`: also write each dataset's
     figure to `af_checks`, keyed by its content hash (the dataset card and `mrqa export --reading-only`
-    read it while the dataset is unchanged); otherwise it writes nothing."""
+    read it while the dataset is unchanged); otherwise it writes nothing. `fold_by` (default "split"):
+    the val and the test split are each held out whole, so their questions are scored by models that
+    never saw their images (with folds of recipes over every split, a held-out answer has been a
+    distractor in training, which lowers the figure); the train split is in folds of recipes. Each
+    dataset's figure also comes split by split (`by_split`)."""
     from features.diagnostics.question_only import accuracy_interval
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
+    _check_fold_by(fold_by)
     if not paths.warehouse.exists():
         raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
     con = connect(paths, read_only=True)
@@ -250,11 +271,13 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
             raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
                              f"run {_example(task, distractors)} first")
         ids = [r["dataset_id"] for r in rows]
-        recipe_of = {(d, q): r for d, q, r in con.execute(
-            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
+                            "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+        recipe_of = {(d, q): r for d, q, r, _ in qrows}
+        split_of = {(d, q): sp for d, q, _, sp in qrows}
         runs = dict(zip(seeds, (verdicts(r) for r in _runs(con, paths, ids, recipe_of, folds,
                                                              [CHECK_SEED + s for s in seeds], size,
-                                                             workers=workers))))
+                                                             workers=workers, fold_by=fold_by))))
     finally:
         con.close()
     out = []
@@ -268,16 +291,33 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         ci = accuracy_interval(mean, [recipe_of[(d, q)] for q in qids], seed=seed)
         out.append({"dataset_id": d, "setting": r["setting"], "n": len(qids),
                     "accuracy": round(float(mean.mean()), 4), "ci": [round(x, 4) for x in ci],
-                    "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)}})
+                    "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)},
+                    "by_split": _by_split(mean, [split_of[(d, q)] for q in qids],
+                                          [recipe_of[(d, q)] for q in qids], seed)})
         log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f] over %d questions (seeds %s)", d,
                  out[-1]["accuracy"], *out[-1]["ci"], len(qids), out[-1]["by_seed"])
     if record and out:
-        _record_checks(paths, task, out, list(seeds), folds, size)
+        _record_checks(paths, task, out, list(seeds), folds, size, fold_by)
     return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "distractors": distractors,
-            "datasets": out, **({"recorded": len(out)} if record else {})}
+            "fold_by": fold_by, "datasets": out, **({"recorded": len(out)} if record else {})}
 
 
-def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], folds: int, size: str) -> None:
+def _by_split(mean: np.ndarray, splits: list[str], recipes: list[str], seed: int) -> dict[str, dict]:
+    """The check's figure on each split's questions, with its interval: a test split draws its distractors
+    from its own few recipes, so its questions need not read like the others."""
+    from features.diagnostics.question_only import accuracy_interval
+    out = {}
+    sp = np.array(splits)
+    for name in sorted(set(splits)):
+        ix = np.flatnonzero(sp == name)
+        ci = accuracy_interval(mean[ix], [recipes[i] for i in ix], seed=seed)
+        out[name] = {"n": int(ix.size), "accuracy": round(float(mean[ix].mean()), 4),
+                     "ci": [round(x, 4) for x in ci]}
+    return out
+
+
+def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], folds: int, size: str,
+                   fold_by: str) -> None:
     """af_checks rows for the checked datasets, each with the content hash it was measured on."""
     import json
 
@@ -287,10 +327,12 @@ def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], f
         sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
                                [[r["dataset_id"] for r in out]]).fetchall())
         with transaction(con):
-            con.executemany("INSERT OR REPLACE INTO af_checks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.executemany("INSERT OR REPLACE INTO af_checks (dataset_id, content_sha256, task, n, accuracy, "
+                            "ci_low, ci_high, by_seed, seeds, folds, size, computed_at, fold_by, by_split) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [[r["dataset_id"], sha[r["dataset_id"]], task, r["n"], r["accuracy"], r["ci"][0],
-                              r["ci"][1], json.dumps(r["by_seed"], sort_keys=True), seeds, folds, size, utcnow()]
-                             for r in out])
+                              r["ci"][1], json.dumps(r["by_seed"], sort_keys=True), seeds, folds, size, utcnow(),
+                              fold_by, json.dumps(r["by_split"], sort_keys=True)] for r in out])
     finally:
         con.close()
     log.info("af-check: recorded %d datasets in af_checks", len(out))

@@ -51,6 +51,9 @@ AF_POOL_TAU = 0.35                                      # its drop: solved with 
 AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
 AF_POOL_ADVERSARIES = 2                                 # its models per pass (`--adversaries`), trained in
                                                         # parallel processes: about 20 s more than one
+AF_POOL_FOLD_BY = "split"                               # its folds (`--fold-by`): the val and test splits held
+                                                        # out whole, so their questions are scored by models that
+                                                        # never saw their images (docs/results.md); about 45 s more
 MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0-matched-af")
 # `matched_coherence`: visual coherence beyond the paper (features/datasets/matched.py), generated after the
 # rest and filtered by its own pooled step, as docs/knobs.md ("Which coherence datasets to use") measured it
@@ -240,8 +243,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         # stage generated, and a stage of its own would change generate's outputs behind its back
         af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
                      "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED, "tau": AF_POOL_TAU,
-                     "drop": "pooled", "linear": AF_POOL_LINEAR,
-                     "adversaries": AF_POOL_ADVERSARIES} if p["af_pool"] else None
+                     "drop": "pooled", "linear": AF_POOL_LINEAR, "adversaries": AF_POOL_ADVERSARIES,
+                     "fold_by": AF_POOL_FOLD_BY} if p["af_pool"] else None
         gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
                       **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
@@ -349,7 +352,8 @@ def _af_pool(paths: Paths, params: dict) -> dict:
                 res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
                                    min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
                                    tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False),
-                                   adversaries=params.get("adversaries", 1))
+                                   adversaries=params.get("adversaries", 1),
+                                   fold_by=params.get("fold_by", "recipe"))
             except ValueError as e:      # e.g. too few recipes for its folds: AF's own drop instead
                 log.warning("af-pool %s: %s; its AF datasets are made again with AF's own drop", task, e)
                 out[task] = {"skipped": str(e), "regenerated_with_linear_drop": _linear_drop(task, params)}

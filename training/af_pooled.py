@@ -28,6 +28,7 @@ from training.data import QADataset, Split, load_for_training
 from training.pooled import pool
 
 FOLDS = 4
+FOLD_BY = ("recipe", "split")
 TAU = 0.5
 ROUNDS = 2
 ADVERSARIES = 1          # pooled models per pass, each with its own seed and fold split (their mean logits)
@@ -42,13 +43,23 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                        folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30,
                        patience: int = 5, lance_uri: str | None = None,
                        alternates: dict[tuple[str, str], list[str]] | None = None,
-                       alt_vectors: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, dict]]:
+                       alt_vectors: dict[str, np.ndarray] | None = None,
+                       fold_by: str = "recipe") -> dict[str, dict[str, dict]]:
     """dataset_id -> qid -> {"choices": the logits of its 4 choices, "answer": the answer's index,
     "alts": the logits of its alternates}, each question scored by a question-only model that never
     trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe. `alternates` (visual cloze):
     (dataset_id, qid) -> image ids that could stand in a distractor's place, each scored as the image
     at the placeholder (the question-only model scores each choice alone, so an alternate's logit is
-    the logit it would have as a choice); their vectors in `alt_vectors`."""
+    the logit it would have as a choice); their vectors in `alt_vectors`.
+
+    `fold_by`: "recipe", k folds of recipes over all splits; "split", the val and the test split are
+    each a fold of their own and the train split's recipes make the k others. A distractor comes from
+    another recipe of the same split, so with folds of recipes a held-out answer image has been seen
+    as a distractor of other questions in training (and a held-out distractor as another question's
+    answer), and the model scores it by that memory; a whole split held out shares no image with the
+    rest, so its questions are scored as a model trained on the other splits scores them."""
+    if fold_by not in FOLD_BY:
+        raise ValueError(f"fold_by must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
     from training.ddp import init_distributed
     from training.train import autocast, build_model, fit, set_seed
     if folds < 2:
@@ -56,12 +67,16 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     mc, tc = resolve_configs(size, text_features="vectors", max_epochs=max_epochs, patience=patience, seed=seed)
     dss = [load_for_training(export_dir, d, "vectors", tc, lance_uri) for d in dataset_ids]
     union = pool(dss, splits=("train", "val", "test"))
-    parts = [union.splits[s] for s in ("train", "val", "test") if s in union.splits]
+    names = [s for s in ("train", "val", "test") if s in union.splits]
+    parts = [union.splits[s] for s in names]
     qids = [q for p in parts for q in p.qids]
     rr, qq, aa, tt = (np.concatenate([getattr(p, f) for p in parts])
                       for f in ("recipe_row", "query", "answer", "target_ctx"))
     recipes = [recipe_of[tuple(q.split("/", 1))] for q in qids]
     fold = np.array([_unit(f"fold:{seed}:{r}") % folds for r in recipes])
+    if fold_by == "split":
+        split = np.concatenate([np.full(len(p.qids), s) for s, p in zip(names, parts)])
+        fold = np.where(split == "val", folds, np.where(split == "test", folds + 1, fold))
     stop_key = np.array([_unit(f"stop:{seed}:{r}") for r in recipes], dtype=np.uint64)
     alts = [list((alternates or {}).get(tuple(q.split("/", 1)), ())) for q in qids]
     missing = sorted({a for al in alts for a in al if a not in (alt_vectors or {})})
@@ -74,7 +89,7 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     _, device = init_distributed(tc)
     logits = np.zeros(qq.shape[:2], dtype=np.float64)
     alt_logits: list[np.ndarray] = [np.zeros(len(a)) for a in alts]
-    for f in range(folds):
+    for f in sorted(set(fold.tolist())):
         held = np.where(fold == f)[0]
         inner = _early_stop_rows(fold != f, stop_key)
         ds: QADataset = replace(union, splits={"train": sub(np.where((fold != f) & ~inner)[0]),

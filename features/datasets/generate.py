@@ -598,8 +598,13 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     # table's row groups: ~60% of the CPU time of `generate --all` before)
     threshold = con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
     con.execute("SET checkpoint_threshold = '8GB'")
+    # one BLAS thread for the whole run, on every thread: AF's blocks set that process-wide limit while
+    # they run, so without it the inputs this thread prepares meanwhile were computed with one BLAS
+    # thread or with all of them, as the timing fell; their last digits then differed, and AF, which
+    # learns from them, made other datasets (2 of 3 fresh demo runs agreed, the slower one did not)
+    from features.diagnostics.question_only import one_blas_thread
     try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="generate") as pool:
+        with one_blas_thread(), ThreadPoolExecutor(workers, thread_name_prefix="generate") as pool:
             for idx in groups.values():         # DuckDB reads on this thread; a group starts as soon
                 for i in idx:                     # as its inputs are ready, while the next one loads
                     t0 = time.perf_counter()

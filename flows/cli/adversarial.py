@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Distractors, FloorBy, ListFormat, VisualTask
+from flows.cli.choices import Distractors, FloorBy, FoldBy, ListFormat, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -64,7 +64,11 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                                       "--adversaries models (default: one per CPU core)."),
                 floor_by: FloorBy = typer.Option(FloorBy.dataset, "--floor-by", help="Hold the --min-kept floor "
                                                  "per dataset, or in each split of it (split: the test split "
-                                                 "is filtered as deeply as the training split; the demo's)."),
+                                                 "is filtered as deeply as the training split)."),
+                fold_by: FoldBy = typer.Option(FoldBy.recipe, "--fold-by", help="The adversary's folds: of "
+                                               "recipes over every split, or with the val and test splits "
+                                               "held out whole (split: a held-out question's images were "
+                                               "never in training, as in a test split)."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
@@ -76,7 +80,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
-                       floor_by=floor_by.value)
+                       floor_by=floor_by.value, fold_by=fold_by.value)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
@@ -101,11 +105,16 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                  record: bool = typer.Option(False, "--record", help="Also write each figure to the "
                                              "warehouse (af_checks), for the dataset card and `mrqa export "
                                              "--reading-only`; without it nothing is written."),
+                 fold_by: FoldBy = typer.Option(FoldBy.split, "--fold-by", help="The check's folds: of "
+                                               "recipes over every split, or with the val and test splits "
+                                               "held out whole (split: a held-out question's images were "
+                                               "never in training, as in a test split)."),
                  wait: float = wait_option()):
-    """GM3C question-only accuracy on every question of the AF datasets, cross-fitted by recipe: per check
-    seed, a pooled model per fold scores the recipes it did not train on; the mean over seeds with a 95%
-    interval. Read-only unless --record. The test split of one export holds 90-200 questions per setting;
-    this reads all."""
+    """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
+    pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
+    and the test split each a fold, the train split in folds of recipes); the mean over seeds with a 95%
+    interval, and split by split. Read-only unless --record. The test split of one export holds 90-200
+    questions per setting; this reads all."""
     from flows.af_pool import af_check_flow
     try:
         ss = tuple(int(x) for x in seeds.split(",") if x.strip())
@@ -115,14 +124,16 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
         fail("--seeds needs at least one seed")
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
-                       distractors=distractors.value, workers=workers, record=record)
+                       distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value)
     except ValueError as e:
         fail(str(e))
     if as_json:
         echo_json(res)
         return
-    typer.echo(f"{'setting':20s} {'questions':>9s}  GM3C question-only (cross-fitted)  by seed")
+    typer.echo(f"{'setting':20s} {'questions':>9s}  GM3C question-only (cross-fitted)  by seed"
+               f"{'':10s}by split: questions, accuracy")
     for r in res["datasets"]:
         lo, hi = r["ci"]
         typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * r['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
-                   f"{'':14s}" + " ".join(f"{100 * v:.1f}" for v in r["by_seed"].values()))
+                   f"{'':14s}" + " ".join(f"{100 * v:.1f}" for v in r["by_seed"].values()) + "   "
+                   + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in r["by_split"].items()))

@@ -83,10 +83,11 @@ def test_choice_sets_match_the_library():
     from features.vectors.neighbours import METHODS
     from flows.cli import choices as c
     from flows.pipeline import STAGES
-    from training.af_pooled import FLOOR_BY
+    from training.af_pooled import FLOOR_BY, FOLD_BY
     from training.config import SCORERS, SIZES, TEXT_FEATURES
     assert tuple(c.Task) == TASKS
     assert tuple(c.FloorBy) == FLOOR_BY
+    assert tuple(c.FoldBy) == FOLD_BY
     assert tuple(c.K3Mode) == tuple(m for m in K3_MODES if m != "off")
     assert tuple(c.ForceStage) == ("all", *STAGES)
     assert set(c.NeighbourMethod) <= set(METHODS)

@@ -283,6 +283,43 @@ def test_the_adversary_scores_out_of_fold_and_deterministically(home, tmp_path):
     assert all(0.0 <= p <= 1.0 for qs in a.values() for p, _ in qs.values())
 
 
+def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them(home, tmp_path):
+    """fold_by="split": the val and the test split are each held out whole, so their scores come from
+    models trained on the other splits only. Renaming each test recipe to one that falls in another fold
+    of recipes changes none of the test split's scores (with folds of recipes it moves them to another
+    model), and a bad value is refused. (The val split's model trains on the test split, so its scores
+    may move.)"""
+    from features.datasets.export import export_parquet
+    from training.af_pooled import _unit, out_of_fold_scores
+    con, paths = home["con"], home["paths"]
+    ids = sorted(home["before"])
+    rows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)",
+                       [ids]).fetchall()
+    recipe_of = {(d, q): r for d, q, r, _ in rows}
+    split_of = {(d, q): s for d, q, _, s in rows}
+    assert {"train", "val", "test"} <= set(split_of.values())
+
+    def elsewhere(r: str) -> str:             # a made-up recipe in the other of the 2 folds of recipes
+        return next(f"made-up-{r}-{i}" for i in range(100)
+                    if _unit(f"fold:0:made-up-{r}-{i}") % 2 != _unit(f"fold:0:{r}") % 2)
+    moved = {k: (elsewhere(r) if split_of[k] == "test" else r) for k, r in recipe_of.items()}
+    export_parquet(con, ids, tmp_path / "x", with_vectors=True, lance_uri=paths.lance)
+    kw = dict(folds=2, seed=0, size="tiny", lance_uri=paths.lance)
+
+    def held(scores, splits):
+        return {(d, q): tuple(v["choices"]) for d, qs in scores.items() for q, v in qs.items()
+                if split_of[(d, q)] in splits}
+
+    a = out_of_fold_scores(tmp_path / "x", ids, recipe_of, fold_by="split", **kw)
+    b = out_of_fold_scores(tmp_path / "x", ids, moved, fold_by="split", **kw)
+    assert held(a, {"test"}) == held(b, {"test"})
+    r = out_of_fold_scores(tmp_path / "x", ids, recipe_of, **kw)
+    assert held(r, {"test"}) != held(out_of_fold_scores(tmp_path / "x", ids, moved, **kw), {"test"})
+    assert held(a, {"test"}) != held(r, {"test"})      # folds of recipes trained on other test recipes
+    with pytest.raises(ValueError, match="fold_by"):
+        out_of_fold_scores(tmp_path / "x", ids, recipe_of, fold_by="author", **kw)
+
+
 def test_runs_in_processes_give_what_runs_in_turn_give(home):
     """Several adversaries (or check seeds) go to a process each: the same logits, to the digit, as the
     same runs one after the other in this process; and a refused worker count."""
@@ -488,6 +525,10 @@ def test_af_check_reads_every_question_out_of_fold_with_an_interval(home):
         assert set(r["by_seed"]) == {0, 1}
         assert r["accuracy"] == pytest.approx(sum(r["by_seed"].values()) / 2, abs=1e-4)
         assert r["ci"][0] <= r["accuracy"] <= r["ci"][1]
+        by = r["by_split"]                                       # the same figure, split by split
+        assert set(by) <= {"train", "val", "test"} and sum(v["n"] for v in by.values()) == r["n"]
+        assert sum(v["n"] * v["accuracy"] for v in by.values()) / r["n"] == pytest.approx(r["accuracy"], abs=1e-3)
+        assert all(v["ci"][0] <= v["accuracy"] <= v["ci"][1] for v in by.values())
     assert a["datasets"] == [r for r in b["datasets"] if "balanced" not in r["setting"]]   # deterministic
 
 

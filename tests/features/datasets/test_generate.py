@@ -379,6 +379,32 @@ def test_threads_do_not_change_datasets(world):
         assert s["content_sha256"] == world["summaries"][s["dataset_id"]]["content_sha256"], s["dataset_id"]
 
 
+def test_the_whole_run_has_one_blas_thread_whatever_the_process_had(world):
+    """AF's blocks hold the process-wide BLAS limit at one thread while they run; the inputs prepared
+    and the datasets registered meanwhile must not be computed with a thread count that depends on
+    the timing. The run holds one BLAS thread from start to end, on every thread (seen here from the
+    registering one, after and between the AF blocks), and restores the process's own limit after."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from features.datasets.generate import register_dataset
+
+    def blas() -> set[int]:
+        return {m["num_threads"] for m in threadpool_info() if m["user_api"] == "blas"}
+    seen = []
+
+    def register(con, ds):
+        seen.append(blas())
+        return register_dataset(con, ds)
+    settings = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0)),
+                ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
+    with threadpool_limits(2, user_api="blas"):
+        assert blas() == {2}
+        generate_datasets(world["con"], settings, seed=0, encoder_id=ENC, lance_uri=world["paths"].lance,
+                          progress=False, workers=2, register=register)
+        assert blas() == {2}
+    assert seen == [{1}, {1}]
+
+
 def test_register_refuses_a_repeated_qid_and_keeps_the_old_rows(world):
     """questions has no key constraint (sql/schema/091): the writer itself refuses duplicates."""
     import pyarrow as pa

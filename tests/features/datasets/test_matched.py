@@ -234,6 +234,9 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
                       "JOIN datasets d USING (dataset_id) WHERE dataset_id = ?", [matched_af]).fetchone()
     assert row == (chk["datasets"][0]["accuracy"], chk["datasets"][0]["n"], True) and chk["recorded"] == 1
     assert _bias(con, [matched_af])[matched_af]["gm3c_qo_acc"] == row[0]
+    fold_by, by_split = con.execute("SELECT fold_by, by_split FROM af_checks WHERE dataset_id = ?",
+                                    [matched_af]).fetchone()
+    assert fold_by == chk["fold_by"] == "split" and json.loads(by_split) == chk["datasets"][0]["by_split"]
     sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [matched_af]).fetchone()[0]
     con.execute("UPDATE datasets SET content_sha256 = 'changed' WHERE dataset_id = ?", [matched_af])
     assert "gm3c_qo_acc" not in _bias(con, [matched_af]).get(matched_af, {})       # stale: not read
