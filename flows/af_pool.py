@@ -87,10 +87,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if not rows:
             raise ValueError(f"the AF datasets of {task} (seed {seed}) hold no questions: nothing to filter")
         ids = [r["dataset_id"] for r in rows]
-        qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
-                            "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
-        recipe_of = {(d, q): r for d, q, r, _ in qrows}
-        split_of = {(d, q): sp for d, q, _, sp in qrows}
+        recipe_of = {(d, q): r for d, q, r in con.execute(
+            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
         swap_log: dict[str, list[dict]] = {d: [] for d in ids}
         scores: dict = {}
         for rnd in range(1, rounds + 1):
