@@ -599,9 +599,9 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     threshold = con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
     con.execute("SET checkpoint_threshold = '8GB'")
     # one BLAS thread for the whole run, on every thread: AF's blocks set that process-wide limit while
-    # they run, so without it the inputs this thread prepares meanwhile were computed with one BLAS
-    # thread or with all of them, as the timing fell; their last digits then differed, and AF, which
-    # learns from them, made other datasets (2 of 3 fresh demo runs agreed, the slower one did not)
+    # they run, so without it what this thread computes meanwhile ran on one BLAS thread or on all of
+    # them, as the timing fell (threaded sums change the last digits, and AF, which learns over several
+    # rounds, can then pick other distractors): 2 of 3 fresh demo runs agreed, the slower one did not
     from features.diagnostics.question_only import one_blas_thread
     try:
         with one_blas_thread(), ThreadPoolExecutor(workers, thread_name_prefix="generate") as pool:
