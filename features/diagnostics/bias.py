@@ -390,62 +390,86 @@ def closest_pair_pick(images: np.ndarray) -> np.ndarray:
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
                          lance_uri: str | None = None, seed: int = 0, n_folds: int = 5,
                          model: str = "logreg", progress: bool = True,
-                         keep_distances: bool = False) -> list[dict]:
-    """One metrics dict per dataset (bias_metrics columns); with keep_distances the DatasetDistances
-    are attached under "_distances" (for plots)."""
+                         keep_distances: bool = False, workers: int | None = None) -> list[dict]:
+    """One metrics dict per dataset (bias_metrics columns), in `list_datasets` order; with
+    keep_distances the DatasetDistances are attached under "_distances" (for plots).
+
+    This thread reads each dataset from DuckDB; the probes run on `workers` threads (default: the CPU
+    count, at most 4), all with one BLAS thread, so the figures are the same whatever `workers` is."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm import tqdm
 
     from etl.config import Paths
+    from features.diagnostics.question_only import one_blas_thread
     lance_uri = lance_uri or Paths.from_env().lance
+    workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     lookups: dict[tuple[str, str], VectorLookup] = {}
-    out = []
-    for d in tqdm(list_datasets(con, dataset_ids), desc="bias", disable=not progress):
-        task = d["task"]
-        enc = d["encoder_id"] or _latest_encoder(con)
-        space = "title" if task == "textual_cloze" else "image"
-        row = {"dataset_id": d["dataset_id"], "task": task, "knobs": knobs_label(d),
-               "knob1": d["knob1"], "knob2": d["knob2"], "knob3": d["knob3"], "k3_mode": d["k3_mode"],
-               "adversarial": d["adversarial"], "preset": d["preset"],
-               "seed": d["seed"], "encoder_id": enc, "n_questions": d["n_questions"],
-               "n_recipes": d["n_recipes"], "chance": 1.0 / N_CHOICES, "probe_model": model,
-               "probe_folds": n_folds}
-        dist = qo = res = None
-        if enc is not None:
-            key = (enc, space)
-            if key not in lookups:
-                lookups[key] = VectorLookup(lance_uri, enc, space)
-            res = resolve_dataset(con, d["dataset_id"], lookups[key], task)
-            dist = resolved_distances(res, lookups[key].mat)
-            qo = learned_probe(res, lookups[key].mat, n_folds, seed)
-        if dist is None or len(dist.qids) == 0:
-            row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None,
-                       centre_rule_acc=None, pair_rule_acc=None)
-        else:
-            hs = float((hasty_student(dist.hasty) == dist.answers).mean())
-            pr = distance_probe(dist.probe, dist.answers, dist.recipe_ids, n_folds, seed, model)
-            ranks = np.bincount(answer_ranks(dist.probe, dist.answers), minlength=N_CHOICES)
-            cr = centre_rule(task, res.choice_rows, lookups[key].mat, res.answers)
-            cp = pair_rule(task, res.choice_rows, lookups[key].mat, res.answers)
-            row.update(n_scored=len(dist.qids), hasty_student_acc=round(hs, 4),
-                       centre_rule_acc=None if cr is None else round(cr, 4),
-                       pair_rule_acc=None if cp is None else round(cp, 4),
-                       probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
-                       answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
-        row.update(question_only_row(qo))
-        row["split_metrics"] = None
-        if dist is not None and len(dist.qids):
-            row["split_metrics"] = split_metrics(res.splits, {
-                "hasty_student": hasty_student(dist.hasty) == dist.answers,
-                "probe": _scored(pr.predictions, dist.answers),
-                "qo": _scored(qo.scores.argmax(1) if qo is not None and qo.accuracy is not None and len(qo.scores)
-                              else None, dist.answers)})
-        cov, jac = dataset_overlap(con, d["dataset_id"])
-        row.update(recipe_coverage=None if cov is None else round(cov, 4),
-                   question_overlap=None if jac is None else round(jac, 4))
-        if keep_distances:
-            row["_distances"] = dist
-        out.append(row)
+    datasets = list_datasets(con, dataset_ids)
+    with one_blas_thread(), ThreadPoolExecutor(workers, thread_name_prefix="bias") as pool:
+        futures = []
+        for d in datasets:                          # DuckDB reads here; each dataset's probes start
+            task = d["task"]                        # while the next one loads
+            enc = d["encoder_id"] or _latest_encoder(con)
+            space = "title" if task == "textual_cloze" else "image"
+            row = {"dataset_id": d["dataset_id"], "task": task, "knobs": knobs_label(d),
+                   "knob1": d["knob1"], "knob2": d["knob2"], "knob3": d["knob3"], "k3_mode": d["k3_mode"],
+                   "adversarial": d["adversarial"], "preset": d["preset"],
+                   "seed": d["seed"], "encoder_id": enc, "n_questions": d["n_questions"],
+                   "n_recipes": d["n_recipes"], "chance": 1.0 / N_CHOICES, "probe_model": model,
+                   "probe_folds": n_folds}
+            res = mat = None
+            if enc is not None:
+                key = (enc, space)
+                if key not in lookups:
+                    lookups[key] = VectorLookup(lance_uri, enc, space)
+                res = resolve_dataset(con, d["dataset_id"], lookups[key], task)
+                mat = lookups[key].mat
+            overlap = dataset_overlap(con, d["dataset_id"])
+            futures.append(pool.submit(_dataset_metrics, row, res, mat, overlap, n_folds, seed, model,
+                                       keep_distances))
+        out = [f.result() for f in tqdm(futures, desc="bias", disable=not progress)]
     return out
+
+
+def _dataset_metrics(row: dict, res: ResolvedQuestions | None, mat: np.ndarray | None,
+                     overlap: tuple[float | None, float | None], n_folds: int, seed: int, model: str,
+                     keep_distances: bool) -> dict:
+    """The metrics of one resolved dataset (numpy and sklearn only: no DuckDB, safe on any thread)."""
+    task = row["task"]
+    dist = qo = pr = None
+    if res is not None:
+        dist = resolved_distances(res, mat)
+        qo = learned_probe(res, mat, n_folds, seed)
+    if dist is None or len(dist.qids) == 0:
+        row.update(n_scored=0, hasty_student_acc=None, probe_acc=None, answer_rank_share=None,
+                   centre_rule_acc=None, pair_rule_acc=None)
+    else:
+        hs = float((hasty_student(dist.hasty) == dist.answers).mean())
+        pr = distance_probe(dist.probe, dist.answers, dist.recipe_ids, n_folds, seed, model)
+        ranks = np.bincount(answer_ranks(dist.probe, dist.answers), minlength=N_CHOICES)
+        cr = centre_rule(task, res.choice_rows, mat, res.answers)
+        cp = pair_rule(task, res.choice_rows, mat, res.answers)
+        row.update(n_scored=len(dist.qids), hasty_student_acc=round(hs, 4),
+                   centre_rule_acc=None if cr is None else round(cr, 4),
+                   pair_rule_acc=None if cp is None else round(cp, 4),
+                   probe_acc=None if pr.accuracy is None else round(pr.accuracy, 4),
+                   answer_rank_share=[round(float(x), 4) for x in ranks / ranks.sum()])
+    row.update(question_only_row(qo))
+    row["split_metrics"] = None
+    if dist is not None and len(dist.qids):
+        row["split_metrics"] = split_metrics(res.splits, {
+            "hasty_student": hasty_student(dist.hasty) == dist.answers,
+            "probe": _scored(pr.predictions, dist.answers),
+            "qo": _scored(qo.scores.argmax(1) if qo is not None and qo.accuracy is not None and len(qo.scores)
+                          else None, dist.answers)})
+    cov, jac = overlap
+    row.update(recipe_coverage=None if cov is None else round(cov, 4),
+               question_overlap=None if jac is None else round(jac, 4))
+    if keep_distances:
+        row["_distances"] = dist
+    return row
 
 
 SPLIT_ORDER = ("train", "val", "test")

@@ -65,8 +65,11 @@ def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME"
 
 
 def main() -> None:
-    """Entry point of the `mrqa` script: SIGTERM/SIGINT end its child processes too (flows/signals.py)."""
+    """Entry point of the `mrqa` script: SIGTERM/SIGINT end its child processes too (flows/signals.py);
+    glibc keeps freed large blocks for reuse (flows/malloc.py)."""
+    from flows.malloc import tune_malloc
     from flows.signals import stop_children_on_signals
+    tune_malloc()
     stop_children_on_signals()
     app()
 

@@ -159,6 +159,18 @@ def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
     assert n == report["res"]["n_datasets"]
 
 
+def test_bias_metrics_are_the_same_on_one_or_several_threads(report):
+    """The probes run on worker threads while this thread reads the next dataset: the rows, their
+    order and every figure are those of a one-thread run."""
+    from features.diagnostics.bias import compute_bias_metrics
+    con, paths = report["con"], report["paths"]
+    one = compute_bias_metrics(con, lance_uri=paths.lance, progress=False, workers=1)
+    three = compute_bias_metrics(con, lance_uri=paths.lance, progress=False, workers=3)
+    assert [r["dataset_id"] for r in one] == [r["dataset_id"] for r in three]
+    assert len(one) == report["res"]["n_datasets"] and any(r["qo_acc"] is not None for r in one)
+    assert one == three
+
+
 def test_unknown_dataset_or_foreign_out_folder_is_a_clear_error(report, tmp_path):
     from features.diagnostics.report import build_report
     with pytest.raises(ValueError, match="unknown dataset"):
