@@ -34,12 +34,12 @@ from features.datasets.export import export_parquet
 from training.af_pooled import (
     ADVERSARIES,
     FLOOR_BY,
-    FOLD_BY,
     FOLDS,
     ROUNDS,
     SOLVED_SHARE,
     TAU,
     check_args,
+    check_fold_by,
     drop_plan,
     drop_plan_by_split,
     linear_verdicts,
@@ -72,7 +72,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
-    _check_fold_by(fold_by)
+    check_fold_by(fold_by, "--fold-by")
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed, distractors)
@@ -177,11 +177,6 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
     return linear_verdicts(scores, answers)
 
 
-def _check_fold_by(fold_by: str) -> None:
-    if fold_by not in FOLD_BY:
-        raise ValueError(f"--fold-by must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
-
-
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
             alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1,
             workers: int | None = None, fold_by: str = "recipe") -> dict:
@@ -259,7 +254,7 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
-    _check_fold_by(fold_by)
+    check_fold_by(fold_by, "--fold-by")
     if not paths.warehouse.exists():
         raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
     con = connect(paths, read_only=True)

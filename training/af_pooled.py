@@ -39,6 +39,12 @@ def _unit(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
 
 
+def check_fold_by(fold_by: str, name: str = "fold_by") -> None:
+    """Refuse a `fold_by` outside FOLD_BY (`name`: how the caller's user spells the option)."""
+    if fold_by not in FOLD_BY:
+        raise ValueError(f"{name} must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
+
+
 def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict[tuple[str, str], str],
                        folds: int = FOLDS, seed: int = 0, size: str = "small", max_epochs: int = 30,
                        patience: int = 5, lance_uri: str | None = None,
@@ -58,8 +64,7 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     as a distractor of other questions in training (and a held-out distractor as another question's
     answer), and the model scores it by that memory; a whole split held out shares no image with the
     rest, so its questions are scored as a model trained on the other splits scores them."""
-    if fold_by not in FOLD_BY:
-        raise ValueError(f"fold_by must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
+    check_fold_by(fold_by)
     from training.ddp import init_distributed
     from training.train import autocast, build_model, fit, set_seed
     if folds < 2:
