@@ -128,7 +128,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
                 "drop_order": "lists in turn" if linear else "confidence",
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
-                "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by recipe",
+                "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by "
+                             + ("recipe" if fold_by == "recipe" else "split (val and test each a fold of their own, "
+                                "the train split's recipes the others)"),
                 # recorded only when not the default, so datasets filtered before the option keep their hash
                 **({"fold_by": fold_by} if fold_by != "recipe" else {})}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})

@@ -10,7 +10,8 @@ stays the peak of what is live.
 
 The settings go into this process through mallopt and into child processes (the pooled adversary's
 and the check's workers, spawned) through glibc's MALLOC_*_ environment variables. A variable the user
-already set wins; MRQA_MALLOC=default leaves glibc's own defaults everywhere. Other C libraries (musl,
+already set wins; MRQA_MALLOC=default leaves glibc's own defaults everywhere (MRQA_MALLOC=tuned, or unset:
+these settings; any other value is an error, so a typo does not pass unnoticed). Other C libraries (musl,
 macOS) are left alone.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 log = logging.getLogger(__name__)
 
 OPT_OUT_ENV = "MRQA_MALLOC"
+MODES = ("tuned", "default")
 # (mallopt parameter number, glibc environment variable, value)
 SETTINGS = ((-3, "MALLOC_MMAP_THRESHOLD_", 1 << 30),      # M_MMAP_THRESHOLD: mmap only blocks of 1 GiB and more
             (-1, "MALLOC_TRIM_THRESHOLD_", 1 << 30),      # M_TRIM_THRESHOLD: give memory back past 1 GiB free
@@ -31,9 +33,14 @@ SETTINGS = ((-3, "MALLOC_MMAP_THRESHOLD_", 1 << 30),      # M_MMAP_THRESHOLD: mm
 
 def tune_malloc(environ: dict | None = None) -> dict[str, int]:
     """Apply SETTINGS to this process (where glibc is the C library) and to the environment its
-    children inherit; returns {variable: value} of what this call set (empty when it set nothing)."""
+    children inherit; returns {variable: value} of what this call set (empty when it set nothing).
+    Raises ValueError when MRQA_MALLOC is set to neither `tuned` nor `default`."""
     env = os.environ if environ is None else environ
-    if env.get(OPT_OUT_ENV, "").lower() == "default" or not sys.platform.startswith("linux"):
+    mode = env.get(OPT_OUT_ENV, "").strip().lower() or "tuned"
+    if mode not in MODES:
+        raise ValueError(f"{OPT_OUT_ENV}={env[OPT_OUT_ENV]!r} is not a malloc mode: use {OPT_OUT_ENV}=tuned "
+                         f"(the default: freed large blocks reused) or {OPT_OUT_ENV}=default (glibc's own)")
+    if mode == "default" or not sys.platform.startswith("linux"):
         return {}
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -53,7 +53,7 @@ AF_POOL_ADVERSARIES = 2                                 # its models per pass (`
                                                         # parallel processes: about 20 s more than one
 AF_POOL_FOLD_BY = "split"                               # its folds (`--fold-by`): the val and test splits held
                                                         # out whole, so their questions are scored by models that
-                                                        # never saw their images (docs/results.md); about 45 s more
+                                                        # never saw their images (docs/results.md); 30-60 s more
 MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0-matched-af")
 # `matched_coherence`: visual coherence beyond the paper (features/datasets/matched.py), generated after the
 # rest and filtered by its own pooled step, as docs/knobs.md ("Which coherence datasets to use") measured it

@@ -1,4 +1,4 @@
-"""Benchmarks of the embed stage: decode-only and end-to-end embedding throughput.
+"""Benchmarks of the embed stage: decode-only and end-to-end embedding throughput, encoder training.
 
 Each prints a figure and a ratio against the obvious alternative measured in the same run.
 """
@@ -172,3 +172,49 @@ def bench_decode(files: list[Path], image_size: int = 224, batch_size: int = 128
     res["threads_vs_processes"] = round(res["threads_img_s"] / res["processes_img_s"], 2)
     res["threads_vs_in_process"] = round(res["threads_img_s"] / res["in_process_img_s"], 2)
     return res
+
+
+# ----------------------------------------------------------------------------- encoder training
+
+def bench_encoder_training(con, paths, epochs: int = 2, repeats: int = 1, seed: int = 0) -> dict:
+    """Seconds to train the default encoder for `epochs` on the home's train split, with its two towers
+    on two threads (the default on CPU) vs on one, alternating `repeats` times each, and whether both
+    gave the same weights (the encoder id names their hash). Decoded pixels come from the pixel cache
+    after the first run. The encoders it trains are removed again (rows and files), and an encoder that
+    was registered before is left as it was, so the home's latest encoder does not change."""
+    import shutil
+
+    import torch
+
+    from features.embed.encoders import list_encoders, register_encoder
+    from features.embed.train_encoder import TrainConfig, train_encoder
+    before = {r["encoder_id"]: r for r in list_encoders(con)}
+    kept = {(eid, f.name): f.read_bytes() for eid in before
+            for f in (paths.models / "encoders" / eid).glob("*.json")}     # manifests: small
+    seconds: dict[str, list[float]] = {"two_threads": [], "one_thread": []}
+    ids: dict[str, set[str]] = {"two_threads": set(), "one_thread": set()}
+    try:
+        for _ in range(repeats):
+            for name in seconds:
+                cfg = TrainConfig(epochs=epochs, seed=seed, tower_threads=name == "two_threads", device="cpu")
+                res = train_encoder(con, paths, cfg)
+                seconds[name].append(res["metrics"]["train_seconds"] - res["metrics"]["decode_seconds"])
+                ids[name].add(res["encoder_id"])
+    finally:
+        for eid in set().union(*ids.values()):
+            if eid in before:                  # the same weights as an encoder of the home: put its row
+                register_encoder(con, dict(before[eid]))      # and manifest back as they were
+                for (kid, fname), data in kept.items():
+                    if kid == eid:
+                        (paths.models / "encoders" / eid / fname).write_bytes(data)
+            else:
+                con.execute("DELETE FROM encoders WHERE encoder_id = ?", [eid])
+                shutil.rmtree(paths.models / "encoders" / eid, ignore_errors=True)
+    best = {k: min(v) for k, v in seconds.items()}
+    return {"epochs": epochs, "repeats": repeats, "device": "cpu", "torch_threads": 1,
+            "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "two_threads_s": [round(s, 1) for s in seconds["two_threads"]],
+            "one_thread_s": [round(s, 1) for s in seconds["one_thread"]],
+            "one_thread_vs_two_threads": round(best["one_thread"] / best["two_threads"], 2),
+            "same_weights": len(ids["two_threads"] | ids["one_thread"]) == 1,
+            "encoder_ids": sorted(ids["two_threads"] | ids["one_thread"])}

@@ -76,6 +76,8 @@ class TrainConfig:
     num_workers: int = 0                # decode workers (cache misses only)
     threads: int | None = 1             # torch CPU threads (None: torch's default). 1: this model is
                                         # tiny, and on a loaded 2-core machine 2 threads ran 5-8x slower
+    tower_threads: bool = True          # on CPU, the image and the text tower's forward and backward on
+                                        # two threads (each op on one thread: the same weights, bit for bit)
     pixel_cache: bool = True            # keep decoded pixels in MRQA_HOME/models/pixel_cache
     max_train_pairs: int | None = None  # cap on steps used (seeded sample), for quick runs
     eval_max_pairs: int = 1000
@@ -222,6 +224,37 @@ class _UsedRowsEmbedding(torch.nn.Module):
         return full
 
 
+class _TwoTowers:
+    """CLIP's forward and backward with the text tower on a second thread, the image tower on this one.
+
+    The towers share no weights (only `logit_scale`, used by the loss alone), so the loss's gradients
+    with respect to the two feature tensors and the scale are taken first, then each tower's graph is
+    run back on its own thread. Every op runs as it would in `model(x, t)` and `loss.backward()`, on one
+    intra-op thread, in the same order within its tower, so the weights are the same bit for bit
+    (tests/features/embed/test_train_encoder.py); torch releases the GIL inside its ops and its autograd
+    engine, so the two towers' work overlaps on two cores. CPU only: autocast is per thread."""
+
+    def __init__(self, model):
+        from concurrent.futures import ThreadPoolExecutor
+        self.model = model
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="text-tower")
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor):
+        text = self.pool.submit(self.model.encode_text, t, True)
+        img_f = self.model.encode_image(x, normalize=True)
+        txt_f = text.result()
+        return img_f, txt_f, self.model.logit_scale.exp()
+
+    def backward(self, loss: torch.Tensor, img_f: torch.Tensor, txt_f: torch.Tensor, scale: torch.Tensor):
+        g_img, g_txt, g_scale = torch.autograd.grad(loss, [img_f, txt_f, scale])
+        text = self.pool.submit(torch.autograd.backward, [txt_f], [g_txt])
+        torch.autograd.backward([img_f, scale], [g_img, g_scale])
+        text.result()
+
+    def close(self):
+        self.pool.shutdown()
+
+
 # ----------------------------------------------------------------------------- training
 
 def _lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -278,9 +311,10 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups]) \
         if cfg.twins != "none" else None
     log.info("training %s on %d train steps of %d recipes (%d images: %d decoded, %d from cache, "
-             "%d unreadable) on %s, %d threads", cfg.model_name, len(groups), len(recipes),
+             "%d unreadable) on %s, %d threads%s", cfg.model_name, len(groups), len(recipes),
              len(positions), cache_stats["decoded"], cache_stats["cached"], cache_stats["unreadable"],
-             device, torch.get_num_threads())
+             device, torch.get_num_threads(),
+             ", the text tower on a thread of its own" if cfg.tower_threads and device.type == "cpu" else "")
 
     full_embedding = model.token_embedding
     model.token_embedding = _UsedRowsEmbedding(full_embedding, torch.unique(tokens)).to(device)
@@ -293,6 +327,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     use_amp = device.type == "cuda"
     losses, clip_losses, recipe_losses, step = [], [], [], 0
     model.train()
+    towers = _TwoTowers(model) if cfg.tower_threads and device.type == "cpu" else None
     bar = tqdm(total=total, desc="train encoder", unit="step")
     for epoch, batches in enumerate(epochs):
         rng = np.random.default_rng([cfg.seed, epoch, 1])
@@ -310,12 +345,15 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, total, cfg)
             with torch.autocast(device.type, enabled=use_amp):
-                img_f, txt_f, scale = model(x, t)
+                img_f, txt_f, scale = towers.forward(x, t) if towers else model(x, t)
                 l_clip = clip_loss_soft(img_f, txt_f, scale, t, tw, mask=cfg.twins == "mask")
                 l_recipe = recipe_supcon_loss(img_f.float(), labels, cfg.recipe_temperature)
                 loss = cfg.clip_weight * l_clip + cfg.recipe_weight * l_recipe
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if towers:
+                towers.backward(loss, img_f, txt_f, scale)
+            else:
+                loss.backward()
             opt.step()
             with torch.no_grad():
                 model.logit_scale.clamp_(0, math.log(100))
@@ -329,6 +367,8 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         clip_losses.append(acc[1] / n)
         recipe_losses.append(acc[2] / n)
     bar.close()
+    if towers:
+        towers.close()
     model.token_embedding = model.token_embedding.write_back()
     model.eval()
     train_seconds = time.perf_counter() - t0

@@ -24,6 +24,7 @@ call unless PREFECT_API_URL is set (common.run_flow). demo, pipeline and deploy 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -69,7 +70,11 @@ def main() -> None:
     glibc keeps freed large blocks for reuse (flows/malloc.py)."""
     from flows.malloc import tune_malloc
     from flows.signals import stop_children_on_signals
-    tune_malloc()
+    try:
+        tune_malloc()
+    except ValueError as e:
+        sys.stderr.write(f"Error: {e}\n")
+        raise SystemExit(2) from None
     stop_children_on_signals()
     app()
 

@@ -51,3 +51,14 @@ def test_the_users_own_setting_wins_and_the_opt_out_sets_nothing():
     assert set(applied) == {name for _, name, _ in SETTINGS} - {"MALLOC_TOP_PAD_"}
     off = {**_clean_env(), OPT_OUT_ENV: "default"}
     assert tune_malloc(off) == {} and not any(k.startswith("MALLOC_") for k in off)
+
+
+def test_a_mode_that_is_neither_tuned_nor_default_is_a_clear_error():
+    env = {**_clean_env(), OPT_OUT_ENV: "defualt"}
+    with pytest.raises(ValueError, match="MRQA_MALLOC='defualt' is not a malloc mode.*tuned.*default"):
+        tune_malloc(env)
+    assert not any(k.startswith("MALLOC_") for k in env)
+    assert tune_malloc({**_clean_env(), OPT_OUT_ENV: "Tuned"}) == {name: value for _, name, value in SETTINGS}
+    out = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "--help"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "is not a malloc mode" in out.stderr and "Traceback" not in out.stderr

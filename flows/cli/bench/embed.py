@@ -1,4 +1,4 @@
-"""`mrqa bench decode`, `bench embed`, `bench ann`, `bench knn`: figures of the embedding and
+"""`mrqa bench decode`, `bench embed`, `bench ann`, `bench knn`, `bench encoder-train`: figures of the embedding and
 neighbour stages."""
 from __future__ import annotations
 
@@ -129,3 +129,27 @@ def bench_knn_cmd(n: int = typer.Option(100000, "--n", help="Largest number of s
     typer.echo(f"uptime load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     echo_json(res)
 
+
+
+@app.command("encoder-train")
+def bench_encoder_train_cmd(epochs: int = typer.Option(2, "--epochs", min=1, help="Epochs per training run."),
+                            repeats: int = typer.Option(1, "--repeats", min=1, help="Runs of each mode, "
+                                                        "alternating."),
+                            seed: int = typer.Option(0, "--seed", help="Training seed.")):
+    """Encoder training seconds on the home's train split: the two towers on two threads (the default)
+    vs one thread, and whether both give the same weights. The encoders it trains are removed again."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.embed.bench import bench_encoder_training
+    from features.embed.train_encoder import TrainingDataError
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` (or ingest + clean) first")
+    con = connect(paths)
+    try:
+        res = bench_encoder_training(con, paths, epochs, repeats, seed)
+    except TrainingDataError as e:
+        fail(str(e))
+    finally:
+        con.close()
+    echo_json(res)

@@ -293,6 +293,8 @@ def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(tmp_path_
         step = params[did]["af_pooled"]
         assert step["distractors"] == "matched" and step["rounds"] == 2 and step["min_kept"] == 0.4
         assert step["fold_by"] == "split"        # held-out splits scored by models that never saw their images
+        assert step["adversary"].endswith("out of fold by split (val and test each a fold of their own, "
+                                          "the train split's recipes the others)")
         paper_id = next(p for p in plain if p.startswith(f"vcoh-{settings[did][:5]}-s0-"))
         assert rows[did] >= math.ceil(0.4 * plain[paper_id]) and out["af_pool"][did]["kept"] == rows[did]
     defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}

@@ -98,6 +98,40 @@ def test_training_is_deterministic(trained, tmp_path):
     assert again["encoder_id"] == again2["encoder_id"] != res["encoder_id"]
 
 
+def test_two_tower_threads_give_the_same_weights_bit_for_bit(trained):
+    """The text tower on its own thread (the default on CPU) changes nothing but the time: every op
+    runs as in the plain forward/backward, so the weights (and the id named by their hash) are equal."""
+    paths, con, _ = trained
+    quick = {**CFG.__dict__, "epochs": 2, "max_train_pairs": 60, "eval_max_pairs": 10}
+    threaded = train_encoder(con, paths, TrainConfig(**{**quick, "tower_threads": True}))
+    plain = train_encoder(con, paths, TrainConfig(**{**quick, "tower_threads": False}))
+    assert threaded["encoder_id"] == plain["encoder_id"]
+    assert threaded["metrics"]["train_loss_per_epoch"] == plain["metrics"]["train_loss_per_epoch"]
+    d = paths.models / "encoders" / plain["encoder_id"]
+    assert json.loads((d / "train_manifest.json").read_text())["config"]["tower_threads"] is False
+
+
+def test_encoder_training_bench_compares_the_modes_and_leaves_the_home_as_it_was(trained):
+    from features.embed.bench import bench_encoder_training
+    paths, con, _ = trained
+    rows_before = list_encoders(con)
+    dirs_before = sorted(p.name for p in (paths.models / "encoders").iterdir())
+    out = bench_encoder_training(con, paths, epochs=1, repeats=1, seed=CFG.seed)
+    assert out["same_weights"] is True and len(out["encoder_ids"]) == 1
+    assert out["encoder_ids"][0] not in {r["encoder_id"] for r in rows_before}
+    assert len(out["two_threads_s"]) == len(out["one_thread_s"]) == 1 and out["one_thread_vs_two_threads"] > 0
+    assert list_encoders(con) == rows_before                         # its encoders removed again
+    assert sorted(p.name for p in (paths.models / "encoders").iterdir()) == dirs_before
+    # an encoder of the home with the bench's weights: its row, date and manifest are left as they were
+    own = train_encoder(con, paths, TrainConfig(epochs=1, seed=3, eval_max_pairs=10))
+    rows_before = list_encoders(con)
+    manifest = (paths.models / "encoders" / own["encoder_id"] / "train_manifest.json").read_bytes()
+    out = bench_encoder_training(con, paths, epochs=1, repeats=1, seed=3)
+    assert out["encoder_ids"] == [own["encoder_id"]]
+    assert list_encoders(con) == rows_before and latest_encoder_id(con) == own["encoder_id"]
+    assert (paths.models / "encoders" / own["encoder_id"] / "train_manifest.json").read_bytes() == manifest
+
+
 def test_real_weights_from_a_local_file(trained):
     paths, con, res = trained
     ckpt = paths.models / "encoders" / res["encoder_id"] / "model.safetensors"
