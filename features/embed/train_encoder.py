@@ -329,46 +329,48 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     model.train()
     towers = _TwoTowers(model) if cfg.tower_threads and device.type == "cpu" else None
     bar = tqdm(total=total, desc="train encoder", unit="step")
-    for epoch, batches in enumerate(epochs):
-        rng = np.random.default_rng([cfg.seed, epoch, 1])
-        pick = np.array([g[rng.integers(len(g))] for g in groups])
-        if cfg.hard_share > 0 and epoch > 0:
-            batches = _mixed_batches(model, cache, pixels[pick], step_recipe, batch_size, per_recipe,
-                                     cfg.hard_share, np.random.default_rng([cfg.seed, epoch, 2]), device)
-            model.train()
-        acc = np.zeros(3)
-        for idx in batches:
-            x = cache.model_input(pixels[pick[idx]]).to(device)
-            t = tokens[idx].to(device)
-            tw = torch.from_numpy(words.twins(idx[:, None], idx[None, :])).to(device) if words else None
-            labels = torch.from_numpy(step_recipe[idx]).to(device)
-            for g in opt.param_groups:
-                g["lr"] = _lr_at(step, total, cfg)
-            with torch.autocast(device.type, enabled=use_amp):
-                img_f, txt_f, scale = towers.forward(x, t) if towers else model(x, t)
-                l_clip = clip_loss_soft(img_f, txt_f, scale, t, tw, mask=cfg.twins == "mask")
-                l_recipe = recipe_supcon_loss(img_f.float(), labels, cfg.recipe_temperature)
-                loss = cfg.clip_weight * l_clip + cfg.recipe_weight * l_recipe
-            opt.zero_grad(set_to_none=True)
-            if towers:
-                towers.backward(loss, img_f, txt_f, scale)
-            else:
-                loss.backward()
-            opt.step()
-            with torch.no_grad():
-                model.logit_scale.clamp_(0, math.log(100))
-            acc += [float(loss.detach()), float(l_clip.detach()), float(l_recipe.detach())]
-            step += 1
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, clip=f"{float(l_clip.detach()):.3f}",
-                            recipe=f"{float(l_recipe.detach()):.3f}")
-        n = max(1, len(batches))
-        losses.append(acc[0] / n)
-        clip_losses.append(acc[1] / n)
-        recipe_losses.append(acc[2] / n)
-    bar.close()
-    if towers:
-        towers.close()
+    try:
+        for epoch, batches in enumerate(epochs):
+            rng = np.random.default_rng([cfg.seed, epoch, 1])
+            pick = np.array([g[rng.integers(len(g))] for g in groups])
+            if cfg.hard_share > 0 and epoch > 0:
+                batches = _mixed_batches(model, cache, pixels[pick], step_recipe, batch_size, per_recipe,
+                                         cfg.hard_share, np.random.default_rng([cfg.seed, epoch, 2]), device)
+                model.train()
+            acc = np.zeros(3)
+            for idx in batches:
+                x = cache.model_input(pixels[pick[idx]]).to(device)
+                t = tokens[idx].to(device)
+                tw = torch.from_numpy(words.twins(idx[:, None], idx[None, :])).to(device) if words else None
+                labels = torch.from_numpy(step_recipe[idx]).to(device)
+                for g in opt.param_groups:
+                    g["lr"] = _lr_at(step, total, cfg)
+                with torch.autocast(device.type, enabled=use_amp):
+                    img_f, txt_f, scale = towers.forward(x, t) if towers else model(x, t)
+                    l_clip = clip_loss_soft(img_f, txt_f, scale, t, tw, mask=cfg.twins == "mask")
+                    l_recipe = recipe_supcon_loss(img_f.float(), labels, cfg.recipe_temperature)
+                    loss = cfg.clip_weight * l_clip + cfg.recipe_weight * l_recipe
+                opt.zero_grad(set_to_none=True)
+                if towers:
+                    towers.backward(loss, img_f, txt_f, scale)
+                else:
+                    loss.backward()
+                opt.step()
+                with torch.no_grad():
+                    model.logit_scale.clamp_(0, math.log(100))
+                acc += [float(loss.detach()), float(l_clip.detach()), float(l_recipe.detach())]
+                step += 1
+                bar.update(1)
+                bar.set_postfix(epoch=epoch, clip=f"{float(l_clip.detach()):.3f}",
+                                recipe=f"{float(l_recipe.detach()):.3f}")
+            n = max(1, len(batches))
+            losses.append(acc[0] / n)
+            clip_losses.append(acc[1] / n)
+            recipe_losses.append(acc[2] / n)
+    finally:
+        bar.close()
+        if towers:
+            towers.close()
     model.token_embedding = model.token_embedding.write_back()
     model.eval()
     train_seconds = time.perf_counter() - t0

@@ -98,11 +98,13 @@ def test_training_is_deterministic(trained, tmp_path):
     assert again["encoder_id"] == again2["encoder_id"] != res["encoder_id"]
 
 
-def test_two_tower_threads_give_the_same_weights_bit_for_bit(trained):
+@pytest.mark.parametrize("losses", [{}, {"recipe_weight": 0.25, "twins": "mask"}], ids=["clip", "clip+recipe+twins"])
+def test_two_tower_threads_give_the_same_weights_bit_for_bit(trained, losses):
     """The text tower on its own thread (the default on CPU) changes nothing but the time: every op
-    runs as in the plain forward/backward, so the weights (and the id named by their hash) are equal."""
+    runs as in the plain forward/backward, so the weights (and the id named by their hash) are equal,
+    with the CLIP loss alone (the default) and with the recipe term and masked text twins."""
     paths, con, _ = trained
-    quick = {**CFG.__dict__, "epochs": 2, "max_train_pairs": 60, "eval_max_pairs": 10}
+    quick = {**CFG.__dict__, "epochs": 2, "max_train_pairs": 60, "eval_max_pairs": 10, **losses}
     threaded = train_encoder(con, paths, TrainConfig(**{**quick, "tower_threads": True}))
     plain = train_encoder(con, paths, TrainConfig(**{**quick, "tower_threads": False}))
     assert threaded["encoder_id"] == plain["encoder_id"]
