@@ -22,7 +22,8 @@ COMMANDS = {
     "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool", "af-check",
     "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
-    "bench import", "bench clean", "bench decode", "bench embed", "bench ann", "bench knn", "bench generate",
+    "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
+    "bench generate",
     "bench report", "bench train", "roles extract", "roles truth", "roles eval", "competence generate",
     "competence evaluate", "competence export"}
 

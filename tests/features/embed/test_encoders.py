@@ -312,3 +312,28 @@ def test_training_used_the_pixel_cache_and_reports_recipe_metrics(trained):
     assert list((paths.models / "pixel_cache").glob("32px-*/pixels.npy"))
     assert 0 <= m["chance_same_recipe_r@1"] < 1 and 0 <= m["img_same_recipe_r@1"] <= 1
     assert len(m["recipe_loss_per_epoch"]) == CFG.epochs
+
+
+def test_bench_encoder_train_cli(tmp_path, monkeypatch):
+    """`mrqa bench encoder-train` through the real Typer app: a clear error without a warehouse or
+    without train images, else one JSON object with both modes (tiny run: code path, not figures)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    monkeypatch.setenv("MRQA_HOME", str(tmp_path / "empty"))
+    r = CliRunner().invoke(app, ["bench", "encoder-train"])
+    assert r.exit_code == 2 and "no warehouse" in r.output and "mrqa demo" in r.output
+    paths = Paths.from_env(tmp_path / "home").ensure()
+    connect(paths).close()                                          # a warehouse with no recipes
+    monkeypatch.setenv("MRQA_HOME", str(paths.home))
+    r = CliRunner().invoke(app, ["bench", "encoder-train"])
+    assert r.exit_code == 2 and "train step(s) with a readable image" in r.output
+    con = connect(paths)
+    build_toy_warehouse(con, paths, n_recipes=10, steps=4, images_per_step=1, seed=2)
+    con.close()
+    r = CliRunner().invoke(app, ["bench", "encoder-train", "--epochs", "1", "--repeats", "1"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{"):])
+    assert res["same_weights"] is True and res["epochs"] == 1 and len(res["one_thread_s"]) == 1
+    r = CliRunner().invoke(app, ["bench", "encoder-train", "--epochs", "0"])
+    assert r.exit_code == 2
