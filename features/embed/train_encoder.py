@@ -329,6 +329,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     model.train()
     towers = _TwoTowers(model) if cfg.tower_threads and device.type == "cpu" else None
     bar = tqdm(total=total, desc="train encoder", unit="step")
+    t_fit = time.perf_counter()
     try:
         for epoch, batches in enumerate(epochs):
             rng = np.random.default_rng([cfg.seed, epoch, 1])
@@ -371,6 +372,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         bar.close()
         if towers:
             towers.close()
+    fit_seconds = time.perf_counter() - t_fit
     model.token_embedding = model.token_embedding.write_back()
     model.eval()
     train_seconds = time.perf_counter() - t0
@@ -422,7 +424,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     (out / "train_manifest.json").write_text(json.dumps(manifest, indent=1))
     log.info("encoder %s trained in %.0f s; val %s", encoder_id, train_seconds,
              {k: v for k, v in metrics.items() if k.startswith(("i2t", "t2i", "chance", "n_", "img_"))})
-    return {"encoder_id": encoder_id, "dir": str(out), "metrics": metrics}
+    return {"encoder_id": encoder_id, "dir": str(out), "metrics": metrics, "fit_seconds": fit_seconds}
 
 
 # ----------------------------------------------------------------------------- evaluation
