@@ -98,11 +98,13 @@ def test_training_is_deterministic(trained, tmp_path):
     assert again["encoder_id"] == again2["encoder_id"] != res["encoder_id"]
 
 
-@pytest.mark.parametrize("losses", [{}, {"recipe_weight": 0.25, "twins": "mask"}], ids=["clip", "clip+recipe+twins"])
+@pytest.mark.parametrize("losses", [{}, {"recipe_weight": 0.25, "twins": "mask"}, {"hard_share": 0.5}],
+                         ids=["clip", "clip+recipe+twins", "look-alike-batches"])
 def test_two_tower_threads_give_the_same_weights_bit_for_bit(trained, losses):
     """The text tower on its own thread (the default on CPU) changes nothing but the time: every op
     runs as in the plain forward/backward, so the weights (and the id named by their hash) are equal,
-    with the CLIP loss alone (the default) and with the recipe term and masked text twins."""
+    with the CLIP loss alone (the default), with the recipe term and masked text twins, and with the
+    second epoch's look-alike batches (mined with the image tower between epochs)."""
     paths, con, _ = trained
     quick = {**CFG.__dict__, "epochs": 2, "max_train_pairs": 60, "eval_max_pairs": 10, **losses}
     threaded = train_encoder(con, paths, TrainConfig(**{**quick, "tower_threads": True}))
