@@ -231,7 +231,7 @@ class _TwoTowers:
     with respect to the two feature tensors and the scale are taken first, then each tower's graph is
     run back on its own thread. Every op runs as it would in `model(x, t)` and `loss.backward()`, on one
     intra-op thread, in the same order within its tower, so the weights are the same bit for bit
-    (tests/features/embed/test_train_encoder.py); torch releases the GIL inside its ops and its autograd
+    (tests/features/embed/test_encoders.py); torch releases the GIL inside its ops and its autograd
     engine, so the two towers' work overlaps on two cores. CPU only: autocast is per thread."""
 
     def __init__(self, model):

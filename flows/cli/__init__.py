@@ -73,7 +73,7 @@ def main() -> None:
     try:
         tune_malloc()
     except ValueError as e:
-        sys.stderr.write(f"Error: {e}\n")
+        sys.stderr.write(f"error: {e}\n")      # as `fail` writes a refused value
         raise SystemExit(2) from None
     stop_children_on_signals()
     app()

@@ -1,5 +1,5 @@
-"""`mrqa bench decode`, `bench embed`, `bench ann`, `bench knn`, `bench encoder-train`: figures of the embedding and
-neighbour stages."""
+"""`mrqa bench decode`, `bench embed`, `bench ann`, `bench knn`, `bench encoder-train`: figures of the
+embedding and neighbour stages and of the encoder's training."""
 from __future__ import annotations
 
 import os
@@ -128,7 +128,6 @@ def bench_knn_cmd(n: int = typer.Option(100000, "--n", help="Largest number of s
     typer.echo(res["crossover_note"])
     typer.echo(f"uptime load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     echo_json(res)
-
 
 
 @app.command("encoder-train")
