@@ -39,9 +39,11 @@ Coherence: the answer is the foreign image and the 3 coherent images are the que
 candidate foreign image forms its own 4-image set (the distance cues are those of that set), and AF
 picks the candidate that brings the foreign image's rank nearest to its target; pools `ball` and
 `author` (an image of the same recipe would not be foreign).
-Ordering has no AF variant: its choices are permutations of the question's own images (no foreign
-kitchen), and knob 2 is a sampling distribution over the 23 wrong orderings, not a constraint an
-adversarial pick could keep.
+Ordering (`refine_ordering`): the choices are orders of the question's own 4 photos, and knob 2 is a
+sampling distribution over the 23 wrong orders (uniform, or tilted to jumpy orders), not a ball: every
+wrong order is one the knob can draw, so AF's candidates are all 23, in the knob's own draw order (which
+breaks ties). The photos themselves show the order (a dish goes from raw to cooked), so a question-only
+model reads the plain settings at 84-91%; AF picks wrong orders it finds as plausible as the right one.
 
 Deterministic for a seed: folds from seeded recipe keys, seeded models, ties broken by the seeded
 candidate order (the same pick keys as the knob selection).
@@ -91,6 +93,7 @@ SEQUENCE_MEMBERS = ({"C": 1.0, "seed": 6, "features": "sequence"}, {"C": 0.1, "s
 PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
 CLOZE_POOLS = ("ball", "author", "recipe")
 COHERENCE_POOLS = ("ball", "author")
+ORDERING_POOLS = ("knob",)
 POOL_CAP = 64                           # candidates per question from each extra pool (seeded order)
 ALT_CAP = 24                            # cloze: knob-valid alternates recorded per question (af_alternates)
 BALL_CAP = 64                           # coherence: eligible ball candidates per question (seeded order)
@@ -108,6 +111,8 @@ READ_MARGIN = 0.0
 def config(ds) -> dict:
     """What the dataset's params/provenance record under `adversarial`."""
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
+    if ds.task == "visual_ordering":             # the knob's own draw of wrong orders (refine_ordering)
+        pools = ORDERING_POOLS
     if ds.params.distractors == "matched":       # beyond the knobs: one pool (features/datasets/matched.py)
         pools = ("matched",)
     out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
@@ -919,3 +924,99 @@ def cross_fitted_scores(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_fold
         if test.any() and (~test).any():
             out[test] = QuestionOnlyModel(C, seed).fit(X[~test], y[~test]).scores(X[test])
     return out
+
+
+# ----------------------------------------------------------------------------- ordering
+
+ORDER_POOL = 23                         # ordering: candidate wrong orders, the first of the knob's own draw
+
+
+def ordering_perm_features(sp, items: np.ndarray, perms: np.ndarray) -> np.ndarray:
+    """(K, P, 4d + 3) the learned probe's per-order features (`question_only.ordering_features`) of
+    every permutation `perms` (P, 4) of each question's 4 images `items` (K, 4)."""
+    from features.diagnostics.question_only import ordering_features
+    v = sp.vecs[items].astype(np.float32)                                # (K, 4, d)
+    out = np.empty((len(items), len(perms), 4 * v.shape[2] + 3), dtype=np.float32)
+    for s in range(0, len(items), 512):
+        out[s:s + 512] = ordering_features(v[s:s + 512][:, perms])
+    return out
+
+
+def _ordering_sets(F: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """F (n, P, f) per-order features, sets (n, M, 4) permutation numbers -> (n, M*4, f + 17): each
+    set's 4 orders with the set-level cues of their mean consecutive cosine (the judge's features)."""
+    n, m = sets.shape[:2]
+    X = np.take_along_axis(F, sets.reshape(n, m * 4)[..., None], 1).reshape(n, m, 4, -1)
+    return with_set_features(X, 1.0 - X[..., -2], None, None).reshape(n, m * 4, -1)
+
+
+@_single_blas_thread
+def refine_ordering(ds, b, sp, perms: np.ndarray, draw: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """AF of visual ordering questions (every row of the batch `b`). perms (24, 4): the permutations,
+    perms[0] the recipe order (the answer); draw (Q, 23): the wrong orders' numbers in the knob's own
+    seeded draw (Efraimidis-Spirakis with the setting's weights: uniform at knob 2 = 0, summed
+    consecutive distance at knob 2 = 1), whose first 3 are the plain setting's choices.
+
+    The candidates of a question are the first ORDER_POOL wrong orders of that draw, so knob 2 still
+    decides which orders AF may offer (at knob 2 = 1 the jumpy ones). Each round an `Adversary` (the
+    ensemble, cross-fitted by recipe, on the learned probe's ordering features with their set-level
+    cues) is trained on the current choices; then slot by slot each wrong order is replaced by the
+    candidate that brings the answer's rank nearest its seeded target (`target_ranks`), ties to the
+    least distinguishable answer. The drop rule, records and determinism are those of the other tasks
+    (`_finish`). Returns (kept rows, their 3 wrong orders (n, 3) in slot order, provenance)."""
+    Q, R, seed = len(b.qids), ds.params.af_rounds, ds.seed
+    if Q == 0:
+        return _nothing(ds), np.zeros((0, 3), dtype=np.int64), {}
+    rows = np.arange(Q)
+    rkeys = recipe_keys(b.recipe_ids)
+    pool = draw[:, :ORDER_POOL]
+    F = ordering_perm_features(sp, b.items, perms)
+    wrong = draw[:, :3].copy()
+    changed_in = np.zeros(Q, dtype=np.int64)
+    aim = target_ranks(b.qkeys, seed)
+    f = F.shape[2] + N_SET_FEATURES
+
+    def current(w):
+        return np.concatenate([np.zeros((len(w), 1), dtype=np.int64), w], axis=1)       # answer at column 0
+
+    solved_by_round, advs = [], []
+    for rnd in range(1, R + 1):
+        X = _ordering_sets(F, current(wrong)[:, None, :])
+        advs.append(Adversary(X, np.zeros(Q, dtype=np.int64), rkeys, seed, advs[-1] if advs else None))
+        S = _mean_scores(advs, rows, lambda r: _ordering_sets(F[r], current(wrong[r])[:, None, :]), 4 * f)
+        solved_by_round.append(round(float((answer_rank(S, np.zeros(Q, dtype=np.int64))[0] == 0).mean()), 4))
+        for slot in range(3):
+            sets = np.repeat(current(wrong)[:, None, :], pool.shape[1], axis=1)            # (Q, M, 4)
+            sets[:, :, slot + 1] = pool
+            taken = np.zeros(pool.shape, dtype=bool)
+            for other in range(3):
+                if other != slot:
+                    taken |= pool == wrong[:, other:other + 1]
+            S = _mean_scores(advs, rows, lambda r, sets=sets: _ordering_sets(F[r], sets[r]), pool.shape[1] * 4 * f)
+            rank, gap = answer_rank(S.reshape(Q, pool.shape[1], 4), np.zeros(pool.shape, dtype=np.int64))
+            obj = np.where(taken, np.inf, objective(rank, gap, aim[:, None]))
+            best = np.argmin(obj, axis=1)
+            cur = np.argmax(pool == wrong[:, slot:slot + 1], axis=1)
+            in_pool = (pool == wrong[:, slot:slot + 1]).any(1)
+            now = np.where(in_pool, obj[rows, cur], np.inf)
+            do = np.flatnonzero(obj[rows, best] < now - 1e-9)
+            wrong[do, slot] = pool[do, best[do]]
+            changed_in[do] = rnd
+    X = _ordering_sets(F, current(wrong)[:, None, :])
+    y = np.zeros(Q, dtype=np.int64)
+    final = Adversary(X, y, rkeys, seed ^ 0x5EED, None).score_built(X, rows)
+    adv_rank, gap = answer_rank(final, y)
+    stats = {"solved_share_by_round": solved_by_round,
+             "solved_share_final": round(float((adv_rank == 0).mean()), 4),
+             "probe_before": probe_accuracy(_ordering_sets(F, current(draw[:, :3])[:, None, :]), y, rkeys, seed),
+             "order_pool": ORDER_POOL}
+    sub = _finish(ds, b, rows, adv_rank, gap, np.zeros(Q, dtype=np.int64), False, Q, stats)
+    ds.adversarial["probe_after"] = probe_accuracy(X[sub], y[sub], rkeys[sub], seed)
+    pos = b.pos[sub]
+    names = np.array(["knob", "answer"], dtype=object)
+    prov = {"af_round": pa.array(changed_in[sub]),
+            "af_pools": _lists(names[_insert(np.zeros((len(sub), 3), dtype=np.int64), np.ones(len(sub), np.int64),
+                                             pos)], pa.string()),
+            "af_scores": _lists(_r(_insert(final[sub, 1:], final[sub, 0], pos))),
+            "af_candidates": _lists(pool[sub])}
+    return sub, wrong[sub], prov

@@ -33,9 +33,20 @@ def _vectors(lance_uri: str, encoder_id: str) -> tuple[dict, dict]:
 
 def oracle_accuracy(rows: list[tuple], img: dict, title: dict) -> float | None:
     """rows: (task, recipe_id, choice_list, answer, question_step_ids, answer_step). Questions whose
-    titles are missing are left out."""
+    titles are missing are left out. Cloze: the choice nearest the answer step's title; coherence: the
+    choice least like every shown step's title; ordering: the order whose photos, position by position,
+    are most like the shown steps' titles in recipe order."""
     hits = n = 0
     for task, rid, choices, answer, steps, answer_step in rows:
+        if task == "visual_ordering":
+            ts = [title.get(f"{rid}_{s}_title") for s in steps]
+            if any(t is None for t in ts):
+                continue
+            orders = [json.loads(c) for c in choices]
+            pick = int(np.argmax([sum(float(img[x] @ t) for x, t in zip(o, ts)) for o in orders]))
+            hits += pick == answer
+            n += 1
+            continue
         c = np.array([img[x] for x in choices])
         if task == "visual_cloze":
             t = title.get(f"{rid}_{answer_step}_title")

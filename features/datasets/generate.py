@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 from etl.warehouse import load_query, transaction, utcnow
 from features.datasets.distractors import DenseKnn
 from features.datasets.knobs import (
+    AF_ALL_TASKS,
     AF_DEFAULT_ROUNDS,
-    AF_TASKS,
     KnobParams,
     dataset_id,
     parse_setting,
@@ -510,7 +510,7 @@ def generation_settings(all_settings: bool = True, balanced: bool = True, advers
                     for k1, k2 in itertools.product((0, 1), repeat=2)]
         out.append((task, KnobParams.recipeqa_preset()))
     if adversarial:
-        out += [(t, replace(p, af_rounds=af_rounds)) for t, p in list(out) if t in AF_TASKS and not p.preset]
+        out += [(t, replace(p, af_rounds=af_rounds)) for t, p in list(out) if t in AF_ALL_TASKS and not p.preset]
     return out
 
 

@@ -22,7 +22,8 @@ TASK_CODES = {"visual_cloze": "vc", "visual_coherence": "vcoh", "visual_ordering
               "textual_cloze": "tc"}
 K3_MODES = ("off", "coin", "all", "balanced")
 N_CHOICES = 4
-AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")
+AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze", "visual_ordering")
+AF_ALL_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")     # the AF variants `--all` makes
 AF_DEFAULT_ROUNDS = 3
 
 
@@ -110,8 +111,8 @@ class KnobParams:
         if self.af_rounds < 0:
             raise ValueError(f"af_rounds must be 0 (off) or more, got {self.af_rounds}")
         if self.af_rounds and (self.preset or task not in AF_TASKS):
-            raise ValueError(f"adversarial filtering is defined for the knob settings of {', '.join(AF_TASKS)} "
-                             "(ordering's wrong orderings are a sampling distribution, not a constraint)")
+            raise ValueError(f"adversarial filtering is defined for the knob settings of {', '.join(AF_TASKS)}, "
+                             "not for a preset")
 
     @property
     def setting(self) -> Setting:

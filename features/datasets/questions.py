@@ -448,24 +448,32 @@ def ordering(ds, b, sp, perms: np.ndarray | None = None, instruction: str | None
     w = np.power(np.maximum(s[:, 1:], 1e-12), p.ordering_weight_power)
     u = uniforms(b.qkeys, STREAM_ORDER, 23)
     keys = np.log(np.maximum(u, 1e-300)) / w                            # Efraimidis-Spirakis
-    wrong = np.argsort(-keys, axis=1, kind="stable")[:, :3] + 1
+    draw = np.argsort(-keys, axis=1, kind="stable") + 1                 # (Q, 23) wrong orders, drawn order
+    wrong = draw[:, :3]
     keep = np.arange(q)
-    order = _insert(wrong, np.zeros(q, dtype=np.int64), b.pos)          # (Q, 4) perm numbers
-    ids = sp.item_ids[np.take_along_axis(b.items[:, None, :].repeat(4, 1), perms[order], 2)]   # (Q, 4, 4)
+    af = {}
+    if p.af_rounds:                 # adversarial filtering: wrong orders of the knob's draw a probe finds plausible
+        from features.datasets.adversarial import config, refine_ordering
+        keep, wrong, af = refine_ordering(ds, b, sp, perms, draw)
+        af["adversarial"] = config(ds)
+    q = len(keep)
+    order = _insert(wrong, np.zeros(q, dtype=np.int64), b.pos[keep])    # (Q, 4) perm numbers
+    items = b.items[keep]
+    ids = sp.item_ids[np.take_along_axis(items[:, None, :].repeat(4, 1), perms[order], 2)]   # (Q, 4, 4)
     flat = ids.reshape(-1, 4).tolist()
     if any('"' in x or "\\" in x for x in sp.item_ids):
         import json
         choices = [json.dumps(x) for x in flat]
     else:
         choices = ['["' + '", "'.join(x) + '"]' for x in flat]
-    sums = np.take_along_axis(s, order, 1)
+    sums = np.take_along_axis(s[keep], order, 1)
     cp = perms[order]                                                    # (Q, 4, 4)
     prov = {"rule": "uniform" if p.ordering_weight_power == 0 else "weighted_by_summed_distance",
             "weight_power": p.ordering_weight_power,
             "choice_perms": pa.ListArray.from_arrays(pa.array(np.arange(q + 1, dtype=np.int32) * 4),
                                                      _lists(cp.reshape(-1, 4))),
             "choice_summed_distance": _lists(_r(sums)),
-            "question_items": _lists(sp.item_ids[b.items], pa.string())}
+            "question_items": _lists(sp.item_ids[items], pa.string()), **af}
     question = np.full((q, 1), FAMILIES["visual_ordering"].instruction, dtype=object)
-    ds.set_rows(b, keep, question, np.array(choices, dtype=object).reshape(q, 4), b.pos,
+    ds.set_rows(b, keep, question, np.array(choices, dtype=object).reshape(q, 4), b.pos[keep],
                 np.argmin(_r(sums), axis=1), prov)

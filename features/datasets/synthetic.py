@@ -34,11 +34,15 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int = 40, seed: int = 0,
                 dim: int = 32, encoder_id: str = "synthetic-enc-0001", k: int = 100,
-                images_per_step: tuple[int, int] = (1, 3)) -> dict:
-    """Create the world; returns counts. Deterministic in (n_recipes, seed, dim)."""
+                images_per_step: tuple[int, int] = (1, 3), stage_cue: float = 0.0) -> dict:
+    """Create the world; returns counts. Deterministic in (n_recipes, seed, dim, stage_cue).
+    `stage_cue` > 0 plants the recipe's order in its photos: a step's image vectors move along one fixed
+    direction by stage_cue times the step's place in its recipe (0 first .. 1 last), as a dish that goes
+    from raw to cooked does; 0 (the default) leaves every vector as it was without it."""
     from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore, vector_rows
     rng = np.random.default_rng([seed, 12345])
     centers = _unit(rng.normal(size=(len(KINDS), dim)))
+    stage_dir = _unit(np.random.default_rng([seed, 777]).normal(size=(1, dim)))[0] if stage_cue else None
     recipes, steps, images, img_vec_rows, txt_rows, body_rows = [], [], [], [], [], []
     for r in range(n_recipes):
         rid = f"synthetic-recipe-{r:06d}"
@@ -56,6 +60,8 @@ def build_world(con: duckdb.DuckDBPyConnection, lance_uri: str, n_recipes: int =
                              + rr.normal(size=dim) * sd * 0.6))
             n_img = int(rr.integers(images_per_step[0], images_per_step[1] + 1))
             base = centers[kinds[s]] + style + rr.normal(size=dim) * sd * 0.7
+            if stage_cue:
+                base = base + stage_dir * stage_cue * s / max(n_steps - 1, 1)
             # own generator: the other vectors stay as they were without body vectors
             noise = np.random.default_rng([seed, stable_key("body", rid), s]).normal(size=dim)
             body_rows.append((f"{rid}_{s}_body", rid, s, base + noise * sd * 1.5))

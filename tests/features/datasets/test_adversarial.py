@@ -414,10 +414,11 @@ def test_af_is_deterministic_and_thread_independent(world, tmp_path):
     assert all(o["content_sha256"] != a["content_sha256"] for o, a in zip(other, again))
 
 
-def test_af_refuses_ordering_and_presets():
+def test_af_refuses_presets_and_ordering_knob_three():
     from features.datasets.generate import settings_for
-    with pytest.raises(ValueError, match="adversarial filtering is defined"):
-        settings_for("visual_ordering", (0, 1, 0), adversarial=True)
+    with pytest.raises(ValueError, match="knob 3 is not defined"):
+        settings_for("visual_ordering", (0, 1, 1), adversarial=True)
+    assert settings_for("visual_ordering", (0, 1, 0), adversarial=True)[0][1].af_rounds == AF_DEFAULT_ROUNDS
     with pytest.raises(ValueError, match="adversarial filtering is defined"):
         settings_for("visual_cloze", preset="recipeqa", adversarial=True)
     with pytest.raises(ValueError, match="af-rounds"):
@@ -437,7 +438,7 @@ def test_cli_generate_adversarial_and_its_bad_input(paths, con, prefect_harness)
     build_world(con, paths.lance, n_recipes=30, seed=2, dim=16, k=50)
     con.close()
     runner = CliRunner()
-    for args, needle in ((["--task", "visual_ordering", "--knobs", "0,1,0", "--adversarial"], "adversarial filtering"),
+    for args, needle in ((["--task", "visual_ordering", "--knobs", "0,1,1", "--adversarial"], "knob 3 is not defined"),
                          (["--task", "visual_cloze", "--preset", "recipeqa", "--adversarial"], "adversarial filtering"),
                          (["--task", "visual_cloze", "--knobs", "0,1,0", "--af-rounds", "2"], "--af-rounds"),
                          (["--task", "visual_cloze", "--knobs", "0,1,0", "--adversarial", "--af-rounds", "0"],
