@@ -159,7 +159,7 @@ def test_step_text_oracle_reads_the_order_from_the_titles(world):
     title = {f"r_{s}_title": v for s, v in enumerate(rng.normal(size=(6, 8)))}
     img = {f"r_{s}_0.jpg": title[f"r_{s}_title"] for s in range(6)}
     rows = []
-    for k in range(20):
+    for _ in range(20):
         steps = sorted(rng.choice(6, size=4, replace=False).tolist())
         right = [f"r_{s}_0.jpg" for s in steps]
         orders = [right] + [list(rng.permutation(right)) for _ in range(3)]
