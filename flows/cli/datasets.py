@@ -45,8 +45,8 @@ def generate_cmd(
         adversarial: Optional[bool] = typer.Option(None, "--adversarial/--no-adversarial", help="Adversarial "
                                                    "filtering: the setting's AF variant (distractors a learned "
                                                    "question-only ensemble cannot reject; visual cloze, coherence, "
-                                                   "textual cloze). --all makes the AF variants unless "
-                                                   "--no-adversarial."),
+                                                   "textual cloze, and ordering's wrong orders). --all makes the "
+                                                   "AF variants (ordering's not) unless --no-adversarial."),
         af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3)."),
         af_drop: AfDrop = typer.Option(AfDrop.linear, "--af-drop", help="AF's drop of the questions its question-only "
                                        "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze "
