@@ -928,7 +928,7 @@ def cross_fitted_scores(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_fold
 
 # ----------------------------------------------------------------------------- ordering
 
-ORDER_POOL = 23                         # ordering: candidate wrong orders, the first of the knob's own draw
+ORDER_POOL = 23                         # ordering: candidate wrong orders, the first of the knob's own draw (all)
 
 
 def ordering_perm_features(sp, items: np.ndarray, perms: np.ndarray) -> np.ndarray:
@@ -957,8 +957,9 @@ def refine_ordering(ds, b, sp, perms: np.ndarray, draw: np.ndarray) -> tuple[np.
     seeded draw (Efraimidis-Spirakis with the setting's weights: uniform at knob 2 = 0, summed
     consecutive distance at knob 2 = 1), whose first 3 are the plain setting's choices.
 
-    The candidates of a question are the first ORDER_POOL wrong orders of that draw, so knob 2 still
-    decides which orders AF may offer (at knob 2 = 1 the jumpy ones). Each round an `Adversary` (the
+    The candidates of a question are the first ORDER_POOL wrong orders of that draw: all 23, since each is
+    one the knob can draw (with the first 12 or 16, which keep knob 2's tilt, AF kept 33-36% / 40-44%);
+    the draw's order breaks ties and its first 3 are the starting choices. Each round an `Adversary` (the
     ensemble, cross-fitted by recipe, on the learned probe's ordering features with their set-level
     cues) is trained on the current choices; then slot by slot each wrong order is replaced by the
     candidate that brings the answer's rank nearest its seeded target (`target_ranks`), ties to the
