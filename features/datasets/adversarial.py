@@ -984,7 +984,7 @@ def refine_ordering(ds, b, sp, perms: np.ndarray, draw: np.ndarray) -> tuple[np.
     for rnd in range(1, R + 1):
         X = _ordering_sets(F, current(wrong)[:, None, :])
         advs.append(Adversary(X, np.zeros(Q, dtype=np.int64), rkeys, seed, advs[-1] if advs else None))
-        S = _mean_scores(advs, rows, lambda r: _ordering_sets(F[r], current(wrong[r])[:, None, :]), 4 * f)
+        S = _mean_scores(advs, rows, lambda r: X[r], 4 * f)     # noqa: B023 - used at once, in this round
         solved_by_round.append(round(float((answer_rank(S, np.zeros(Q, dtype=np.int64))[0] == 0).mean()), 4))
         for slot in range(3):
             sets = np.repeat(current(wrong)[:, None, :], pool.shape[1], axis=1)            # (Q, M, 4)
@@ -997,10 +997,8 @@ def refine_ordering(ds, b, sp, perms: np.ndarray, draw: np.ndarray) -> tuple[np.
             rank, gap = answer_rank(S.reshape(Q, pool.shape[1], 4), np.zeros(pool.shape, dtype=np.int64))
             obj = np.where(taken, np.inf, objective(rank, gap, aim[:, None]))
             best = np.argmin(obj, axis=1)
-            cur = np.argmax(pool == wrong[:, slot:slot + 1], axis=1)
-            in_pool = (pool == wrong[:, slot:slot + 1]).any(1)
-            now = np.where(in_pool, obj[rows, cur], np.inf)
-            do = np.flatnonzero(obj[rows, best] < now - 1e-9)
+            cur = np.argmax(pool == wrong[:, slot:slot + 1], axis=1)     # the knob's picks are the draw's first 3
+            do = np.flatnonzero(obj[rows, best] < obj[rows, cur] - 1e-9)
             wrong[do, slot] = pool[do, best[do]]
             changed_in[do] = rnd
     X = _ordering_sets(F, current(wrong)[:, None, :])

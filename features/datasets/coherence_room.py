@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def coherence_room(gen, setting: str, seed: int = 0) -> Room:
     b = gen.batch(TASK, params, seed)
     prep = gen._prepared[("image", seed, params.k)]
     sp, knn, sk = gen._spaces["image"], prep.knn, b.sk
-    heads = _k3(type("D", (), {"params": params})(), b)[1]
+    heads = _k3(SimpleNamespace(params=params), b)[1]           # _k3 reads only the dataset's params
     q = len(b.qids)
     removed: dict[int, list[tuple[int, set]]] = {}
     for i in range(q):
