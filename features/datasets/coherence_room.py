@@ -172,5 +172,9 @@ if __name__ == "__main__":
     bad = [s for s in names if s not in PAPER_SETTINGS]
     if bad:
         ap.exit(2, f"error: not a paper setting: {', '.join(bad)} (expected K1-K2-K3, each 0 or 1)\n")
-    for row in room_table(args.home, names, args.seed):
+    try:
+        rows = room_table(args.home, names, args.seed)
+    except LookupError as e:                        # no encoder or no vectors yet: say which command to run
+        ap.exit(2, f"error: {e}\n")
+    for row in rows:
         print(json.dumps(row))

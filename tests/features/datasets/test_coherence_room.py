@@ -113,3 +113,8 @@ def test_cli_and_table(tmp_path_factory):
         assert bad.returncode == 2 and "not a paper setting: 0-0-2" in bad.stderr
         none = run("--home", str(home / "nowhere"))
         assert none.returncode == 2 and "no warehouse" in none.stderr
+    with synthetic_home(tmp_path_factory, "room_bare", n_recipes=12, seed=2, dim=16, k=20) as (bare, _, con):
+        con.execute("DELETE FROM encoders")
+        con.close()
+        r = run("--home", str(bare))
+        assert r.returncode == 2 and "no encoder in the warehouse" in r.stderr and "Traceback" not in r.stderr
