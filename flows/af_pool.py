@@ -6,7 +6,8 @@ knob-valid alternates (training/af_pooled.py) -> in each dataset, the questions 
 `solved_share` (a quarter; most confident first) are aimed at the answer ranks short of their share:
 cloze, alternates it scores above the answer replace distractors it scores below (swaps_for);
 coherence, the alternate foreign image that puts the answer's rank nearest the target
-(coherence_swap_for) -> write back (features/datasets/af_pooled.apply_swaps). Then drop the questions
+(coherence_swap_for); ordering, as cloze, with the wrong orders AF considered and does not show as
+alternates (the ones it can move first) -> write back (features/datasets/af_pooled.apply_swaps). Then drop the questions
 it solves with probability >= tau, never below `min_kept` x the plain setting (and, with `keep_solved`,
 never below that share of the kept questions solved): as judged by the last
 round's model with the swapped choices' logits put in, or (`fresh_drop`, or no rounds) by a model
@@ -96,20 +97,29 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             if not any(alts.values()):
                 log.info("af-pool: no recorded alternates (datasets generated before they were): no swaps")
                 break
-            items = {k: [x["item"] for x in a["alts"]] for k, a in alts.items()}
-            vectors = _vectors(con, paths, ids, sorted({i for k, a in alts.items()
-                                                        for i in items[k] + (a["choices"] if task == "visual_cloze"
-                                                                             else [])}))
+            if task == "visual_ordering":            # an alternate is an order: its image ids in turn
+                items = {k: [x["seq"] for x in a["alts"]] for k, a in alts.items()}
+                need = {i for al in items.values() for seq in al for i in seq}
+            else:
+                items = {k: [x["item"] for x in a["alts"]] for k, a in alts.items()}
+                need = {i for k, a in alts.items() for i in items[k] + (a["choices"] if task == "visual_cloze"
+                                                                        else [])}
+            vectors = _vectors(con, paths, ids, sorted(need))
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
                              adversaries, workers, fold_by)
             plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
-            done_n = apply_swaps(con, plan, scores, rnd)
+            done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
+            top = _above_all(scores) if task == "visual_ordering" else {}
             for d in ids:
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
                                     "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
-                                                                   / max(len(acc[d]), 1), 4)})
+                                                                   / max(len(acc[d]), 1), 4),
+                                    **({"answer_above_all": top[d]} if d in top else {})})
+                if d in top:
+                    log.info("af-pool round %d %s: the answer above every choice and alternate (no swap can move "
+                             "it) on %.3f of the questions", rnd, d, top[d])
                 log.info("af-pool round %d %s: out-of-fold question-only %.3f, swapped %d questions", rnd, d,
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
@@ -140,6 +150,18 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
     return {"task": task, "datasets": res, **info}
+
+
+def _above_all(scores: dict[str, dict[str, dict]]) -> dict[str, float]:
+    """Per dataset, the share of questions whose answer the adversary scores above every other choice and
+    every alternate (cloze and ordering: one logit each): no swap can make it miss them, so they bound
+    what the rounds can do (ordering: the recipe order above all 23 wrong orders)."""
+    out = {}
+    for d, qs in scores.items():
+        hit = [bool((np.delete(s["choices"], s["answer"]) < s["choices"][s["answer"]]).all()
+                    and (np.asarray(s["alts"]) < s["choices"][s["answer"]]).all()) for s in qs.values()]
+        out[d] = round(float(np.mean(hit)), 4) if hit else 0.0
+    return out
 
 
 def _example(task: str, distractors: str) -> str:

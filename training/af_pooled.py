@@ -7,7 +7,8 @@ recipe split) still learns a cue AF leaves: on the 1,000-recipe demo it reads 37
 cloze questions (`mrqa sweep --pooled`). `out_of_fold_scores` trains that model k times, each time on
 the questions of the other folds of recipes (all splits; about 10% of those recipes held out for early
 stopping), and returns for every question the logits of its choices and of its recorded alternates
-(each scored in place: cloze, at the placeholder; coherence, as the foreign image). `swap_plan` aims
+(each scored in place: cloze, at the placeholder; coherence, as the foreign image; ordering, a wrong
+order scored as a choice). `swap_plan` aims
 the questions it solves beyond a share at the answer ranks short of theirs (`swaps_for`,
 `coherence_swap_for`, with the centre and distance-probe guards); `drop_plan` names the questions it
 still solves with probability at least `tau`, never taking a dataset below `min_kept` of its plain
@@ -84,7 +85,8 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
         fold = np.where(split == "val", folds, np.where(split == "test", folds + 1, fold))
     stop_key = np.array([_unit(f"stop:{seed}:{r}") for r in recipes], dtype=np.uint64)
     alts = [list((alternates or {}).get(tuple(q.split("/", 1)), ())) for q in qids]
-    missing = sorted({a for al in alts for a in al if a not in (alt_vectors or {})})
+    missing = sorted({i for al in alts for a in al for i in ([a] if isinstance(a, str) else a)
+                      if i not in (alt_vectors or {})})
     if missing:
         raise ValueError(f"{len(missing)} alternates have no image vector (e.g. {missing[0]})")
 
@@ -173,13 +175,25 @@ def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np
     placeholder (the question-only model scores each choice alone, so this is the logit it would have
     as a choice). Visual coherence: (A, 4), the 4 choices' logits with the alternate as the foreign
     image (choice `answer`'s query, the 3 coherent images, is the same; every other choice's query holds
-    the foreign image, at the answer's place among the other three)."""
+    the foreign image, at the answer's place among the other three). Visual ordering: (A,), each
+    alternate an image sequence (its ids in order), scored as a choice's query."""
     from training.train import autocast
     n = len(alts)
     width = max(len(a) for a in alts)
     dev = b["query"].device
     ar = torch.arange(n, device=dev)
     ans = b["answer"]
+    if task == "visual_ordering":
+        m, d = b["query"].shape[2:]
+        seq = torch.zeros(n, width, m, d, dtype=b["query"].dtype)
+        mask = torch.zeros(n, width, m, dtype=b["query_mask"].dtype)
+        for k, a in enumerate(alts):
+            for j, ids in enumerate(a):
+                seq[k, j, :len(ids)] = torch.as_tensor(np.stack([alt_vectors[x] for x in ids]))
+                mask[k, j, :len(ids)] = 1
+        with torch.no_grad(), autocast(device, amp):
+            out = model({**b, "query": seq.to(dev), "query_mask": mask.to(dev)}).float().cpu().numpy()
+        return [out[k, :len(a)].astype(np.float64) for k, a in enumerate(alts)]
     vec = torch.zeros(n, width, b["query"].shape[-1], dtype=b["query"].dtype)
     for k, a in enumerate(alts):
         if a:
@@ -334,8 +348,14 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
     plan: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for did, qs in sorted(scores.items()):
         p_ans = {q: _p_answer(s) for q, s in qs.items()}
+        key = p_ans.__getitem__
+        if any("perm" in x for (d, _), a in alts.items() if d == did for x in a["alts"][:1]):
+            # ordering: the adversary ranks the recipe order above all 23 wrong orders on most questions
+            # (69% on the demo), which no swap can move; the questions it can move come first
+            movable = {q: float(any(s["alts"] > s["choices"][s["answer"]])) for q, s in qs.items()}
+            key = (lambda q, m=movable, p=p_ans: m[q] + p[q])
         out = {}
-        for q, t in sorted(target_ranks(qs, p_ans.__getitem__, solved_share).items()):
+        for q, t in sorted(target_ranks(qs, key, solved_share).items()):
             a = alts.get((did, q))
             if not a:
                 continue

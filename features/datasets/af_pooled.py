@@ -16,7 +16,11 @@ solves too easily gets a distractor (coherence: a foreign image) it finds plausi
 `distractors` (coherence: the foreign image's fields), `choice_items`, `af_pools` and `n_closer`
 follow the new choice; its `af_scores` entry (coherence: all four) becomes null, since that ensemble
 never scored it; `af_pooled_swaps` records each swap with the round and the adversary's logits. The
-knob-3 flags are kept, so every knob holds; the drop runs after the last round.
+knob-3 flags are kept, so every knob holds; the drop runs after the last round. Visual ordering
+records no alternates: its candidates are the wrong orders AF considered (`af_candidates`), and those
+not shown are its alternates (`order_alternates`); a swap rewrites the choice, its permutation and
+summed distance (`choice_perms`, `choice_summed_distance`), and the distance probe (the smallest
+summed distance) is recomputed.
 """
 from __future__ import annotations
 
@@ -26,8 +30,10 @@ import duckdb
 import numpy as np
 
 from etl.warehouse import load_query, transaction
+from features.datasets.generate import PERMS
 
 SKIP_REASON = "af_pooled_predictable"
+ROUND_DIGITS = 6                 # as the generator rounds its recorded distances
 
 
 def _dumps(x) -> str:
@@ -44,11 +50,18 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
                                  json_extract(provenance, '$.distractors'),
                                  json_extract(provenance, '$.n_closer_required'),
                                  json_extract_string(provenance, '$.k3_mode'),
-                                 json_extract(provenance, '$.distance_probe_hit')
+                                 json_extract(provenance, '$.distance_probe_hit'),
+                                 CASE WHEN json_exists(provenance, '$.af_candidates') THEN provenance END
                           FROM questions WHERE list_contains(?, dataset_id) ORDER BY dataset_id, qid""",
                        [dataset_ids]).fetchall()
     out = {}
-    for d, q, answer, choices, alts, dis, need, mode, hit in rows:
+    for d, q, answer, choices, alts, dis, need, mode, hit, order_prov in rows:
+        if order_prov is not None:                      # ordering: the candidate wrong orders not shown
+            alts = order_alternates(json.loads(order_prov), list(choices))
+            if alts:
+                out[(d, q)] = {"alts": alts, "closer": [False] * 4, "need": 0, "exact": False,
+                               "choices": list(choices), "probe_hit": False}
+            continue
         alts = json.loads(alts) if alts else []
         if not alts:
             continue
@@ -58,6 +71,35 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
                        "exact": mode == "balanced", "choices": list(choices),
                        "probe_hit": bool(json.loads(hit or "false"))}
     return out
+
+
+def _encode_order(like: str, ids: list[str]) -> str:
+    """An ordering choice (its image ids in order) written as the question's other choices are (`like`):
+    `questions.ordering` joins quote-free ids by hand and JSON-encodes the rest."""
+    plain = '["' + '", "'.join(json.loads(like)) + '"]'
+    return '["' + '", "'.join(ids) + '"]' if like == plain else json.dumps(ids)
+
+
+def order_alternates(p: dict, choices: list[str]) -> list[dict]:
+    """Visual ordering: the wrong orders AF considered (`af_candidates`, permutation numbers, in the knob's
+    draw order) that the question does not show now, each as {"perm", "seq": its image ids in order,
+    "item": the choice string it would be, "closer": False}. Knob 2 of ordering is a sampling weight over
+    the 23 wrong orders, so every candidate is knob-valid; knob 3 does not apply."""
+    items = p["question_items"]
+    shown = {PERMS.index(tuple(c)) for c in p["choice_perms"]}
+    out = []
+    for n in p["af_candidates"]:
+        if n in shown:
+            continue
+        seq = [items[i] for i in PERMS[n]]
+        out.append({"perm": int(n), "seq": seq, "item": _encode_order(choices[0], seq), "closer": False})
+    return out
+
+
+def summed_distance(seq: list[str], vectors: dict[str, np.ndarray]) -> float:
+    """An order's summed cosine distance of consecutive images, as `questions.ordering` computes it."""
+    v = np.stack([np.asarray(vectors[i], dtype=np.float32) for i in seq]).astype(np.float64)
+    return float(sum(1.0 - v[t] @ v[t + 1] for t in range(len(seq) - 1)))
 
 
 # what a coherence question's provenance says of its foreign image, and the alternate's field for each
@@ -99,10 +141,27 @@ def _swap(p: dict, choices: list[str], answer: int, col: int, alt_ix: int, rnd: 
                                                 "logit_answer": logits[2]})
 
 
+def _swap_order(p: dict, choices: list[str], col: int, alts: list[dict], alt_ix: int, rnd: int, logits: tuple,
+                vectors: dict[str, np.ndarray]) -> None:
+    """Visual ordering: wrong order `col` becomes alternate `alt_ix` of `alts` (`order_alternates` of the
+    question before this round's swaps), with its permutation and summed distance (in place)."""
+    new = alts[alt_ix]
+    old = PERMS.index(tuple(p["choice_perms"][col]))
+    choices[col] = new["item"]
+    p["choice_perms"][col] = list(PERMS[new["perm"]])
+    p["choice_summed_distance"][col] = round(summed_distance(new["seq"], vectors), ROUND_DIGITS)
+    p["af_scores"][col] = None
+    p.setdefault("af_pooled_swaps", []).append({"round": rnd, "choice": col, "out": old, "in": new["perm"],
+                                                "logit_in": logits[0], "logit_out": logits[1],
+                                                "logit_answer": logits[2]})
+
+
 def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[tuple[int, int]]]],
-                scores: dict[str, dict[str, dict]], rnd: int) -> dict[str, int]:
+                scores: dict[str, dict[str, dict]], rnd: int,
+                vectors: dict[str, np.ndarray] | None = None) -> dict[str, int]:
     """Carry out each question's (choice column, alternate index) swaps of round `rnd`; returns the
-    number of questions changed per dataset. The content hash and distance probe are rewritten."""
+    number of questions changed per dataset. The content hash and distance probe are rewritten.
+    Visual ordering needs the question images' `vectors` (a swapped-in order's summed distance)."""
     out = {}
     for did, qs in sorted(swaps.items()):
         todo = {q: sw for q, sw in qs.items() if sw}
@@ -114,8 +173,14 @@ def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[
         new = []
         for qid, question, choices, answer, prov in rows:
             p, question, choices, s = json.loads(prov), list(question), list(choices), scores[did][qid]
+            orders = order_alternates(p, choices) if "af_candidates" in p else None
             for col, j in todo[qid]:
-                if s["alts"].ndim == 2:
+                if orders is not None:
+                    if vectors is None:
+                        raise ValueError("swapping visual ordering choices needs the question images' vectors")
+                    _swap_order(p, choices, col, orders, j, rnd,
+                                (float(s["alts"][j]), float(s["choices"][col]), float(s["choices"][answer])), vectors)
+                elif s["alts"].ndim == 2:
                     _swap_foreign(p, question, choices, answer, j, rnd, s["choices"].tolist(), s["alts"][j].tolist())
                 else:
                     _swap(p, choices, answer, col, j, rnd,
@@ -147,6 +212,8 @@ def _rewrite(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
         p = json.loads(prov)
         if "distance_probe_hit" in p:                   # coherence: recorded per foreign image
             hits += bool(p["distance_probe_hit"])
+        elif "choice_summed_distance" in p:             # ordering: the smallest summed distance
+            hits += int(np.argmin(p["choice_summed_distance"])) == answer
         elif "distractors" in p and "d_answer_q" in p:
             dq = [d["dist_q"] for d in p["distractors"]]
             dq.insert(answer, p["d_answer_q"])

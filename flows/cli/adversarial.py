@@ -39,9 +39,9 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                 min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
                                                "the plain setting's questions (0.4: the kept-share bound)."),
                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
-                rounds: int = typer.Option(2, "--rounds", help="Visual cloze: rounds of swapping in "
-                                           "distractors the adversary finds plausible before the drop (0: drop "
-                                           "only)."),
+                rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors "
+                                           "(coherence: foreign images; ordering: wrong orders) the adversary "
+                                           "finds plausible before the drop (0: drop only)."),
                 solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
                                                    "dataset's questions the adversary may still solve."),
                 keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "

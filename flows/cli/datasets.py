@@ -49,9 +49,9 @@ def generate_cmd(
                                                    "AF variants (ordering's not) unless --no-adversarial."),
         af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3)."),
         af_drop: AfDrop = typer.Option(AfDrop.linear, "--af-drop", help="AF's drop of the questions its question-only "
-                                       "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze "
-                                       "and coherence: none here; `mrqa af-pool --min-kept 0.4` must follow and "
-                                       "drops by the stronger pooled GM3C adversary, with that room)."),
+                                       "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze, "
+                                       "coherence and ordering: none here; `mrqa af-pool --min-kept 0.4` must "
+                                       "follow and drops by the stronger pooled GM3C adversary, with that room)."),
         distractors: Optional[Distractors] = typer.Option(
             None, "--distractors", help="ball (default): the knob-2 ball (the paper); matched: visual coherence "
             "at knobs 0-0 only, the foreign image whose cosines to the shown ones match a photo of the recipe's own "
