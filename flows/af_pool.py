@@ -111,7 +111,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
-            top = _above_all(scores) if task == "visual_ordering" else {}
+            top = _above_all(scores) if task in ("visual_ordering", "visual_coherence") else {}
             for d in ids:
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
                                     "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
@@ -153,13 +153,20 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
 
 
 def _above_all(scores: dict[str, dict[str, dict]]) -> dict[str, float]:
-    """Per dataset, the share of questions whose answer the adversary scores above every other choice and
-    every alternate (cloze and ordering: one logit each): no swap can make it miss them, so they bound
-    what the rounds can do (ordering: the recipe order above all 23 wrong orders)."""
+    """Per dataset, the share of questions the adversary solves whatever the swap: the answer above every
+    other choice and every alternate (ordering: the recipe order above all 23 wrong orders), or for
+    coherence above the other three choices with each alternate as the foreign image. No swap can make
+    it miss them, so they bound what the rounds can do."""
     out = {}
     for d, qs in scores.items():
-        hit = [bool((np.delete(s["choices"], s["answer"]) < s["choices"][s["answer"]]).all()
-                    and (np.asarray(s["alts"]) < s["choices"][s["answer"]]).all()) for s in qs.values()]
+        hit = []
+        for s in qs.values():
+            a, ch, alts = s["answer"], s["choices"], np.asarray(s["alts"])
+            sets = np.vstack([ch[None, :], alts]) if alts.ndim == 2 and len(alts) else ch[None, :]
+            ok = bool((np.delete(sets, a, axis=1) < sets[:, a:a + 1]).all())
+            if alts.ndim == 1:
+                ok = ok and bool((alts < ch[a]).all())
+            hit.append(ok)
         out[d] = round(float(np.mean(hit)), 4) if hit else 0.0
     return out
 

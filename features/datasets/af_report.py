@@ -90,6 +90,14 @@ def af_report(con, lance_uri: str) -> list[dict]:
                                WHERE dataset_id = ? AND reason = 'af_text_twin'""", [did]).fetchone()[0]
         posable = adv["n_knob_questions"] - int(twins)
         row.update({"twin_dropped": int(twins), "kept_of_posable": round(n / posable, 4) if posable > 0 else None})
+        # the dataset as it is now: the report's learned probe (its row is removed when the dataset
+        # changes, and kept only while it covers this many questions) and the pooled step's figure
+        now = con.execute("SELECT qo_acc FROM bias_metrics WHERE dataset_id = ? AND n_questions = ?",
+                          [did, n]).fetchall()
+        pooled = params.get("af_pooled") or {}
+        row.update({"probe_now": now[0][0] if now and now[0][0] is not None else None,
+                    "pooled_dropped": pooled.get("dropped"),
+                    "pooled_adversary_kept": pooled.get("oof_question_only_acc_kept")})
         if task != "textual_cloze":
             if enc not in vectors:
                 vectors[enc] = _vectors(lance_uri, enc)
@@ -158,20 +166,27 @@ def bench_fit(con, lance_uri: str, dataset_id: str) -> dict:
 def format_table(rows: list[dict]) -> str:
     """The printed report: a legend, then one line per AF dataset (what `mrqa af-report` shows)."""
     f = lambda x: "-" if x is None else f"{100 * x:.1f}%"
-    out = ["probe: the learned question-only probe on the knob questions (before) and the kept AF questions "
-           "(after);", "kept: AF's own selection, of the knob questions (before `mrqa af-pool`, which may drop more); "
+    out = ["probe: the learned question-only probe on the knob questions (before), on AF's own selection "
+           "(after), and on the dataset as it is now, after `mrqa af-pool` where it ran (now: `mrqa report`'s "
+           "figure; '-' until the report runs);",
+           "af-pool: the questions the pooled adversary dropped, and its own out-of-fold GM3C question-only "
+           "figure on the kept ones ('-': not filtered by it; `mrqa af-check` is the check);",
+           "kept: AF's own selection, of the knob questions (before `mrqa af-pool`, which may drop more); "
            "of posable: the dataset's questions now, of the knob questions left once those whose only "
            "candidates are text twins of the answer (two right answers) are gone;",
            "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
            "before the drop rule;", "oracle: the choice nearest the recipe's own step text (the question "
            "answered by reading)",
            f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'of posable':>10s} "
-           f"{'probe before':>13s} {'after':>6s} {'adversary':>10s} {'oracle before':>14s} {'after':>6s}"]
+           f"{'probe before':>13s} {'after':>6s} {'now':>6s} {'adversary':>10s} {'af-pool dropped':>16s} "
+           f"{'GM3C':>6s} {'oracle before':>14s} {'after':>6s}"]
     for r in rows:
+        dropped = "-" if r.get("pooled_dropped") is None else f"{r['pooled_dropped']:,d}"
         out.append(f"{r['task']:17s} {r['knobs']:20s} {r['knob_questions']:7d} {r['af_questions']:6d} "
                    f"{f(r['kept_share']):>6s} {f(r.get('kept_of_posable')):>10s} "
-                   f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} "
-                   f"{f(r['adversary_final']):>10s} {f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s}")
+                   f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r.get('probe_now')):>6s} "
+                   f"{f(r['adversary_final']):>10s} {dropped:>16s} {f(r.get('pooled_adversary_kept')):>6s} "
+                   f"{f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s}")
     if not rows:
         out.append("no adversarially filtered datasets; run `mrqa generate --all` or `mrqa generate --task T "
                    "--knobs 0-1-1-af`")

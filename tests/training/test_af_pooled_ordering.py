@@ -184,3 +184,43 @@ def test_deterministic(world, tmp_path_factory):
     finally:
         con.close()
         cm.__exit__(None, None, None)
+
+
+def test_af_report_shows_the_dataset_as_it_is_now(world):
+    """`mrqa af-report` after af-pool: the pooled step's drop and its adversary's figure from the dataset's
+    params, and the learned probe as `mrqa report` computes it on the kept questions ('-' before the report
+    runs); the 'after' column stays AF's own selection."""
+    from features.datasets.af_report import af_report, format_table
+    from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
+    con = world["con"]
+    ids = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE adversarial AND task = ? ORDER BY 1",
+                                     [TASK]).fetchall()]
+    rows = {r["dataset_id"]: r for r in af_report(con, world["paths"].lance)}
+    for did in ids:
+        step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        step = step["af_pooled"]
+        r = rows[did]
+        assert r["pooled_dropped"] == step["dropped"] > 0 and r["af_questions"] == step["scored"] - step["dropped"]
+        assert r["pooled_adversary_kept"] == step["oof_question_only_acc_kept"] and r["probe_now"] is None
+    assert "af-pool dropped" in format_table(list(rows.values()))
+    metrics = compute_bias_metrics(con, ids[:1], world["paths"].lance, progress=False)
+    write_bias_metrics(con, metrics)
+    metrics = {m["dataset_id"]: m for m in metrics}
+    r = {x["dataset_id"]: x for x in af_report(con, world["paths"].lance)}[ids[0]]
+    assert r["probe_now"] == metrics[ids[0]]["qo_acc"] is not None
+    con.execute("DELETE FROM bias_metrics WHERE dataset_id = ?", [ids[0]])      # leave the home as it was
+
+
+def test_above_all_counts_the_questions_no_swap_can_move():
+    """`_above_all`: one alternate scored above the answer (one logit each), or one alternate foreign image
+    with which another choice outscores it (coherence: 4 logits per alternate), makes a question movable."""
+    from flows.af_pool import _above_all
+    ans = np.array([1.0, 3.0, 0.5, 0.2])
+    qs = {"fixed": {"choices": ans, "answer": 1, "alts": np.array([2.9, 1.0])},
+          "movable": {"choices": ans, "answer": 1, "alts": np.array([0.1, 3.5])},
+          "missed": {"choices": ans, "answer": 0, "alts": np.array([0.0])}}
+    assert _above_all({"d": qs}) == {"d": round(1 / 3, 4)}
+    coh = {"fixed": {"choices": ans, "answer": 1, "alts": np.array([[0.0, 2.0, 1.0, 1.5]])},
+           "movable": {"choices": ans, "answer": 1, "alts": np.array([[0.0, 2.0, 2.5, 1.5], [0, 9, 0, 0]])},
+           "no_alternates": {"choices": ans, "answer": 1, "alts": np.zeros((0, 4))}}
+    assert _above_all({"c": coh}) == {"c": round(2 / 3, 4)}
