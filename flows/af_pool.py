@@ -38,6 +38,7 @@ from training.af_pooled import (
     FOLDS,
     ROUNDS,
     SOLVED_SHARE,
+    SWAP_FIRST,
     TAU,
     check_args,
     check_fold_by,
@@ -60,7 +61,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
-                workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe") -> dict:
+                workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
+                swap_first: str = "auto") -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -68,12 +70,18 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart.
     `floor_by`: the `min_kept` floor holds per dataset, or in each of its splits (`drop_plan_by_split`).
     `fold_by`: the adversary's folds, of recipes or with the val and test splits held out whole
-    (`out_of_fold_scores`)."""
+    (`out_of_fold_scores`). `swap_first`: which solved questions the rounds move first, the most
+    confident or those an alternate can move (`swap_plan`); auto: movable for ordering (the adversary
+    reads the recipe order whatever the wrong orders on 69% of the demo's questions), confident
+    otherwise (the demo's visual cloze step and the matched coherence figures)."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
     check_fold_by(fold_by, "--fold-by")
+    first = ("movable" if task == "visual_ordering" else "confident") if swap_first == "auto" else swap_first
+    if first not in SWAP_FIRST:
+        raise ValueError(f"--swap-first must be one of auto, {', '.join(SWAP_FIRST)}, got {swap_first!r}")
     con = connect(paths)
     try:
         rows = af_datasets(con, task, seed, distractors)
@@ -107,7 +115,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             vectors = _vectors(con, paths, ids, sorted(need))
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
                              adversaries, workers, fold_by)
-            plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None)
+            plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None, first)
             done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
@@ -142,7 +150,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                              + ("recipe" if fold_by == "recipe" else "split (val and test each a fold of their own, "
                                 "the train split's recipes the others)"),
                 # recorded only when not the default, so datasets filtered before the option keep their hash
-                **({"fold_by": fold_by} if fold_by != "recipe" else {})}
+                **({"fold_by": fold_by} if fold_by != "recipe" else {}),
+                **({"swap_first": first} if rounds and first != "confident" else {})}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:
         con.close()

@@ -337,23 +337,37 @@ def coherence_swap_for(choices: np.ndarray, answer: int, alt_sets: np.ndarray, t
     return [(int(answer), j)] if abs(ranks[j] - target) < abs(_rank(choices, answer) - target) else []
 
 
+SWAP_FIRST = ("confident", "movable")
+
+
+def movable(s: dict) -> bool:
+    """Whether some alternate of a scored question can make the adversary miss it: one scored above the
+    answer (cloze, ordering), or one with which another choice outscores the answer (coherence)."""
+    a, alts = s["answer"], np.asarray(s["alts"])
+    if alts.ndim == 2:
+        return bool(len(alts)) and bool((np.delete(alts, a, axis=1) > alts[:, a:a + 1]).any())
+    return bool((alts > s["choices"][a]).any())
+
+
 def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
-              solved_share: float = SOLVED_SHARE, vectors: dict[str, np.ndarray] | None = None
-              ) -> dict[str, dict[str, list[tuple[int, int]]]]:
+              solved_share: float = SOLVED_SHARE, vectors: dict[str, np.ndarray] | None = None,
+              first: str = "confident") -> dict[str, dict[str, list[tuple[int, int]]]]:
     """dataset_id -> qid -> its swaps toward the `target_ranks` of its dataset, the most confidently
-    solved questions first. `alts`: (dataset_id, qid) -> {"alts", "closer", "need", "exact", "choices",
-    "probe_hit"} (features/datasets/af_pooled.alternates); questions without alternates are not
-    swapped. Cloze: `swaps_for`, with the centre guard when `vectors` (image id -> unit vector) hold
-    the choices and alternates; coherence: `coherence_swap_for`, with the distance-probe guard."""
+    solved questions first (`first` = "movable": those some alternate can move first, then by
+    confidence; the adversary may solve a question whatever the swap, and those use up the moves).
+    `alts`: (dataset_id, qid) -> {"alts", "closer", "need", "exact", "choices", "probe_hit"}
+    (features/datasets/af_pooled.alternates); questions without alternates are not swapped. Cloze and
+    ordering: `swaps_for`, with the centre guard when `vectors` (image id -> unit vector) hold the
+    choices and alternates; coherence: `coherence_swap_for`, with the distance-probe guard."""
+    if first not in SWAP_FIRST:
+        raise ValueError(f"--swap-first must be one of {', '.join(SWAP_FIRST)} (or auto), got {first!r}")
     plan: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for did, qs in sorted(scores.items()):
         p_ans = {q: _p_answer(s) for q, s in qs.items()}
         key = p_ans.__getitem__
-        if any("perm" in x for (d, _), a in alts.items() if d == did for x in a["alts"][:1]):
-            # ordering: the adversary ranks the recipe order above all 23 wrong orders on most questions
-            # (69% on the demo), which no swap can move; the questions it can move come first
-            movable = {q: float(any(s["alts"] > s["choices"][s["answer"]])) for q, s in qs.items()}
-            key = (lambda q, m=movable, p=p_ans: m[q] + p[q])
+        if first == "movable":
+            m = {q: float(movable(s)) for q, s in qs.items()}
+            key = (lambda q, m=m, p=p_ans: m[q] + p[q])
         out = {}
         for q, t in sorted(target_ranks(qs, key, solved_share).items()):
             a = alts.get((did, q))

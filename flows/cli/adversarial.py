@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Distractors, FloorBy, FoldBy, ListFormat, VisualTask
+from flows.cli.choices import Distractors, FloorBy, FoldBy, ListFormat, SwapFirst, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -69,6 +69,10 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                                "recipes over every split, or with the val and test splits "
                                                "held out whole (split: a held-out question's images were "
                                                "never in training, as in a test split)."),
+                swap_first: SwapFirst = typer.Option(SwapFirst.auto, "--swap-first", help="Which solved "
+                                                     "questions the swap rounds move first: the most confident, "
+                                                     "or those an alternate can move (auto: movable for "
+                                                     "ordering, confident otherwise)."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
@@ -80,7 +84,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
-                       floor_by=floor_by.value, fold_by=fold_by.value)
+                       floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:

@@ -30,6 +30,7 @@ Preset = choices("Preset", ("recipeqa",))                      # features.datase
 AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
 Distractors = choices("Distractors", ("ball", "matched"))      # KnobParams.distractors of the knob settings
 FloorBy = choices("FloorBy", ("dataset", "split"))            # training.af_pooled.FLOOR_BY
+SwapFirst = choices("SwapFirst", ("auto", "confident", "movable"))   # flows.af_pool.af_pool_flow swap_first
 FoldBy = choices("FoldBy", ("recipe", "split"))               # training.af_pooled.FOLD_BY
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))

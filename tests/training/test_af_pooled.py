@@ -376,6 +376,8 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "--keep-solved must be in [0, 1)" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--floor-by", "recipe"])
     assert r.exit_code == 2 and "--floor-by" in r.output and "dataset" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--swap-first", "fastest"])
+    assert r.exit_code == 2 and "--swap-first" in r.output and "movable" in r.output
 
 
 def test_coherence_swap_for_picks_the_foreign_image_nearest_the_target_rank():

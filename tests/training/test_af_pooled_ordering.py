@@ -224,3 +224,24 @@ def test_above_all_counts_the_questions_no_swap_can_move():
            "movable": {"choices": ans, "answer": 1, "alts": np.array([[0.0, 2.0, 2.5, 1.5], [0, 9, 0, 0]])},
            "no_alternates": {"choices": ans, "answer": 1, "alts": np.zeros((0, 4))}}
     assert _above_all({"c": coh}) == {"c": round(2 / 3, 4)}
+
+
+def test_movable_and_swap_first(world):
+    """`movable`: an alternate above the answer (one logit each) or, for coherence, one with which another
+    choice outscores it. Ordering moves the movable questions first by default (recorded); a wrong
+    --swap-first is refused with the choices."""
+    from flows.af_pool import af_pool_flow
+    from training.af_pooled import movable, swap_plan
+    ch = np.array([1.0, 3.0, 0.5, 0.2])
+    assert movable({"choices": ch, "answer": 1, "alts": np.array([0.1, 3.5])})
+    assert not movable({"choices": ch, "answer": 1, "alts": np.array([2.9])})
+    assert movable({"choices": ch, "answer": 1, "alts": np.array([[0.0, 2.0, 2.5, 1.5]])})
+    assert not movable({"choices": ch, "answer": 1, "alts": np.array([[0.0, 2.0, 1.9, 1.5]])})
+    assert not movable({"choices": ch, "answer": 1, "alts": np.zeros((0, 4))})
+    for did, params in world["con"].execute("SELECT dataset_id, params FROM datasets WHERE adversarial AND task = ?",
+                                            [TASK]).fetchall():
+        assert json.loads(params)["af_pooled"]["swap_first"] == "movable", did
+    with pytest.raises(ValueError, match="swap-first"):
+        af_pool_flow.fn(task=TASK, swap_first="fastest")
+    with pytest.raises(ValueError, match="swap-first"):
+        swap_plan({}, {}, first="fastest")
