@@ -75,9 +75,10 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                                                      "ordering, confident otherwise)."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
-    scores every question out of fold (by recipe). Visual cloze: for `--rounds` rounds, the questions it
-    solves beyond a quarter get knob-valid distractors it scores above the answer (the alternates AF
-    recorded). Then the questions it still solves confidently are dropped (skip `af_pooled_predictable`,
+    scores every question out of fold (by recipe). For `--rounds` rounds, the questions it solves beyond a
+    quarter get knob-valid distractors it scores above the answer (the alternates AF recorded; coherence:
+    a foreign image; ordering: the wrong orders AF considered and does not show). Then the questions it
+    still solves confidently are dropped (skip `af_pooled_predictable`,
     params.af_pooled). Run after generating the AF settings; then `mrqa report`."""
     from flows.af_pool import af_pool_flow
     try:
