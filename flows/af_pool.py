@@ -40,6 +40,7 @@ from training.af_pooled import (
     SOLVED_SHARE,
     SWAP_FIRST,
     TAU,
+    above_all_share,
     check_args,
     check_fold_by,
     drop_plan,
@@ -119,7 +120,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
-            top = _above_all(scores) if task in ("visual_ordering", "visual_coherence") else {}
+            top = above_all_share(scores) if task in ("visual_ordering", "visual_coherence") else {}
             for d in ids:
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
                                     "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
@@ -159,25 +160,6 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
     return {"task": task, "datasets": res, **info}
-
-
-def _above_all(scores: dict[str, dict[str, dict]]) -> dict[str, float]:
-    """Per dataset, the share of questions the adversary solves whatever the swap: the answer above every
-    other choice and every alternate (ordering: the recipe order above all 23 wrong orders), or for
-    coherence above the other three choices with each alternate as the foreign image. No swap can make
-    it miss them, so they bound what the rounds can do."""
-    out = {}
-    for d, qs in scores.items():
-        hit = []
-        for s in qs.values():
-            a, ch, alts = s["answer"], s["choices"], np.asarray(s["alts"])
-            sets = np.vstack([ch[None, :], alts]) if alts.ndim == 2 and len(alts) else ch[None, :]
-            ok = bool((np.delete(sets, a, axis=1) < sets[:, a:a + 1]).all())
-            if alts.ndim == 1:
-                ok = ok and bool((alts < ch[a]).all())
-            hit.append(ok)
-        out[d] = round(float(np.mean(hit)), 4) if hit else 0.0
-    return out
 
 
 def _example(task: str, distractors: str) -> str:

@@ -349,6 +349,25 @@ def movable(s: dict) -> bool:
     return bool((alts > s["choices"][a]).any())
 
 
+def above_all_share(scores: dict[str, dict[str, dict]]) -> dict[str, float]:
+    """Per dataset, the share of questions the adversary solves whatever the swap: the answer above every
+    other choice and every alternate (ordering: the recipe order above all 23 wrong orders), or for
+    coherence above the other three choices with each alternate as the foreign image. No swap can make
+    it miss them, so they bound what the rounds can do."""
+    out = {}
+    for d, qs in scores.items():
+        hit = []
+        for s in qs.values():
+            a, ch, alts = s["answer"], s["choices"], np.asarray(s["alts"])
+            sets = np.vstack([ch[None, :], alts]) if alts.ndim == 2 and len(alts) else ch[None, :]
+            ok = bool((np.delete(sets, a, axis=1) < sets[:, a:a + 1]).all())
+            if alts.ndim == 1:
+                ok = ok and bool((alts < ch[a]).all())
+            hit.append(ok)
+        out[d] = round(float(np.mean(hit)), 4) if hit else 0.0
+    return out
+
+
 def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], dict],
               solved_share: float = SOLVED_SHARE, vectors: dict[str, np.ndarray] | None = None,
               first: str = "confident") -> dict[str, dict[str, list[tuple[int, int]]]]:

@@ -212,9 +212,9 @@ def test_af_report_shows_the_dataset_as_it_is_now(world):
 
 
 def test_above_all_counts_the_questions_no_swap_can_move():
-    """`_above_all`: one alternate scored above the answer (one logit each), or one alternate foreign image
+    """`above_all_share`: one alternate scored above the answer (one logit each), or one alternate foreign image
     with which another choice outscores it (coherence: 4 logits per alternate), makes a question movable."""
-    from flows.af_pool import _above_all
+    from training.af_pooled import above_all_share as _above_all
     ans = np.array([1.0, 3.0, 0.5, 0.2])
     qs = {"fixed": {"choices": ans, "answer": 1, "alts": np.array([2.9, 1.0])},
           "movable": {"choices": ans, "answer": 1, "alts": np.array([0.1, 3.5])},
