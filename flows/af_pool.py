@@ -63,7 +63,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
                 workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
-                swap_first: str = "auto") -> dict:
+                swap_first: str = "auto", tree: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -74,7 +74,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     (`out_of_fold_scores`). `swap_first`: which solved questions the rounds move first, the most
     confident or those an alternate can move (`swap_plan`); auto: movable for ordering (the adversary
     reads the recipe order whatever the wrong orders on 69% of the demo's questions), confident
-    otherwise (the demo's visual cloze step and the matched coherence figures)."""
+    otherwise (the demo's visual cloze step and the matched coherence figures). `tree`: the drop also
+    takes what the tree probe solves (`_tree_oof`: gradient-boosted trees on the choice-set cues, pooled
+    over the task's AF datasets), a third list in turn."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if floor_by not in FLOOR_BY:
@@ -137,22 +139,26 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                              fold_by=fold_by)
         oof = verdicts(scores)
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
+        trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
-            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin)
+            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees)
         else:
-            plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin)
+            plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin,
+                             trees)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept, "floor_by": floor_by,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
-                "drop_order": "lists in turn" if linear else "confidence",
+                "drop_order": ("questions on more lists first, then in turn" if tree else
+                               "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only, pooled over the task's AF datasets, out of fold by "
                              + ("recipe" if fold_by == "recipe" else "split (val and test each a fold of their own, "
                                 "the train split's recipes the others)"),
                 # recorded only when not the default, so datasets filtered before the option keep their hash
                 **({"fold_by": fold_by} if fold_by != "recipe" else {}),
-                **({"swap_first": first} if rounds and first != "confident" else {})}
+                **({"swap_first": first} if rounds and first != "confident" else {}),
+                **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {})}
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
     finally:
         con.close()
@@ -177,6 +183,8 @@ def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, n
     return dict(zip(got, np.asarray(mat, dtype=np.float32)))
 
 
+TREE_SEED = 70_001       # the tree adversary's folds and trees: apart from af-check's (its seeds) and the report's
+TREE_MEMBERS = 3         # the drop's tree verdict: the mean log-odds of 3 fold splits (one split's misses are luck)
 LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
 
 
@@ -272,7 +280,6 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     never saw their images (with folds of recipes over every split, a held-out answer has been a
     distractor in training, which lowers the figure); the train split is in folds of recipes. Each
     dataset's figure also comes split by split (`by_split`)."""
-    from features.diagnostics.question_only import accuracy_interval
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
@@ -293,6 +300,7 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         runs = dict(zip(seeds, (verdicts(r) for r in _runs(con, paths, ids, recipe_of, folds,
                                                              [CHECK_SEED + s for s in seeds], size,
                                                              workers=workers, fold_by=fold_by))))
+        trees = {s: _tree_oof(con, paths, ids, task, CHECK_SEED + s, fold_by) for s in seeds}
     finally:
         con.close()
     out = []
@@ -301,20 +309,32 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         if knobs_only and "balanced" in r["setting"]:
             continue
         qids = sorted(runs[seeds[0]][d])
-        hit = np.array([[runs[s][d][q][1] for q in qids] for s in seeds], dtype=np.float64)
-        mean = hit.mean(0)
-        ci = accuracy_interval(mean, [recipe_of[(d, q)] for q in qids], seed=seed)
+        recipes, splits = [recipe_of[(d, q)] for q in qids], [split_of[(d, q)] for q in qids]
         out.append({"dataset_id": d, "setting": r["setting"], "n": len(qids),
-                    "accuracy": round(float(mean.mean()), 4), "ci": [round(x, 4) for x in ci],
-                    "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(seeds, hit)},
-                    "by_split": _by_split(mean, [split_of[(d, q)] for q in qids],
-                                          [recipe_of[(d, q)] for q in qids], seed)})
-        log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f] over %d questions (seeds %s)", d,
-                 out[-1]["accuracy"], *out[-1]["ci"], len(qids), out[-1]["by_seed"])
+                    **_check_figure({s: runs[s][d] for s in seeds}, qids, recipes, splits, seed),
+                    # the tree probe (features/diagnostics/tree_probe.py) on the same folds and seeds: a
+                    # nonlinear model of the choice-set cues, which neither GM3C nor the linear probe is
+                    "tree": _check_figure({s: trees[s].get(d, {}) for s in seeds}, qids, recipes, splits, seed)})
+        log.info("af-check %s: GM3C question-only %.3f [%.3f, %.3f], tree probe %.3f over %d questions (seeds %s)",
+                 d, out[-1]["accuracy"], *out[-1]["ci"], out[-1]["tree"]["accuracy"], len(qids), out[-1]["by_seed"])
     if record and out:
         _record_checks(paths, task, out, list(seeds), folds, size, fold_by)
     return {"task": task, "folds": folds, "seeds": list(seeds), "size": size, "distractors": distractors,
             "fold_by": fold_by, "datasets": out, **({"recorded": len(out)} if record else {})}
+
+
+def _check_figure(runs: dict[int, dict[str, tuple[float, bool]]], qids: list[str], recipes: list[str],
+                  splits: list[str], seed: int) -> dict:
+    """One model's check figure from its verdicts per check seed (qid -> (p, solved)): the mean over the
+    seeds with its 95% interval, each seed's accuracy, and split by split. A question without a verdict
+    (too few questions to fit on) counts as not solved."""
+    from features.diagnostics.question_only import accuracy_interval
+    hit = np.array([[bool(v[q][1]) if q in v else False for q in qids] for v in runs.values()], dtype=np.float64)
+    mean = hit.mean(0)
+    ci = accuracy_interval(mean, recipes, seed=seed)
+    return {"accuracy": round(float(mean.mean()), 4), "ci": [round(x, 4) for x in ci],
+            "by_seed": {int(s): round(float(h.mean()), 4) for s, h in zip(runs, hit)},
+            "by_split": _by_split(mean, splits, recipes, seed)}
 
 
 def _by_split(mean: np.ndarray, splits: list[str], recipes: list[str], seed: int) -> dict[str, dict]:
@@ -343,11 +363,30 @@ def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], f
                                [[r["dataset_id"] for r in out]]).fetchall())
         with transaction(con):
             con.executemany("INSERT OR REPLACE INTO af_checks (dataset_id, content_sha256, task, n, accuracy, "
-                            "ci_low, ci_high, by_seed, seeds, folds, size, computed_at, fold_by, by_split) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "ci_low, ci_high, by_seed, seeds, folds, size, computed_at, fold_by, by_split, "
+                            "tree_accuracy, tree_ci_low, tree_ci_high, tree_by_split) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [[r["dataset_id"], sha[r["dataset_id"]], task, r["n"], r["accuracy"], r["ci"][0],
                               r["ci"][1], json.dumps(r["by_seed"], sort_keys=True), seeds, folds, size, utcnow(),
-                              fold_by, json.dumps(r["by_split"], sort_keys=True)] for r in out])
+                              fold_by, json.dumps(r["by_split"], sort_keys=True), r["tree"]["accuracy"],
+                              r["tree"]["ci"][0], r["tree"]["ci"][1], json.dumps(r["tree"]["by_split"], sort_keys=True)]
+                             for r in out])
     finally:
         con.close()
     log.info("af-check: recorded %d datasets in af_checks", len(out))
+
+
+def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold_by: str, members: int = 1
+              ) -> dict[str, dict[str, tuple[float, bool]]]:
+    """The tree probe's verdict on every question (features/diagnostics/tree_probe.py): trees fitted on
+    the task's AF datasets together, as the pooled GM3C model is, each question scored out of fold
+    (`fold_by` as the adversary's: with `split` the val and the test split each a fold), its folds and
+    trees seeded `tree_seed` (the drop: `TREE_SEED` + the datasets' seed; af-check: its check seeds).
+    `members` > 1: the mean log-odds of that many fold splits (seeds `member_seed(tree_seed, k)`)."""
+    from features.diagnostics.tree_probe import pooled_tree_scores
+    runs = [pooled_tree_scores(con, paths.lance, ids, task, member_seed(tree_seed, k), fold_by)
+            for k in range(members)]
+    answers = runs[0][1]
+    scores = {d: {q: np.round(np.mean([r[0][d][q] for r in runs], axis=0), 6) for q in qs}
+              for d, qs in runs[0][0].items()}
+    return linear_verdicts(scores, answers)

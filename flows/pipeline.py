@@ -49,6 +49,9 @@ AF_POOL_MIN_KEPT = 0.4                                  # its floor: the kept-sh
 AF_POOL_TAU = 0.35                                      # its drop: solved with at least this probability (the
                                                         # room AF's own drop leaves it, `af_pooled_drop`)
 AF_POOL_LINEAR = True                                   # its drop also takes what the linear probe solves
+AF_POOL_TREE = True                                     # and what the tree probe solves (3 fold splits), the
+                                                        # questions on more lists first: without it the trees
+                                                        # read 38-41% of the AF questions (docs/results.md)
 AF_POOL_ADVERSARIES = 2                                 # its models per pass (`--adversaries`), trained in
                                                         # parallel processes: about 20 s more than one
 AF_POOL_FOLD_BY = "split"                               # its folds (`--fold-by`): the val and test splits held
@@ -245,7 +248,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         # stage generated, and a stage of its own would change generate's outputs behind its back
         af_params = {"tasks": list(p["af_pool_tasks"]), "rounds": p["af_pool_rounds"],
                      "min_kept": p["af_pool_min_kept"], "keep_solved": AF_POOL_KEEP_SOLVED, "tau": AF_POOL_TAU,
-                     "drop": "pooled", "linear": AF_POOL_LINEAR, "adversaries": AF_POOL_ADVERSARIES,
+                     "drop": "pooled", "linear": AF_POOL_LINEAR, "tree": AF_POOL_TREE,
+                     "adversaries": AF_POOL_ADVERSARIES,
                      "fold_by": AF_POOL_FOLD_BY} if p["af_pool"] else None
         gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
                       **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {})}
@@ -354,6 +358,7 @@ def _af_pool(paths: Paths, params: dict) -> dict:
                 res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
                                    min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
                                    tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False),
+                                   tree=params.get("tree", False),
                                    adversaries=params.get("adversaries", 1),
                                    fold_by=params.get("fold_by", "recipe"))
             except ValueError as e:      # e.g. too few recipes for its folds: AF's own drop instead

@@ -175,7 +175,8 @@ READING_BOUND = 0.35
 KEPT_BOUND = 0.4             # an AF config that kept less of its knob questions is listed too
 CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty Student"),
                 ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
-                ("pair_rule_acc", "closest pair"), ("gm3c_qo_acc", "GM3C question-only (af-check)"))
+                ("pair_rule_acc", "closest pair"), ("gm3c_qo_acc", "GM3C question-only (af-check)"),
+                ("tree_qo_acc", "tree probe (af-check)"))
 PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
 
 
@@ -229,10 +230,17 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
     out = {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
     if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'af_checks'").fetchone()[0]:
         # `mrqa af-check --record`, where it still measures the dataset as it is (the same content hash)
-        for did, acc in con.execute("""SELECT c.dataset_id, c.accuracy FROM af_checks c JOIN datasets d
-                                         ON d.dataset_id = c.dataset_id AND d.content_sha256 = c.content_sha256
-                                       WHERE list_contains(?, c.dataset_id)""", [ids]).fetchall():
+        # a warehouse opened read-only before migration 106 has no tree column: no tree figure then
+        tree_col = "c.tree_accuracy" if con.execute(
+            "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'af_checks' AND column_name = 'tree_accuracy'"
+        ).fetchone()[0] else "NULL"
+        for did, acc, tree in con.execute(f"""SELECT c.dataset_id, c.accuracy, {tree_col} FROM af_checks c
+                                                JOIN datasets d ON d.dataset_id = c.dataset_id
+                                                               AND d.content_sha256 = c.content_sha256
+                                              WHERE list_contains(?, c.dataset_id)""", [ids]).fetchall():
             out.setdefault(did, {})["gm3c_qo_acc"] = acc
+            if tree is not None:
+                out[did]["tree_qo_acc"] = tree
     return out
 
 
@@ -381,12 +389,13 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           "choice's distances from the question), the centre of the choices (the choice nearest the other "
           "choices, the question unseen), the closest pair (visual coherence: of the two images most alike, the "
           "one less like the other two), the learned question-only probe (all scored questions, and "
-          "the test split, with 95% intervals), and GM3C question-only on every question, cross-fitted "
-          "(`mrqa af-check --record`, AF datasets). – = not measured.", "",
+          "the test split, with 95% intervals), and GM3C question-only and the tree probe (gradient-boosted "
+          "trees on the choice-set cues) on every question, cross-fitted (`mrqa af-check --record`, AF "
+          "datasets). – = not measured.", "",
           "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
           "centre of the choices | closest pair | question-only probe | question-only probe (test) | "
-          "GM3C question-only |",
-          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+          "GM3C question-only | tree probe |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
         b = bias.get(did, {})
         n_rec = meta.get(did, (None, None, None))[2]
@@ -394,7 +403,8 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                   + f" | {'' if n_rec is None else f'{n_rec:,d}'} | {_pct(b.get('hasty_student_acc'))} | "
                     f"{_pct(b.get('probe_acc'))} | {_pct(b.get('centre_rule_acc'))} | "
                     f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
-                    f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} | {_pct(b.get('gm3c_qo_acc'))} |")
+                    f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} | {_pct(b.get('gm3c_qo_acc'))} | "
+                    f"{_pct(b.get('tree_qo_acc'))} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]
     md += reading_caveats([(d["config"], bias.get(did, {})) for did, d in dsets.items()], _kept(con, dsets))

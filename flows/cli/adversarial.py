@@ -56,6 +56,9 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
                 linear: bool = typer.Option(False, "--linear/--no-linear", help="The drop also takes what the "
                                             "linear learned question-only probe solves (cross-fitted, folds "
                                             "apart from the report's); the demo's drop does."),
+                tree: bool = typer.Option(False, "--tree/--no-tree", help="The drop also takes what the tree "
+                                          "probe solves (gradient-boosted trees on the choice-set cues, pooled, "
+                                          "cross-fitted on folds of its own), a third list in turn."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball) or coherence's "
@@ -85,7 +88,7 @@ def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
-                       floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value)
+                       floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
@@ -142,3 +145,11 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
         typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * r['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
                    f"{'':14s}" + " ".join(f"{100 * v:.1f}" for v in r["by_seed"].values()) + "   "
                    + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in r["by_split"].items()))
+    typer.echo(f"\n{'setting':20s} {'questions':>9s}  tree probe (cross-fitted, folds alike)   by seed"
+               f"{'':3s}by split: questions, accuracy")
+    for r in res["datasets"]:
+        t = r["tree"]
+        lo, hi = t["ci"]
+        typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * t['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
+                   f"{'':21s}" + " ".join(f"{100 * v:.1f}" for v in t["by_seed"].values()) + "   "
+                   + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in t["by_split"].items()))

@@ -237,6 +237,14 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     fold_by, by_split = con.execute("SELECT fold_by, by_split FROM af_checks WHERE dataset_id = ?",
                                     [matched_af]).fetchone()
     assert fold_by == chk["fold_by"] == "split" and json.loads(by_split) == chk["datasets"][0]["by_split"]
+    # the tree probe's figure beside it, recorded and read by the card's rules the same way
+    tree = chk["datasets"][0]["tree"]
+    assert 0 <= tree["accuracy"] <= 1 and tree["ci"][0] <= tree["accuracy"] <= tree["ci"][1]
+    assert sum(v["n"] for v in tree["by_split"].values()) == chk["datasets"][0]["n"]
+    t_acc, t_split = con.execute("SELECT tree_accuracy, tree_by_split FROM af_checks WHERE dataset_id = ?",
+                                 [matched_af]).fetchone()
+    assert t_acc == tree["accuracy"] and json.loads(t_split) == tree["by_split"]
+    assert _bias(con, [matched_af])[matched_af]["tree_qo_acc"] == t_acc
     sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [matched_af]).fetchone()[0]
     con.execute("UPDATE datasets SET content_sha256 = 'changed' WHERE dataset_id = ?", [matched_af])
     assert "gm3c_qo_acc" not in _bias(con, [matched_af]).get(matched_af, {})       # stale: not read

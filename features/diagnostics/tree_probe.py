@@ -1,0 +1,158 @@
+"""A nonlinear question-only probe: gradient-boosted trees on the choice-set cues.
+
+The linear probe (question_only.py) gives each feature of a choice one weight. Its set-level features
+(`question_only.set_features`: the choice's distance to the question, its spread among the choices, its
+similarity to each shown item, each as a value, gaps and a rank) carry cues a linear model cannot
+combine: "the answer is the second most central choice when the gap to the centre is small" is one
+split of a tree and no weight of a logit. A sceptical reviewer tries a tree next, so this module is
+that model:
+
+- `tree_features`: the 17 set-level features of each choice and the same minus the question's mean
+  over its choices (34), from the probe's own features (`question_only.task_features`); no raw vector
+  dimensions (with them the trees fit noise: measured lower on the demo's AF datasets). Ordering has
+  only the distance part (its candidate orders' consecutive cosines): there the trees see the Hasty
+  Student's cue and no direction, which the linear probe and GM3C read.
+- `TreeModel`: sklearn HistGradientBoostingClassifier, one binary "is the answer" model over every
+  choice, the choice with the highest log-odds picked; early stopping on a seeded 15% of the rows;
+  one OpenMP thread, so the same inputs give the same scores.
+- `tree_scores`: every question scored by a model that never saw its recipe (folds of recipes), or
+  with `fold_by="split"` the val and the test split held out whole (their photos are never another
+  fold's distractors: the pooled adversary's and af-check's folds).
+- `tree_probe`: the probe on one dataset's resolved questions, with 95% intervals, like the linear one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from features.diagnostics.question_only import N_SET_FEATURES, QuestionOnlyResult, accuracy_interval, recipe_folds
+
+TREE_FOLDS = 4
+TREE_PARAMS = {"max_iter": 300, "learning_rate": 0.05, "max_leaf_nodes": 15, "early_stopping": True,
+               "validation_fraction": 0.15, "n_iter_no_change": 10}
+FOLD_BY = ("recipe", "split")
+
+
+def tree_features(X: np.ndarray) -> np.ndarray:
+    """(n, c, f) probe features (`task_features`, the set-level ones last) -> (n, c, 2 x 17): the set-level
+    features and the same less their mean over the question's choices."""
+    S = np.asarray(X, dtype=np.float32)[..., -N_SET_FEATURES:]
+    return np.concatenate([S, S - S.mean(axis=1, keepdims=True)], axis=-1).astype(np.float32)
+
+
+@dataclass
+class TreeModel:
+    """Gradient-boosted trees scoring each choice alone (the same model for every slot)."""
+    seed: int = 0
+
+    def fit(self, F: np.ndarray, y: np.ndarray) -> TreeModel:
+        """F (n, c, f) choice features, y (n,) the answer's index."""
+        from sklearn.ensemble import HistGradientBoostingClassifier
+        from threadpoolctl import threadpool_limits
+        n, c, f = F.shape
+        if n == 0:
+            raise ValueError("TreeModel.fit needs at least one question")
+        target = np.zeros((n, c), dtype=np.int64)
+        target[np.arange(n), np.asarray(y, dtype=np.int64)] = 1
+        self.model = HistGradientBoostingClassifier(random_state=self.seed, **TREE_PARAMS)
+        with threadpool_limits(1, user_api="openmp"):      # one thread: the same trees on any machine
+            self.model.fit(F.reshape(-1, f), target.reshape(-1))
+        return self
+
+    def scores(self, F: np.ndarray) -> np.ndarray:
+        """(n, c) log-odds that each choice is the answer."""
+        from threadpoolctl import threadpool_limits
+        n, c, f = F.shape
+        if n == 0:
+            return np.zeros((0, c))
+        with threadpool_limits(1, user_api="openmp"):
+            return np.round(self.model.decision_function(F.reshape(-1, f)).reshape(n, c), 6)
+
+
+def folds_for(groups, splits=None, n_folds: int = TREE_FOLDS, seed: int = 0, fold_by: str = "recipe") -> np.ndarray:
+    """Fold of every question: `recipe`, `n_folds` folds of recipes; `split`, the val and the test
+    split each a fold of its own and the other splits' recipes in `n_folds` folds."""
+    if fold_by not in FOLD_BY:
+        raise ValueError(f"fold_by must be one of {', '.join(FOLD_BY)}, got {fold_by!r}")
+    fold = recipe_folds(groups, n_folds, seed)
+    if fold_by == "split" and splits is not None:
+        s = np.asarray([str(x) for x in splits], dtype=object)
+        fold = np.where(s == "val", n_folds, np.where(s == "test", n_folds + 1, fold))
+    return fold
+
+
+def tree_scores(F: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0) -> np.ndarray:
+    """(n, c) out-of-fold log-odds: each fold's questions scored by trees fitted on the others (zeros
+    where nothing is left to fit on)."""
+    F = np.asarray(F, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    out = np.zeros(F.shape[:2])
+    for k in np.unique(fold):
+        test = fold == k
+        if (~test).any() and len(np.unique(y[~test])) and (~test).sum() >= 10:
+            out[test] = TreeModel(seed).fit(F[~test], y[~test]).scores(F[test])
+    return out
+
+
+def tree_result(scores: np.ndarray, answers: np.ndarray, groups, splits=None, seed: int = 0,
+                n_folds: int = TREE_FOLDS) -> QuestionOnlyResult:
+    """Accuracy with 95% intervals (`accuracy_interval`) of out-of-fold scores, overall and on the test split."""
+    answers = np.asarray(answers, dtype=np.int64)
+    groups = [str(g) for g in groups]
+    c = scores.shape[1] if scores.ndim == 2 else 4
+    correct = scores.argmax(1) == answers
+    test = np.array([s == "test" for s in splits]) if splits is not None else np.zeros(len(answers), dtype=bool)
+    tg = [g for g, t in zip(groups, test) if t]
+    return QuestionOnlyResult(float(correct.mean()), accuracy_interval(correct, groups, seed=seed), len(answers),
+                              float(correct[test].mean()) if test.any() else None,
+                              accuracy_interval(correct[test], tg, seed=seed) if test.any() else None,
+                              int(test.sum()), 1.0 / c, n_folds, scores)
+
+
+def tree_probe(X: np.ndarray, answers: np.ndarray, groups, splits=None, n_folds: int = TREE_FOLDS, seed: int = 0,
+               fold_by: str = "recipe", min_questions: int = 20) -> QuestionOnlyResult:
+    """The tree probe on one dataset's probe features X (n, c, f): cross-fitted accuracy with 95%
+    intervals. None accuracies when there are fewer than `min_questions` questions or than 2 recipes."""
+    X = np.asarray(X, dtype=np.float32)
+    n, c = X.shape[:2]
+    if n < min_questions or len({str(g) for g in groups}) < 2:
+        return QuestionOnlyResult(None, None, n, None, None, 0, 1.0 / c if c else 0.25, n_folds)
+    fold = folds_for(groups, splits, n_folds, seed, fold_by)
+    return tree_result(tree_scores(tree_features(X), answers, fold, seed), answers, groups, splits, seed, n_folds)
+
+
+def pooled_tree_scores(con, lance_uri: str, dataset_ids: list[str], task: str, seed: int = 0,
+                       fold_by: str = "recipe", n_folds: int = TREE_FOLDS
+                       ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
+    """Out-of-fold tree scores of every question of `dataset_ids` (one task, one encoder), the trees
+    fitted on all of them together (a cue shared by the settings is learned from all their questions):
+    (dataset_id -> qid -> (c,) log-odds, dataset_id -> qid -> answer). A recipe's questions of every
+    dataset sit in one fold."""
+    from features.diagnostics.bias import VectorLookup, resolve_dataset
+    from features.diagnostics.question_only import task_features
+    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
+                      [dataset_ids]).fetchall()
+    if len(enc) != 1:
+        raise ValueError(f"the datasets must share one encoder, got {sorted(str(e[0]) for e in enc)}")
+    lookup = VectorLookup(lance_uri, enc[0][0], "title" if task == "textual_cloze" else "image")
+    parts, keys, answers, groups, splits = [], [], [], [], []
+    for d in dataset_ids:
+        res = resolve_dataset(con, d, lookup, task)
+        if not res.qids:
+            continue
+        parts.append(tree_features(task_features(task, res.question_rows, res.choice_rows, lookup.mat)))
+        keys += [(d, q) for q in res.qids]
+        answers.append(res.answers)
+        groups += res.recipe_ids
+        splits += res.splits
+    if not parts:
+        return {}, {}
+    F, y = np.concatenate(parts), np.concatenate(answers)
+    s = tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    ans: dict[str, dict[str, int]] = {}
+    for (d, q), row, a in zip(keys, s, y.tolist()):
+        out.setdefault(d, {})[q] = row
+        ans.setdefault(d, {})[q] = a
+    return out, ans
