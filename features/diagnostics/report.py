@@ -45,7 +45,8 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id",
                  ("n_recipes", "recipes"), ("hasty_student_acc", "Hasty Student"),
                  ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
                  ("pair_rule_acc", "closest pair (coherence)"), ("qo_acc", "learned probe (95% CI)"),
-                 ("qo_test_acc", "learned probe, test split (95% CI)"), ("recipe_coverage", "recipe coverage"),
+                 ("qo_test_acc", "learned probe, test split (95% CI)"),
+                 ("tree_acc", "tree probe, AF datasets (95% CI)"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
 
@@ -105,7 +106,7 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
     questions, narrower interval than the test split's)."""
     def key(r):
         qo, pr, cr, cp = r.get("qo_acc"), r.get("probe_acc"), r.get("centre_rule_acc"), r.get("pair_rule_acc")
-        best = max((v for v in (qo, pr, cr, cp) if v is not None), default=None)
+        best = max((v for v in (qo, pr, cr, cp, r.get("tree_acc")) if v is not None), default=None)
         return (best is None, -(best or 0.0), -(pr or 0.0), r["dataset_id"])
     return sorted(rows, key=key)
 
@@ -115,7 +116,8 @@ def _fmt(v, col: str) -> str:
         return "–"
     if col in ("qo_acc", "qo_test_acc"):
         return f"{100 * v:.1f}%"
-    if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "recipe_coverage"):
+    if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "recipe_coverage", "tree_acc",
+               "tree_test_acc"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"
@@ -143,7 +145,7 @@ def with_wilson(entry: dict, metric: str, with_n: bool = False) -> str:
 
 def with_interval(r: dict, col: str) -> str:
     """A learned-probe accuracy with its 95% interval, e.g. `76.7% [73.0, 80.1] n=300`."""
-    prefix = "qo_test" if col == "qo_test_acc" else "qo"
+    prefix = "qo_test" if col == "qo_test_acc" else "tree" if col == "tree_acc" else "qo"
     lo, hi = r.get(f"{prefix}_ci_low"), r.get(f"{prefix}_ci_high")
     if r.get(col) is None or lo is None or hi is None:
         return _fmt(r.get(col), col)
@@ -154,7 +156,7 @@ def with_interval(r: dict, col: str) -> str:
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
     def cell(r, col):
-        if col in ("qo_acc", "qo_test_acc"):
+        if col in ("qo_acc", "qo_test_acc", "tree_acc"):
             return with_interval(r, col)
         if col in ("hasty_student_acc", "probe_acc") and r.get("split_metrics"):
             return with_wilson(_split_entry(r), col.removesuffix("_acc"))
@@ -566,7 +568,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             axes.update({p.name: p.axes for p in (hist, knobs, adv, spl) if p})
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
                               "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
-                              "pair_rule_acc": r.get("pair_rule_acc"),
+                              "pair_rule_acc": r.get("pair_rule_acc"), "tree_acc": r.get("tree_acc"),
                               **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
@@ -602,6 +604,8 @@ def format_ordering(tasks: dict[str, dict]) -> list[str]:
                       f"hasty {_fmt(r['hasty_student_acc'], 'hasty_student_acc'):>6s}  "
                       f"centre {_fmt(r.get('centre_rule_acc'), 'centre_rule_acc'):>6s}  "
                       + (f"pair {_fmt(r.get('pair_rule_acc'), 'pair_rule_acc'):>6s}  " if task == "visual_coherence"
-                         else "") + r["dataset_id"]
+                         else "")
+                      + (f"tree {_fmt(r.get('tree_acc'), 'tree_acc'):>6s}  " if r.get("tree_acc") is not None else "")
+                      + r["dataset_id"]
                       for r in ordering]
     return lines

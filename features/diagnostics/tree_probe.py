@@ -156,3 +156,74 @@ def pooled_tree_scores(con, lance_uri: str, dataset_ids: list[str], task: str, s
         out.setdefault(d, {})[q] = row
         ans.setdefault(d, {})[q] = a
     return out, ans
+
+
+TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
+
+
+def tree_table(home: str, task: str, seeds: tuple[int, ...] = (0, 1, 2), fold_by: str = "split",
+               matched: bool = False) -> list[dict]:
+    """The tree probe on every AF dataset of `task` in the home at `home` (the knob settings', or with
+    `matched` coherence's matched ones), pooled and cross-fitted per seed: per dataset its setting,
+    questions, the mean accuracy over the seeds with a 95% interval, and on the val and test questions.
+    Read-only; any task, textual cloze included (af-check covers the visual ones next to GM3C)."""
+    from pathlib import Path
+
+    import duckdb
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    db = Path(home) / "warehouse.duckdb"
+    if not db.exists():
+        raise LookupError(f"no warehouse at {db}: run `mrqa --home {home} demo` first")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = [(d, s) for d, s in con.execute(
+            "SELECT dataset_id, setting FROM datasets WHERE task = ? AND setting LIKE '%-af' AND n_questions > 0 "
+            "ORDER BY setting", [task]).fetchall() if ("-matched-" in s) == matched]
+        if not rows:
+            raise LookupError(f"no AF datasets of {task} in {db}: run `mrqa generate --task {task} --knobs 0-1-1-af`")
+        ids = [d for d, _ in rows]
+        meta = {(d, q): (r, sp) for d, q, r, sp in con.execute(
+            "SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)",
+            [ids]).fetchall()}
+        runs = [pooled_tree_scores(con, str(Path(home) / "lance"), ids, task, s, fold_by) for s in seeds]
+    finally:
+        con.close()
+    out = []
+    for d, setting in rows:
+        qids = sorted(runs[0][0].get(d, {}))
+        if not qids:
+            continue
+        hit = np.array([[int(np.argmax(sc[d][q])) == ans[d][q] for q in qids] for sc, ans in runs], np.float64)
+        mean = hit.mean(0)
+        ci = accuracy_interval(mean, [meta[(d, q)][0] for q in qids])
+        vt = np.array([meta[(d, q)][1] in ("val", "test") for q in qids])
+        out.append({"dataset_id": d, "setting": setting, "n": len(qids), "accuracy": round(float(mean.mean()), 4),
+                    "ci": [round(x, 4) for x in ci], "by_seed": [round(float(h.mean()), 4) for h in hit],
+                    "val_test": round(float(mean[vt].mean()), 4) if vt.any() else None})
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description="The tree probe (gradient-boosted trees on the choice-set cues) on "
+                                             "every AF dataset of a task, pooled and cross-fitted.")
+    ap.add_argument("--home", required=True)
+    ap.add_argument("--task", default="visual_cloze", choices=TASKS)
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (each its own fold split)")
+    ap.add_argument("--fold-by", default="split", choices=FOLD_BY)
+    ap.add_argument("--matched", action="store_true", help="coherence's matched AF datasets instead")
+    args = ap.parse_args()
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    except ValueError:
+        ap.exit(2, f"error: --seeds must be comma-separated integers, got {args.seeds!r}\n")
+    if not seeds:
+        ap.exit(2, "error: --seeds needs at least one seed\n")
+    try:
+        table = tree_table(args.home, args.task, seeds, args.fold_by, args.matched)
+    except LookupError as e:
+        ap.exit(2, f"error: {e}\n")
+    for row in table:
+        print(json.dumps(row))

@@ -532,6 +532,29 @@ def test_af_check_reads_every_question_out_of_fold_with_an_interval(home):
         assert sum(v["n"] * v["accuracy"] for v in by.values()) / r["n"] == pytest.approx(r["accuracy"], abs=1e-3)
         assert all(v["ci"][0] <= v["accuracy"] <= v["ci"][1] for v in by.values())
     assert a["datasets"] == [r for r in b["datasets"] if "balanced" not in r["setting"]]   # deterministic
+    for r in b["datasets"]:                                      # the tree probe beside it, on the same terms
+        t = r["tree"]
+        assert set(t["by_seed"]) == {0, 1} and t["ci"][0] <= t["accuracy"] <= t["ci"][1]
+        assert t["accuracy"] == pytest.approx(sum(t["by_seed"].values()) / 2, abs=1e-4)
+        assert sum(v["n"] for v in t["by_split"].values()) == r["n"]
+
+
+def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
+    """bias_metrics' tree figures: the AF datasets of a task, from trees fitted on them together (the val
+    and the test split held out whole, as af-check's tree with the report's seed), None elsewhere."""
+    from features.diagnostics.bias import compute_bias_metrics
+    from features.diagnostics.tree_probe import pooled_tree_scores
+    con = home["con"]
+    rows = compute_bias_metrics(con, None, home["paths"].lance, seed=0, progress=False, workers=1)
+    af = {r["dataset_id"]: r for r in rows if r["adversarial"] and r["task"] == "visual_cloze" and r["n_scored"]}
+    assert af and all(r["tree_acc"] is None for r in rows if not r["adversarial"])
+    scores, answers = pooled_tree_scores(con, home["paths"].lance, sorted(af), "visual_cloze", 0, "split")
+    for d, r in af.items():
+        hits = [int(np.argmax(v)) == answers[d][q] for q, v in scores[d].items()]
+        assert r["tree_acc"] == pytest.approx(np.mean(hits), abs=1e-4)
+        assert r["tree_ci_low"] <= r["tree_acc"] <= r["tree_ci_high"]
+    again = compute_bias_metrics(con, sorted(af), home["paths"].lance, seed=0, progress=False, workers=2)
+    assert [r["tree_acc"] for r in again] == [af[d]["tree_acc"] for d in sorted(af)]   # threads change nothing
 
 
 def test_the_pipeline_makes_a_task_again_with_afs_own_drop_when_the_pooled_step_cannot(tmp_path_factory):
@@ -656,3 +679,45 @@ def test_drop_plan_by_split_holds_the_floor_in_every_split():
     lin = {"d": {"t6": (0.9, True)}}
     assert drop_plan_by_split(oof, split_of, n_split, tau=0.5, min_kept=0.4, linear=lin)["d"] == [
         "t1", "t2", "t6", "x1"]
+
+
+def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
+    """`af-pool --tree`: the drop also takes what the tree probe solves (its list beside GM3C's and the
+    linear probe's), within the floor; the params record it; the same inputs give the same datasets."""
+    from features.datasets.af_pooled import af_datasets
+    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _tree_oof, af_pool_flow
+
+    def run(name):
+        with synthetic_home(tmp_path_factory, name, n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
+            af = [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS[:2]]
+            generate_datasets(con, SETTINGS[:2] + af, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                              af_pooled_drop=("visual_cloze",))
+            before = dict(con.execute("SELECT dataset_id, n_questions FROM datasets WHERE adversarial").fetchall())
+            plain = {r["dataset_id"]: r["n_plain"] for r in af_datasets(con, "visual_cloze")}
+            ids = sorted(before)
+            trees = _tree_oof(con, paths, ids, "visual_cloze", TREE_SEED, "split", TREE_MEMBERS)
+            con.close()
+            res = af_pool_flow.fn(task="visual_cloze", tau=0.3, folds=2, seed=0, size="tiny", rounds=0,
+                                  min_kept=0.4, linear=True, tree=True, fold_by="split")
+            con2 = duckdb.connect(str(paths.warehouse))
+            kept = {d: {q for (q,) in con2.execute("SELECT qid FROM questions WHERE dataset_id = ?", [d]).fetchall()}
+                    for d in ids}
+            params = {d: json.loads(p)["af_pooled"] for d, p in con2.execute(
+                "SELECT dataset_id, params FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+            sha = dict(con2.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
+            con2.close()
+        return res, before, trees, kept, params, sha, plain
+
+    res, before, trees, kept, params, sha, plain = run("af_pool_tree_a")
+    assert res["tree"] is True and res["drop_order"] == "questions on more lists first, then in turn"
+    for p in params.values():
+        assert p["tree"] is True and p["tree_seed"] == TREE_SEED and p["tree_members"] == TREE_MEMBERS
+    solved_by_tree = {(d, q) for d, qs in trees.items() for q, (pr, ok) in qs.items() if ok and pr >= 0.3}
+    dropped = {(d, q) for d, qs in trees.items() for q in qs if q not in kept[d]}
+    assert dropped, "the synthetic world leaves the tree something to drop"
+    assert dropped & solved_by_tree, "some dropped question is on the tree's list"
+    for r in res["datasets"]:                                      # the floor: 40% of the plain setting
+        assert plain[r["dataset_id"]] and r["kept"] >= np.ceil(0.4 * plain[r["dataset_id"]]) - 1e-9
+        assert r["kept"] + r["dropped"] == before[r["dataset_id"]] == r["kept"] + len(
+            [q for q in trees[r["dataset_id"]] if q not in kept[r["dataset_id"]]])
+    assert run("af_pool_tree_b")[5] == sha                          # deterministic, byte for byte
