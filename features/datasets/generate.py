@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
 PERMS = list(itertools.permutations(range(4)))          # PERMS[0] is the correct order
 STREAM_K3, STREAM_POS, STREAM_ORDER, STREAM_FAR = 3, 5, 7, 11
-POOLED_DROP_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")   # the tasks `mrqa af-pool` drops for
+POOLED_DROP_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering",   # the tasks `mrqa af-pool` drops for
+                     "textual_cloze")
 CHUNK = 2048                                            # questions per block of (Q, K, d) gathers
 
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Distractors, FloorBy, FoldBy, ListFormat, SwapFirst, VisualTask
+from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, SwapFirst, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -32,8 +32,9 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
 
 
 @app.command("af-pool")
-def af_pool_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
-                                                "datasets are filtered together."),
+def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help="The task whose AF "
+                                            "datasets are filtered together (textual_cloze: by the tree and linear "
+                                            "probes, with --rounds 0 --tree)."),
                 tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
                                           "model solves with at least this probability of the answer."),
                 min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "

@@ -721,3 +721,47 @@ def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
         assert r["kept"] + r["dropped"] == before[r["dataset_id"]] == r["kept"] + len(
             [q for q in trees[r["dataset_id"]] if q not in kept[r["dataset_id"]]])
     assert run("af_pool_tree_b")[5] == sha                          # deterministic, byte for byte
+
+
+def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_factory):
+    """`af-pool --task textual_cloze --rounds 0 --tree [--linear]`: GM3C reads images, so the drop is the
+    tree probe's list and the linear probe's, in turn, within the floor; swap rounds or no trees are
+    refused; the params say which adversary decided."""
+    from features.datasets.af_pooled import af_datasets
+    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _tree_oof, af_pool_flow
+    tc = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 1)),
+          ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 0, 0))]
+    with synthetic_home(tmp_path_factory, "af_pool_text", n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
+        af = [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in tc]
+        generate_datasets(con, tc + af, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                          af_pooled_drop=("textual_cloze",))
+        rows = {r["dataset_id"]: r for r in af_datasets(con, "textual_cloze")}
+        ids = sorted(d for d, r in rows.items() if r["n_questions"])
+        assert ids and all(r["params"]["adversarial"]["drop"] == "pooled" for r in rows.values())
+        trees = _tree_oof(con, paths, ids, "textual_cloze", TREE_SEED, "split", TREE_MEMBERS)
+        lin = _linear_oof(con, paths, ids, "textual_cloze", 0)
+        con.close()
+        for kw in ({"rounds": 1, "tree": True}, {"rounds": 0, "tree": False}):
+            with pytest.raises(ValueError, match="textual cloze has no GM3C adversary"):
+                af_pool_flow.fn(task="textual_cloze", min_kept=0.4, **kw)
+        res = af_pool_flow.fn(task="textual_cloze", tau=0.3, rounds=0, min_kept=0.4, linear=True, tree=True,
+                              fold_by="split")
+        con = duckdb.connect(str(paths.warehouse))
+        try:
+            for r in res["datasets"]:
+                d = r["dataset_id"]
+                kept = {q for (q,) in con.execute("SELECT qid FROM questions WHERE dataset_id = ?", [d]).fetchall()}
+                dropped = set(trees[d]) - kept
+                solved = {q for v in (trees, lin) for q, (p, ok) in v.get(d, {}).items() if ok and p >= 0.3}
+                assert dropped <= solved                                   # only what an adversary solves
+                floor = np.ceil(0.4 * rows[d]["n_plain"])                       # the floor (a dataset AF's
+                assert len(kept) >= min(floor, rows[d]["n_questions"]) - 1e-9    # twins left below it keeps all)
+                assert len(kept) == r["kept"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
+                                                             [d]).fetchone()[0]
+                step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                              [d]).fetchone()[0])["af_pooled"]
+                assert step["adversary"].startswith("the tree probe") and step["tree"] is True
+                assert step["drop_order"] == "the tree's list, then in turn with the linear probe's"
+            assert any(r["dropped"] for r in res["datasets"]), "the synthetic world leaves the trees something"
+        finally:
+            con.close()

@@ -143,3 +143,14 @@ def test_the_card_reads_af_checks_recorded_before_the_tree_column():
     con.execute("ALTER TABLE af_checks ADD COLUMN tree_accuracy DOUBLE")
     con.execute("UPDATE af_checks SET tree_accuracy = 0.36 WHERE dataset_id = 'a'")
     assert _bias(con, ["a", "b"])["a"] == {"qo_acc": 0.3, "gm3c_qo_acc": 0.31, "tree_qo_acc": 0.36}
+
+
+def test_the_trees_are_the_same_whatever_the_threads(monkeypatch):
+    X, y, g = _interaction_world(400, seed=2)
+    F = tree_features(X)
+    fold = folds_for(g, None, 4, seed=0)
+    got = []
+    for n in ("1", "2", "3"):
+        monkeypatch.setenv("MRQA_TREE_THREADS", n)
+        got.append(tree_scores(F, y, fold, seed=0).tobytes())
+    assert got[0] == got[1] == got[2]
