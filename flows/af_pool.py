@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -141,7 +142,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if fresh and not text:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,
                              fold_by=fold_by)
+        t_lin = time.perf_counter()
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
+        if linear:
+            log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
         if text:            # the trees' list leads (every question has a verdict), the linear probe's second
             oof, lin, trees = trees, lin, None
@@ -168,7 +172,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"fold_by": fold_by} if fold_by != "recipe" else {}),
                 **({"swap_first": first} if rounds and first != "confident" else {}),
                 **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {})}
+        t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
+        log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
+                 len(res), time.perf_counter() - t_drop)
     finally:
         con.close()
     for r in res:
@@ -309,7 +316,7 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         runs = dict(zip(seeds, (verdicts(r) for r in _runs(con, paths, ids, recipe_of, folds,
                                                              [CHECK_SEED + s for s in seeds], size,
                                                              workers=workers, fold_by=fold_by))))
-        trees = {s: _tree_oof(con, paths, ids, task, CHECK_SEED + s, fold_by) for s in seeds}
+        trees = _tree_checks(con, paths, ids, task, [CHECK_SEED + s for s in seeds], fold_by, seeds)
     finally:
         con.close()
     out = []
@@ -385,6 +392,15 @@ def _record_checks(paths: Paths, task: str, out: list[dict], seeds: list[int], f
     log.info("af-check: recorded %d datasets in af_checks", len(out))
 
 
+def _tree_checks(con, paths: Paths, ids: list[str], task: str, tree_seeds: list[int], fold_by: str,
+                 seeds: tuple[int, ...]) -> dict[int, dict[str, dict[str, tuple[float, bool]]]]:
+    """af-check's tree figure: per check seed, the tree probe's verdicts (trees seeded `tree_seeds`, the
+    questions resolved once)."""
+    from features.diagnostics.tree_probe import pooled_tree_runs
+    runs, answers = pooled_tree_runs(con, paths.lance, ids, task, tree_seeds, fold_by)
+    return {s: linear_verdicts(r, answers) for s, r in zip(seeds, runs)}
+
+
 def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold_by: str, members: int = 1
               ) -> dict[str, dict[str, tuple[float, bool]]]:
     """The tree probe's verdict on every question (features/diagnostics/tree_probe.py): trees fitted on
@@ -392,10 +408,12 @@ def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold
     (`fold_by` as the adversary's: with `split` the val and the test split each a fold), its folds and
     trees seeded `tree_seed` (the drop: `TREE_SEED` + the datasets' seed; af-check: its check seeds).
     `members` > 1: the mean log-odds of that many fold splits (seeds `member_seed(tree_seed, k)`)."""
-    from features.diagnostics.tree_probe import pooled_tree_scores
-    runs = [pooled_tree_scores(con, paths.lance, ids, task, member_seed(tree_seed, k), fold_by)
-            for k in range(members)]
-    answers = runs[0][1]
-    scores = {d: {q: np.round(np.mean([r[0][d][q] for r in runs], axis=0), 6) for q in qs}
-              for d, qs in runs[0][0].items()}
+    from features.diagnostics.tree_probe import pooled_tree_runs
+    t0 = time.perf_counter()
+    runs, answers = pooled_tree_runs(con, paths.lance, ids, task, [member_seed(tree_seed, k) for k in range(members)],
+                                     fold_by)
+    scores = {d: {q: np.round(np.mean([r[d][q] for r in runs], axis=0), 6) for q in qs}
+              for d, qs in runs[0].items()}
+    log.info("af-pool: the tree probe (%d fold split%s) scored %d questions in %.1f s", members,
+             "s" if members > 1 else "", sum(len(qs) for qs in scores.values()), time.perf_counter() - t0)
     return linear_verdicts(scores, answers)

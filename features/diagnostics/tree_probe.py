@@ -138,6 +138,15 @@ def pooled_tree_scores(con, lance_uri: str, dataset_ids: list[str], task: str, s
     fitted on all of them together (a cue shared by the settings is learned from all their questions):
     (dataset_id -> qid -> (c,) log-odds, dataset_id -> qid -> answer). A recipe's questions of every
     dataset sit in one fold."""
+    runs, answers = pooled_tree_runs(con, lance_uri, dataset_ids, task, [seed], fold_by, n_folds)
+    return runs[0], answers
+
+
+def pooled_tree_runs(con, lance_uri: str, dataset_ids: list[str], task: str, seeds: list[int],
+                     fold_by: str = "recipe", n_folds: int = TREE_FOLDS
+                     ) -> tuple[list[dict[str, dict[str, np.ndarray]]], dict[str, dict[str, int]]]:
+    """`pooled_tree_scores` for several seeds (each its own folds and trees), the questions resolved and
+    their features built once: ([dataset_id -> qid -> log-odds, one per seed], dataset_id -> qid -> answer)."""
     from features.diagnostics.bias import VectorLookup, resolve_dataset
     from features.diagnostics.question_only import task_features
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
@@ -156,15 +165,19 @@ def pooled_tree_scores(con, lance_uri: str, dataset_ids: list[str], task: str, s
         groups += res.recipe_ids
         splits += res.splits
     if not parts:
-        return {}, {}
+        return [{} for _ in seeds], {}
     F, y = np.concatenate(parts), np.concatenate(answers)
-    s = tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed)
-    out: dict[str, dict[str, np.ndarray]] = {}
     ans: dict[str, dict[str, int]] = {}
-    for (d, q), row, a in zip(keys, s, y.tolist()):
-        out.setdefault(d, {})[q] = row
+    for (d, q), a in zip(keys, y.tolist()):
         ans.setdefault(d, {})[q] = a
-    return out, ans
+    runs = []
+    for seed in seeds:
+        s = tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for (d, q), row in zip(keys, s):
+            out.setdefault(d, {})[q] = row
+        runs.append(out)
+    return runs, ans
 
 
 TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
@@ -195,7 +208,8 @@ def tree_table(home: str, task: str, seeds: tuple[int, ...] = (0, 1, 2), fold_by
         meta = {(d, q): (r, sp) for d, q, r, sp in con.execute(
             "SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)",
             [ids]).fetchall()}
-        runs = [pooled_tree_scores(con, str(Path(home) / "lance"), ids, task, s, fold_by) for s in seeds]
+        scores, answers = pooled_tree_runs(con, str(Path(home) / "lance"), ids, task, list(seeds), fold_by)
+        runs = [(sc, answers) for sc in scores]
     finally:
         con.close()
     out = []
