@@ -14,8 +14,9 @@ that model:
   Student's cue and no direction, which the linear probe and GM3C read.
 - `TreeModel`: sklearn HistGradientBoostingClassifier, one binary "is the answer" model over every
   choice, the choice with the highest log-odds picked; early stopping on a seeded 15% of the rows;
-  OpenMP threads up to the cores (4 at most): sklearn splits its histograms by feature, so the scores are
-  the same whatever the threads (tested), and 2 threads fit in 0.6x the time of one.
+  one OpenMP thread by default (`MRQA_TREE_THREADS=N` for more): sklearn splits its histograms by feature,
+  so the scores are the same whatever the threads (tested). Alone, 2 threads fit in 0.6x the time of one;
+  inside `make demo`'s generate stage the 3 fold splits took 99 s on 2 threads against about 60 s on one.
 - `tree_scores`: every question scored by a model that never saw its recipe (folds of recipes), or
   with `fold_by="split"` the val and the test split held out whole (their photos are never another
   fold's distractors: the pooled adversary's and af-check's folds).
@@ -33,14 +34,11 @@ TREE_FOLDS = 4
 TREE_PARAMS = {"max_iter": 300, "learning_rate": 0.05, "max_leaf_nodes": 15, "early_stopping": True,
                "validation_fraction": 0.15, "n_iter_no_change": 10}
 FOLD_BY = ("recipe", "split")
-MAX_THREADS = 4
-
-
 def tree_threads() -> int:
-    """OpenMP threads for the trees: the cores, at most MAX_THREADS (`MRQA_TREE_THREADS` overrides)."""
+    """OpenMP threads for the trees: 1, or `MRQA_TREE_THREADS`."""
     import os
     env = os.environ.get("MRQA_TREE_THREADS")
-    return max(1, int(env)) if env and env.isdigit() else max(1, min(MAX_THREADS, os.cpu_count() or 1))
+    return max(1, int(env)) if env and env.isdigit() else 1
 
 
 def tree_features(X: np.ndarray) -> np.ndarray:
