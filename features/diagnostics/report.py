@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 
 from features.datasets.knobs import TASKS
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
+from features.diagnostics.tree_probe import tree_rows
 
 log = logging.getLogger(__name__)
 QO_KEYS = ("qo_acc", "qo_ci_low", "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high")
@@ -540,6 +541,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     out_dir = check_out_dir(Path(out_dir))
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True)
+    tree_rows(con, metrics, lance_uri or _lance_uri(), seed)      # the tree probe on the AF datasets
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
@@ -582,6 +584,11 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
             "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence}
+
+
+def _lance_uri() -> str:
+    from etl.config import Paths
+    return Paths.from_env().lance
 
 
 def _slug(s: str) -> str:

@@ -178,6 +178,36 @@ def pooled_tree_runs(con, lance_uri: str, dataset_ids: list[str], task: str, see
     return runs, ans
 
 
+def tree_rows(con, rows: list[dict], lance_uri: str, seed: int = 0) -> None:
+    """Put the tree probe's figures (tree_acc, its interval, tree_test_acc) into the metrics rows of the AF
+    datasets (the report calls this on `bias.compute_bias_metrics`' rows): trees fitted on each task's AF
+    datasets of one encoder and seed together, each question scored out of fold with the val and the test
+    split held out whole (as af-check's tree). Other datasets get None: the plain ones are read by the
+    learned probe well above chance already, and one pooled fit per task keeps the report's time (about
+    35 s for the demo's AF datasets of three tasks)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        r.update(tree_acc=None, tree_ci_low=None, tree_ci_high=None, tree_test_acc=None)
+        if r.get("adversarial") and r.get("encoder_id") and r.get("n_scored"):
+            groups.setdefault((r["task"], r["encoder_id"], r["seed"]), []).append(r)
+    for (task, _enc, _seed), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        ids = [r["dataset_id"] for r in group]
+        scores, answers = pooled_tree_scores(con, lance_uri, ids, task, seed, "split")
+        meta = {(d, q): (rid, sp) for d, q, rid, sp in con.execute(
+            "SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)", [ids]
+        ).fetchall()}
+        for r in group:
+            d = r["dataset_id"]
+            qids = sorted(scores.get(d, {}))
+            if len(qids) < 20:                      # as the learned probe: too few questions for a figure
+                continue
+            hit = np.array([int(np.argmax(scores[d][q])) == answers[d][q] for q in qids], dtype=np.float64)
+            ci = accuracy_interval(hit, [meta[(d, q)][0] for q in qids], seed=seed)
+            test = np.array([meta[(d, q)][1] == "test" for q in qids])
+            r.update(tree_acc=round(float(hit.mean()), 4), tree_ci_low=round(ci[0], 4), tree_ci_high=round(ci[1], 4),
+                     tree_test_acc=round(float(hit[test].mean()), 4) if test.any() else None)
+
+
 TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
 
 

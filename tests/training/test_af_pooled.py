@@ -543,9 +543,10 @@ def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
     """bias_metrics' tree figures: the AF datasets of a task, from trees fitted on them together (the val
     and the test split held out whole, as af-check's tree with the report's seed), None elsewhere."""
     from features.diagnostics.bias import compute_bias_metrics
-    from features.diagnostics.tree_probe import pooled_tree_scores
+    from features.diagnostics.tree_probe import pooled_tree_scores, tree_rows
     con = home["con"]
     rows = compute_bias_metrics(con, None, home["paths"].lance, seed=0, progress=False, workers=1)
+    tree_rows(con, rows, home["paths"].lance, seed=0)
     af = {r["dataset_id"]: r for r in rows if r["adversarial"] and r["task"] == "visual_cloze" and r["n_scored"]}
     assert af and all(r["tree_acc"] is None for r in rows if not r["adversarial"])
     scores, answers = pooled_tree_scores(con, home["paths"].lance, sorted(af), "visual_cloze", 0, "split")
@@ -554,6 +555,7 @@ def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
         assert r["tree_acc"] == pytest.approx(np.mean(hits), abs=1e-4)
         assert r["tree_ci_low"] <= r["tree_acc"] <= r["tree_ci_high"]
     again = compute_bias_metrics(con, sorted(af), home["paths"].lance, seed=0, progress=False, workers=2)
+    tree_rows(con, again, home["paths"].lance, seed=0)
     assert [r["tree_acc"] for r in again] == [af[d]["tree_acc"] for d in sorted(af)]   # threads change nothing
 
 

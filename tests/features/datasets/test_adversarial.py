@@ -526,8 +526,8 @@ def test_a_pooled_drop_keeps_every_question_the_linear_drop_keeps_and_skips_only
     Balanced mode still evens out the distance ranks."""
     from features.datasets.generate import Generator
     con, paths = world["con"], world["paths"]
-    gen = Generator(con, ENC, paths.lance, af_pooled_drop=("visual_cloze", "visual_coherence", "textual_cloze"))
-    assert gen.af_pooled_drop == {"visual_cloze", "visual_coherence"}      # textual cloze: af-pool cannot drop
+    gen = Generator(con, ENC, paths.lance, af_pooled_drop=("visual_cloze", "visual_coherence", "no_such_task"))
+    assert gen.af_pooled_drop == {"visual_cloze", "visual_coherence"}      # only tasks af-pool can drop for
     grew = 0
     for task, p in (AF_SETTINGS[1], AF_SETTINGS[4], AF_SETTINGS[5]):
         ds = gen.generate(task, p, 0)
