@@ -390,9 +390,11 @@ def closest_pair_pick(images: np.ndarray) -> np.ndarray:
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
                          lance_uri: str | None = None, seed: int = 0, n_folds: int = 5,
                          model: str = "logreg", progress: bool = True,
-                         keep_distances: bool = False, workers: int | None = None) -> list[dict]:
+                         keep_distances: bool = False, workers: int | None = None,
+                         keep_resolved: bool = False) -> list[dict]:
     """One metrics dict per dataset (bias_metrics columns), in `list_datasets` order; with
-    keep_distances the DatasetDistances are attached under "_distances" (for plots).
+    keep_distances the DatasetDistances are attached under "_distances" (for plots), with keep_resolved
+    (ResolvedQuestions, its vector matrix) under "_resolved" (for the tree probe, which pools them).
 
     This thread reads each dataset from DuckDB; the probes run on `workers` threads (default: the CPU
     count, at most 4), all with one BLAS thread, so the figures are the same whatever `workers` is."""
@@ -427,6 +429,8 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                 res = resolve_dataset(con, d["dataset_id"], lookups[key], task)
                 mat = lookups[key].mat
             overlap = dataset_overlap(con, d["dataset_id"])
+            if keep_resolved:
+                row["_resolved"] = None if res is None else (res, mat)
             futures.append(pool.submit(_dataset_metrics, row, res, mat, overlap, n_folds, seed, model,
                                        keep_distances))
         out = [f.result() for f in tqdm(futures, desc="bias", disable=not progress)]

@@ -540,8 +540,10 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     plots, axes}}}."""
     out_dir = check_out_dir(Path(out_dir))
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
-                                   progress=progress, keep_distances=True)
+                                   progress=progress, keep_distances=True, keep_resolved=True)
     tree_rows(con, metrics, lance_uri or _lance_uri(), seed)      # the tree probe on the AF datasets
+    for m in metrics:
+        m.pop("_resolved", None)
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])

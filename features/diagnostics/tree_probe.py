@@ -141,50 +141,72 @@ def pooled_tree_scores(con, lance_uri: str, dataset_ids: list[str], task: str, s
 
 
 def pooled_tree_runs(con, lance_uri: str, dataset_ids: list[str], task: str, seeds: list[int],
-                     fold_by: str = "recipe", n_folds: int = TREE_FOLDS
+                     fold_by: str = "recipe", n_folds: int = TREE_FOLDS, resolved: dict | None = None
                      ) -> tuple[list[dict[str, dict[str, np.ndarray]]], dict[str, dict[str, int]]]:
     """`pooled_tree_scores` for several seeds (each its own folds and trees), the questions resolved and
-    their features built once: ([dataset_id -> qid -> log-odds, one per seed], dataset_id -> qid -> answer)."""
+    their features built once: ([dataset_id -> qid -> log-odds, one per seed], dataset_id -> qid -> answer).
+    `resolved`: dataset_id -> (ResolvedQuestions, its vector matrix) already at hand (the report's, from
+    `bias.compute_bias_metrics`); the datasets missing from it are resolved here."""
+    pool = _resolved_pool(con, lance_uri, dataset_ids, task, resolved)
+    return [_by_dataset(pool, s) for s in _pool_scores(pool, task, seeds, fold_by, n_folds)], _answers(pool)
+
+
+def _resolved_pool(con, lance_uri: str, dataset_ids: list[str], task: str, resolved: dict | None = None
+                   ) -> list[tuple[str, object, np.ndarray]]:
+    """[(dataset_id, ResolvedQuestions, matrix)] of the datasets with questions, in `dataset_ids` order."""
     from features.diagnostics.bias import VectorLookup, resolve_dataset
+    resolved = resolved or {}
+    missing = [d for d in dataset_ids if d not in resolved]
+    got = dict(resolved)
+    if missing:
+        enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
+                          [dataset_ids]).fetchall()
+        if len(enc) != 1:
+            raise ValueError(f"the datasets must share one encoder, got {sorted(str(e[0]) for e in enc)}")
+        lookup = VectorLookup(lance_uri, enc[0][0], "title" if task == "textual_cloze" else "image")
+        for d in missing:
+            got[d] = (resolve_dataset(con, d, lookup, task), lookup.mat)
+    return [(d, *got[d]) for d in dataset_ids if got[d][0] is not None and got[d][0].qids]
+
+
+def _pool_scores(pool, task: str, seeds: list[int], fold_by: str, n_folds: int) -> list[np.ndarray]:
+    """Out-of-fold (n, c) log-odds of every pooled question (datasets in pool order), one per seed."""
     from features.diagnostics.question_only import task_features
-    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)",
-                      [dataset_ids]).fetchall()
-    if len(enc) != 1:
-        raise ValueError(f"the datasets must share one encoder, got {sorted(str(e[0]) for e in enc)}")
-    lookup = VectorLookup(lance_uri, enc[0][0], "title" if task == "textual_cloze" else "image")
-    parts, keys, answers, groups, splits = [], [], [], [], []
-    for d in dataset_ids:
-        res = resolve_dataset(con, d, lookup, task)
-        if not res.qids:
-            continue
-        parts.append(tree_features(task_features(task, res.question_rows, res.choice_rows, lookup.mat)))
-        keys += [(d, q) for q in res.qids]
-        answers.append(res.answers)
-        groups += res.recipe_ids
-        splits += res.splits
-    if not parts:
-        return [{} for _ in seeds], {}
-    F, y = np.concatenate(parts), np.concatenate(answers)
-    ans: dict[str, dict[str, int]] = {}
-    for (d, q), a in zip(keys, y.tolist()):
-        ans.setdefault(d, {})[q] = a
-    runs = []
-    for seed in seeds:
-        s = tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed)
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for (d, q), row in zip(keys, s):
-            out.setdefault(d, {})[q] = row
-        runs.append(out)
-    return runs, ans
+    if not pool:
+        return [np.zeros((0, 4)) for _ in seeds]
+    F = np.concatenate([tree_features(task_features(task, r.question_rows, r.choice_rows, mat))
+                        for _, r, mat in pool])
+    y = np.concatenate([r.answers for _, r, _ in pool])
+    groups = [g for _, r, _ in pool for g in r.recipe_ids]
+    splits = [s for _, r, _ in pool for s in r.splits]
+    return [tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed) for seed in seeds]
+
+
+def _slices(pool) -> list[tuple[str, object, slice]]:
+    """Each pooled dataset's rows in the pooled score matrices."""
+    out, at = [], 0
+    for d, r, _ in pool:
+        out.append((d, r, slice(at, at + len(r.qids))))
+        at += len(r.qids)
+    return out
+
+
+def _by_dataset(pool, scores: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    return {d: dict(zip(r.qids, scores[sl])) for d, r, sl in _slices(pool)}
+
+
+def _answers(pool) -> dict[str, dict[str, int]]:
+    return {d: dict(zip(r.qids, np.asarray(r.answers, dtype=np.int64).tolist())) for d, r, _ in pool}
 
 
 def tree_rows(con, rows: list[dict], lance_uri: str, seed: int = 0) -> None:
     """Put the tree probe's figures (tree_acc, its interval, tree_test_acc) into the metrics rows of the AF
-    datasets (the report calls this on `bias.compute_bias_metrics`' rows): trees fitted on each task's AF
-    datasets of one encoder and seed together, each question scored out of fold with the val and the test
-    split held out whole (as af-check's tree). Other datasets get None: the plain ones are read by the
-    learned probe well above chance already, and one pooled fit per task keeps the report's time (about
-    35 s for the demo's AF datasets of three tasks)."""
+    datasets (the report calls this on `bias.compute_bias_metrics`' rows, whose resolved questions it
+    reuses when they carry them under "_resolved"): trees fitted on each task's AF datasets of one encoder
+    and seed together, each question scored out of fold with the val and the test split held out whole
+    (as af-check's tree). Other datasets get None: the plain ones are read by the learned probe well above
+    chance already, and one pooled fit per task keeps the report's time (about 30 s for the demo's AF
+    datasets of three tasks)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         r.update(tree_acc=None, tree_ci_low=None, tree_ci_high=None, tree_test_acc=None)
@@ -192,20 +214,17 @@ def tree_rows(con, rows: list[dict], lance_uri: str, seed: int = 0) -> None:
             groups.setdefault((r["task"], r["encoder_id"], r["seed"]), []).append(r)
     for (task, _enc, _seed), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ids = [r["dataset_id"] for r in group]
-        scores, answers = pooled_tree_scores(con, lance_uri, ids, task, seed, "split")
-        meta = {(d, q): (rid, sp) for d, q, rid, sp in con.execute(
-            "SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)", [ids]
-        ).fetchall()}
-        for r in group:
-            d = r["dataset_id"]
-            qids = sorted(scores.get(d, {}))
-            if len(qids) < 20:                      # as the learned probe: too few questions for a figure
+        have = {r["dataset_id"]: r["_resolved"] for r in group if r.get("_resolved") is not None}
+        pool = _resolved_pool(con, lance_uri, ids, task, have)
+        (scores,) = _pool_scores(pool, task, [seed], "split", TREE_FOLDS)
+        by_id = {r["dataset_id"]: r for r in group}
+        for d, res, sl in _slices(pool):
+            if len(res.qids) < 20:                      # as the learned probe: too few questions for a figure
                 continue
-            hit = np.array([int(np.argmax(scores[d][q])) == answers[d][q] for q in qids], dtype=np.float64)
-            ci = accuracy_interval(hit, [meta[(d, q)][0] for q in qids], seed=seed)
-            test = np.array([meta[(d, q)][1] == "test" for q in qids])
-            r.update(tree_acc=round(float(hit.mean()), 4), tree_ci_low=round(ci[0], 4), tree_ci_high=round(ci[1], 4),
-                     tree_test_acc=round(float(hit[test].mean()), 4) if test.any() else None)
+            t = tree_result(scores[sl], res.answers, res.recipe_ids, res.splits, seed)
+            by_id[d].update(tree_acc=round(t.accuracy, 4), tree_ci_low=round(t.ci[0], 4),
+                            tree_ci_high=round(t.ci[1], 4),
+                            tree_test_acc=None if t.test_accuracy is None else round(t.test_accuracy, 4))
 
 
 TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
@@ -233,27 +252,22 @@ def tree_table(home: str, task: str, seeds: tuple[int, ...] = (0, 1, 2), fold_by
         if not rows:
             raise LookupError(f"no AF datasets of {task} in {db}: run `mrqa generate --task {task} --knobs 0-1-1-af`")
         ids = [d for d, _ in rows]
-        meta = {(d, q): (r, sp) for d, q, r, sp in con.execute(
-            "SELECT dataset_id, qid, recipe_id, split FROM questions WHERE list_contains(?, dataset_id)",
-            [ids]).fetchall()}
-        scores, answers = pooled_tree_runs(con, str(Path(home) / "lance"), ids, task, list(seeds), fold_by)
-        runs = [(sc, answers) for sc in scores]
+        pool = _resolved_pool(con, str(Path(home) / "lance"), ids, task)
+        runs = _pool_scores(pool, task, list(seeds), fold_by, TREE_FOLDS)
     finally:
         con.close()
+    setting = dict(rows)
     out = []
-    for d, setting in rows:
-        qids = sorted(runs[0][0].get(d, {}))
-        if not qids:
-            continue
-        hit = np.array([[int(np.argmax(sc[d][q])) == ans[d][q] for q in qids] for sc, ans in runs], np.float64)
+    for d, res, sl in _slices(pool):
+        hit = np.array([sc[sl].argmax(1) == res.answers for sc in runs], np.float64)
         mean = hit.mean(0)
-        ci = accuracy_interval(mean, [meta[(d, q)][0] for q in qids])
-        vt = np.array([meta[(d, q)][1] in ("val", "test") for q in qids])
-        out.append({"dataset_id": d, "setting": setting, "n": len(qids), "accuracy": round(float(mean.mean()), 4),
-                    "ci": [round(x, 4) for x in ci], "by_seed": [round(float(h.mean()), 4) for h in hit],
+        ci = accuracy_interval(mean, res.recipe_ids)
+        vt = np.isin(np.asarray(res.splits, dtype=object), ["val", "test"])
+        out.append({"dataset_id": d, "setting": setting[d], "n": len(res.qids),
+                    "accuracy": round(float(mean.mean()), 4), "ci": [round(x, 4) for x in ci],
+                    "by_seed": [round(float(h.mean()), 4) for h in hit],
                     "val_test": round(float(mean[vt].mean()), 4) if vt.any() else None})
     return out
-
 
 if __name__ == "__main__":
     import argparse

@@ -557,6 +557,11 @@ def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
     again = compute_bias_metrics(con, sorted(af), home["paths"].lance, seed=0, progress=False, workers=2)
     tree_rows(con, again, home["paths"].lance, seed=0)
     assert [r["tree_acc"] for r in again] == [af[d]["tree_acc"] for d in sorted(af)]   # threads change nothing
+    kept = compute_bias_metrics(con, None, home["paths"].lance, seed=0, progress=False, keep_resolved=True)
+    assert all(r["_resolved"] is not None for r in kept if r["dataset_id"] in af)
+    tree_rows(con, kept, home["paths"].lance, seed=0)            # the report's path: the resolved questions reused
+    cols = ("tree_acc", "tree_ci_low", "tree_ci_high", "tree_test_acc")
+    assert [[r[c] for c in cols] for r in kept] == [[r[c] for c in cols] for r in rows]
 
 
 def test_the_pipeline_makes_a_task_again_with_afs_own_drop_when_the_pooled_step_cannot(tmp_path_factory):
