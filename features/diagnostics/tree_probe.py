@@ -17,6 +17,8 @@ that model:
   one OpenMP thread by default (`MRQA_TREE_THREADS=N` for more): sklearn splits its histograms by feature,
   so the scores are the same whatever the threads (tested). Alone, 2 threads fit in 0.6x the time of one;
   inside `make demo`'s generate stage the 3 fold splits took 99 s on 2 threads against about 60 s on one.
+  The folds' fits (of every seed) run instead on `tree_workers()` spawned processes of one thread each
+  (`MRQA_TREE_WORKERS`; the same scores whatever the workers, tested).
 - `tree_scores`: every question scored by a model that never saw its recipe (folds of recipes), or
   with `fold_by="split"` the val and the test split held out whole (their photos are never another
   fold's distractors: the pooled adversary's and af-check's folds).
@@ -89,17 +91,67 @@ def folds_for(groups, splits=None, n_folds: int = TREE_FOLDS, seed: int = 0, fol
     return fold
 
 
-def tree_scores(F: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0) -> np.ndarray:
-    """(n, c) out-of-fold log-odds: each fold's questions scored by trees fitted on the others (zeros
-    where nothing is left to fit on)."""
-    F = np.asarray(F, dtype=np.float32)
-    y = np.asarray(y, dtype=np.int64)
-    out = np.zeros(F.shape[:2])
+POOL_MIN_QUESTIONS = 20_000                 # questions fitted on, over all the jobs, before processes pay
+
+
+def tree_workers() -> int:
+    """Processes for the trees' fits: `MRQA_TREE_WORKERS`, else the CPU count, at most 4. Each fit runs on
+    one OpenMP thread in its own process, so the scores are the same whatever the workers."""
+    import os
+    env = os.environ.get("MRQA_TREE_WORKERS")
+    return max(1, int(env)) if env and env.isdigit() else max(1, min(4, os.cpu_count() or 1))
+
+
+def _fit_and_score(F_fit: np.ndarray, y_fit: np.ndarray, F_score: np.ndarray, seed: int) -> np.ndarray:
+    """One fold: trees fitted on (F_fit, y_fit), the log-odds of F_score (a process pool's unit of work)."""
+    return TreeModel(seed).fit(F_fit, y_fit).scores(F_score)
+
+
+def _fold_jobs(F: np.ndarray, y: np.ndarray, fold: np.ndarray) -> list[tuple[np.ndarray, tuple]]:
+    """(rows scored, (F_fit, y_fit, F_score)) of every fold with enough other questions to fit on."""
+    jobs = []
     for k in np.unique(fold):
         test = fold == k
         if (~test).any() and len(np.unique(y[~test])) and (~test).sum() >= 10:
-            out[test] = TreeModel(seed).fit(F[~test], y[~test]).scores(F[test])
-    return out
+            jobs.append((test, (F[~test], y[~test], F[test])))
+    return jobs
+
+
+def _run_jobs(args: list[tuple], workers: int | None = None) -> list[np.ndarray]:
+    """`_fit_and_score` of every job, in turn or on `workers` spawned processes of one OpenMP thread each.
+    Default: `tree_workers()` processes when the jobs fit on `POOL_MIN_QUESTIONS` questions or more (a
+    process costs about 2 s to start), else in turn. Alone on this 2-core machine, af-pool's 3 fold splits
+    took 25.1 s on 2 processes against 42.4 s in turn; 2 OpenMP threads inside `make demo` had been slower
+    than one (99 s against about 60 s), which processes of one thread each avoid."""
+    if workers is None:
+        workers = tree_workers() if sum(len(a[0]) for a in args) >= POOL_MIN_QUESTIONS else 1
+    workers = min(max(1, workers), len(args))
+    if workers <= 1:
+        return [_fit_and_score(*a) for a in args]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return list(ex.map(_fit_and_score, *zip(*args)))
+
+
+def tree_scores(F: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0, workers: int | None = None
+                ) -> np.ndarray:
+    """(n, c) out-of-fold log-odds: each fold's questions scored by trees fitted on the others (zeros
+    where nothing is left to fit on); the folds' fits on `workers` processes (`_run_jobs`)."""
+    return tree_scores_many(F, y, [fold], [seed], workers)[0]
+
+
+def tree_scores_many(F: np.ndarray, y: np.ndarray, folds: list[np.ndarray], seeds: list[int],
+                     workers: int | None = None) -> list[np.ndarray]:
+    """`tree_scores` of several (fold split, seed) pairs, every fold of every pair one job of one pool."""
+    F = np.asarray(F, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    jobs = [(i, test, (*a, seed)) for i, (fold, seed) in enumerate(zip(folds, seeds))
+            for test, a in _fold_jobs(F, y, fold)]
+    outs = [np.zeros(F.shape[:2]) for _ in folds]
+    for (i, test, _), s in zip(jobs, _run_jobs([a for _, _, a in jobs], workers)):
+        outs[i][test] = s
+    return outs
 
 
 def tree_result(scores: np.ndarray, answers: np.ndarray, groups, splits=None, seed: int = 0,
@@ -179,7 +231,7 @@ def _pool_scores(pool, task: str, seeds: list[int], fold_by: str, n_folds: int) 
     y = np.concatenate([r.answers for _, r, _ in pool])
     groups = [g for _, r, _ in pool for g in r.recipe_ids]
     splits = [s for _, r, _ in pool for s in r.splits]
-    return [tree_scores(F, y, folds_for(groups, splits, n_folds, seed, fold_by), seed) for seed in seeds]
+    return tree_scores_many(F, y, [folds_for(groups, splits, n_folds, seed, fold_by) for seed in seeds], list(seeds))
 
 
 def _slices(pool) -> list[tuple[str, object, slice]]:

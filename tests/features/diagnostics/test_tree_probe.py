@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from features.diagnostics.question_only import N_SET_FEATURES, question_only_probe, task_features
-from features.diagnostics.tree_probe import folds_for, tree_features, tree_probe, tree_scores
+from features.diagnostics.tree_probe import folds_for, tree_features, tree_probe, tree_scores, tree_scores_many
 from training.af_pooled import drop_plan
 
 
@@ -154,3 +154,14 @@ def test_the_trees_are_the_same_whatever_the_threads(monkeypatch):
         monkeypatch.setenv("MRQA_TREE_THREADS", n)
         got.append(tree_scores(F, y, fold, seed=0).tobytes())
     assert got[0] == got[1] == got[2]
+
+
+def test_the_trees_are_the_same_whatever_the_processes():
+    """The folds' fits of several seeds on spawned processes give the scores the same fits give in turn."""
+    X, y, g = _interaction_world(400, seed=3)
+    F = tree_features(X)
+    folds = [folds_for(g, None, 4, seed=s) for s in (0, 1)]
+    alone = [tree_scores(F, y, f, seed=s, workers=1) for f, s in zip(folds, (0, 1))]
+    pooled = tree_scores_many(F, y, folds, [0, 1], workers=2)
+    assert [a.tobytes() for a in alone] == [p.tobytes() for p in pooled]
+    assert not np.array_equal(alone[0], alone[1])          # two seeds, two fold splits: not one run twice
