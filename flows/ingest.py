@@ -136,3 +136,60 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
     log.info("ingest: %d loaded, %d rejected (see `mrqa status` / the rejects table)",
              summary.get("loaded", 0), summary["rejected_total"])
     return summary
+
+
+def bench_crawl(n_recipes: int = 300, seed: int = 0, repeats: int = 2, crawl_workers: int = 8,
+                root: Path | None = None) -> dict:
+    """Crawl one built sample kitchen into fresh warehouses, its server in the crawler's process
+    (`SiteServer`, a thread) and in a process of its own (`ProcessSiteServer`, what the pipeline uses),
+    `repeats` times each in alternating order (this machine's speed drifts); returns each run's wall
+    seconds, the medians, their ratio, and whether every run loaded the same rows (a hash over the
+    recipes, steps and images tables)."""
+    import hashlib
+    import os
+    import statistics
+    import tempfile
+    import time
+
+    from etl.sample.generate import build_sample
+    from etl.sample.server import ProcessSiteServer, SiteServer
+    from etl.warehouse import connect
+
+    def content(con) -> str:
+        h = hashlib.sha256()
+        for q in ("SELECT recipe_id, title, author FROM recipes ORDER BY recipe_id",
+                  "SELECT recipe_id, step_idx, title, body FROM steps ORDER BY recipe_id, step_idx",
+                  "SELECT image_id, sha256, status FROM images ORDER BY image_id"):
+            h.update(repr(con.execute(q).fetchall()).encode())
+        return h.hexdigest()
+
+    runs: dict[str, list[float]] = {"thread": [], "process": []}
+    hashes = set()
+    old_home = os.environ.get("MRQA_HOME")
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        build_sample(Path(tmp) / "sample", n_recipes, seed, progress=False)
+        site = Path(tmp) / "sample" / "site"
+        order = [m for i in range(repeats) for m in (("thread", "process") if i % 2 == 0 else ("process", "thread"))]
+        try:
+            for i, mode in enumerate(order):
+                os.environ["MRQA_HOME"] = str(Path(tmp) / f"home{i}")
+                paths = Paths.from_env().ensure()
+                connect(paths).close()
+                with (SiteServer(site) if mode == "thread" else ProcessSiteServer(site)) as srv:
+                    t0 = time.perf_counter()
+                    ingest_instructables.fn(listing=srv.url + "/cooking/", allow_loopback=True, delay_s=0.0,
+                                            workers=crawl_workers, progress=False)
+                    runs[mode].append(round(time.perf_counter() - t0, 2))
+                con = connect(paths)
+                try:
+                    hashes.add(content(con))
+                finally:
+                    con.close()
+        finally:
+            if old_home is None:
+                os.environ.pop("MRQA_HOME", None)
+            else:
+                os.environ["MRQA_HOME"] = old_home
+    med = {m: statistics.median(v) for m, v in runs.items()}
+    return {"n_recipes": n_recipes, "runs": runs, "median_s": med,
+            "speedup": round(med["thread"] / med["process"], 2), "same_rows": len(hashes) == 1}

@@ -40,10 +40,12 @@ def ensure_sample(paths: Paths, recipes: int, seed: int, workers: int | None = N
 @contextmanager
 def served_sample(paths: Paths, recipes: int, seed: int, workers: int | None = None
                   ) -> Iterator[tuple[dict, str]]:
-    """Build (or reuse) the sample kitchen and serve its site on a free loopback port while the
-    block runs; yields (the `ensure_sample` summary, the server's base URL)."""
-    from etl.sample.server import SiteServer
+    """Build (or reuse) the sample kitchen and serve its site on a free loopback port, from a process of
+    its own (`ProcessSiteServer`), while the block runs; yields (the `ensure_sample` summary, the
+    server's base URL)."""
+    from etl.sample.server import ProcessSiteServer
     sample = ensure_sample(paths, recipes, seed, workers)
-    with SiteServer(Path(sample["out"]) / "site") as server:
+    with ProcessSiteServer(Path(sample["out"]) / "site") as server:   # its own process: no GIL shared with the crawl
         log.info("sample kitchen served at %s", server.url)
         yield sample, server.url
+

@@ -66,3 +66,29 @@ def test_every_fault_kind_fires(tmp_path):
             except requests.exceptions.RequestException:
                 pass
         assert all(srv.stats[k] > 0 for k in ("429", "5xx", "slow", "truncated", "served"))
+
+
+def test_the_server_in_a_process_of_its_own_serves_the_same_bytes_and_stops(tmp_path):
+    """ProcessSiteServer (the pipeline's sample kitchen): the same answers as the in-process server,
+    its process gone after the block, and a missing site raised in the caller."""
+    import pytest
+
+    from etl.sample.server import ProcessSiteServer
+    site = _site(tmp_path)
+    with SiteServer(site) as a:
+        want = [(r.status_code, r.content, r.headers.get("ETag"))
+                for r in (requests.get(a.url + p) for p in ("/Soup/", "/ORIG/A/x.jpg", "/Nope/"))]
+    srv = ProcessSiteServer(site)
+    with srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        proc = srv._proc
+        assert proc.is_alive() and proc.pid != __import__("os").getpid()
+        got = [(r.status_code, r.content, r.headers.get("ETag"))
+               for r in (requests.get(srv.url + p) for p in ("/Soup/", "/ORIG/A/x.jpg", "/Nope/"))]
+        assert got == want and got[0][0] == 200 and got[2][0] == 404
+        url = srv.url
+    assert not proc.is_alive() and srv._proc is None
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url + "/Soup/", timeout=2)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ProcessSiteServer(tmp_path / "no_site")

@@ -23,7 +23,7 @@ COMMANDS = {
     "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
-    "bench generate",
+    "bench generate", "bench crawl",
     "bench report", "bench train", "roles extract", "roles truth", "roles eval", "competence generate",
     "competence evaluate", "competence export"}
 

@@ -1,4 +1,4 @@
-"""`mrqa bench parse`, `bench sample`, `bench import`, `bench clean`: figures of the corpus stages."""
+"""`mrqa bench parse`, `bench sample`, `bench crawl`, `bench import`, `bench clean`: figures of the corpus stages."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,6 +48,24 @@ def bench_sample_cmd(
     typer.echo(f"speed-up {workers} workers vs 1: {r['speedup']:.2f}x; identical output: {r['same_hash']}")
     if not r["same_hash"]:
         fail("the builds differ between worker counts (determinism bug)", code=1)
+
+
+@app.command("crawl")
+def bench_crawl_cmd(
+        recipes: int = typer.Option(300, "--recipes", "-n", min=5, help="Recipes in the sample kitchen crawled."),
+        repeats: int = typer.Option(2, "--repeats", min=1, help="Crawls per server placement (alternating order)."),
+        workers: int = typer.Option(8, "--workers", "-w", min=1, help="Crawler download threads (the demo's 8)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the sample.")):
+    """Crawl a sample kitchen with its server in the crawler's process vs in a process of its own (the
+    pipeline's); prints each crawl's seconds, the medians, the ratio and whether every crawl loaded the
+    same rows."""
+    from flows.ingest import bench_crawl
+    r = bench_crawl(recipes, seed, repeats, workers)
+    for mode, label in (("thread", "server in the crawler's process"), ("process", "server in its own process")):
+        typer.echo(f"{label}: {', '.join(f'{s:.1f}' for s in r['runs'][mode])} s (median {r['median_s'][mode]:.1f} s)")
+    typer.echo(f"{recipes} recipes: own process {r['speedup']:.2f}x faster; the same rows loaded: {r['same_rows']}")
+    if not r["same_rows"]:
+        fail("the crawls loaded different rows (a crawl determinism bug)", code=1)
 
 
 @app.command("import")

@@ -1,4 +1,4 @@
-"""`mrqa sample build|serve` and `mrqa bench sample` through the real Typer app."""
+"""`mrqa sample build|serve`, `mrqa bench sample` and `mrqa bench crawl` through the real Typer app."""
 from __future__ import annotations
 
 import json
@@ -48,3 +48,13 @@ def test_bench_sample(tmp_path):
     assert r.exit_code == 0, r.output
     print(r.output)
     assert "identical output: True" in r.output
+
+
+def test_bench_crawl_crawls_with_the_server_in_both_places_and_loads_the_same_rows(tmp_path):
+    """`mrqa bench crawl`: one crawl with the server in the crawler's process, one with it in its own, the
+    same warehouse rows from both (the figure itself is measured, not asserted)."""
+    r = runner.invoke(app, ["bench", "crawl", "--recipes", "8", "--repeats", "1", "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"server in the crawler's process: [\d.]+ s", r.output)
+    assert re.search(r"server in its own process: [\d.]+ s", r.output)
+    assert "the same rows loaded: True" in r.output
