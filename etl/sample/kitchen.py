@@ -48,4 +48,3 @@ def served_sample(paths: Paths, recipes: int, seed: int, workers: int | None = N
     with ProcessSiteServer(Path(sample["out"]) / "site") as server:   # its own process: no GIL shared with the crawl
         log.info("sample kitchen served at %s", server.url)
         yield sample, server.url
-

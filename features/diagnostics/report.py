@@ -539,9 +539,12 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     Returns {out, index, images, n_datasets, header, tasks: {task: {rows, table, split_table, ordering,
     plots, axes}}}."""
     out_dir = check_out_dir(Path(out_dir))
+    if lance_uri is None:
+        from etl.config import Paths
+        lance_uri = Paths.from_env().lance
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True, keep_resolved=True)
-    tree_rows(con, metrics, lance_uri or _lance_uri(), seed)      # the tree probe on the AF datasets
+    tree_rows(con, metrics, lance_uri, seed)      # the tree probe on the AF datasets
     for m in metrics:
         m.pop("_resolved", None)
     if not metrics:
@@ -586,11 +589,6 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
             "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence}
-
-
-def _lance_uri() -> str:
-    from etl.config import Paths
-    return Paths.from_env().lance
 
 
 def _slug(s: str) -> str:
