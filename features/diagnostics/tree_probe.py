@@ -36,11 +36,21 @@ TREE_FOLDS = 4
 TREE_PARAMS = {"max_iter": 300, "learning_rate": 0.05, "max_leaf_nodes": 15, "early_stopping": True,
                "validation_fraction": 0.15, "n_iter_no_change": 10}
 FOLD_BY = ("recipe", "split")
+def _env_count(name: str, default: int) -> int:
+    """A positive whole number from the environment variable `name`, or `default` when it is unset or
+    empty; any other value raises a ValueError that names the variable and what it allows."""
+    import os
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return default
+    if not env.isdigit() or int(env) < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {env!r} (unset it for the default, {default})")
+    return int(env)
+
+
 def tree_threads() -> int:
     """OpenMP threads for the trees: 1, or `MRQA_TREE_THREADS`."""
-    import os
-    env = os.environ.get("MRQA_TREE_THREADS")
-    return max(1, int(env)) if env and env.isdigit() else 1
+    return _env_count("MRQA_TREE_THREADS", 1)
 
 
 def tree_features(X: np.ndarray) -> np.ndarray:
@@ -98,8 +108,7 @@ def tree_workers() -> int:
     """Processes for the trees' fits: `MRQA_TREE_WORKERS`, else the CPU count, at most 4. Each fit runs on
     one OpenMP thread in its own process, so the scores are the same whatever the workers."""
     import os
-    env = os.environ.get("MRQA_TREE_WORKERS")
-    return max(1, int(env)) if env and env.isdigit() else max(1, min(4, os.cpu_count() or 1))
+    return _env_count("MRQA_TREE_WORKERS", max(1, min(4, os.cpu_count() or 1)))
 
 
 def _fit_and_score(F_fit: np.ndarray, y_fit: np.ndarray, F_score: np.ndarray, seed: int) -> np.ndarray:

@@ -67,11 +67,14 @@ def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME"
 
 def main() -> None:
     """Entry point of the `mrqa` script: SIGTERM/SIGINT end its child processes too (flows/signals.py);
-    glibc keeps freed large blocks for reuse (flows/malloc.py)."""
+    glibc keeps freed large blocks for reuse (flows/malloc.py); the environment variables it reads are checked
+    before any work starts."""
+    from features.diagnostics.tree_probe import tree_threads, tree_workers
     from flows.malloc import tune_malloc
     from flows.signals import stop_children_on_signals
     try:
         tune_malloc()
+        tree_threads(), tree_workers()         # a bad MRQA_TREE_* value stops here, not after minutes of work
     except ValueError as e:
         sys.stderr.write(f"error: {e}\n")      # as `fail` writes a refused value
         raise SystemExit(2) from None

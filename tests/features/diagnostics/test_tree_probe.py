@@ -5,13 +5,24 @@ pooled adversary's drop taking the tree's list in turn."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from features.diagnostics.question_only import N_SET_FEATURES, question_only_probe, task_features
-from features.diagnostics.tree_probe import folds_for, tree_features, tree_probe, tree_scores, tree_scores_many
+from features.diagnostics.tree_probe import (
+    folds_for,
+    tree_features,
+    tree_probe,
+    tree_scores,
+    tree_scores_many,
+    tree_threads,
+    tree_workers,
+)
 from training.af_pooled import drop_plan
 
 
@@ -165,3 +176,23 @@ def test_the_trees_are_the_same_whatever_the_processes():
     pooled = tree_scores_many(F, y, folds, [0, 1], workers=2)
     assert [a.tobytes() for a in alone] == [p.tobytes() for p in pooled]
     assert not np.array_equal(alone[0], alone[1])          # two seeds, two fold splits: not one run twice
+
+
+@pytest.mark.parametrize("name", ["MRQA_TREE_THREADS", "MRQA_TREE_WORKERS"])
+@pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
+def test_a_tree_count_that_is_not_a_whole_number_of_one_or_more_is_a_clear_error(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"{name} must be a whole number >= 1, got '{value}'"):
+        tree_threads() if name == "MRQA_TREE_THREADS" else tree_workers()
+    monkeypatch.setenv(name, " 3 ")
+    assert (tree_threads() if name == "MRQA_TREE_THREADS" else tree_workers()) == 3
+    monkeypatch.setenv(name, "")
+    assert tree_threads() == 1 and 1 <= tree_workers() <= 4
+
+
+def test_the_cli_refuses_a_bad_tree_count_before_it_starts_work():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MRQA_TREE_")}
+    out = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "--help"],
+                         env={**env, "MRQA_TREE_WORKERS": "many"}, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "MRQA_TREE_WORKERS must be a whole number >= 1, got 'many'" in out.stderr and "Traceback" not in out.stderr
