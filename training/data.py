@@ -191,7 +191,19 @@ def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None
 
 
 def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
-    """Step-text vectors keyed by (recipe_id, step_idx): store body vectors, else export titles."""
+    """Step-text vectors keyed by (recipe_id, step_idx), and where they came from: the step bodies of
+    the export (`mrqa export --with-vectors`, "export:body"), else of the feature store ("store:body";
+    the same vectors), else the export's step titles ("export:title", from an export written before it
+    carried the bodies: a title says far less than its step, so the readers read far less; logged as a
+    warning)."""
+    f = export_dir / "text_vectors.parquet"
+    by_field: dict[str, dict] = {}
+    if f.exists():
+        for i, field, v in con.execute(f"SELECT item_id, field, vector FROM read_parquet('{f.as_posix()}') "
+                                       "WHERE encoder_id = ? ORDER BY item_id", [encoder_id]).fetchall():
+            by_field.setdefault(field, {})[(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1]))] = v
+    if by_field.get("body"):
+        return {k: np.asarray(v, np.float32) for k, v in by_field["body"].items()}, "export:body"
     try:
         from features.vectors.store import FeatureStore
         ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
@@ -200,13 +212,12 @@ def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None)
                     zip(ids, np.asarray(mat, np.float32))}, "store:body"
     except Exception as e:  # noqa: BLE001 - no store here (any LanceDB error): fall back to the export
         log.info("no body vectors in the feature store (%s); trying the export's title vectors", e)
-    f = export_dir / "text_vectors.parquet"
-    if f.exists():
-        rows = con.execute(f"SELECT item_id, vector FROM read_parquet('{f.as_posix()}') WHERE encoder_id = ?",
-                           [encoder_id]).fetchall()
-        if rows:
-            return {(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1])): np.asarray(v, np.float32)
-                    for i, v in rows}, "export:title"
+    if by_field.get("title"):
+        log.warning("step-text vectors of %s: the step titles only (%s has no body vectors and the feature "
+                    "store at %s none for this encoder); the readers read far less from a title than from its "
+                    "step. Re-export with `mrqa export --with-vectors`, or point MRQA_HOME at the feature store "
+                    "that made the dataset", encoder_id, f, lance_uri)
+        return {k: np.asarray(v, np.float32) for k, v in by_field["title"].items()}, "export:title"
     raise DatasetError(f"no step-text vectors for encoder {encoder_id}; use --text-features tokens")
 
 

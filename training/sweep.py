@@ -76,7 +76,8 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
                          "seconds": round(time.perf_counter() - t0, 1), "run_id": m["run_id"],
                          "faithfulness_ratio": (m["faithfulness"] or {}).get("ratio_vs_uniform"),
                          "rollout_ratio": (m["faithfulness"] or {}).get("rollout_ratio_vs_uniform"),
-                         "foreign_context_acc": round(m["context_ablation"]["foreign_context_acc"], 4)})
+                         "foreign_context_acc": round(m["context_ablation"]["foreign_context_acc"], 4),
+                         "text_source": ds.text_source})
             log.info("sweep %s %s: test %.3f (hasty %.3f)", d["dataset_id"], scorer, m["test_acc"], hasty)
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), out_dir / "accuracy.parquet")
@@ -116,7 +117,8 @@ def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], mod
                              "n_train": len(union.splits["train"]), "n_test": len(ds.splits[split]),
                              "epochs": res["epochs_run"], "seconds": round(time.perf_counter() - t0, 1),
                              "run_id": None, "faithfulness_ratio": None, "rollout_ratio": None,
-                             "foreign_context_acc": round(abl["foreign_context_acc"], 4)})
+                             "foreign_context_acc": round(abl["foreign_context_acc"], 4),
+                             "text_source": ds.text_source})
                 log.info("pooled sweep %s %s: test %.3f", ds.dataset_id, scorer, test["accuracy"])
     return rows
 
@@ -182,6 +184,11 @@ def checks(rows: list[dict], summary: list[dict]) -> list[str]:
             p, k = rs[sc]["recipeqa_preset"], rs[sc]["knob_mean"]
             if p is not None and k is not None:
                 out.append(f"{task} {sc}: preset {p:.3f} {'>' if p > k else '<='} knob mean {k:.3f}")
+    titles = sorted({r["dataset_id"] for r in rows if r.get("text_source") == "export:title"})
+    if titles:
+        out.append(f"step texts: titles only for {len(titles)} dataset(s) (an export without body vectors and no "
+                   "feature store): the readers read far less than from the steps; re-export with "
+                   "`mrqa export --with-vectors`")
     return out
 
 

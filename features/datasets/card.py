@@ -443,7 +443,8 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
             "steps.parquet": "the recipes' steps: cleaned and raw title/body, word tokens per sentence, image_ids",
             "image_vectors.parquet": "image vectors: item_id (= image_id, also kept as `image_id`), recipe_id, "
                                      "step_idx, split, encoder_id, vector",
-            "text_vectors.parquet": "step-title vectors: item_id (`<recipe_id>_<step_idx>_title`), field, "
+            "text_vectors.parquet": "step-text vectors: item_id (`<recipe_id>_<step_idx>_<field>`), field (title, "
+                                    "or body: the step texts the readers' `--text-features vectors` read), "
                                     "recipe_id, step_idx, split, encoder_id, vector",
             "images.parquet": "the images of those recipes: image_id, recipe_id, step_idx, split, image "
                               "(Hugging Face Image: struct of bytes + path)"}

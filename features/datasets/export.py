@@ -169,7 +169,9 @@ def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
 
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
     """image_vectors.parquet (item_id = image_id) and text_vectors.parquet (item_id =
-    <recipe_id>_<step_idx>_title) of the exported splits, with the same leading columns."""
+    <recipe_id>_<step_idx>_<field>, field title or body) of the exported splits, with the same leading
+    columns. The body vectors are the step texts the readers' `--text-features vectors` read: with them
+    an export trains the same models on a machine without the feature store (training/data.py)."""
     from features.vectors.store import FeatureStore, vector_rows
     store = FeatureStore(lance_uri)
     encs = [r[0] for r in con.execute("SELECT DISTINCT encoder_id FROM datasets JOIN export_datasets "
@@ -182,7 +184,7 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
     rsplit = dict(con.execute("SELECT recipe_id, split FROM recipes WHERE status = 'ok'").fetchall())
     counts = {}
     for kind, fetch in (("image_vectors", lambda e: store.image_vectors(e)),
-                        ("text_vectors", lambda e: store.text_vectors(e, "title"))):
+                        ("text_vectors", lambda e: _text_fields(store, e))):
         parts = []
         for enc in encs:
             ids, mat = fetch(enc)
@@ -206,7 +208,8 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
         if parts:
             tbl = pa.concat_tables(parts)
             con.register("export_vec_arrow", tbl)
-            lead = "item_id AS image_id, item_id" if kind == "image_vectors" else "item_id, 'title' AS field"
+            lead = ("item_id AS image_id, item_id" if kind == "image_vectors"
+                    else "item_id, split_part(item_id, '_', -1) AS field")
             _copy(con, f"SELECT {lead}, recipe_id, step_idx, split, encoder_id, vector "
                        f"FROM export_vec_arrow ORDER BY encoder_id, item_id", out / f"{kind}.parquet")
             con.unregister("export_vec_arrow")
@@ -381,3 +384,14 @@ def record_images(rec: dict) -> list[str]:
     items = rec["question"] + [x for c in rec["choice_list"] for x in (c if isinstance(c, list) else [c])]
     items += [i for c in rec["context"] for i in c.get("images", [])]
     return [i for i in items if isinstance(i, str) and i.endswith(".jpg")]
+
+
+def _text_fields(store, encoder_id: str) -> tuple[list[str], np.ndarray]:
+    """The step-title and step-body vectors of an encoder, as one (ids, matrix)."""
+    ids, mats = [], []
+    for field in ("title", "body"):
+        got, mat = store.text_vectors(encoder_id, field)
+        if len(got):
+            ids += list(got)
+            mats.append(np.asarray(mat, np.float32))
+    return ids, (np.concatenate(mats) if mats else np.zeros((0, 0), np.float32))

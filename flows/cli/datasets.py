@@ -134,7 +134,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
                                                   "(default MRQA_HOME/exports/<dataset or all>)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
-                                                 "and title vectors of the exported splits."),
+                                                 "and step-text (title and body) vectors of the exported splits."),
                with_images: bool = typer.Option(False, "--with-images", help="Parquet: add images.parquet, "
                                                 "the image files of the exported splits (Hugging Face Image "
                                                 "layout: bytes + path)."),

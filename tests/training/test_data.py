@@ -34,7 +34,40 @@ def test_vectors_text_features(toy_home):
     did = toy_home["ids"][("visual_cloze", "0-0-0")]
     ds = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12)
     assert ds.text_dim == 32 and ds.ctx.dtype == torch.float32 and ds.vocab is None
-    assert ds.text_source in ("store:body", "export:title")
+    assert ds.text_source == "export:body"
+
+
+def _ctx(ds) -> dict:
+    """{(recipe row, step): vector} of the steps a dataset's contexts hold."""
+    return {(r, s): ds.ctx[r, s].numpy().tobytes() for r in range(len(ds.ctx)) for s in range(int(ds.ctx_len[r]))}
+
+
+def test_an_export_trains_on_the_step_bodies_without_the_feature_store(toy_home, tmp_path, caplog):
+    """The step texts the readers read come with the export (its body vectors), so a machine without
+    the feature store loads the same tensors; an export of titles only is read, with a warning."""
+    import shutil
+
+    import duckdb
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    no_store = str(tmp_path / "no-lance")
+    from_export = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12, lance_uri=no_store)
+    assert from_export.text_source == "export:body"
+    bare = tmp_path / "bare"                       # the same export without its vector files: the store's
+    shutil.copytree(toy_home["export"], bare, ignore=shutil.ignore_patterns("*_vectors.parquet"))
+    from_store = load_qa_dataset(bare, did, "vectors", max_steps=12)
+    assert from_store.text_source == "store:body"
+    assert _ctx(from_export) == _ctx(from_store) and len(_ctx(from_store)) > 100
+    assert torch.equal(from_export.images, load_qa_dataset(bare, did, "vectors", max_steps=12).images)
+
+    titles = tmp_path / "titles"                   # an export written before it carried the bodies
+    shutil.copytree(toy_home["export"], titles)
+    f = titles / "text_vectors.parquet"
+    duckdb.sql(f"COPY (SELECT * FROM '{toy_home['export'] / 'text_vectors.parquet'}' WHERE field = 'title') "
+               f"TO '{f}' (FORMAT parquet)")
+    with caplog.at_level("WARNING", logger="training.data"):
+        from_titles = load_qa_dataset(titles, did, "vectors", max_steps=12, lance_uri=no_store)
+    assert from_titles.text_source == "export:title" and _ctx(from_titles) != _ctx(from_store)
+    assert "the step titles only" in caplog.text and "mrqa export --with-vectors" in caplog.text
 
 
 def test_unknown_dataset_is_a_clear_error(toy_home, tmp_path):

@@ -65,6 +65,17 @@ def test_sweep_table_is_what_the_runs_measured(swept, toy_home):
     assert (f"visual_cloze (knob mean): learned context-free scorer {acc['question_only', '0-0-0']:.3f}; the best "
             f"recipe-reading scorer adds {best - acc['question_only', '0-0-0']:+.3f}") in md
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {r["text_source"] for r in rows} == {"export:body"} and "step texts: titles only" not in md
+
+
+def test_the_summary_names_the_datasets_read_from_step_titles():
+    from training.sweep import checks
+    rows = [{"task": "visual_cloze", "dataset_id": d, "text_source": src}
+            for d, src in (("a", "export:title"), ("b", "export:body"), ("c", "export:title"))]
+    assert checks(rows, []) == ["step texts: titles only for 2 dataset(s) (an export without body vectors and no "
+                                "feature store): the readers read far less than from the steps; re-export with "
+                                "`mrqa export --with-vectors`"]
+    assert checks(rows[1:2], []) == []
 
 
 def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):

@@ -158,6 +158,18 @@ def test_side_tables_images_and_vectors(world, export):
         assert cols["item_id"] == "VARCHAR" and cols["step_idx"] == "INTEGER" and extra in cols
     assert v.execute(f"SELECT count(*) FROM '{out}/image_vectors.parquet' WHERE item_id <> image_id"
                      ).fetchall() == [(0,)]
+    # the step-text vectors of both fields, as the feature store holds them for the exported splits
+    from features.vectors.store import FeatureStore
+    store = FeatureStore(world["paths"].lance)
+    splits = {s for (s,) in v.execute(f"SELECT DISTINCT split FROM '{out}/recipes.parquet'").fetchall()}
+    for field in ("title", "body"):
+        rows = v.execute(f"SELECT item_id, vector FROM '{out}/text_vectors.parquet' WHERE field = ? "
+                         "ORDER BY item_id", [field]).fetchall()
+        ids, mat = store.text_vectors(ENC, field)
+        split_of = dict(v.execute(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall())
+        want = {i: m for i, m in zip(ids, np.asarray(mat, np.float32)) if split_of.get(i.rsplit("_", 2)[0]) in splits}
+        assert rows and [i for i, _ in rows] == sorted(want) and all(i.endswith(f"_{field}") for i, _ in rows)
+        assert all(np.array_equal(np.asarray(vec, np.float32), want[i]) for i, vec in rows)
 
 
 def test_card_documents_every_config_and_provenance_key(world, export):
