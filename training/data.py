@@ -175,13 +175,26 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     return paths.exports / dataset_id
 
 
+def _parquet_vectors(con, f: Path, id_column: str, encoder_id: str,
+                     extra: str | None = None) -> tuple[list[str], list, np.ndarray]:
+    """(ids, the `extra` column's values or [], (n, d) float32 matrix) of an export's vector file for one
+    encoder, ordered by id; read through Arrow (no Python float per element)."""
+    cols = f"{id_column}{', ' + extra if extra else ''}, vector"
+    tbl = con.sql(f"SELECT {cols} FROM read_parquet('{f.as_posix()}') WHERE encoder_id = $enc "
+                  f"ORDER BY {id_column}", params={"enc": encoder_id}).to_arrow_table()
+    if not tbl.num_rows:
+        return [], [], np.zeros((0, 0), np.float32)
+    flat = tbl["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    mat = np.asarray(flat, dtype=np.float32).reshape(tbl.num_rows, -1)
+    return tbl[id_column].to_pylist(), (tbl[extra].to_pylist() if extra else []), mat
+
+
 def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
     f = export_dir / "image_vectors.parquet"
     if f.exists():
-        ids, vecs = zip(*con.execute(f"SELECT image_id, vector FROM read_parquet('{f.as_posix()}') "
-                                     "WHERE encoder_id = ? ORDER BY image_id", [encoder_id]).fetchall() or [((), ())])
-        if ids and ids[0]:
-            return dict(zip(ids, np.asarray(vecs, dtype=np.float32)))
+        ids, _, mat = _parquet_vectors(con, f, "image_id", encoder_id)
+        if ids:
+            return dict(zip(ids, mat))
     from features.vectors.store import FeatureStore
     ids, mat = FeatureStore(lance_uri).image_vectors(encoder_id)
     if not len(ids):
@@ -199,11 +212,11 @@ def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None)
     f = export_dir / "text_vectors.parquet"
     by_field: dict[str, dict] = {}
     if f.exists():
-        for i, field, v in con.execute(f"SELECT item_id, field, vector FROM read_parquet('{f.as_posix()}') "
-                                       "WHERE encoder_id = ? ORDER BY item_id", [encoder_id]).fetchall():
+        ids, fields, mat = _parquet_vectors(con, f, "item_id", encoder_id, "field")
+        for i, field, v in zip(ids, fields, mat):
             by_field.setdefault(field, {})[(i.rsplit("_", 2)[0], int(i.rsplit("_", 2)[1]))] = v
     if by_field.get("body"):
-        return {k: np.asarray(v, np.float32) for k, v in by_field["body"].items()}, "export:body"
+        return by_field["body"], "export:body"
     try:
         from features.vectors.store import FeatureStore
         ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
@@ -217,7 +230,7 @@ def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None)
                     "store at %s none for this encoder); the readers read far less from a title than from its "
                     "step. Re-export with `mrqa export --with-vectors`, or point MRQA_HOME at the feature store "
                     "that made the dataset", encoder_id, f, lance_uri)
-        return {k: np.asarray(v, np.float32) for k, v in by_field["title"].items()}, "export:title"
+        return by_field["title"], "export:title"
     raise DatasetError(f"no step-text vectors for encoder {encoder_id}; use --text-features tokens")
 
 
