@@ -182,11 +182,8 @@ def _parquet_vectors(con, f: Path, id_column: str, encoder_id: str,
     cols = f"{id_column}{', ' + extra if extra else ''}, vector"
     tbl = con.sql(f"SELECT {cols} FROM read_parquet('{f.as_posix()}') WHERE encoder_id = $enc "
                   f"ORDER BY {id_column}", params={"enc": encoder_id}).to_arrow_table()
-    if not tbl.num_rows:
-        return [], [], np.zeros((0, 0), np.float32)
-    flat = tbl["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    mat = np.asarray(flat, dtype=np.float32).reshape(tbl.num_rows, -1)
-    return tbl[id_column].to_pylist(), (tbl[extra].to_pylist() if extra else []), mat
+    from features.vectors.store import vectors_matrix
+    return tbl[id_column].to_pylist(), (tbl[extra].to_pylist() if extra else []), vectors_matrix(tbl["vector"])
 
 
 def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:

@@ -283,7 +283,6 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 8000,
         srv.stop()
 
 
-
 class ProcessSiteServer:
     """A `SiteServer` (no faults) in a spawned process of its own; a context manager with `.url`.
 

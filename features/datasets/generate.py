@@ -39,7 +39,7 @@ from features.datasets.knobs import (
     uniforms,
 )
 from features.datasets.tasks import FAMILIES, Skeletons, _variant, build_skeletons
-from features.vectors.store import vector_rows, vectors_column
+from features.vectors.store import vector_rows, vectors_column, vectors_matrix
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
@@ -161,8 +161,7 @@ class Generator:
         self.con.register("gen_store_vectors", store_tbl)
         items = self.con.sql(load_query("items_images" if name == "image" else "items_titles")).to_arrow_table()
         self.con.unregister("gen_store_vectors")
-        vecs = np.asarray(items.column("vec").combine_chunks().flatten().to_numpy(zero_copy_only=False),
-                          dtype=np.float32).reshape(items.num_rows, mat.shape[1])
+        vecs = vectors_matrix(items.column("vec"), mat.shape[1])
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         vecs = vecs / np.where(norms > 0, norms, 1.0)
         tbl = items.set_column(items.schema.get_field_index("vec"), "vec", vectors_column(vecs))

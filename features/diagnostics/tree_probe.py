@@ -36,6 +36,8 @@ TREE_FOLDS = 4
 TREE_PARAMS = {"max_iter": 300, "learning_rate": 0.05, "max_leaf_nodes": 15, "early_stopping": True,
                "validation_fraction": 0.15, "n_iter_no_change": 10}
 FOLD_BY = ("recipe", "split")
+
+
 def _env_count(name: str, default: int) -> int:
     """A positive whole number from the environment variable `name`, or `default` when it is unset or
     empty; any other value raises a ValueError that names the variable and what it allows."""

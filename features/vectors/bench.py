@@ -240,11 +240,11 @@ def bench_ann_store_or_synthetic(encoder_id: str | None, n: int | None = None, d
     holds at least MIN_STORE_VECTORS, else on `n` (default 20000) synthetic clustered vectors of `dim`
     with 4 images per recipe; `source` says which. Each config also gets its q/s ratio against
     exact torch and exact numpy search. Raises ValueError when `require_store` and the store has fewer."""
-    from features.vectors.store import FeatureStore
+    from features.vectors.store import FeatureStore, vectors_matrix
     rows = FeatureStore().image_rows(encoder_id) if encoder_id else None
     if rows is not None and rows.num_rows >= MIN_STORE_VECTORS:
         d = rows.schema.field("vector").type.list_size
-        vecs = rows["vector"].combine_chunks().flatten().to_numpy().reshape(-1, d)
+        vecs = vectors_matrix(rows["vector"], d)
         _, groups = np.unique(np.array(rows["recipe_id"].to_pylist(), dtype=object), return_inverse=True)
         res = {"source": f"store ({encoder_id})", **bench_ann(vecs, groups, k, queries, seed=seed)}
     elif require_store:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from etl.warehouse import transaction
 from features.vectors.exact import exact_knn
 from features.vectors.ivf import IvfKnnConfig, ivf_all_knn, recall_at_k  # noqa: F401 (re-export)
-from features.vectors.store import IMAGE_TABLE, AnnConfig, FeatureStore
+from features.vectors.store import IMAGE_TABLE, AnnConfig, FeatureStore, vectors_matrix
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,7 @@ def compute_neighbours(store: FeatureStore, encoder_id: str, k: int = 100, metho
     all_recipes = np.array(rows["recipe_id"].to_pylist(), dtype=object)
     all_splits = np.array(rows["split"].to_pylist(), dtype=object)
     dim = store._dim_of(tbl)
-    all_mat = rows["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    all_mat = all_mat.reshape(-1, dim).astype(np.float32, copy=False)
+    all_mat = vectors_matrix(rows["vector"], dim)
     for split in sorted(set(all_splits)):
         sel = np.flatnonzero(all_splits == split)
         ids, recipes, mat = all_ids[sel], all_recipes[sel], np.ascontiguousarray(all_mat[sel])

@@ -101,6 +101,15 @@ def vectors_column(matrix: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(m.reshape(-1)), m.shape[1])
 
 
+def vectors_matrix(column, dim: int | None = None) -> np.ndarray:
+    """A vector column (list or fixed_size_list of floats, chunked) as an (n, d) float32 matrix: the inverse
+    of `vectors_column`. `dim` where the column may be empty and its width is known."""
+    flat = np.asarray(column.combine_chunks().flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    if dim is None and not len(column):
+        return np.zeros((0, 0), np.float32)
+    return flat.reshape(-1, dim) if dim is not None else flat.reshape(len(column), -1)
+
+
 def vector_rows(ids, vectors: np.ndarray, id_column: str = "id", vector_column: str = "vector",
                 **columns) -> pa.Table:
     """Arrow rows of `ids` and their vectors: every writer of vector rows (the store's image and
@@ -265,8 +274,7 @@ class FeatureStore:
         t = pa.concat_tables(parts) if parts else tbl.schema.empty_table()
         t = t.sort_by("id")
         dim = self._dim_of(tbl)
-        mat = t["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        return t["id"].to_pylist(), mat.reshape(-1, dim).astype(np.float32, copy=False), t
+        return t["id"].to_pylist(), vectors_matrix(t["vector"], dim), t
 
     def image_vectors(self, encoder_id: str, ids: list[str] | None = None, split: str | None = None
                       ) -> tuple[list[str], np.ndarray]:
