@@ -37,6 +37,7 @@ from training.af_pooled import (
     ADVERSARIES,
     FLOOR_BY,
     FOLDS,
+    MIN_KEPT,
     ROUNDS,
     SOLVED_SHARE,
     SWAP_FIRST,
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 
 
 @flow(name="af-pool", log_prints=True)
-def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = 0.0, folds: int = FOLDS,
+def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = MIN_KEPT, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",

@@ -31,6 +31,7 @@ from training.pooled import pool
 FOLDS = 4
 FOLD_BY = ("recipe", "split")
 TAU = 0.5
+MIN_KEPT = 0.4           # the drop's floor: a dataset keeps at least this share of its plain setting's questions
 ROUNDS = 2
 ADVERSARIES = 1          # pooled models per pass, each with its own seed and fold split (their mean logits)
 SOLVED_SHARE = 0.25      # swap rounds: the share of a dataset's questions the adversary may still solve

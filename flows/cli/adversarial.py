@@ -37,8 +37,9 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                             "probes, with --rounds 0 --tree)."),
                 tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
                                           "model solves with at least this probability of the answer."),
-                min_kept: float = typer.Option(0.0, "--min-kept", help="Never keep fewer than this share of "
-                                               "the plain setting's questions (0.4: the kept-share bound)."),
+                min_kept: float = typer.Option(0.4, "--min-kept", help="Never keep fewer than this share of "
+                                               "the plain setting's questions (0.4, the default: the kept-share "
+                                               "bound; 0: no floor)."),
                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
                 rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors "
                                            "(coherence: foreign images; ordering: wrong orders) the adversary "

@@ -50,7 +50,8 @@ def tokenize_cmd(text: str = typer.Argument(..., help="Raw text (may hold HTML, 
 def vocab_report_cmd(
         ground_truth: Optional[Path] = typer.Option(None, "--ground-truth", help="A sample kitchen "
                                                     "ground_truth.jsonl: also score repairs and noise removal."),
-        top: int = typer.Option(30, "--top", help="How many top OOV types to list.")):
+        top: int = typer.Option(30, "--top", help="How many top OOV types to list."),
+        wait: float = wait_option()):
     """Vocabulary quality before/after OOV repair (stored in vocab_stats); optionally repair accuracy."""
     from etl.config import Paths
     from etl.vocab import evaluate_on_ground_truth, vocab_report

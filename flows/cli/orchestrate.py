@@ -35,7 +35,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
-                                                         help="Also write the full summary here.")):
+                                                         help="Also write the full summary here."),
+             wait: float = wait_option()):
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
     from flows.demo import demo_flow, format_digest
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,

@@ -85,3 +85,10 @@ def test_wait_retries_until_the_holder_releases(paths, hold):
     r = _mrqa(paths, "status", "--wait", "2")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "after waiting 2 s" in r.stderr and time.monotonic() - t0 >= 2
+
+
+def test_vocab_report_waits_too(paths, hold):
+    hold(120)
+    r = _mrqa(paths, "vocab-report", "--wait", "1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "after waiting 1 s" in r.stderr and "Traceback" not in r.stderr

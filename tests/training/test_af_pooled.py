@@ -57,7 +57,7 @@ def _build(tmp_path_factory, name: str):
     # AF already takes the synthetic world's question-only model to chance: aim lower, so the rounds swap
     # cloze: the drop by a model trained anew after the rounds; coherence: by the last round's model
     res = {t: af_pool_flow.fn(task=t, tau=0.3, folds=2, seed=0, size="tiny", rounds=2, solved_share=0.05,
-                              fresh_drop=t == "visual_cloze")
+                              fresh_drop=t == "visual_cloze", min_kept=0.0)
            for t in ("visual_cloze", "visual_coherence")}
     con2 = duckdb.connect(str(paths.warehouse))
     return cm, res, before, paths, con2
@@ -378,6 +378,21 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "--floor-by" in r.output and "dataset" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--swap-first", "fastest"])
     assert r.exit_code == 2 and "--swap-first" in r.output and "movable" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--min-kept", "1"])
+    assert r.exit_code == 2 and "--min-kept must be in [0, 1), got 1.0" in r.output
+
+
+def test_the_floor_is_the_kept_share_bound_unless_asked_otherwise():
+    import inspect
+
+    from typer.testing import CliRunner
+
+    from flows.af_pool import af_pool_flow
+    from flows.cli import app
+    from training.af_pooled import MIN_KEPT
+    assert MIN_KEPT == 0.4 and inspect.signature(af_pool_flow.fn).parameters["min_kept"].default == MIN_KEPT
+    r = CliRunner().invoke(app, ["af-pool", "--help"], terminal_width=200)
+    assert r.exit_code == 0 and "[default: 0.4]" in " ".join(r.output.split())
 
 
 def test_coherence_swap_for_picks_the_foreign_image_nearest_the_target_rank():

@@ -11,7 +11,7 @@ import pytest
 from synthetic_home import synthetic_home
 
 from features.datasets.export import export_parquet, export_recipeqa_json, tree_sha256
-from features.datasets.generate import generate_datasets, generation_settings
+from features.datasets.generate import generate_datasets, generation_settings, settings_for
 from features.datasets.knobs import KnobParams
 
 ENC = "synthetic-enc-0001"
@@ -72,13 +72,20 @@ def _by_dataset(world, pred=lambda r: True):
     return out
 
 
-def test_all_settings_are_the_paper_grid_plus_balanced_variants():
+def test_all_settings_are_the_paper_grid_plus_balanced_and_af_variants():
     paper = generation_settings(balanced=False)
     full = generation_settings()
     assert len(paper) == 32 and len(full) == 44
     extra = [(t, p) for t, p in full if p.k3_mode == "balanced"]
     assert len(extra) == 12 and {t for t, _ in extra} == {"visual_cloze", "visual_coherence", "textual_cloze"}
     assert all(p.knob3 == 1 for _, p in extra)
+    # `mrqa generate --all` (settings_for) adds the AF variant of every knob setting of the AF tasks
+    every = settings_for(all_settings=True)
+    af = [(t, p) for t, p in every if p.af_rounds]
+    assert len(every) == 80 and len(af) == 36 and every[:44] == full
+    assert {t for t, _ in af} == {"visual_cloze", "visual_coherence", "textual_cloze"}
+    assert not any(p.preset for _, p in af)
+    assert settings_for(all_settings=True, adversarial=False) == full
 
 
 def test_every_setting_produced_questions(world):
