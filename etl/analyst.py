@@ -119,18 +119,31 @@ def _check_explained(con: duckdb.DuckDBPyConnection, query: str) -> None:
         raise AnalystQueryRefused(f"refused: EXPLAIN of {what}; only a SELECT may be explained")
 
 
-def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None) -> pa.Table:
     """Check `sql` (see check_analyst_sql) and run it on a connection from connect_analyst.
 
     The whole result is materialised here, so run-time errors surface as AnalystQueryFailed
     (not later, while printing). A file access that slips past the statement check is still
-    stopped by DuckDB and reported as AnalystQueryRefused.
+    stopped by DuckDB and reported as AnalystQueryRefused. `timeout` (seconds; None or 0: none)
+    interrupts a query that runs longer, so a runaway query does not hold the warehouse's lock.
     """
     query = check_analyst_sql(con, sql)
+    timer = None
+    if timeout:
+        import threading
+        timer = threading.Timer(timeout, con.interrupt)
+        timer.daemon = True
+        timer.start()
     try:
         return con.sql(query).to_arrow_table()
+    except duckdb.InterruptException:
+        raise AnalystQueryFailed(f"query stopped after {timeout:g} s (--timeout); narrow it, or give it more "
+                                 "time with --timeout SECONDS (0: no limit)") from None
     except duckdb.PermissionException as e:
         raise AnalystQueryRefused(_one_line(f"refused: analyst queries cannot read or write files "
                                             f"({e})")) from None
     except duckdb.Error as e:
         raise AnalystQueryFailed(_one_line(f"query failed: {e}")) from None
+    finally:
+        if timer is not None:
+            timer.cancel()

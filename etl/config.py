@@ -16,13 +16,20 @@ SQL_DIR = REPO_ROOT / "sql"
 DEMO_RECIPES = 1000
 
 
+def sql_path(path: str | os.PathLike) -> str:
+    """A file path (or glob) as a SQL string literal for DuckDB's read_parquet / COPY ... TO, quotes
+    doubled: a folder named "Bob's data" is a path like any other."""
+    text = path.as_posix() if isinstance(path, Path) else os.fspath(path)
+    return "'" + text.replace("'", "''") + "'"
+
+
 @dataclass(frozen=True)
 class Paths:
     home: Path
 
     @classmethod
     def from_env(cls, home: str | os.PathLike | None = None) -> Paths:
-        base = home if home is not None else os.environ.get("MRQA_HOME", "data")
+        base = home if home is not None else (os.environ.get("MRQA_HOME") or "data")     # set but empty: unset
         return cls(Path(base).expanduser().resolve())
 
     @property

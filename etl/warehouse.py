@@ -162,7 +162,9 @@ def connect(paths: Paths | None = None, read_only: bool = False,
             break
         except duckdb.IOException as e:
             if "lock" not in str(e).lower():
-                raise
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise SchemaError(f"{database} is not a usable DuckDB warehouse ({first}); move it aside or "
+                                  "point --home (MRQA_HOME) at another folder") from None
             if time.monotonic() < deadline:
                 time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                 continue

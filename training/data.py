@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import torch
 
+from etl.config import sql_path
 from training.config import VISUAL_TASKS
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,12 @@ def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
                            "`mrqa export --all --with-vectors`")
     glob = (qdir / "**" / "*.parquet").as_posix()
     cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
-                      f"question_step_ids, encoder_id FROM read_parquet('{glob}', hive_partitioning = true) "
+                      f"question_step_ids, encoder_id FROM read_parquet({sql_path(glob)}, hive_partitioning = true) "
                       f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
     if not rows:
-        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet('{glob}', "
+        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({sql_path(glob)}, "
                                            "hive_partitioning = true) ORDER BY 1").fetchall()]
         raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: {', '.join(known) or 'none'})")
     return rows
@@ -144,7 +145,7 @@ def list_datasets(export_dir: Path) -> list[dict]:
     glob = (Path(export_dir) / "questions" / "**" / "*.parquet").as_posix()
     con = duckdb.connect()
     cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
-                      f"read_parquet('{glob}', hive_partitioning = true) GROUP BY 1 ORDER BY 2, 3, 1")
+                      f"read_parquet({sql_path(glob)}, hive_partitioning = true) GROUP BY 1 ORDER BY 2, 3, 1")
     return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
 
 
@@ -180,7 +181,7 @@ def _parquet_vectors(con, f: Path, id_column: str, encoder_id: str,
     """(ids, the `extra` column's values or [], (n, d) float32 matrix) of an export's vector file for one
     encoder, ordered by id; read through Arrow (no Python float per element)."""
     cols = f"{id_column}{', ' + extra if extra else ''}, vector"
-    tbl = con.sql(f"SELECT {cols} FROM read_parquet('{f.as_posix()}') WHERE encoder_id = $enc "
+    tbl = con.sql(f"SELECT {cols} FROM read_parquet({sql_path(f)}) WHERE encoder_id = $enc "
                   f"ORDER BY {id_column}", params={"enc": encoder_id}).to_arrow_table()
     from features.vectors.store import vectors_matrix
     return tbl[id_column].to_pylist(), (tbl[extra].to_pylist() if extra else []), vectors_matrix(tbl["vector"])
@@ -281,7 +282,7 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
     steps: dict[str, list[tuple[int, str, str]]] = {}
     split_of: dict[str, str] = {}
     for rid, split, idx, title, body in con.execute(
-            f"SELECT recipe_id, split, step_idx, title, body FROM read_parquet('{steps_f.as_posix()}') "
+            f"SELECT recipe_id, split, step_idx, title, body FROM read_parquet({sql_path(steps_f)}) "
             "ORDER BY recipe_id, step_idx").fetchall():
         steps.setdefault(rid, []).append((idx, title or "", body or ""))
         split_of[rid] = split

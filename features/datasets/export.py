@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from etl.config import sql_path
 from etl.warehouse import load_query
 from features.datasets.card import write_card
 
@@ -79,12 +80,26 @@ def _in(ids: list[str]) -> str:
 
 
 def _copy(con: duckdb.DuckDBPyConnection, query: str, dest: Path) -> None:
-    con.execute(f"COPY ({query}) TO '{dest.as_posix()}' (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP}, "
+    con.execute(f"COPY ({query}) TO {sql_path(dest)} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP}, "
                 "COMPRESSION zstd)")
 
 
 def _choose(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT unnest({_in(dataset_ids)}) AS dataset_id")
+
+
+EXPORT_NAMES = frozenset({"README.md", "questions", "recipes.parquet", "steps.parquet", "image_vectors.parquet",
+                          "text_vectors.parquet", "images.parquet"})        # what export_parquet writes
+RECIPEQA_NAMES = frozenset({"train.json", "val.json", "test.json", "images-qa"})   # what _recipeqa_folder writes
+
+
+def check_replaceable(names, where: str, allowed: frozenset = EXPORT_NAMES, what: str = "an export") -> None:
+    """An export replaces only an earlier export: raise ValueError naming `where` when the folder holds
+    anything else (`names`: its entries), so a user's folder is never emptied by a mistyped --out."""
+    foreign = sorted(set(names) - allowed)
+    if foreign:
+        raise ValueError(f"refusing to replace {where}: it holds more than {what} ({', '.join(foreign[:3])}"
+                         f"{', ...' if len(foreign) > 3 else ''}); choose another --out")
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
@@ -106,7 +121,18 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 
         from pyarrow import fs as pafs
         uri = f"{m[1]}://{'/' if m[1] == 'file' else ''}{m[2]}"
-        dest_fs, dest = pafs.FileSystem.from_uri(uri)
+        if not m[2].strip("/"):
+            raise ValueError(f"refusing to export to {uri}: give a folder below the root")
+        try:
+            dest_fs, dest = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowException, ValueError) as e:
+            raise ValueError(f"--out {out}: not a folder or a storage URI pyarrow can write to ({e})") from None
+        info = dest_fs.get_file_info(dest)
+        if info.type == pafs.FileType.File:
+            raise ValueError(f"refusing to export to {uri}: it is a file")
+        if info.type == pafs.FileType.Directory:
+            listing = dest_fs.get_file_info(pafs.FileSelector(dest, allow_not_found=True))
+            check_replaceable([i.base_name for i in listing], uri)
         with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
             res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri,
                                  with_images, home, left_out)
@@ -114,7 +140,12 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
         return {**res, "out": uri}
     out = Path(out)
+    if str(out).strip() in ("", "."):
+        raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
     if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"refusing to export to {out}: it is a file")
+        check_replaceable([p.name for p in out.iterdir()], str(out))
         shutil.rmtree(out)
     out.mkdir(parents=True)
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
@@ -347,7 +378,9 @@ def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> 
 def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[str, str | None],
                      with_images: bool) -> dict:
     """One dataset's OUT/<split>.json (+ OUT/images-qa/<split>/images-qa/), replacing what an earlier
-    export wrote there."""
+    export wrote there (and nothing else: a folder with other files is refused)."""
+    if out.is_dir():
+        check_replaceable([p.name for p in out.iterdir()], str(out), RECIPEQA_NAMES, "a RecipeQA export")
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):
         old.unlink()

@@ -522,8 +522,10 @@ def render_html(tasks: dict[str, dict], header: dict | None = None, competence: 
 def check_out_dir(out_dir: Path) -> Path:
     """Only ever replace a previous report (html + png files), never a user's folder."""
     if out_dir.exists():
+        if not out_dir.is_dir():
+            raise ValueError(f"refusing to replace {out_dir}: it is a file; choose another --out")
         foreign = [x.name for x in out_dir.iterdir() if not (x.is_file() and x.suffix in (".html", ".png"))]
-        if foreign or not out_dir.is_dir():
+        if foreign:
             raise ValueError(f"refusing to replace {out_dir}: it holds more than a report "
                              f"({', '.join(sorted(foreign)[:3])}); choose another --out")
     return out_dir

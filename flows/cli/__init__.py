@@ -31,7 +31,7 @@ from typing import Optional
 import typer
 
 from flows.cli import adversarial, bench, clean, competence, datasets, embed, ingest, orchestrate, train, warehouse
-from flows.cli.common import PREFECT_ENV, OneLineErrors, package_version, setup_logging
+from flows.cli.common import PREFECT_ENV, OneLineErrors, fail, package_version, setup_logging
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
@@ -60,9 +60,21 @@ def _root(home: Optional[Path] = typer.Option(None, "--home", envvar="MRQA_HOME"
                                                  "pipeline and deploy always use Prefect."),
           version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print the installed version and exit.")):
+    if home is not None:
+        _check_home(home)
     setup_logging(home, verbose)
     if prefect is not None:
         os.environ[PREFECT_ENV] = "1" if prefect else "0"
+
+
+def _check_home(home: Path) -> None:
+    """--home / MRQA_HOME must name a folder (or one to create): not empty, not a file, not inside one."""
+    if not str(home).strip():
+        fail("--home (MRQA_HOME) is empty: give the data folder, e.g. --home ./data")
+    p = Path(home).expanduser()
+    for part in (p, *p.parents):
+        if part.exists() and not part.is_dir():
+            fail(f"--home (MRQA_HOME): {part} is a file, not a folder")
 
 
 def main() -> None:

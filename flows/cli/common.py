@@ -42,7 +42,9 @@ def bad_value_message(err: typer.BadParameter) -> str:
     if param is None:
         return err.message
     long_opts = [o for o in getattr(param, "opts", []) if o.startswith("--")]
-    name = long_opts[0] if long_opts else param.human_readable_name
+    name = long_opts[0] if long_opts else (param.name or "argument").upper()
+    if type(err).__name__ == "MissingParameter":           # click's, raised for a required option or argument
+        return f"missing {name}" + (" (an option)" if long_opts else " (an argument)") + "; see --help"
     detail = err.message.removeprefix("Value error, ")
     allowed = getattr(getattr(param, "type_descriptor", None), "choices", None)
     if not allowed:
@@ -62,9 +64,24 @@ class OneLineErrors(TyperGroup):
             fail(bad_value_message(err))
         except Exception as err:
             warehouse = sys.modules.get("etl.warehouse")     # loaded whenever a warehouse was opened
-            if warehouse is not None and isinstance(err, warehouse.WarehouseLocked):
+            if warehouse is not None and isinstance(err, (warehouse.WarehouseLocked, warehouse.SchemaError)):
                 fail(str(err))
             raise
+
+
+def check_out_path(option: str, path: Path, want_dir: bool = True) -> Path:
+    """Refuse an output path before any work: `option` names it in the one-line error. A folder
+    (`want_dir`) must be a folder or not exist yet, and a file must not be a folder; either way no
+    existing part of the path above it may be a file. An empty path (the working directory) is refused."""
+    if str(path).strip() in ("", "."):
+        fail(f"{option}: give a folder to write to, not the working directory")
+    p = Path(path).expanduser()
+    for parent in (p, *p.parents) if want_dir else p.parents:
+        if parent.exists() and not parent.is_dir():
+            fail(f"{option}: {parent} is a file, not a folder")
+    if not want_dir and p.is_dir():
+        fail(f"{option}: {p} is a folder; give a file name")
+    return p
 
 
 def _set_lock_wait(value: float) -> float:
@@ -100,8 +117,9 @@ def run_flow(flow, *args, **kwargs):
 
 
 def parse_choices(option: str, text: str, allowed: type[StrEnum]) -> list[str]:
-    """The comma-separated values of `option` (e.g. --scorers a,b), each checked against `allowed`."""
-    values = [v.strip() for v in text.split(",") if v.strip()]
+    """The comma-separated values of `option` (e.g. --scorers a,b), each checked against `allowed`; a value
+    given twice counts once."""
+    values = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
     bad = [v for v in values if v not in allowed.__members__]
     if bad or not values:
         fail(f"{option} must be a comma-separated list of {one_of(allowed.__members__)}, got {text!r}")

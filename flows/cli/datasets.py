@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
-from flows.cli.common import echo_json, fail, one_of, run_flow, wait_option
+from flows.cli.common import check_out_path, echo_json, fail, one_of, run_flow, wait_option
 
 app = typer.Typer()
 
@@ -62,6 +62,8 @@ def generate_cmd(
     from flows.generate import generate_flow
     if af_drop is AfDrop.pooled and adversarial is False:
         fail("--af-drop pooled is about the AF datasets; leave out --no-adversarial")
+    if knobs is not None and not knobs.strip():
+        fail("--knobs is empty: give a setting such as 0-1-0 or 0-1-1-af (docs/knobs.md), or leave it out for 0-0-0")
     overrides = {name: v for name, v in (("k", k), ("questions_per_step", ratio),
                                          ("extra_step_removal", extra_removal), ("ball_hi_sd", ball_hi),
                                          ("k3_n_constrained", n_constrained), ("k3_prob", k3_prob),
@@ -147,9 +149,13 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                wait: float = wait_option()):
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
     config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
+    import re
+
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.export import export_parquet, export_recipeqa_json
+    if out is not None and not re.match(r"^[a-z][a-z0-9+.-]+:/", str(out)):    # a local folder, not a URI
+        check_out_path("--out", out)
     paths = Paths.from_env().ensure()
     con = connect(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
@@ -176,11 +182,14 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
         digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
         out = paths.exports / (("all-reading" if reading_only else "all") if all_
                                else ids[0] if len(ids) == 1 else f"datasets-{digest}")
-    if fmt == "parquet":
-        res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
-                             with_images=with_images, home=paths.home, left_out=left_out or None)
-    else:
-        res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
+    try:
+        if fmt == "parquet":
+            res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
+                                 with_images=with_images, home=paths.home, left_out=left_out or None)
+        else:
+            res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
+    except ValueError as e:
+        fail(str(e))
     echo_json({**res, "left_out": left_out} if reading_only else res)
 
 
@@ -200,7 +209,11 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
     from features.diagnostics.bias import list_datasets
     from features.diagnostics.report import check_out_dir
     from flows.report import report_flow
-    ids = [d for item in (datasets or []) for d in item.split(",") if d.strip()] or None
+    ids = list(dict.fromkeys(d.strip() for item in (datasets or []) for d in item.split(",") if d.strip())) or None
+    if datasets is not None and ids is None:
+        fail(f"--datasets: no dataset id in {','.join(datasets)!r}; leave the option out to report on every dataset")
+    if out is not None:
+        check_out_path("--out", out)
     paths = Paths.from_env().ensure()
     con = connect(paths)
     try:

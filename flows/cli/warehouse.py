@@ -37,6 +37,9 @@ def sql_test_cmd():
 @app.command("query")
 def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
               fmt: QueryFormat = typer.Option(QueryFormat.table, "--format", help="Output format."),
+              timeout: float = typer.Option(300.0, "--timeout", min=0.0, metavar="SECONDS",
+                                            help="Stop the query after this long (0: no limit); a running "
+                                                 "query holds the warehouse's lock."),
               wait: float = wait_option()):
     """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
     locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
@@ -48,12 +51,14 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
         fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")
     try:
         con = connect_analyst(paths)
-        result = run_analyst_query(con, sql)
+        result = run_analyst_query(con, sql, timeout=timeout)
     except (AnalystQueryError, SchemaError) as e:
         fail(str(e))
     rows = list(zip(*(c.to_pylist() for c in result.columns)))
-    if fmt == "json":
-        echo_json([dict(zip(result.column_names, r)) for r in rows])
+    if fmt == "json":                   # strict JSON: a NaN or infinite double is null
+        import math
+        echo_json([{c: None if isinstance(v, float) and not math.isfinite(v) else v
+                    for c, v in zip(result.column_names, r)} for r in rows])
     elif fmt == "csv":
         import csv
         w = csv.writer(sys.stdout)

@@ -139,3 +139,26 @@ def test_connection_is_locked(home):
         run_analyst_query(con, "SELECT * FROM secret")
     assert run_analyst_query(con, "SELECT count(*) AS n FROM steps").to_pylist() == [{"n": 4}]
     con.close()
+
+
+def test_a_runaway_query_is_stopped_by_its_timeout_and_frees_the_warehouse(home, run_mrqa):
+    import time
+    t0 = time.monotonic()
+    res = run_mrqa("query", "--timeout", "1", "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                   "SELECT count(*) FROM r", home=home)
+    line = res.assert_refused()
+    assert line.startswith("error: query stopped after 1 s (--timeout)"), line
+    assert time.monotonic() - t0 < 60
+    con = connect(Paths(home))                    # the lock is free: a writer opens the warehouse at once
+    con.close()
+    with pytest.raises(Exception, match="stopped after 0.5 s"):    # the library call too
+        run_analyst_query(connect_analyst(Paths(home)), "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
+                          "SELECT n + 1 FROM r) SELECT count(*) FROM r", timeout=0.5)
+
+
+def test_json_output_is_strict_json(home, run_mrqa):
+    res = run_mrqa("query", "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 1.5::DOUBLE AS c", "--format", "json",
+                   home=home)
+    assert res.rc == 0, res.stderr
+    assert json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}")) == [
+        {"a": None, "b": None, "c": 1.5}]

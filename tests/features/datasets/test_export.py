@@ -222,6 +222,47 @@ def test_export_is_byte_identical(world, export, tmp_path):
     assert again["sha256"] == export["res"]["sha256"] == tree_sha256(export["out"])
 
 
+def test_an_export_replaces_an_earlier_export_and_nothing_else(world, tmp_path, monkeypatch):
+    con, did = world["con"], world["ids"][("visual_cloze", "0-1-1")]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("important")
+    with pytest.raises(ValueError, match=r"refusing to replace .*mine: it holds more than an export \(keep.txt\)"):
+        export_parquet(con, [did], mine)
+    with pytest.raises(ValueError, match=r"more than a RecipeQA export \(keep.txt\)"):
+        export_recipeqa_json(con, [did], mine, home=world["home"], with_images=False)
+    with pytest.raises(ValueError, match="keep.txt"):                        # the same through a URI
+        export_parquet(con, [did], f"file://{mine.as_posix()}")
+    assert [p.name for p in mine.iterdir()] == ["keep.txt"] and (mine / "keep.txt").read_text() == "important"
+    out = tmp_path / "exp"
+    first = export_parquet(con, [did], out)
+    (out / "questions" / "stale.txt").write_text("left by hand inside the export's own tree")
+    again = export_parquet(con, [did], out)                                 # an earlier export: replaced
+    assert not (out / "questions" / "stale.txt").exists() and again["sha256"] == first["sha256"]
+    monkeypatch.chdir(tmp_path)                                             # never the working directory
+    for bad in ("", "."):
+        with pytest.raises(ValueError, match="working directory"):
+            export_parquet(con, [did], bad)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="it is a file"):
+        export_parquet(con, [did], tmp_path / "afile")
+    with pytest.raises(ValueError, match="below the root"):
+        export_parquet(con, [did], "file:///")
+    with pytest.raises(ValueError, match="not a folder or a storage URI"):
+        export_parquet(con, [did], "bogus:/x/y")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "exp", "mine"]
+
+
+def test_paths_with_a_quote_export_and_load(world, tmp_path):
+    from training.data import list_datasets, load_qa_dataset
+    con, did = world["con"], world["ids"][("visual_cloze", "0-1-1")]
+    out = tmp_path / "Bob's data" / "exp"
+    res = export_parquet(con, [did], out, with_vectors=True, lance_uri=world["paths"].lance)
+    assert res["questions"] > 0 and [d["dataset_id"] for d in list_datasets(out)] == [did]
+    ds = load_qa_dataset(out, did, "vectors", lance_uri=world["paths"].lance)
+    assert sum(len(s) for s in ds.splits.values()) == res["questions"]
+
+
 # ----------------------------------------------------------------------------- RecipeQA JSON
 
 def recipeqa_evaluate(data_files: list, predictions_file) -> dict[str, float]:

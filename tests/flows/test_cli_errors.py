@@ -1,0 +1,78 @@
+"""Bad command lines and bad homes end `mrqa` with one `error:` line and rc 2, never a traceback: a missing
+argument or option (named), a --home that is a file, a warehouse file that is not a DuckDB database, an
+--out that is the working directory or a file, a --datasets list with no id; and a choice given twice
+counts once."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+
+def _run(*args: str):
+    r = CliRunner().invoke(app, ["--no-prefect", *args])
+    return r, [ln for ln in r.output.strip().splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("args, name", [
+    (["query"], "SQL"), (["tokenize"], "TEXT"), (["parse"], "PAGE"),
+    (["train"], "--dataset"), (["evaluate", "--run", "x"], "--dataset"), (["roles", "truth"], "--ground-truth"),
+])
+def test_a_missing_argument_or_option_is_named(paths, args, name):
+    r, lines = _run(*args)
+    assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
+    assert lines[0].startswith(f"error: missing {name}") and lines[0].endswith("see --help"), lines
+
+
+def test_a_home_that_is_a_file_or_holds_a_broken_warehouse(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "afile"
+    f.write_text("not a folder")
+    for home in (f, f / "sub"):
+        r = CliRunner().invoke(app, ["--home", str(home), "status"])
+        assert r.exit_code == 2 and r.output.strip() == f"error: --home (MRQA_HOME): {f} is a file, not a folder"
+    monkeypatch.setenv("MRQA_HOME", str(f))
+    r = CliRunner().invoke(app, ["status"])
+    assert r.exit_code == 2 and "is a file, not a folder" in r.output
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "warehouse.duckdb").write_text("hello")
+    for args in (["status"], ["query", "SELECT 1"], ["datasets"]):
+        r = CliRunner().invoke(app, ["--home", str(broken), *args])
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output
+        assert f"{broken / 'warehouse.duckdb'} is not a usable DuckDB warehouse" in lines[0]
+    assert (broken / "warehouse.duckdb").read_text() == "hello"          # left as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "broken"]
+
+
+def test_an_empty_mrqa_home_means_the_default(tmp_path, monkeypatch):
+    from etl.config import Paths
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MRQA_HOME", "")
+    assert Paths.from_env().home == tmp_path / "data"
+
+
+def test_outputs_that_are_the_working_directory_or_a_file_are_refused_first(paths, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "canary.txt").write_text("still here")
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for args, want in ((["export", "--all", "--out", ""], "--out: give a folder to write to"),
+                       (["export", "--all", "--out", "."], "--out: give a folder to write to"),
+                       (["export", "--all", "--out", str(f)], f"--out: {f} is a file"),
+                       (["export", "--all", "--out", str(f / "sub")], f"--out: {f} is a file"),
+                       (["report", "--out", str(f)], f"--out: {f} is a file"),
+                       (["report", "--datasets", ","], "--datasets: no dataset id in ','"),
+                       (["generate", "--task", "visual_cloze", "--knobs", " "], "--knobs is empty")):
+        r, lines = _run(*args)
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {want}"), (args, r.output)
+    assert (tmp_path / "canary.txt").read_text() == "still here"
+
+
+def test_a_choice_given_twice_counts_once():
+    from flows.cli.choices import Scorer
+    from flows.cli.common import parse_choices
+    assert parse_choices("--scorers", "transformer, transformer,question_only", Scorer) == ["transformer",
+                                                                                            "question_only"]
