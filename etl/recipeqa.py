@@ -507,6 +507,8 @@ def bench_import(records: list[RecipeQARecord], n: int = 20000, n_baseline: int 
     import time
 
     from etl.warehouse import connect
+    if n < 1 or n_baseline < 1:
+        raise ValueError(f"records and baseline records must be >= 1, got {n} and {n_baseline}")
     synth = synthesise_records(records, n)
     out = {"records": n, "recipes": len(merge_recipes(synth))}
     for method, k in (("arrow", n), ("executemany", min(n, n_baseline))):

@@ -5,10 +5,12 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 SCORERS = ("transformer", "bidaf", "impatient", "question_only")   # the allowed `ModelConfig.scorer` names
 TEXT_FEATURES = ("tokens", "vectors")
+MAX_SEED = 2**32 - 1                # numpy.random.seed accepts [0, 2**32 - 1]
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
 
 
@@ -127,8 +129,17 @@ def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str 
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
     lr = train_overrides.get("lr")
-    if lr is not None and not lr > 0:
-        raise ValueError(f"--lr must be > 0, got {lr}")
+    if lr is not None and not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"--lr must be > 0 and finite, got {lr}")
+    for field, flag, low in (("max_epochs", "--max-epochs", 1), ("batch_size", "--batch-size", 1),
+                             ("max_train_questions", "--max-train-questions", 1), ("patience", "--patience", 0),
+                             ("warmup_steps", "--warmup-steps", 0), ("threads", "--threads", 0)):
+        v = train_overrides.get(field)
+        if v is not None and v < low:
+            raise ValueError(f"{flag} must be >= {low}, got {v}")
+    seed = train_overrides.get("seed")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
     unknown = sorted(set(train_overrides) - set(TrainConfig.__dataclass_fields__))
     if unknown:
         raise TypeError(f"not TrainConfig fields: {', '.join(unknown)}")

@@ -202,6 +202,8 @@ def fit(model: GM3C, ds: QADataset, cfg: TrainConfig, device, ckpt_path: Path | 
     rank takes the same early-stopping decision from the all-reduced validation accuracy."""
     if "train" not in ds.splits or "val" not in ds.splits:
         raise ValueError(f"{ds.dataset_id} needs train and val questions (has {sorted(ds.splits)})")
+    if cfg.max_epochs < 1 or cfg.batch_size < 1:      # resolve_configs refuses these; a TrainConfig built directly
+        raise ValueError(f"max_epochs and batch_size must be >= 1, got {cfg.max_epochs} and {cfg.batch_size}")
     model.to(device)
     net = model
     if d.world > 1:

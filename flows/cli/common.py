@@ -37,7 +37,8 @@ def one_of(values) -> str:
 
 def bad_value_message(err: typer.BadParameter) -> str:
     """One line for a value an option refused: `--probe must be logreg or svm, got 'tree'` for a
-    choice option, else `--recipes: 0 is not in the range x>=1.`"""
+    choice option, `missing --dataset (an option); see --help` for a required one left out, else
+    `--recipes: Input should be greater than or equal to 1`."""
     param = err.param
     if param is None:
         return err.message
@@ -53,6 +54,10 @@ def bad_value_message(err: typer.BadParameter) -> str:
     return f"{name} must be {one_of(getattr(c, 'value', c) for c in allowed)}" + (f", got {got[1]}" if got else "")
 
 
+# click's UsageError (typer vendors click and exports only BadParameter, one of its subclasses)
+USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
 class OneLineErrors(TyperGroup):
     """The root command group: a value an option of any command refuses ends the command with
     one `error: ...` line and rc 2, like every other bad input, instead of a usage box."""
@@ -62,6 +67,9 @@ class OneLineErrors(TyperGroup):
             return super().invoke(ctx)
         except typer.BadParameter as err:
             fail(bad_value_message(err))
+        except USAGE_ERROR as err:                   # an unknown option or command, an extra argument
+            where = err.ctx.command_path if err.ctx is not None else "mrqa"
+            fail(f"{err.format_message().rstrip('.')}; see `{where} --help`")
         except Exception as err:
             warehouse = sys.modules.get("etl.warehouse")     # loaded whenever a warehouse was opened
             if warehouse is not None and isinstance(err, (warehouse.WarehouseLocked, warehouse.SchemaError)):

@@ -1,6 +1,7 @@
 """`mrqa encoder ...` and `mrqa embed`: train or register encoders, and embed images and step texts."""
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -33,18 +34,21 @@ def encoder_train_cmd(
                                                    "steps: hard negatives as knob 2 picks them (0-1)."),
         twins: Optional[TwinMode] = typer.Option(None, "--twins", help="Text twins in a batch (steps that "
                                                  "say the same): none (negatives, as CLIP), positive, or mask."),
-        seed: int = typer.Option(0, "--seed", help="Seed of init, image picks and order."),
-        image_size: Optional[int] = typer.Option(None, "--image-size", help="Input size in pixels "
-                                                 "(default: the architecture's, 32)."),
+        seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of init, image picks and order."),
+        image_size: Optional[int] = typer.Option(None, "--image-size", min=8, help="Input size in pixels, at "
+                                                 "least one 8-pixel patch (default: the architecture's, 32)."),
         lr: Optional[float] = typer.Option(None, "--lr", help="Peak AdamW learning rate (default 1e-3)."),
-        workers: int = typer.Option(0, "--workers", help="Decode workers for images not in the pixel cache."),
+        workers: int = typer.Option(0, "--workers", min=0, help="Decode workers for images not in the "
+                                    "pixel cache."),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default 1: "
                                               "the tiny model gains little from more, a loaded machine loses a lot)."),
-        max_steps: Optional[int] = typer.Option(None, "--max-train-steps",
+        max_steps: Optional[int] = typer.Option(None, "--max-train-steps", min=1,
                                                 help="Use at most this many train steps (quick runs)."),
         wait: float = wait_option()):
     """Train the default encoder (mrqa-tiny-clip) on the train split: CLIP loss on (step image, step
     text) pairs, plus a same-recipe image-image term when --recipe-weight > 0."""
+    if lr is not None and not (lr > 0 and math.isfinite(lr)):
+        fail(f"--lr must be > 0 and finite, got {lr}")
     from etl.warehouse import connect
     from features.embed.train_encoder import TrainConfig, TrainingDataError, train_encoder
     given = {"epochs": epochs, "batch_size": batch_size, "images_per_recipe": images_per_recipe,
@@ -99,8 +103,10 @@ def encoder_list_cmd():
 def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id "
                                                             "(default: the latest)."),
                      split: Split = typer.Option(Split.val, "--split", help="Pairs of this split."),
-                     max_pairs: int = typer.Option(1000, "--max-pairs", help="Seeded sample size."),
-                     workers: int = typer.Option(2, "--workers", help="Image decode workers.")):
+                     max_pairs: int = typer.Option(1000, "--max-pairs", min=2, help="Seeded sample size "
+                                                   "(at least 2 pairs)."),
+                     workers: int = typer.Option(2, "--workers", min=0, help="Image decode workers "
+                                                 "(0 = in-process).")):
     """Image<->text retrieval recall@1/@10 on (step image, step text) pairs, with chance level."""
     from etl.config import Paths
     from etl.warehouse import connect
@@ -139,7 +145,7 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
               decode: Decode = typer.Option(Decode.threads, "--decode", help="threads: a decode pool in "
                                             "this process, no worker start-up or tensor copies (1.5x the "
                                             "DataLoader here); processes: DataLoader workers."),
-              batch_size: int = typer.Option(128, "--batch-size", help="Images per encoder batch."),
+              batch_size: int = typer.Option(128, "--batch-size", min=1, help="Images per encoder batch."),
               method: NeighbourMethod = typer.Option(NeighbourMethod.auto, "--neighbours",
                                                      help="How the neighbours table is built."),
               no_train: bool = typer.Option(False, "--no-train", help="Fail instead of training an "
@@ -153,6 +159,12 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
 
     When nothing it reads changed since a run that found nothing to do, it prints that run's summary
     without loading the encoder or LanceDB (features/embed/state.py)."""
+    if k < 1:
+        fail(f"--k must be >= 1, got {k}")
+    if workers < 0:
+        fail(f"--workers must be >= 0, got {workers}")
+    if threads is not None and threads < 1:
+        fail("--threads must be >= 1")
     if encoder is not None:   # checked here: inside the flow it would be a logged traceback first
         from etl.warehouse import connect
         con = connect()
@@ -162,12 +174,6 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
         if encoder not in known:
             fail(f"unknown encoder {encoder!r}; registered: {', '.join(known) or 'none'} "
                  "(see `mrqa encoder list`, `mrqa encoder train`)")
-    if k < 1:
-        fail(f"--k must be >= 1, got {k}")
-    if workers < 0:
-        fail(f"--workers must be >= 0, got {workers}")
-    if threads is not None and threads < 1:
-        fail("--threads must be >= 1")
     if no_prefect:
         os.environ[PREFECT_ENV] = "0"
     if not use_prefect():         # a flow run checks the same inside run_embed

@@ -20,7 +20,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                          help="Sample kitchen size (the default fits `make demo` "
                                               "in 15 minutes on 2 CPU cores)."),
              seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
-             workers: Optional[int] = typer.Option(None, "--workers", help="Build processes "
+             workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Build processes "
                                                    "(default: all cores)."),
              train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
                                         "training run next to Hasty Student."),
@@ -54,13 +54,13 @@ def pipeline_cmd(
         sitemap: Optional[str] = typer.Option(None, "--sitemap", help="Sitemap URL to crawl."),
         urls: Optional[Path] = typer.Option(None, "--urls", help="File with one recipe URL per line."),
         rescrape: bool = typer.Option(False, "--rescrape", help="Re-scrape stale, missing or partial recipes."),
-        stale_days: Optional[float] = typer.Option(None, "--stale-days", help="With --rescrape: pages older "
+        stale_days: Optional[float] = typer.Option(None, "--stale-days", min=0.0, help="With --rescrape: pages older "
                                                    "than this are revalidated."),
         sample: Optional[int] = typer.Option(None, "--sample", min=5, help="Build, serve and crawl a sample "
                                              "kitchen of N recipes instead of a site."),
         allow_host: list[str] = typer.Option([], "--allow-host", help="Host the crawler may fetch (repeat)."),
         allow_private: bool = typer.Option(False, "--allow-private", help="Allow loopback/private hosts."),
-        delay: float = typer.Option(1.0, "--delay", help="Seconds between requests to one host."),
+        delay: float = typer.Option(1.0, "--delay", min=0.0, help="Seconds between requests to one host."),
         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (and the sample kitchen)."),
         af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled adversary "
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),

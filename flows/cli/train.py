@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import Scorer, Size, Split, TextFeatures, VisualTask
-from flows.cli.common import echo_json, fail, parse_choices, wait_option
+from flows.cli.common import check_out_path, echo_json, fail, parse_choices, wait_option
 
 app = typer.Typer()
 LAYERS_HELP = "Transformer scorer layers (default: the size's; paper 4)."
@@ -67,8 +67,6 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
                                         "(gloo on CPU, NCCL with one GPU per process)."),
               wait: float = wait_option()):
     """Train GM3C on a dataset (early stopping on val accuracy), test it, record the run."""
-    from training.data import DatasetError
-    from training.train import train_run
     if nproc < 1:
         fail(f"--nproc must be >= 1, got {nproc}")
     given = {"--max-epochs": max_epochs, "--patience": patience, "--batch-size": batch_size, "--seed": seed,
@@ -76,6 +74,8 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
     mc, tc = configs(scorer.value, text_features.value, tiny, size and size.value, layers=layers, width=width,
                      align=align, max_epochs=max_epochs, patience=patience, batch_size=batch_size, seed=seed,
                      threads=threads, device=device, lr=lr)
+    from training.data import DatasetError
+    from training.train import train_run
     exp = export_for(dataset, export)
     try:
         if nproc > 1:               # every rank resolves the same configs from the same options
@@ -104,6 +104,8 @@ def evaluate_cmd(run: str = typer.Option(..., "--run", help="run_id, run directo
                  predictions: Optional[Path] = typer.Option(None, "--predictions", help="Write RecipeQA-style "
                                                             "predictions {task: [index, ...]} (qid order) here.")):
     """Score a trained run on a dataset; checks encoder, task and dataset hash first."""
+    if predictions is not None:
+        predictions = check_out_path("--predictions", predictions, want_dir=False)
     from training.data import DatasetError
     from training.train import CheckpointError, evaluate_run
     exp = export_for(dataset, export)
@@ -168,19 +170,21 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
               wait: float = wait_option()):
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
     from etl.config import Paths
-    from training.sweep import sweep
     sc = parse_choices("--scorers", scorers, Scorer)
     task_list = parse_choices("--tasks", tasks, VisualTask)
-    paths = Paths.from_env().ensure()
-    exp = export or paths.exports / "all"
-    if not (exp / "questions").is_dir():
-        fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
+    if out is not None:
+        out = check_out_path("--out", out)
     if pooled and text_features.value != "vectors":
         fail("--pooled needs --text-features vectors (token vocabularies differ between datasets)")
     mc, tc = configs(sc[0], text_features.value, tiny, size and size.value, layers=layers, width=width,
                      align=align,
                      max_epochs=max_epochs, patience=patience, max_train_questions=max_train, threads=threads,
                      seed=seed, lr=lr)
+    from training.sweep import sweep
+    paths = Paths.from_env().ensure()
+    exp = export or paths.exports / "all"
+    if not (exp / "questions").is_dir():
+        fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, task_list,
                     [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value,

@@ -25,6 +25,17 @@ def test_a_missing_argument_or_option_is_named(paths, args, name):
     assert lines[0].startswith(f"error: missing {name}") and lines[0].endswith("see --help"), lines
 
 
+@pytest.mark.parametrize("args, want", [
+    (["export", "--bogus"], "error: No such option: --bogus"), (["bogus"], "error: No such command 'bogus'"),
+    (["query", "SELECT 1", "extra"], "error: Got unexpected extra argument(s) (extra); see `"),
+    (["export", "--out"], "error: Option '--out' requires an argument"),
+])
+def test_usage_errors_are_one_line_too(paths, args, want):
+    r, lines = _run(*args)
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(want), r.output
+    assert lines[0].endswith("--help`") and "Traceback" not in r.output
+
+
 def test_a_home_that_is_a_file_or_holds_a_broken_warehouse(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     f = tmp_path / "afile"

@@ -29,12 +29,29 @@ def test_resolve_configs_sizes_and_overrides():
     ({"text_features": "pixels"}, "--text-features must be one of tokens, vectors"),
     ({"layers": 0}, "--layers must be >= 1, got 0"),
     ({"tiny": True, "width": 25}, "multiple of n_heads"),
-    ({"lr": -1.0}, "--lr must be > 0, got -1.0"),
+    ({"lr": -1.0}, "--lr must be > 0 and finite, got -1.0"),
+    ({"lr": float("nan")}, "--lr must be > 0 and finite, got nan"),
+    ({"lr": float("inf")}, "--lr must be > 0 and finite, got inf"),
+    ({"max_epochs": 0}, "--max-epochs must be >= 1, got 0"),
+    ({"batch_size": 0}, "--batch-size must be >= 1, got 0"),
+    ({"batch_size": -4}, "--batch-size must be >= 1, got -4"),
+    ({"max_train_questions": 0}, "--max-train-questions must be >= 1, got 0"),
+    ({"patience": -1}, "--patience must be >= 0, got -1"),
+    ({"warmup_steps": -1}, "--warmup-steps must be >= 0, got -1"),
+    ({"threads": -2}, "--threads must be >= 0, got -2"),
+    ({"seed": -1}, "--seed must be in [0, 4294967295], got -1"),
+    ({"seed": 2**32}, "--seed must be in [0, 4294967295], got 4294967296"),
 ])
 def test_resolve_configs_refuses_bad_values_naming_the_option(kw, msg):
     with pytest.raises(ValueError) as e:
         resolve_configs(**kw)
     assert msg in str(e.value)
+
+
+def test_resolve_configs_keeps_the_edge_values():
+    _, tc = resolve_configs(tiny=True, max_epochs=1, batch_size=1, max_train_questions=1, patience=0,
+                            warmup_steps=0, threads=0, seed=2**32 - 1)
+    assert (tc.max_epochs, tc.batch_size, tc.patience, tc.seed) == (1, 1, 0, 2**32 - 1)
 
 
 def test_resolve_configs_refuses_a_field_trainconfig_lacks():

@@ -1,6 +1,7 @@
 """`mrqa bench parse`, `bench sample`, `bench crawl`, `bench import`, `bench clean`: figures of the corpus stages."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -14,8 +15,10 @@ app = typer.Typer()
 @app.command("parse")
 def bench_parse_cmd(pages: list[Path] = typer.Argument(None, help="HTML files or directories "
                                                         "(default: the shared fixture page)."),
-                    seconds: float = typer.Option(2.0, "--seconds", help="Timing per backend.")):
+                    seconds: float = typer.Option(2.0, "--seconds", help="Timing per backend (> 0).")):
     """Parse throughput (pages/s) with bs4's lxml backend (default) vs html.parser, in one run."""
+    if not (seconds > 0 and math.isfinite(seconds)):
+        fail(f"--seconds must be > 0 and finite, got {seconds}")
     from etl.config import REPO_ROOT
     from etl.parse import DEFAULT_BACKEND, ParseError, bench_parse
     files: list[Path] = []
@@ -72,8 +75,8 @@ def bench_crawl_cmd(
 def bench_import_cmd(
         file: Optional[Path] = typer.Option(None, "--file", help="RecipeQA JSON to synthesise records "
                                             "from (default: visual cloze records of the embedded sample kitchen)."),
-        n: int = typer.Option(20000, "--records", help="Number of synthetic records to load."),
-        n_baseline: int = typer.Option(1000, "--baseline-records",
+        n: int = typer.Option(20000, "--records", min=1, help="Number of synthetic records to load."),
+        n_baseline: int = typer.Option(1000, "--baseline-records", min=1,
                                        help="Records loaded with the (slow) executemany baseline.")):
     """RecipeQA import throughput (records/s): Arrow bulk insert vs executemany, in one run."""
     from etl.recipeqa import RecipeQAFormatError, bench_import, read_recipeqa, sample_kitchen_records

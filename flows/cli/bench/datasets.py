@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 app = typer.Typer()
+MIN_QUESTIONS = 20                 # features.diagnostics.bias.distance_probe's min_questions (fewer: no accuracy)
 
 
 @app.command("generate")
@@ -31,8 +32,10 @@ def bench_generate_cmd(recipes: int = typer.Option(2000, "--recipes", help="Synt
 
 
 @app.command("report")
-def bench_report_cmd(questions: int = typer.Option(20000, "--questions", help="Synthetic cloze questions."),
-                     repeats: int = typer.Option(3, "--repeats", help="Timing repeats (best kept).")):
+def bench_report_cmd(questions: int = typer.Option(20000, "--questions", min=MIN_QUESTIONS,
+                                                 help=f"Synthetic cloze questions (at least {MIN_QUESTIONS}, "
+                                                 "the probe's minimum)."),
+                     repeats: int = typer.Option(3, "--repeats", min=1, help="Timing repeats (best kept).")):
     """Time the bias distances (vectorised numpy) against a per-question Python loop on random
     unit vectors, and the probe's 5-fold cross-validation."""
     from features.diagnostics.bias import bench_bias

@@ -11,6 +11,7 @@ from flows.cli.choices import KnnData
 from flows.cli.common import echo_json, fail
 
 app = typer.Typer()
+ANN_MIN = 200                      # `bench ann --n`: the smallest size `bench knn` takes too
 SYNTHETIC_MIN = 16                 # features.embed.bench.bench_image_files: smallest synthetic JPEG side
 
 
@@ -44,9 +45,10 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
                     clip_model: Optional[str] = typer.Option(None, "--clip-model", help="Time this open_clip "
                                                              "architecture (random weights) instead."),
                     image_size: Optional[int] = typer.Option(None, "--image-size", help="With --clip-model."),
-                    n: int = typer.Option(1024, "--n", help="Images (warehouse images, else synthetic JPEGs)."),
-                    batch_size: int = typer.Option(128, "--batch-size", help="Images per batch."),
-                    workers: int = typer.Option(2, "--workers", help="Decode workers vs 0 in the same run."),
+                    n: int = typer.Option(1024, "--n", min=1, help="Images (warehouse images, else synthetic "
+                                          "JPEGs)."),
+                    batch_size: int = typer.Option(128, "--batch-size", min=1, help="Images per batch."),
+                    workers: int = typer.Option(2, "--workers", min=0, help="Decode workers vs 0 in the same run."),
                     synthetic: bool = typer.Option(False, "--synthetic", help="Always use synthetic JPEGs."),
                     synthetic_size: int = typer.Option(256, "--synthetic-size", min=SYNTHETIC_MIN,
                                                        help="Side of the synthetic "
@@ -75,8 +77,9 @@ def bench_embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", hel
 
 
 @app.command("ann")
-def bench_ann_cmd(n: Optional[int] = typer.Option(None, "--n", help="Synthetic clustered vectors "
-                                                  "(default: the store's vectors if >= 4096, else 20000)."),
+def bench_ann_cmd(n: Optional[int] = typer.Option(None, "--n", min=ANN_MIN, help="Synthetic clustered "
+                                                  f"vectors, at least {ANN_MIN} (default: the store's vectors "
+                                                  "if >= 4096, else 20000)."),
                   dim: int = typer.Option(256, "--dim", help="Synthetic dimension."),
                   k: int = typer.Option(100, "--k", help="Neighbours per query."),
                   queries: int = typer.Option(1000, "--queries", help="Query sample size."),
@@ -104,7 +107,7 @@ def bench_knn_cmd(n: int = typer.Option(100000, "--n", help="Largest number of s
                                                       "(default 5000,10000,20000,50000 and --n)."),
                   dim: int = typer.Option(256, "--dim", help="Vector dimension."),
                   k: int = typer.Option(100, "--k", help="Neighbours per image."),
-                  queries: int = typer.Option(2000, "--queries", help="Sampled queries for exact "
+                  queries: int = typer.Option(2000, "--queries", min=1, help="Sampled queries for exact "
                                               "timing and recall (exact cost scales linearly)."),
                   data: KnnData = typer.Option(KnnData.recipes, "--data", help="recipes (kinds/recipes/"
                                                "splits) or clustered (isolated clusters of 50: worst case)."),
