@@ -77,6 +77,15 @@ class OneLineErrors(TyperGroup):
             raise
 
 
+def require_warehouse() -> None:
+    """A command that only reads the warehouse does not create one: a mistyped --home is an error, not a
+    fresh empty warehouse reported as zeros."""
+    from etl.config import Paths
+    wh = Paths.from_env().warehouse
+    if not wh.exists():
+        fail(f"no warehouse at {wh}; run `mrqa init` (an empty one) or `mrqa demo` first, or check --home")
+
+
 def check_out_path(option: str, path: Path, want_dir: bool = True) -> Path:
     """Refuse an output path before any work: `option` names it in the one-line error. A folder
     (`want_dir`) must be a folder or not exist yet, and a file must not be a folder; either way no

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
-from flows.cli.common import check_out_path, echo_json, fail, one_of, run_flow, wait_option
+from flows.cli.common import check_out_path, echo_json, fail, one_of, require_warehouse, run_flow, wait_option
 
 app = typer.Typer()
 
@@ -115,6 +115,7 @@ def generate_cmd(
 def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
     """List generated datasets with question/recipe counts and skips."""
     from etl.warehouse import connect, load_query
+    require_warehouse()
     cur = connect().execute(load_query("datasets_listing"))
     columns = [d[0] for d in cur.description]
     rows = cur.fetchall()

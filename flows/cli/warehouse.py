@@ -6,7 +6,7 @@ import sys
 import typer
 
 from flows.cli.choices import QueryFormat
-from flows.cli.common import echo_json, fail, wait_option
+from flows.cli.common import echo_json, fail, require_warehouse, wait_option
 
 app = typer.Typer()
 
@@ -26,6 +26,7 @@ def init_cmd(wait: float = wait_option()):
 def sql_test_cmd():
     """Run the warehouse data tests (sql/tests/*.sql must return zero rows)."""
     from etl.warehouse import connect, run_sql_tests
+    require_warehouse()
     failures = {k: v for k, v in run_sql_tests(connect()).items() if v}
     for name, n in failures.items():
         typer.secho(f"FAIL {name}: {n} row(s)", fg="red")
@@ -72,6 +73,7 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
 def status_cmd(wait: float = wait_option()):
     """Row counts of the warehouse tables and rejects by stage and reason."""
     from etl.warehouse import connect, load_query
+    require_warehouse()
     con = connect()
     for table, n in con.execute(load_query("table_counts")).fetchall():
         typer.echo(f"{table:12s} {n:>10,d}")

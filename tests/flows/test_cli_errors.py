@@ -58,6 +58,15 @@ def test_a_home_that_is_a_file_or_holds_a_broken_warehouse(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "broken"]
 
 
+def test_reading_commands_do_not_create_a_warehouse(tmp_path, monkeypatch):
+    home = tmp_path / "typo"
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    for args in (["status"], ["datasets"], ["sql-test"], ["query", "SELECT 1"]):
+        r, lines = _run(*args)
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: no warehouse at {home}"), r.output
+    assert not home.exists()
+
+
 def test_an_empty_mrqa_home_means_the_default(tmp_path, monkeypatch):
     from etl.config import Paths
     monkeypatch.chdir(tmp_path)
