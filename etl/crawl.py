@@ -55,7 +55,7 @@ from etl.warehouse import clear_rejects, record_reject, transaction, trial, utcn
 log = logging.getLogger(__name__)
 
 PERMANENT = {"http_404", "http_error", "too_large", "bad_content_type", "robots_disallowed",
-             "host_not_allowed", "parse_error", "no_steps", "too_deep", "bad_recipe_id", "load_error"}
+             "host_not_allowed", "parse_error", "no_steps", "too_deep", "bad_recipe_id", "bad_url", "load_error"}
 TRANSIENT = {"retries_exhausted", "truncated", "crawl_error"}
 IMAGE_STATUS = {"http_404": "missing", "retries_exhausted": "missing", "http_error": "missing",
                 "host_not_allowed": "missing", "robots_disallowed": "missing",
@@ -210,8 +210,14 @@ class Crawler:
     # ------------------------------------------------------------------------ discovery
     def discover_listing(self, start_url: str, limit: int | None = None) -> list[str]:
         """Recipe URLs from a category page (-> channel listings) or a channel listing, following
-        rel=next pagination. Order: as listed; duplicates dropped."""
-        category = (urlsplit(start_url).path.strip("/").split("/") or [""])[0]
+        rel=next pagination. Order: as listed; duplicates dropped. A start URL that cannot be parsed is
+        a `bad_url` reject (nothing fetched)."""
+        try:
+            category = (urlsplit(start_url).path.strip("/").split("/") or [""])[0]
+            urlsplit(start_url).hostname   # noqa: B018 - raises ValueError for a malformed host or port
+        except ValueError as e:
+            self._reject("ingest", start_url, "bad_url", f"listing URL cannot be parsed: {e}")
+            return []
         channel_re = re.compile(rf"^/{re.escape(category)}/[^/]+/projects/?$") if category else None
         queue, seen, recipes = [start_url], {start_url}, {}
         while queue and (limit is None or len(recipes) < limit):
@@ -276,15 +282,23 @@ class Crawler:
         return urls[:limit] if limit else urls
 
     def read_url_file(self, path: Path, limit: int | None = None) -> list[str]:
-        """One URL per line; blank lines and #comments ignored; duplicates (by slug) dropped."""
+        """One URL per line; blank lines and #comments ignored; duplicates (by slug) dropped. A line that
+        is not a URL (`bad_url`) or names no recipe (`bad_recipe_id`) is a reject, with its line number."""
         recipes: dict[str, str] = {}
-        for ln in Path(path).read_text(errors="replace").splitlines():
+        for n, ln in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
             ln = ln.strip()
             if not ln or ln.startswith("#"):
+                continue
+            try:
+                urlsplit(ln).hostname   # noqa: B018 - raises ValueError for a malformed host or port
+            except ValueError as e:
+                self._reject("ingest", ln, "bad_url", f"{path}:{n}: not a URL ({e})")
                 continue
             rid = recipe_id_from_url(ln)
             if rid:
                 recipes.setdefault(rid, ln)
+            else:
+                self._reject("ingest", ln, "bad_recipe_id", f"{path}:{n}: no recipe slug in the URL")
         urls = list(recipes.values())
         self.counts["discovered"] += len(urls)
         return urls[:limit] if limit else urls

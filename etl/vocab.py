@@ -68,6 +68,8 @@ def vocab_report(con, paths=None, top: int = 30) -> dict:
     before repair, then after each repair rule in turn (cumulative, in etl.repair.RULES order), and after
     all of them; the remaining OOV types grouped by pattern; U+FFFD replacement characters left in the
     cleaned text (a sign of text broken before it reached us). Stored as scope 'report'."""
+    if top < 0:
+        raise ValueError(f"--top must be 0 or more, got {top}")
     from etl.clean_rules import clean_text, clean_title
     from etl.config import Paths
     from etl.repair import RULES, rule_counts
@@ -180,13 +182,67 @@ def _match(planted: list[tuple[str, str]], ours: list[tuple[str, str]]) -> int:
     return hit
 
 
+STEP_TEXT_KEYS = ("title_raw", "body_raw", "title_clean", "body_clean")
+
+
+def _record_problem(rec) -> str | None:
+    """What keeps `rec` from being a sample kitchen ground-truth record as scoring reads it (None: nothing)."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if not isinstance(rec.get("expected"), (dict, type(None))):
+        return "'expected' is not an object"
+    steps = rec.get("steps")
+    if not isinstance(steps, list):
+        return "no 'steps' list"
+    for st in steps:
+        if not isinstance(st, dict):
+            return "a step is not an object"
+        missing = [k for k in STEP_TEXT_KEYS if not isinstance(st.get(k), str)]
+        if missing:
+            return f"step {st.get('step_idx', '?')} has no text {', '.join(missing)}"
+        noise = st.get("noise")
+        if not isinstance(noise, list) or not all(
+                isinstance(n, dict) and isinstance(n.get("kind"), str) and isinstance(n.get("raw"), str)
+                and (n["kind"] not in REPAIR_KINDS or isinstance(n.get("fixed"), str)) for n in noise):
+            return f"step {st.get('step_idx', '?')} has no 'noise' list of {{kind, raw[, fixed]}} objects"
+    return None
+
+
+def read_ground_truth(path: Path) -> list[dict]:
+    """The records of a sample kitchen ground_truth.jsonl (one JSON object a line; blank lines skipped).
+    Raises ValueError naming the file (and line) for text that is not UTF-8, a line that is not JSON,
+    a record of another shape, or a file without records."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                         "not a sample kitchen ground_truth.jsonl") from None
+    recs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg}); not a sample kitchen ground_truth.jsonl") from None
+        problem = _record_problem(rec)
+        if problem:
+            raise ValueError(f"{path}:{n}: not a sample kitchen ground-truth record ({problem})")
+        recs.append(rec)
+    if not recs:
+        raise ValueError(f"{path}: no records; not a sample kitchen ground_truth.jsonl")
+    return recs
+
+
 def evaluate_on_ground_truth(path: Path, punkt=None, repairer: Repairer | None = None,
                              max_examples: int = 10) -> dict:
-    """Run clean -> tokenize -> repair on every step's raw text of a ground_truth.jsonl and score it."""
+    """Run clean -> tokenize -> repair on every step's raw text of a ground_truth.jsonl and score it;
+    ValueError (file and line) for a file that is not one (`read_ground_truth`)."""
     from etl.clean_rules import clean_text, clean_title
     from etl.tokenize import tokenize_text, train_punkt
     rep = repairer or Repairer()
-    recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    recs = read_ground_truth(path)
     # the pipeline stores tokens only for recipes it keeps: score the ones expected to be kept
     recs = [r for r in recs if (r.get("expected") or {}).get("stage") is None]
     if punkt is None:

@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from etl.warehouse import connect
 from features.datasets.generate import GeneratedDataset, generate_datasets, register_dataset, settings_for
-from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, check_seed
 from flows.params import K3Mode, PresetName, TaskName
 from flows.tasks import in_flow_run, run_task
 
@@ -93,6 +93,7 @@ def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | No
     learned question-only probe (qo_* keys) to each dataset's summary and print it (about a second
     per dataset). `af_pooled_drop`: the tasks (visual cloze, coherence) whose AF datasets leave the drop
     of what stays predictable to the pooled adversary (`mrqa af-pool`, which must follow)."""
+    check_seed(seed)                       # before anything is generated or registered
     settings = settings_for(task_name, knobs, preset, k3_mode, overrides,
                             all_settings=all_settings and not (task_name or knobs or preset),
                             adversarial=adversarial, af_rounds=af_rounds)

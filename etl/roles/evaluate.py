@@ -86,7 +86,12 @@ def score_sample(ground_truth: Path, limit: int | None = None) -> dict:
         for k, line in enumerate(fh):
             if limit is not None and k >= limit:
                 break
-            rec = json.loads(line)
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{ground_truth}:{k + 1}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("steps", []), list):
+                raise ValueError(f"{ground_truth}:{k + 1}: not a sample kitchen ground-truth record")
             if rec.get("kind") != "recipe" or rec.get("expected", {}).get("reason"):
                 continue
             for st in rec["steps"]:
@@ -119,13 +124,61 @@ def score_sample(ground_truth: Path, limit: int | None = None) -> dict:
     return {"steps": n_steps, "roles": {k: _prf(c) for k, c in sorted(counts.items())}}
 
 
+LABEL_KEYS = ("events", "tools", "habitats", "times", "temperatures")
+LABELS_SHAPE = '{"recipes": [{"recipe_id", "steps": [{"id", "events", "tools", "habitats", "times", "temperatures"}]}]}'
+
+
+def _read_json(path: Path):
+    """The JSON of `path`; ValueError naming the file when it is not UTF-8 JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+
+
+def _is_int(v) -> bool:
+    """A step id as the files write it: an integer, or a string of one."""
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or isinstance(v, str) and v.strip().lstrip("-").isdigit()
+
+
+def _labels_problem(lab) -> str | None:
+    """What keeps `lab` from being a hand-label file as score_real reads it (None: nothing)."""
+    if not isinstance(lab, dict) or not isinstance(lab.get("recipes"), list):
+        return f"a JSON {type(lab).__name__} without a 'recipes' list"
+    for r in lab["recipes"]:
+        if not isinstance(r, dict) or not isinstance(r.get("recipe_id"), str) or not isinstance(r.get("steps"), list):
+            return "a recipe is not an object with recipe_id and a steps list"
+        for st in r["steps"]:
+            if not isinstance(st, dict) or not _is_int(st.get("id")):
+                return f"a step of {r['recipe_id']} is not an object with an id"
+            bad = [k for k in LABEL_KEYS if not isinstance(st.get(k), list)
+                   or not all(isinstance(v, str) for v in st[k])]
+            if bad:
+                return f"step {st['id']} of {r['recipe_id']}: {', '.join(bad)} not lists of strings"
+    return None
+
+
 def score_real(labels: Path, records: Path) -> dict:
     """Extractor against hand labels of real steps: labels JSON {"recipes": [{"recipe_id", "steps":
     [{"id", "events", "tools", "habitats", "times", "temperatures"}]}]}; records a RecipeQA JSON file
     ({"data": [...]}) holding those recipes' text."""
-    lab = json.loads(Path(labels).read_text(encoding="utf-8"))
+    lab = _read_json(labels)
+    problem = _labels_problem(lab)
+    if problem:
+        raise ValueError(f"{labels}: not a hand-label file ({problem}); it is {LABELS_SHAPE}")
+    data = _read_json(records)
+    recs = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(recs, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("recipe_id"), str) and isinstance(r.get("context", []), list)
+            and all(isinstance(st, dict) and _is_int(st.get("id")) for st in r.get("context", [])) for r in recs):
+        raise ValueError(f"{records}: not a RecipeQA JSON file (an object with a 'data' list of recipes, each "
+                         "with recipe_id and a context list of steps with an id)")
     text: dict[tuple[str, int], str] = {}
-    for rec in json.loads(Path(records).read_text(encoding="utf-8"))["data"]:
+    for rec in recs:
         for st in rec.get("context", []):
             text.setdefault((rec["recipe_id"], int(st["id"])), st.get("body") or "")
     counts: dict[str, Counter] = {}

@@ -85,27 +85,56 @@ def truth_roles(step_roles: dict, body: str) -> list[tuple]:
 
 
 def load_truth(con: duckdb.DuckDBPyConnection, ground_truth: Path) -> dict:
-    """Load a sample kitchen's planned roles for the recipes the warehouse holds (source 'truth')."""
+    """Load a sample kitchen's planned roles for the recipes the warehouse holds (source 'truth').
+    Raises ValueError, replacing nothing, when a line is not a ground-truth record, or when no record
+    gives a planned role of a warehouse step (an empty file, another kitchen's ground truth)."""
     ground_truth = Path(ground_truth)
     if not ground_truth.is_file():
         raise FileNotFoundError(f"{ground_truth}: no such ground truth; it is the ground_truth.jsonl of a "
                                 "sample kitchen build (`mrqa sample build --out DIR`)")
     bodies = {(rid, idx): body for rid, idx, body in _steps(con)}
+    held = {rid for rid, _ in bodies}
     rows: list[tuple] = []
     recipes = set()
-    with ground_truth.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{ground_truth}:{n}: not JSON ({e.msg}); rebuild the sample kitchen") from None
-            for st in rec.get("steps", []):
-                key = (rec["recipe_id"], st["step_idx"])
-                if key not in bodies or not st.get("roles"):
+    n_read = n_held = 0
+    try:
+        with ground_truth.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
                     continue
-                recipes.add(rec["recipe_id"])
-                for seq, r in enumerate(truth_roles(st["roles"], bodies[key])):
-                    rows.append((*key, "truth", seq, *r))
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{ground_truth}:{n}: not JSON ({e.msg}); rebuild the sample kitchen; "
+                                     "nothing replaced") from None
+                steps = rec.get("steps", []) if isinstance(rec, dict) else None
+                if not isinstance(rec, dict) or not isinstance(rec.get("recipe_id"), str) or not isinstance(
+                        steps, list) or not all(isinstance(st, dict) and isinstance(st.get("step_idx"), int)
+                                                for st in steps):
+                    raise ValueError(f"{ground_truth}:{n}: not a sample kitchen ground-truth record (want an "
+                                     "object with recipe_id and a steps list of objects with step_idx); "
+                                     "nothing replaced")
+                n_read += 1
+                n_held += rec["recipe_id"] in held
+                for st in steps:
+                    key = (rec["recipe_id"], st["step_idx"])
+                    if key not in bodies or not st.get("roles"):
+                        continue
+                    recipes.add(rec["recipe_id"])
+                    try:
+                        planned = truth_roles(st["roles"], bodies[key])
+                    except (KeyError, TypeError, AttributeError) as e:
+                        raise ValueError(f"{ground_truth}:{n}: step {st['step_idx']} has roles of another shape "
+                                         f"({type(e).__name__}: {e}); nothing replaced") from None
+                    for seq, r in enumerate(planned):
+                        rows.append((*key, "truth", seq, *r))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{ground_truth}: not UTF-8 text ({e.reason} at byte {e.start}); nothing replaced") from None
+    if not rows:
+        why = ("no records" if not n_read else
+               f"no record matches a recipe in the warehouse ({n_read} read)" if not n_held else
+               f"its {n_held} record(s) of warehouse recipes plan no roles for their steps ({n_read} read)")
+        raise ValueError(f"{ground_truth}: {why}; nothing replaced")
     _replace(con, "truth", rows)
     log.info("roles: %d truth rows over %d recipes", len(rows), len(recipes))
     return {"source": "truth", "recipes": len(recipes), "rows": len(rows)}

@@ -1,9 +1,10 @@
 """Build the sample kitchen: `build_sample(out_dir, n_recipes, seed, workers)`.
 
 Writes OUT/site/ (etl/sample/site.py), OUT/ground_truth.jsonl (never served) and OUT/manifest.json (last:
-its existence means the build finished). Deterministic: plans come from (seed, index), images and
-pages are rendered by a process pool but each recipe only from its own plan, so the bytes do not
-depend on the number of workers; `content_sha256` hashes every file's path and bytes.
+its existence means the build finished), after OUT/.sample-build (first: it marks the folder as a build's,
+so an interrupted build is replaced too; a folder holding other files is refused). Deterministic: plans
+come from (seed, index), images and pages are rendered by a process pool but each recipe only from its
+own plan, so the bytes do not depend on the number of workers; `content_sha256` hashes every file's path and bytes.
 """
 from __future__ import annotations
 
@@ -183,14 +184,49 @@ def _site_pages(site: Path, plans: list[RecipePlan]) -> list[tuple[str, str, int
 
 # ------------------------------------------------------------------------------- entry point
 
+BUILD_MARK = ".sample-build"          # written before anything else of a build: the folder is a sample build
+BUILD_MARK_TEXT = "a sample kitchen build (mrqa sample build); its site/, ground_truth.jsonl and manifest.json " \
+                  "are replaced by the next build here\n"
+MANIFEST_KEYS = ("content_sha256", "counts", "image_size", "n_recipes", "seed")
+
+
+def is_sample_manifest(path: Path) -> bool:
+    """Whether `path` is the manifest.json a sample build writes (a JSON object with its keys)."""
+    try:
+        m = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and all(k in m for k in MANIFEST_KEYS)
+
+
+def check_build_dir(out_dir: Path) -> None:
+    """Raise ValueError unless a build may write (and replace its site/, ground_truth.jsonl and
+    manifest.json) in `out_dir`: it does not exist, is an empty folder, or holds an earlier sample
+    build (its manifest.json, or the mark an unfinished build leaves)."""
+    out_dir = Path(out_dir)
+    for p in (out_dir, *out_dir.parents):
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{p} is a file, not a folder")
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return
+    if (out_dir / BUILD_MARK).is_file() or is_sample_manifest(out_dir / "manifest.json"):
+        return
+    raise ValueError(f"{out_dir} holds other files and no earlier sample build (no manifest.json of one); "
+                     "give an empty or new folder")
+
+
 def build_sample(out_dir: Path, n_recipes: int, seed: int, workers: int | None = None,
                  image_size: int = 128, progress: bool = True, chunk: int = 16) -> dict:
-    """Build the sample kitchen into out_dir (replacing an earlier build there); returns a summary
-    with counts, content_sha256 and timings (recipes/s, images/s)."""
+    """Build the sample kitchen into out_dir (replacing an earlier build there; a folder holding other
+    files is refused with a ValueError, `check_build_dir`); returns a summary with counts,
+    content_sha256 and timings (recipes/s, images/s)."""
     if n_recipes < 1:
         raise ValueError("n_recipes must be >= 1")
     out_dir = Path(out_dir)
+    check_build_dir(out_dir)
     site = out_dir / "site"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / BUILD_MARK).write_text(BUILD_MARK_TEXT)    # first: an interrupted build is still ours to replace
     for old in (site, out_dir / "ground_truth.jsonl", out_dir / "manifest.json"):
         if old.is_dir():
             shutil.rmtree(old)

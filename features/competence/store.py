@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 
+from etl.config import sql_path
 from etl.warehouse import transaction, utcnow
 from features.competence.generate import FAMILIES
 
@@ -87,6 +88,16 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, seed: int = 0) -> dict:
     out = Path(out)
     load_questions(con, seed)             # a clear error when there is nothing to export
     target = out / "competence"
+    js = out / "competence-r2vq.json"
+    for p in (out, *out.parents):
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"--out: {p} is a file, not a folder")
+    if target.exists() and (not target.is_dir() or any(
+            not (e.is_dir() and e.name.startswith("family=")) for e in target.iterdir())):
+        raise ValueError(f"--out: {target} holds other files than an earlier competence export "
+                         "(family=*/ folders); nothing replaced")
+    if js.is_dir():
+        raise ValueError(f"--out: {js} is a folder; nothing replaced")
     ids = [dataset_id(f, seed) for f in FAMILIES]
     if target.exists():
         shutil.rmtree(target)
@@ -94,14 +105,13 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, seed: int = 0) -> dict:
     con.execute(f"""COPY (SELECT dataset_id, qid, family, template, recipe_id, split, question, answer, answerable,
                                  step_idx, provenance FROM competence_questions
                           WHERE list_contains(?, dataset_id) ORDER BY family, split, qid)
-                    TO '{target.as_posix()}' (FORMAT parquet, PARTITION_BY (family, split))""", [ids])
+                    TO {sql_path(target)} (FORMAT parquet, PARTITION_BY (family, split))""", [ids])
     rows = con.execute("SELECT recipe_id, split, family, qid, question, answer FROM competence_questions "
                        "WHERE list_contains(?, dataset_id) ORDER BY recipe_id, family, qid", [ids]).fetchall()
     recipes: dict[str, dict] = {}
     for rid, split, fam, qid, q, a in rows:
         recipes.setdefault(rid, {"recipe_id": rid, "split": split, "questions": []})["questions"].append(
             {"qid": qid, "family": fam, "question": q, "answer": a})
-    js = out / "competence-r2vq.json"
     js.write_text(json.dumps({"version": 1, "seed": seed, "recipes": list(recipes.values())}, indent=1,
                              ensure_ascii=False) + "\n", encoding="utf-8")
     return {"out": str(out), "parquet": str(target), "json": str(js), "questions": len(rows),

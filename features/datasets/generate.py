@@ -386,6 +386,8 @@ def _literal(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
+        if not np.isfinite(v):
+            raise ValueError(f"no SQL literal for the non-finite number {float(v)!r}")
         return f"CAST({float(v)!r} AS DOUBLE)"
     if isinstance(v, str):
         return "'" + v.replace("'", "''") + "'"
@@ -571,6 +573,9 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from tqdm import tqdm
+
+    from features.datasets.knobs import check_seed
+    check_seed(seed)                                   # before any work: nothing registered for a bad seed
     encoder_id = encoder_id or default_encoder(con)
     gen = generator or Generator(con, encoder_id, lance_uri, af_pooled_drop)
     if generator is not None and af_pooled_drop:

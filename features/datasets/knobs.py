@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 
@@ -102,6 +103,14 @@ class KnobParams:
                              "(it replaces their distances: e.g. --task visual_coherence --knobs 0-0-0-af)")
         if self.k < 3:
             raise ValueError("k must be at least 3 (three distractors)")
+        for name, option, v in (("ball_lo_sd", "--ball-lo-sd", self.ball_lo_sd),
+                                ("ball_hi_sd", "--ball-hi-sd", self.ball_hi_sd),
+                                ("ordering_weight_power", "--ordering-weight-power", self.ordering_weight_power),
+                                ("k3_prob", "--k3-prob", self.k3_prob)):
+            if v is not None and not math.isfinite(v):
+                raise ValueError(f"{name} ({option}) must be a finite number, got {v!r}")
+        if not 0 <= self.k3_prob <= 1:
+            raise ValueError(f"k3_prob (--k3-prob) must be in [0, 1], got {self.k3_prob!r}")
         if self.ball_lo_sd is not None and self.ball_lo_sd >= self.ball_hi_sd:
             raise ValueError("ball_lo_sd must be below ball_hi_sd")
         if not 0 <= self.k3_n_constrained <= N_CHOICES - 1:
@@ -134,6 +143,15 @@ class KnobParams:
         if not self.af_rounds:
             d.pop("af_rounds")
         return d
+
+
+SEED_MAX = 2**32 - 1                   # numpy's and sklearn's seeds are unsigned 32-bit
+
+
+def check_seed(seed: int) -> None:
+    """Raise ValueError (naming --seed) for a seed numpy cannot take: checked before any dataset is made."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"--seed must be an integer in 0..{SEED_MAX} (2**32 - 1), got {seed!r}")
 
 
 def dataset_id(task: str, params: KnobParams, seed: int, encoder_id: str) -> str:

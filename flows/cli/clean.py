@@ -50,19 +50,24 @@ def tokenize_cmd(text: str = typer.Argument(..., help="Raw text (may hold HTML, 
 def vocab_report_cmd(
         ground_truth: Optional[Path] = typer.Option(None, "--ground-truth", help="A sample kitchen "
                                                     "ground_truth.jsonl: also score repairs and noise removal."),
-        top: int = typer.Option(30, "--top", help="How many top OOV types to list."),
+        top: int = typer.Option(30, "--top", min=0, help="How many top OOV types to list."),
         wait: float = wait_option()):
     """Vocabulary quality before/after OOV repair (stored in vocab_stats); optionally repair accuracy."""
     from etl.config import Paths
     from etl.vocab import evaluate_on_ground_truth, vocab_report
     from etl.warehouse import connect
-    out = {}
-    if Paths.from_env().warehouse.exists():
-        out = vocab_report(connect(), top=top)
-    if ground_truth is not None:
+    out, scored = {}, None
+    if ground_truth is not None:         # first: a file that is not a ground truth stores nothing
         if not ground_truth.is_file():
             fail(f"{ground_truth}: no such file (build one with etl.sample.generate.build_sample)")
-        out["ground_truth"] = evaluate_on_ground_truth(ground_truth)
+        try:
+            scored = evaluate_on_ground_truth(ground_truth)
+        except ValueError as e:
+            fail(f"--ground-truth {e}")
+    if Paths.from_env().warehouse.exists():
+        out = vocab_report(connect(), top=top)
+    if scored is not None:
+        out["ground_truth"] = scored
     if not out:
         fail("no warehouse yet: run `mrqa clean` first, or pass --ground-truth")
     echo_json(out)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.common import echo_json, fail, run_flow, wait_option
+from flows.cli.common import check_out_path, echo_json, fail, run_flow, wait_option
 
 roles_app = typer.Typer(help="The cooking-role layer of the warehouse (step_roles).", no_args_is_help=True)
 app = typer.Typer(help="Competence question families (R2VQ-style): generate, evaluate, export.",
@@ -70,6 +70,8 @@ def roles_eval_cmd(ground_truth: Optional[Path] = typer.Option(None, "--ground-t
             out["real"] = score_real(labels, records)
     except (ValueError, KeyError) as e:
         fail(f"cannot score: {e}")
+    except (TypeError, AttributeError) as e:      # a record of another shape deeper than the checks look
+        fail(f"cannot score: a file of another shape ({type(e).__name__}: {e})")
     echo_json(out)
 
 
@@ -116,6 +118,8 @@ def evaluate_cmd(seed: int = typer.Option(0, "--seed"), split: str = typer.Optio
     from features.competence.store import load_questions, write_metrics
     if split not in ("train", "val", "test"):
         fail("--split must be one of train, val, test")
+    if fmt not in ("table", "json"):
+        fail("--format must be table or json")
     con = _con()
     try:
         qs = load_questions(con, seed)
@@ -132,6 +136,7 @@ def export_cmd(out: Path = typer.Option(..., "--out", help="Output folder."), se
                wait: float = wait_option()):
     """Export the competence datasets: Parquet partitioned by family and split, and R2VQ-style JSON."""
     from features.competence.store import export
+    out = check_out_path("--out", out)
     try:
         echo_json(export(_con(), out, seed))
     except ValueError as e:

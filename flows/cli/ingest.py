@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import ImportMethod
-from flows.cli.common import echo_json, fail, run_flow, wait_option
+from flows.cli.common import check_out_path, echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
 ingest_app = typer.Typer(no_args_is_help=True, help="Ingest recipes into the warehouse.")
@@ -106,16 +106,22 @@ def sample_build_cmd(
         seed: int = typer.Option(0, "--seed", help="Seed: same recipes + seed give byte-identical files."),
         out: Path = typer.Option(Path("data/sample"), "--out", help="Output folder (site/, ground_truth.jsonl, "
                                                                     "manifest.json); an earlier build there is "
-                                                                    "replaced."),
+                                                                    "replaced, a folder of other files refused."),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1,
                                               help="Worker processes (default: CPU count)."),
         image_size: int = typer.Option(128, "--image-size", min=32, max=512, help="Image side in pixels."),
         no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar.")):
     """Generate the sample kitchen: a deterministic recipe site with images, noise and ground truth."""
-    from etl.sample.generate import build_sample
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file; give a folder")
-    r = build_sample(out, recipes, seed, workers=workers, image_size=image_size, progress=not no_progress)
+    from etl.sample.generate import build_sample, check_build_dir
+    out = check_out_path("--out", out)
+    try:
+        check_build_dir(out)
+    except ValueError as e:
+        fail(f"--out {e}")
+    try:
+        r = build_sample(out, recipes, seed, workers=workers, image_size=image_size, progress=not no_progress)
+    except OSError as e:
+        fail(f"--out {out}: cannot write the build ({e.strerror or e}: {e.filename or out})")
     c = r["counts"]
     typer.echo(f"built {recipes:,} recipes ({c.get('pages', 0):,} pages, {c['image_files']:,} images, "
                f"{c['bytes'] / 1e6:.1f} MB) into {out}/site in {r['seconds']:.1f}s with {r['workers']} worker(s)")

@@ -43,6 +43,37 @@ def test_invalid_settings_are_refused():
         KnobParams(ball_lo_sd=1.0, ball_hi_sd=0.5).validate("visual_cloze")
 
 
+@pytest.mark.parametrize("field, value, match", [
+    ("k3_prob", -1.0, r"k3_prob \(--k3-prob\) must be in \[0, 1\], got -1.0"),
+    ("k3_prob", 2.0, r"k3_prob \(--k3-prob\) must be in \[0, 1\]"),
+    ("k3_prob", float("nan"), r"k3_prob \(--k3-prob\) must be a finite number, got nan"),
+    ("ball_hi_sd", float("inf"), r"ball_hi_sd \(--ball-hi-sd\) must be a finite number, got inf"),
+    ("ball_hi_sd", float("nan"), r"ball_hi_sd \(--ball-hi-sd\) must be a finite number"),
+    ("ball_lo_sd", float("-inf"), r"ball_lo_sd \(--ball-lo-sd\) must be a finite number"),
+    ("ordering_weight_power", float("nan"), r"ordering_weight_power \(--ordering-weight-power\) must be a finite"),
+])
+def test_non_finite_and_out_of_range_parameters_are_refused(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        replace(KnobParams.preset_for("visual_cloze", 0, 1, 0), **{field: value}).validate("visual_cloze")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
+def test_a_seed_numpy_cannot_take_is_refused(seed):
+    from features.datasets.knobs import check_seed
+    with pytest.raises(ValueError, match=r"--seed must be an integer in 0\.\.4294967295"):
+        check_seed(seed)
+    check_seed(0)
+    check_seed(2**32 - 1)
+
+
+def test_sql_literals_refuse_non_finite_numbers():
+    from features.datasets.generate import _literal
+    assert _literal(0.5) == "CAST(0.5 AS DOUBLE)"
+    for v in (float("nan"), float("inf"), np.float64("-inf")):
+        with pytest.raises(ValueError, match="non-finite"):
+            _literal({"ball_hi_sd": v})
+
+
 def test_dataset_ids_are_deterministic_and_name_non_paper_params():
     p = KnobParams.preset_for("visual_cloze", 0, 1, 0)
     a = dataset_id("visual_cloze", p, 0, "enc-x")
