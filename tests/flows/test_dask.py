@@ -148,9 +148,16 @@ def test_parquet_export_and_lance_on_uris(tmp_path, monkeypatch):
         local = export_parquet(con, ids, tmp_path / "out_local", with_vectors=True,
                                lance_uri=paths.lance)
         uri = f"file://{tmp_path}/bucket/exports/x"
-        (tmp_path / "bucket" / "exports" / "x").mkdir(parents=True)
-        (tmp_path / "bucket" / "exports" / "x" / "stale.parquet").write_bytes(b"old")
+        stale = tmp_path / "bucket" / "exports" / "x" / "questions" / "stale.parquet"   # an earlier export's
+        stale.parent.mkdir(parents=True)
+        stale.write_bytes(b"old")
         remote = export_parquet(con, ids, uri, with_vectors=True, lance_uri=paths.lance)
+        theirs = tmp_path / "bucket" / "exports" / "z" / "notes.txt"                  # not an export: kept
+        theirs.parent.mkdir(parents=True)
+        theirs.write_text("mine")
+        with pytest.raises(ValueError, match=r"refusing to replace file://.*/z: it holds more than an export"):
+            export_parquet(con, ids, f"file://{tmp_path}/bucket/exports/z")
+        assert theirs.read_text() == "mine" and [p.name for p in theirs.parent.iterdir()] == ["notes.txt"]
         # typer/pathlib turn s3://b/x into s3:/b/x: that form is understood too
         mangled = export_parquet(con, ids, f"file:{tmp_path}/bucket/exports/y")
     finally:
