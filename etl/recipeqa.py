@@ -449,7 +449,8 @@ def import_recipeqa(con: duckdb.DuckDBPyConnection, files: Sequence[str | os.Pat
     """Validate all files, then load them in one transaction. The plain function behind the flow.
     `replace`: see load_recipeqa."""
     if images_dir is not None and not Path(images_dir).is_dir():
-        raise RecipeQAFormatError(f"{images_dir}: images directory does not exist")
+        what = "is a file, not a folder" if Path(images_dir).exists() else "does not exist"
+        raise RecipeQAFormatError(f"{images_dir}: images directory {what}")
     records = read_recipeqa(files)
     summary = load_recipeqa(con, records, images_dir, home, method, replace=replace)
     log.info("recipeqa: %d records -> %d recipes, %d steps, %d images %s, %d questions",

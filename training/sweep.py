@@ -51,8 +51,13 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     from training.train import train_run
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
     knobs = [_setting_name(k) for k in knobs] if knobs else None
-    datasets = [d for d in list_datasets(export_dir) if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
+    listed = list_datasets(export_dir)
+    datasets = [d for d in listed if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
     if not datasets:
+        there = sorted({d["knobs"] for d in listed if d["task"] in tasks})
+        if knobs and there:
+            raise ValueError(f"no datasets of {', '.join(tasks)} with knobs {', '.join(knobs)} in {export_dir} "
+                             f"(it has: {', '.join(there)})")
         raise ValueError(f"no datasets of {', '.join(tasks)} in {export_dir}")
     rows = []
     if pooled:

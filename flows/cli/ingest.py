@@ -190,7 +190,7 @@ def sample_cue_cmd(
     try:
         res = measure_cue(out, enc, workers)
     except ValueError as e:
-        fail(str(e))
+        fail(f"{out}: {e}")
     for space, f in res.items():
         typer.echo(f"{space}: {f['n_images']:,} images, {f['n_recipes']:,} recipes, {f['n_authors']:,} authors "
                    f"({f['n_authors_multi']:,} with 2+ recipes)")
@@ -213,6 +213,9 @@ def ingest_recipeqa_cmd(
         wait: float = wait_option()):
     """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
     from etl.recipeqa import RecipeQAFormatError, read_recipeqa
+    if images is not None and not images.is_dir():
+        fail(f"--images {images}: " + ("a file, not a folder" if images.exists() else "no such folder")
+             + "; nothing was loaded")
     try:    # a bad file is refused here in a second, before the import starts
         read_recipeqa(files)
     except RecipeQAFormatError as e:

@@ -85,7 +85,9 @@ def test_outputs_that_are_the_working_directory_or_a_file_are_refused_first(path
                        (["export", "--all", "--out", str(f / "sub")], f"--out: {f} is a file"),
                        (["report", "--out", str(f)], f"--out: {f} is a file"),
                        (["report", "--datasets", ","], "--datasets: no dataset id in ','"),
-                       (["generate", "--task", "visual_cloze", "--knobs", " "], "--knobs is empty")):
+                       (["generate", "--task", "visual_cloze", "--knobs", " "], "--knobs is empty"),
+                       (["ingest", "recipeqa", str(f), "--images", str(f)], f"--images {f}: a file, not a folder"),
+                       (["ingest", "recipeqa", str(f), "--images", "nodir"], "--images nodir: no such folder")):
         r, lines = _run(*args)
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {want}"), (args, r.output)
     assert (tmp_path / "canary.txt").read_text() == "still here"

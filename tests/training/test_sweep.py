@@ -85,4 +85,8 @@ def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
     r = CliRunner().invoke(app, ["sweep", "--scorers", "bidaf", "--tasks", "visual_cloze", "--knobs", "9-9-9",
                                  "--tiny", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "no datasets" in r.output
+    r = CliRunner().invoke(app, ["sweep", "--scorers", "bidaf", "--tasks", "visual_cloze", "--knobs", "1-1-1",
+                                 "--tiny", "--out", str(tmp_path)])      # a setting the export lacks: say what it has
+    assert r.exit_code == 2 and "no datasets of visual_cloze with knobs 1-1-1" in r.output
+    assert "(it has: 0-0-0, recipeqa)" in " ".join(r.output.split())
     assert not (tmp_path / "accuracy.parquet").exists()
