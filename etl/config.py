@@ -14,6 +14,7 @@ SQL_DIR = REPO_ROOT / "sql"
 # `mrqa demo` sample-kitchen size: `make demo` fits in 15 minutes on 2 shared CPU cores (README figures).
 # Here, not in flows/demo.py, so the CLI can show it without importing Prefect.
 DEMO_RECIPES = 1000
+SEED_MAX = 2**32 - 1               # the largest seed numpy and sklearn accept (unsigned 32-bit)
 
 
 def sql_path(path: str | os.PathLike) -> str:
@@ -21,6 +22,13 @@ def sql_path(path: str | os.PathLike) -> str:
     doubled: a folder named "Bob's data" is a path like any other."""
     text = path.as_posix() if isinstance(path, Path) else os.fspath(path)
     return "'" + text.replace("'", "''") + "'"
+
+
+def file_in_path(path: str | os.PathLike) -> Path | None:
+    """The first existing part of `path` (itself, then each folder above it) that is not a folder: a file
+    where a folder is needed. None when every part that exists is a folder."""
+    p = Path(path)
+    return next((q for q in (p, *p.parents) if q.exists() and not q.is_dir()), None)
 
 
 @dataclass(frozen=True)

@@ -213,11 +213,12 @@ class Crawler:
         rel=next pagination. Order: as listed; duplicates dropped. A start URL that cannot be parsed is
         a `bad_url` reject (nothing fetched)."""
         try:
-            category = (urlsplit(start_url).path.strip("/").split("/") or [""])[0]
-            urlsplit(start_url).hostname   # noqa: B018 - raises ValueError for a malformed host or port
+            parts = urlsplit(start_url)
+            parts.hostname                 # noqa: B018 - raises ValueError for a malformed host or port
         except ValueError as e:
             self._reject("ingest", start_url, "bad_url", f"listing URL cannot be parsed: {e}")
             return []
+        category = (parts.path.strip("/").split("/") or [""])[0]
         channel_re = re.compile(rf"^/{re.escape(category)}/[^/]+/projects/?$") if category else None
         queue, seen, recipes = [start_url], {start_url}, {}
         while queue and (limit is None or len(recipes) < limit):

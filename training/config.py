@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from etl.config import SEED_MAX
+
 SCORERS = ("transformer", "bidaf", "impatient", "question_only")   # the allowed `ModelConfig.scorer` names
 TEXT_FEATURES = ("tokens", "vectors")
-MAX_SEED = 2**32 - 1                # numpy.random.seed accepts [0, 2**32 - 1]
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
 
 
@@ -138,8 +139,8 @@ def resolve_configs(size: str | None = None, *, tiny: bool = False, scorer: str 
         if v is not None and v < low:
             raise ValueError(f"{flag} must be >= {low}, got {v}")
     seed = train_overrides.get("seed")
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"--seed must be in [0, {MAX_SEED}], got {seed}")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"--seed must be in [0, {SEED_MAX}], got {seed}")
     unknown = sorted(set(train_overrides) - set(TrainConfig.__dataclass_fields__))
     if unknown:
         raise TypeError(f"not TrainConfig fields: {', '.join(unknown)}")

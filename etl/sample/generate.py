@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from etl.config import file_in_path
 from etl.records import image_id
 from etl.sample import site as W
 from etl.sample import vocab as V
@@ -204,9 +205,9 @@ def check_build_dir(out_dir: Path) -> None:
     manifest.json) in `out_dir`: it does not exist, is an empty folder, or holds an earlier sample
     build (its manifest.json, or the mark an unfinished build leaves)."""
     out_dir = Path(out_dir)
-    for p in (out_dir, *out_dir.parents):
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"{p} is a file, not a folder")
+    blocked = file_in_path(out_dir)
+    if blocked is not None:
+        raise ValueError(f"{blocked} is a file, not a folder")
     if not out_dir.exists() or not any(out_dir.iterdir()):
         return
     if (out_dir / BUILD_MARK).is_file() or is_sample_manifest(out_dir / "manifest.json"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from etl.config import sql_path
+from etl.config import file_in_path, sql_path
 from etl.warehouse import transaction, utcnow
 from features.competence.generate import FAMILIES
 
@@ -89,9 +89,9 @@ def export(con: duckdb.DuckDBPyConnection, out: Path, seed: int = 0) -> dict:
     load_questions(con, seed)             # a clear error when there is nothing to export
     target = out / "competence"
     js = out / "competence-r2vq.json"
-    for p in (out, *out.parents):
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"--out: {p} is a file, not a folder")
+    blocked = file_in_path(out)
+    if blocked is not None:
+        raise ValueError(f"--out: {blocked} is a file, not a folder")
     if target.exists() and (not target.is_dir() or any(
             not (e.is_dir() and e.name.startswith("family=")) for e in target.iterdir())):
         raise ValueError(f"--out: {target} holds other files than an earlier competence export "

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -93,6 +94,12 @@ EXPORT_NAMES = frozenset({"README.md", "questions", "recipes.parquet", "steps.pa
 RECIPEQA_NAMES = frozenset({"train.json", "val.json", "test.json", "images-qa"})   # what _recipeqa_folder writes
 
 
+def storage_uri(out) -> re.Match | None:
+    """`out` as a storage URI (scheme, path), e.g. s3://bucket/x, or the s3:/bucket/x a Path makes of it;
+    None for a local folder."""
+    return re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
+
+
 def check_replaceable(names, where: str, allowed: frozenset = EXPORT_NAMES, what: str = "an export") -> None:
     """An export replaces only an earlier export: raise ValueError naming `where` when the folder holds
     anything else (`names`: its entries), so a user's folder is never emptied by a mistyped --out."""
@@ -114,8 +121,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     resolves the relative image paths for `with_images`. `left_out` ({dataset_id: why}, `mrqa export
     --reading-only`): the datasets the card says were left out, and why.
     """
-    import re
-    m = re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
+    m = storage_uri(out)
     if m:
         import tempfile
 

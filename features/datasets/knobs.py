@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from etl.config import SEED_MAX
+
 TASKS = ("visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze")
 TASK_CODES = {"visual_cloze": "vc", "visual_coherence": "vcoh", "visual_ordering": "vord",
               "textual_cloze": "tc"}
@@ -145,7 +147,6 @@ class KnobParams:
         return d
 
 
-SEED_MAX = 2**32 - 1                   # numpy's and sklearn's seeds are unsigned 32-bit
 
 
 def check_seed(seed: int) -> None:

@@ -71,10 +71,10 @@ def _check_home(home: Path) -> None:
     """--home / MRQA_HOME must name a folder (or one to create): not empty, not a file, not inside one."""
     if not str(home).strip():
         fail("--home (MRQA_HOME) is empty: give the data folder, e.g. --home ./data")
-    p = Path(home).expanduser()
-    for part in (p, *p.parents):
-        if part.exists() and not part.is_dir():
-            fail(f"--home (MRQA_HOME): {part} is a file, not a folder")
+    from etl.config import file_in_path
+    blocked = file_in_path(Path(home).expanduser())
+    if blocked is not None:
+        fail(f"--home (MRQA_HOME): {blocked} is a file, not a folder")
 
 
 def main() -> None:

@@ -92,10 +92,11 @@ def check_out_path(option: str, path: Path, want_dir: bool = True) -> Path:
     existing part of the path above it may be a file. An empty path (the working directory) is refused."""
     if str(path).strip() in ("", "."):
         fail(f"{option}: give a folder to write to, not the working directory")
+    from etl.config import file_in_path
     p = Path(path).expanduser()
-    for parent in (p, *p.parents) if want_dir else p.parents:
-        if parent.exists() and not parent.is_dir():
-            fail(f"{option}: {parent} is a file, not a folder")
+    blocked = file_in_path(p if want_dir else p.parent)
+    if blocked is not None:
+        fail(f"{option}: {blocked} is a file, not a folder")
     if not want_dir and p.is_dir():
         fail(f"{option}: {p} is a folder; give a file name")
     return p

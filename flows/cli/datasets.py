@@ -150,12 +150,10 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                wait: float = wait_option()):
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
     config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
-    import re
-
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.datasets.export import export_parquet, export_recipeqa_json
-    if out is not None and not re.match(r"^[a-z][a-z0-9+.-]+:/", str(out)):    # a local folder, not a URI
+    from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri
+    if out is not None and not storage_uri(out):    # a local folder, not a URI
         check_out_path("--out", out)
     paths = Paths.from_env().ensure()
     con = connect(paths)
