@@ -16,7 +16,14 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.datasets.generate import GeneratedDataset, generate_datasets, register_dataset, settings_for
+from features.datasets.generate import (
+    GeneratedDataset,
+    check_neighbour_k,
+    default_encoder,
+    generate_datasets,
+    register_dataset,
+    settings_for,
+)
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, check_seed
 from flows.params import K3Mode, PresetName, TaskName
 from flows.tasks import in_flow_run, run_task
@@ -44,13 +51,16 @@ def register_dataset_task(con, ds: GeneratedDataset) -> dict:
 
 
 def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, encoder_id: str | None,
-                          af_pooled_drop: tuple[str, ...] = ()) -> list[dict]:
+                          af_pooled_drop: tuple[str, ...] = (), k_requested: bool = False) -> list[dict]:
     """generate_datasets on the warehouse of MRQA_HOME; each dataset's write is a task run inside a
-    flow run, a plain call outside one. `af_pooled_drop`: tasks whose AF drop is left to `mrqa af-pool`."""
+    flow run, a plain call outside one. `af_pooled_drop`: tasks whose AF drop is left to `mrqa af-pool`.
+    `k_requested` (a k given, not the default): refuse one above the stored neighbour lists first."""
     paths = Paths.from_env().ensure()
     con = connect(paths)
     register = register_dataset_task if in_flow_run() else register_dataset
     try:
+        if k_requested:
+            check_neighbour_k(con, encoder_id or default_encoder(con), settings)
         return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance,
                                  register=register, af_pooled_drop=tuple(af_pooled_drop))
     finally:
@@ -98,7 +108,8 @@ def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | No
                             all_settings=all_settings and not (task_name or knobs or preset),
                             adversarial=adversarial, af_rounds=af_rounds)
     t0 = time.perf_counter()
-    summaries = generate_and_register(settings, seed, encoder_id, af_pooled_drop)
+    summaries = generate_and_register(settings, seed, encoder_id, af_pooled_drop,
+                                      k_requested="k" in (overrides or {}))
     # wall time of the whole task (datasets are assembled on several threads, so the per-dataset
     # seconds overlap and their sum is more than this); the probe below is not counted
     seconds = round(time.perf_counter() - t0, 3)

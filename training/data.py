@@ -154,7 +154,8 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     export), else MRQA_HOME/exports/all when it holds the dataset, else MRQA_HOME/exports/<dataset_id>,
     which is written now (with vectors) from the warehouse when it does not hold the dataset yet.
 
-    Raises DatasetError when `export` is not an export or the warehouse has no such dataset."""
+    Raises DatasetError when `export` is not an export or the warehouse has no such dataset, or one
+    without questions."""
     from etl.config import Paths
     paths = (paths or Paths.from_env()).ensure()
     if export is not None:
@@ -170,6 +171,10 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     try:
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
             raise DatasetError(f"no dataset {dataset_id!r} in the warehouse or exports; `mrqa datasets` lists them")
+        if not con.execute("SELECT 1 FROM questions WHERE dataset_id = ? LIMIT 1", [dataset_id]).fetchall():
+            # its export would hold no questions/ folder: say why instead of "not a Parquet export"
+            raise DatasetError(f"dataset {dataset_id!r} has no questions (its setting left none; `mrqa datasets` "
+                               "shows its skips): nothing to train or score")
         export_parquet(con, [dataset_id], paths.exports / dataset_id, with_vectors=True, lance_uri=paths.lance)
     finally:
         con.close()

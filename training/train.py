@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
-from training.data import QADataset, foreign_context_rows, load_for_training, load_qa_dataset
+from training.data import DatasetError, QADataset, foreign_context_rows, load_for_training, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
 from training.model import GM3C
 
@@ -466,18 +467,39 @@ def configs_from_args(a) -> tuple[ModelConfig, TrainConfig]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Train from command-line arguments; under torchrun every rank runs this (rank 0 reports)."""
+    """Train from command-line arguments; under torchrun every rank runs this (rank 0 reports).
+    A bad value or an unusable export raises (ValueError, DatasetError); `cli` turns that into one line."""
     a = parse_args(argv)
     mc, tc = configs_from_args(a)
-    m = train_run(Path(a.export), a.dataset, mc, tc, runs_dir=a.runs_dir, record=not a.no_record)
+    return _train_from_args(a, mc, tc)
+
+
+def _train_from_args(a: argparse.Namespace, mc: ModelConfig, tc: TrainConfig, ds: QADataset | None = None) -> dict:
+    m = train_run(Path(a.export), a.dataset, mc, tc, runs_dir=a.runs_dir, record=not a.no_record, ds=ds)
     finish(Dist(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))))
     if a.metrics_json and "rank" not in m:
         a.metrics_json.write_text(json.dumps(m, sort_keys=True))
     return m
 
 
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    m = main()
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m training.train ...` (torchrun runs it on every rank): the bad values resolve_configs
+    refuses (--max-epochs 0, --seed -1, ...) and an export or dataset that cannot be used (DatasetError)
+    end with one `error: ...` line on stderr and exit status 2, like `mrqa train`, before any training.
+    What fails once training has started is not caught here: it keeps its traceback."""
+    a = parse_args(argv)
+    try:
+        mc, tc = configs_from_args(a)
+        ds = load_for_training(Path(a.export), a.dataset, mc.text_features, tc)
+    except (ValueError, DatasetError) as e:    # resolve_configs's refusals; a missing or unusable export
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    m = _train_from_args(a, mc, tc, ds)
     if "rank" not in m:
         print(json.dumps({k: v for k, v in m.items() if k not in ("history", "model_args", "train_config")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(cli())

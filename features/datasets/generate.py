@@ -493,6 +493,27 @@ def default_encoder(con: duckdb.DuckDBPyConnection) -> str:
     return enc
 
 
+def stored_neighbour_k(con: duckdb.DuckDBPyConnection, encoder_id: str) -> int:
+    """How many neighbours per image the `neighbours` table holds for `encoder_id` (its largest rank,
+    the k `mrqa embed --k` built it with unless the splits are smaller; 0: no neighbour lists)."""
+    return int(con.execute("SELECT coalesce(max(rank), 0) FROM neighbours WHERE encoder_id = ?",
+                           [encoder_id]).fetchall()[0][0])
+
+
+def check_neighbour_k(con: duckdb.DuckDBPyConnection, encoder_id: str,
+                      settings: list[tuple[str, KnobParams]]) -> None:
+    """Refuse (ValueError) a requested k above the stored neighbour lists for a task over images: the
+    lists cap it, so it would register the questions of the stored k under another dataset id. Title
+    tasks are not capped (ensure_text_neighbours rebuilds their lists for a larger k); an encoder with
+    no lists is left to the generation's own error."""
+    stored = stored_neighbour_k(con, encoder_id)
+    for task, params in settings:
+        if stored and FAMILIES[task].space == "image" and params.k > stored:
+            raise ValueError(f"--k {params.k} is more than the {stored} neighbours per image stored for encoder "
+                             f"{encoder_id} (the neighbours table of `mrqa embed --k`), so it would give the "
+                             f"questions of --k {stored} under another dataset id; give --k {stored} or less")
+
+
 def generation_settings(all_settings: bool = True, balanced: bool = True, adversarial: bool = False,
                         af_rounds: int = AF_DEFAULT_ROUNDS) -> list[tuple[str, KnobParams]]:
     """`--all`: 8 knob settings for cloze, coherence and textual cloze, 4 for ordering (knob 3 is

@@ -18,6 +18,17 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(sample_app, name="sample")
 
 
+def is_web_url(url: str) -> bool:
+    """Whether `url` is an http(s) URL with a host (and, if any, a valid port)."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        parts.port   # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:               # e.g. an unbalanced "[" in the host
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 @app.command("parse")
 def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or a URL to fetch."),
               url: Optional[str] = typer.Option(None, "--url", help="The page's URL when PAGE is a file "
@@ -29,6 +40,10 @@ def parse_cmd(page: str = typer.Argument(..., help="A saved page (PAGE.html) or 
               allow_private_network: bool = typer.Option(False, "--allow-private-network",
                                                          help="Allow RFC 1918 / unique-local / CGNAT addresses.")):
     """Parse one instructables recipe page and print it as JSON (recipe, steps, step image URLs)."""
+    if url is not None:              # it names the recipe and resolves the page's relative image links
+        if not is_web_url(url.strip()):
+            fail(f"--url must be an http(s) URL with a host (the page's address), got {url!r}")
+        url = url.strip()
     from etl.http_fetch import FetchConfig, Fetcher
     from etl.parse import MAX_PAGE_BYTES, ParseError, parse_page
     if page.startswith(("http://", "https://")):

@@ -55,6 +55,11 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
         result = run_analyst_query(con, sql, timeout=timeout)
     except (AnalystQueryError, SchemaError) as e:
         fail(str(e))
+    names = result.column_names
+    repeated = list(dict.fromkeys(c for c in names if names.count(c) > 1))
+    if fmt == "json" and repeated:      # a JSON object keeps one value per key: the others would be lost
+        fail(f"--format json needs distinct column names; repeated: {', '.join(map(repr, repeated))} "
+             "(give each column its own alias, `AS name`, or use --format csv or table)")
     rows = list(zip(*(c.to_pylist() for c in result.columns)))
     if fmt == "json":                   # strict JSON: a NaN or infinite double is null
         import math
