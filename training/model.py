@@ -13,8 +13,9 @@ recurrent read state, cosine score against the query), `question_only` (context-
 hypothesis-only NLI baseline: the question and choice images alone -> FC; it never sees the recipe).
 
 Step alignment (`ModelConfig.align`, `--align`; step-text vectors of the images' joint space): each
-query image gets its cosine profile over the recipe's step texts and where it falls in the recipe
-(`alignment_features`), added to its query feature and read out directly into the score. Without it
+query image gets its cosine profile over the recipe's step texts, where it falls in the recipe, and
+its cosine to the steps its place among the other query images allows (the slot; `alignment_features`),
+added to its query feature and read out directly into the score. Without it
 the readers learn cross-modal matching from a few thousand questions through per-dim standardised,
 separately projected inputs, and on the adversarially filtered datasets they did not (the CLS
 attention on the placeholder's step stayed uniform, and another recipe's steps cost <= 2.5 points).
@@ -74,8 +75,27 @@ class StepEncoder(nn.Module):
 
 
 ALIGN_STEPS = 20        # step positions of the alignment profile (training's max_steps_per_recipe)
-ALIGN_WIDTH = ALIGN_STEPS + 8
+ALIGN_WIDTH = ALIGN_STEPS + 11
 ALIGN_TEMPERATURE = 0.05
+SLOT_WEIGHT = 0.5        # the slot prior's weight (log-probability) against the centred cosine (x10)
+
+
+def slot_log_weights(p: torch.Tensor, valid: torch.Tensor, q_mask: torch.Tensor) -> torch.Tensor:
+    """Where each query item's step must lie, given the others: log P(step) (B, C, M, S) over the
+    recipe's steps, from the other items' soft positions p (B, C, M, S): every item before it in the
+    query sits at an earlier step, every item after it at a later one, and a step another item shows is
+    unlikely to be its own."""
+    eps = 1e-6
+    m_valid = q_mask[..., None].to(p.dtype)
+    p = p * m_valid
+    cdf = p.cumsum(-1)
+    before = torch.log((cdf - p).clamp(min=0) + eps) * m_valid        # log P(step_k < s)
+    after = torch.log((1 - cdf).clamp(min=0) + eps) * m_valid          # log P(step_k > s)
+    a = before.cumsum(2) - before                                      # sum over k < m
+    b = after.flip(2).cumsum(2).flip(2) - after                        # sum over k > m
+    others = p.sum(2, keepdim=True) - p
+    logw = a + b + torch.log((1 - others).clamp(min=0) + eps)
+    return torch.log_softmax(logw.masked_fill(~valid, -1e4), -1)
 
 
 def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor, c_mask: torch.Tensor) -> torch.Tensor:
@@ -87,7 +107,13 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     softmax over the cosines (temperature ALIGN_TEMPERATURE) and the best match's position, both as a
     share of the recipe (0..1), and the steps forward from the previous query item and to the next
     one of both positions (0 at the ends): a photo that fits its slot sits after its predecessor's
-    step and before its successor's.
+    step and before its successor's. Last, the **slot** (`slot_log_weights`): where the item's step must
+    lie given the other items' soft positions (after every earlier item's step, before every later one's,
+    on no step another item shows), and the item's centred cosine read through it: the best step with
+    the slot's log-probability added (x SLOT_WEIGHT), the slot-weighted mean, and the slot's expected
+    position. A cloze choice is thus scored against the steps its place in the question allows: on the
+    AF datasets the distractors are photos that match other steps of the recipe (or no step), so the
+    step's text tells them apart only once the reader knows which step the placeholder stands for.
     With another recipe's steps the profile says nothing about the question: the context ablation."""
     b, c, m, _ = q.shape
     s = ctx.shape[1]
@@ -108,8 +134,13 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     step = (pos[..., 1:, :] - pos[..., :-1, :]) * both[..., None].to(sims.dtype)             # (B, C, M-1, 2)
     zero = step.new_zeros(b, c, 1, 2)
     raw = sims.masked_fill(~valid, -1).max(-1).values * 10
-    out = torch.cat([prof, best.values[..., None], raw[..., None], pos,
-                     torch.cat([zero, step], 2), torch.cat([step, zero], 2)], -1)
+    parts = [prof, best.values[..., None], raw[..., None], pos,
+             torch.cat([zero, step], 2), torch.cat([step, zero], 2)]
+    logw = slot_log_weights(p, valid, q_mask)              # the item's slot, from the other items
+    w = logw.exp()
+    slot_max = (centred + SLOT_WEIGHT * logw).masked_fill(~valid, -1e4).max(-1).values
+    parts += [slot_max[..., None], (w * centred).sum(-1)[..., None], (w * where.expand_as(w)).sum(-1)[..., None]]
+    out = torch.cat(parts, -1)
     return out * q_mask[..., None].to(out.dtype)
 
 

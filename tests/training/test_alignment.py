@@ -35,13 +35,41 @@ def test_alignment_features_locate_each_photo_among_the_steps():
     assert torch.allclose(best_at, torch.tensor(photos) / 8.0)
     soft_at = f[0, 0, :3, ALIGN_STEPS + 2]
     assert torch.allclose(soft_at, best_at, atol=0.02)          # exact matches: the softmax is sharp
-    step_in, step_out = f[0, 0, :, ALIGN_STEPS + 4:ALIGN_STEPS + 6], f[0, 0, :, ALIGN_STEPS + 6:]
+    step_in, step_out = f[0, 0, :, ALIGN_STEPS + 4:ALIGN_STEPS + 6], f[0, 0, :, ALIGN_STEPS + 6:ALIGN_STEPS + 8]
     assert (step_in[0] == 0).all() and (step_out[2] == 0).all()            # no item before / after
     assert torch.allclose(step_in[1:3, 1], torch.tensor([2 / 8, 4 / 8]))    # forward steps between photos
     assert torch.allclose(step_out[:2, 1], step_in[1:3, 1])
     # in the wrong order the steps between neighbours turn negative: the slot does not fit
     rev = alignment_features(q[:, :, [2, 1, 0, 3]], q_mask, ctx, c_mask)
     assert (rev[0, 0, 1:3, ALIGN_STEPS + 5] < 0).all()
+
+
+def test_the_slot_scores_a_photo_against_the_steps_its_place_allows():
+    """Two photos that match a step of the recipe equally well: the one whose step lies between its
+    neighbours' steps fits the slot, the one whose step lies after the last neighbour does not. Only the
+    slot features tell them apart; the best-match features are the same."""
+    ctx = _steps(1, 9, 3)
+    c_mask = torch.ones(1, 9, dtype=torch.bool)
+    inside, outside = ctx[:, 3], ctx[:, 8]                      # the neighbours show steps 1 and 6
+    q = torch.stack([torch.stack([ctx[:, 1], c, ctx[:, 6]], 1) for c in (inside, outside)], 1)   # (1, 2, 3, D)
+    q_mask = torch.ones(1, 2, 3, dtype=torch.bool)
+    f = alignment_features(q, q_mask, ctx, c_mask)[0, :, 1]    # the middle item of each choice's query
+    raw, slot_max, slot_mean, slot_at = (f[:, ALIGN_STEPS + 1], f[:, ALIGN_STEPS + 8], f[:, ALIGN_STEPS + 9],
+                                         f[:, ALIGN_STEPS + 10])
+    assert torch.allclose(raw, torch.full((2,), 10.0), atol=1e-4)   # both match a step exactly (cosine 1, x10)
+    assert slot_max[0] > slot_max[1] + 1 and slot_mean[0] > slot_mean[1] + 1
+    assert (1 / 8 < slot_at).all() and (slot_at < 6 / 8).all()  # the slot lies between the neighbours' steps
+    # the first item's slot lies before the second's step, the last item's after it
+    first, last = alignment_features(q, q_mask, ctx, c_mask)[0, 0, [0, 2], ALIGN_STEPS + 10]
+    assert first < 3 / 8 < last
+    # padding: an item of no query, or a step past the recipe's end, never enters the slot
+    padded = alignment_features(torch.cat([q, torch.zeros(1, 2, 1, D)], 2),
+                                torch.cat([q_mask, torch.zeros(1, 2, 1, dtype=torch.bool)], 2),
+                                torch.cat([ctx, torch.zeros(1, 2, D)], 1),
+                                torch.cat([c_mask, torch.zeros(1, 2, dtype=torch.bool)], 1))
+    assert torch.allclose(padded[0, :, :3, ALIGN_STEPS + 8:],
+                          alignment_features(q, q_mask, ctx, c_mask)[0, :, :, ALIGN_STEPS + 8:], atol=1e-4)
+    assert (padded[0, :, 3] == 0).all()
 
 
 def _planted(n: int, seed: int):
