@@ -1,4 +1,4 @@
-"""What adversarial filtering did to each dataset: kept share, question-only probe, step-text oracle.
+"""What adversarial filtering did to each dataset: kept share, question-only probe, step-text oracle, slot rule.
 
     mrqa af-report [--format json]                       # the same as:
     .venv/bin/python -m features.datasets.af_report --home /tmp/e2home [--json]
@@ -10,7 +10,9 @@ twins of the answer step, two right answers, skip `af_text_twin`), the learned q
 choice closest to the recipe's own step text in the encoder's joint image/text space (cloze: the answer
 step's title; coherence: the choice farthest from every shown step's title). The probe should fall to
 chance while the oracle stays high: the question is then answered by reading the recipe, not by the look
-of the photos.
+of the photos. The oracle is told the answer step; the **slot rule** (visual cloze) is not: it reads the
+recipe as a reader must, placing the shown photos among the step texts and scoring each choice against
+the steps the placeholder's place allows (`slot_rule_accuracy`), with no parameter fitted.
 """
 from __future__ import annotations
 
@@ -63,12 +65,62 @@ def oracle_accuracy(rows: list[tuple], img: dict, title: dict) -> float | None:
     return round(hits / n, 4) if n else None
 
 
+SLOT_TEMPERATURE = 0.05   # a shown photo's place: softmax over its cosines to the step texts (the readers' too:
+SLOT_WEIGHT = 0.05        # training/model.py ALIGN_TEMPERATURE, SLOT_WEIGHT / 10) and the slot's log-prior weight
+
+
+def slot_rule_accuracy(rows: list[tuple], img: dict, body: dict) -> float | None:
+    """rows: (recipe_id, question, choice_list, answer) of visual cloze questions; body: recipe_id -> the
+    unit step-body vectors in step order. The rule is not told the answer step. Each shown photo's place
+    is a softmax over its cosines to the recipe's step texts; the placeholder's step lies after every
+    earlier photo's and before every later one's, on none a shown photo takes (the product of those
+    probabilities, normalised: the slot). The pick is the choice with the highest cosine to a step,
+    centred on its mean over the recipe's steps, plus SLOT_WEIGHT x the slot's log-probability of that
+    step. Questions whose recipe has no body vectors, or a photo without a vector, are left out."""
+    hits = n = 0
+    for rid, question, choices, answer in rows:
+        steps = body.get(rid)
+        if steps is None or any(x not in img for x in choices) \
+                or any(x not in img for x in question if x != "@placeholder"):
+            continue
+        slot = question.index("@placeholder")
+        w, shown = np.ones(len(steps)), np.zeros(len(steps))
+        for k, x in enumerate(question):
+            if k == slot:
+                continue
+            p = np.exp((steps @ img[x] - 1.0) / SLOT_TEMPERATURE)
+            p /= p.sum()
+            cdf = np.cumsum(p)
+            w *= np.clip(cdf - p, 0, 1) if k < slot else np.clip(1 - cdf, 0, 1)   # before / after it
+            shown += p
+        w *= np.clip(1 - shown, 0, 1)
+        logw = np.log(w / max(w.sum(), 1e-300) + 1e-6)
+        sims = np.array([img[x] for x in choices]) @ steps.T
+        centred = sims - sims.mean(1, keepdims=True)
+        hits += int(np.argmax((centred + SLOT_WEIGHT * logw).max(1))) == answer
+        n += 1
+    return round(hits / n, 4) if n else None
+
+
+def _bodies(lance_uri: str, encoder_id: str) -> dict:
+    """recipe_id -> (steps, d) unit step-body vectors in step order."""
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
+    mat = np.asarray(mat, dtype=np.float64)
+    mat = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
+    by: dict[str, list] = {}
+    for i, v in zip(ids, mat):
+        rid, idx, _ = i.rsplit("_", 2)
+        by.setdefault(rid, []).append((int(idx), v))
+    return {rid: np.array([v for _, v in sorted(vs, key=lambda t: t[0])]) for rid, vs in by.items()}
+
+
 def af_report(con, lance_uri: str) -> list[dict]:
     from features.datasets.knobs import KnobParams, dataset_id, setting_name
     datasets = con.execute("""SELECT dataset_id, task, seed, encoder_id, params, n_questions FROM datasets
                               WHERE json_extract_string(params, '$.af_rounds') IS NOT NULL
                               ORDER BY task, dataset_id""").fetchall()
-    vectors, out = {}, []
+    vectors, bodies, out = {}, {}, []
     fields = set(KnobParams.__dataclass_fields__)
     for did, task, seed, enc, params, n in datasets:
         params = json.loads(params)
@@ -107,6 +159,13 @@ def af_report(con, lance_uri: str) -> list[dict]:
                                    CAST(json_extract(provenance, '$.answer_step') AS INTEGER)
                                    FROM questions WHERE dataset_id = ?""", [d]).fetchall()
                 row[key] = oracle_accuracy(q, img, title) if q else None
+        if task == "visual_cloze":
+            if enc not in bodies:              # {} when the store has no body vectors: no slot rule
+                bodies[enc] = _bodies(lance_uri, enc)
+            for key, d in (("slot_before", base), ("slot_after", did)):
+                q = con.execute("SELECT recipe_id, question, choice_list, answer FROM questions "
+                                "WHERE dataset_id = ?", [d]).fetchall()
+                row[key] = slot_rule_accuracy(q, vectors[enc][0], bodies[enc]) if q and bodies[enc] else None
         out.append(row)
     return out
 
@@ -176,17 +235,19 @@ def format_table(rows: list[dict]) -> str:
            "candidates are text twins of the answer (two right answers) are gone;",
            "adversary: the share of AF questions whose answer the final held-out ensemble picks, "
            "before the drop rule;", "oracle: the choice nearest the recipe's own step text (the question "
-           "answered by reading)",
+           "answered by reading, told the answer step);", "slot rule (visual cloze): the choice nearest a step text "
+           "the placeholder's place among the shown photos allows (read without being told the answer step)",
            f"{'task':17s} {'knobs':20s} {'knob Q':>7s} {'AF Q':>6s} {'kept':>6s} {'of posable':>10s} "
            f"{'probe before':>13s} {'after':>6s} {'now':>6s} {'adversary':>10s} {'af-pool dropped':>16s} "
-           f"{'GM3C':>6s} {'oracle before':>14s} {'after':>6s}"]
+           f"{'GM3C':>6s} {'oracle before':>14s} {'after':>6s} {'slot rule before':>17s} {'after':>6s}"]
     for r in rows:
         dropped = "-" if r.get("pooled_dropped") is None else f"{r['pooled_dropped']:,d}"
         out.append(f"{r['task']:17s} {r['knobs']:20s} {r['knob_questions']:7d} {r['af_questions']:6d} "
                    f"{f(r['kept_share']):>6s} {f(r.get('kept_of_posable')):>10s} "
                    f"{f(r['probe_before']):>13s} {f(r['probe_after']):>6s} {f(r.get('probe_now')):>6s} "
                    f"{f(r['adversary_final']):>10s} {dropped:>16s} {f(r.get('pooled_adversary_kept')):>6s} "
-                   f"{f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s}")
+                   f"{f(r.get('oracle_before')):>14s} {f(r.get('oracle_after')):>6s} "
+                   f"{f(r.get('slot_before')):>17s} {f(r.get('slot_after')):>6s}")
     if not rows:
         out.append("no adversarially filtered datasets; run `mrqa generate --all` or `mrqa generate --task T "
                    "--knobs 0-1-1-af`")

@@ -481,6 +481,10 @@ def test_af_report_rows_match_the_registered_datasets(world):
             assert "oracle_after" not in r
         else:
             assert 0.0 <= r["oracle_before"] <= 1.0 and 0.0 <= r["oracle_after"] <= 1.0
+        if r["task"] == "visual_cloze":     # the world has step-body vectors: the slot rule reads them
+            assert 0.0 <= r["slot_before"] <= 1.0 and 0.0 <= r["slot_after"] <= 1.0
+        else:
+            assert "slot_after" not in r
 
 
 def test_the_adversary_sees_the_judges_features_including_the_set_level_cues():
