@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
 from training.data import DatasetError, QADataset, foreign_context_rows, load_for_training, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
-from training.model import GM3C
+from training.model import ALIGN_WIDTH, GM3C
 
 log = logging.getLogger(__name__)
 CKPT_FORMAT = "mrqa-gm3c-1"
@@ -275,6 +275,12 @@ def load_checkpoint(path: Path) -> tuple[GM3C, dict]:
     args = dict(ck["model_args"])
     args["scorer"] = RENAMED_SCORERS.get(args.get("scorer"), args.get("scorer"))
     model = GM3C(ModelConfig(**args))
+    stored = ck["state_dict"].get("align_head.0.weight")
+    if stored is not None and stored.shape[-1] != ALIGN_WIDTH:
+        raise CheckpointError(f"{path} was trained with {stored.shape[-1]} step-alignment features per photo; "
+                              f"this version gives the readers {ALIGN_WIDTH} (the slot: the steps a photo's "
+                              "place allows, training/model.py), so its weights cannot read them: train the "
+                              "run again (`mrqa train`)")
     try:
         model.load_state_dict(ck["state_dict"])
     except RuntimeError as e:

@@ -92,6 +92,15 @@ def test_mismatched_or_corrupted_checkpoint_is_a_clear_error(trained, toy_home, 
         load_checkpoint(bad)
     with pytest.raises(CheckpointError, match="no run"):
         evaluate_run("no-such-run", exp, did)
+    # a run trained before the readers' slot features: 28 alignment features per photo, now more
+    ck = torch.load(trained["checkpoint"], weights_only=False)
+    assert ck["model_args"]["align"]
+    for k in ("align_head.0.weight", "query.align.weight"):
+        ck["state_dict"][k] = ck["state_dict"][k][..., :28].clone()
+    old = tmp_path / "before-slot.pt"
+    torch.save(ck, old)
+    with pytest.raises(CheckpointError, match="28 step-alignment features per photo.*train the run again"):
+        load_checkpoint(old)
 
 
 @pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence", "visual_ordering"])
