@@ -139,7 +139,7 @@ def alignment_features(q: torch.Tensor, q_mask: torch.Tensor, ctx: torch.Tensor,
     logw = slot_log_weights(p, valid, q_mask)              # the item's slot, from the other items
     w = logw.exp()
     slot_max = (centred + SLOT_WEIGHT * logw).masked_fill(~valid, -1e4).max(-1).values
-    parts += [slot_max[..., None], (w * centred).sum(-1)[..., None], (w * where.expand_as(w)).sum(-1)[..., None]]
+    parts += [slot_max[..., None], (w * centred).sum(-1)[..., None], (w * where).sum(-1)[..., None]]
     out = torch.cat(parts, -1)
     return out * q_mask[..., None].to(out.dtype)
 

@@ -22,14 +22,17 @@ import json
 import numpy as np
 
 
+def _unit_rows(mat) -> np.ndarray:
+    mat = np.asarray(mat, dtype=np.float64)
+    return mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
+
+
 def _vectors(lance_uri: str, encoder_id: str) -> tuple[dict, dict]:
     from features.vectors.store import FeatureStore
     store = FeatureStore(lance_uri)
     out = []
     for ids, mat in (store.image_vectors(encoder_id), store.text_vectors(encoder_id, "title")):
-        mat = np.asarray(mat, dtype=np.float64)
-        mat = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
-        out.append(dict(zip(ids, mat)))
+        out.append(dict(zip(ids, _unit_rows(mat))))
     return out[0], out[1]
 
 
@@ -106,10 +109,8 @@ def _bodies(lance_uri: str, encoder_id: str) -> dict:
     """recipe_id -> (steps, d) unit step-body vectors in step order."""
     from features.vectors.store import FeatureStore
     ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "body")
-    mat = np.asarray(mat, dtype=np.float64)
-    mat = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
     by: dict[str, list] = {}
-    for i, v in zip(ids, mat):
+    for i, v in zip(ids, _unit_rows(mat)):
         rid, idx, _ = i.rsplit("_", 2)
         by.setdefault(rid, []).append((int(idx), v))
     return {rid: np.array([v for _, v in sorted(vs, key=lambda t: t[0])]) for rid, vs in by.items()}
@@ -154,18 +155,18 @@ def af_report(con, lance_uri: str) -> list[dict]:
             if enc not in vectors:
                 vectors[enc] = _vectors(lance_uri, enc)
             img, title = vectors[enc]
-            for key, d in (("oracle_before", base), ("oracle_after", did)):
-                q = con.execute("""SELECT task, recipe_id, choice_list, answer, question_step_ids,
-                                   CAST(json_extract(provenance, '$.answer_step') AS INTEGER)
-                                   FROM questions WHERE dataset_id = ?""", [d]).fetchall()
-                row[key] = oracle_accuracy(q, img, title) if q else None
-        if task == "visual_cloze":
-            if enc not in bodies:              # {} when the store has no body vectors: no slot rule
+            if task == "visual_cloze" and enc not in bodies:   # {} when the store has no body vectors
                 bodies[enc] = _bodies(lance_uri, enc)
-            for key, d in (("slot_before", base), ("slot_after", did)):
-                q = con.execute("SELECT recipe_id, question, choice_list, answer FROM questions "
-                                "WHERE dataset_id = ?", [d]).fetchall()
-                row[key] = slot_rule_accuracy(q, vectors[enc][0], bodies[enc]) if q and bodies[enc] else None
+            slot = {}
+            for when, d in (("before", base), ("after", did)):
+                q = con.execute("""SELECT task, recipe_id, choice_list, answer, question_step_ids,
+                                   CAST(json_extract(provenance, '$.answer_step') AS INTEGER), question
+                                   FROM questions WHERE dataset_id = ?""", [d]).fetchall()
+                row[f"oracle_{when}"] = oracle_accuracy([r[:6] for r in q], img, title) if q else None
+                if task == "visual_cloze":                     # the slot rule, on the same questions
+                    slot[f"slot_{when}"] = (slot_rule_accuracy([(r[1], r[6], r[2], r[3]) for r in q], img,
+                                                               bodies[enc]) if q and bodies[enc] else None)
+            row.update(slot)
         out.append(row)
     return out
 
