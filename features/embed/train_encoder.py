@@ -408,7 +408,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
                    n_train_recipes=len(recipes), n_optimizer_steps=step,
                    images_decoded=cache_stats["decoded"], images_from_cache=cache_stats["cached"],
                    threads=torch.get_num_threads())
-    manifest = {"encoder_id": encoder_id, "config": asdict(cfg), "image_size": size,
+    manifest = {"encoder_id": encoder_id, "config": asdict(cfg), "image_size": size, "platform": built_on(device),
                 "train_split": "train",
                 "train_image_ids": sorted(items[p].image_id for p in positions),
                 "train_recipe_ids": sorted({items[p].recipe_id for p in positions}),
@@ -418,13 +418,24 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         "pretrained": None, "weights_sha256": w_sha, "preprocess_sha256": p_sha,
         "dim": encoder.dim, "checkpoint_path": _store_path(out / "model.safetensors", paths),
         "train_split": "train",
-        "config": {**asdict(cfg), "image_size": size,
+        "config": {**asdict(cfg), "image_size": size, "platform": built_on(device),
                    "train_manifest": _store_path(out / "train_manifest.json", paths)},
         "metrics": metrics})
     (out / "train_manifest.json").write_text(json.dumps(manifest, indent=1))
     log.info("encoder %s trained in %.0f s; val %s", encoder_id, train_seconds,
              {k: v for k, v in metrics.items() if k.startswith(("i2t", "t2i", "chance", "n_", "img_"))})
     return {"encoder_id": encoder_id, "dir": str(out), "metrics": metrics, "fit_seconds": fit_seconds}
+
+
+def built_on(device) -> dict:
+    """What the weights depend on besides the data, the config and the seed: torch's version and the
+    instruction set its CPU kernels (and MKL's, oneDNN's) chose. The same seed on a CPU with another
+    instruction set (AVX2 against AVX-512) rounds differently and trains other weights, so other
+    vectors, neighbours and datasets (docs/knobs.md, "Determinism and provenance")."""
+    import platform
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "device": str(device),
+            "cuda": torch.version.cuda if str(device).startswith("cuda") else None}
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -27,7 +27,6 @@ import logging
 import math
 from dataclasses import dataclass
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 
@@ -145,6 +144,7 @@ def vector_rows(ids, vectors: np.ndarray, id_column: str = "id", vector_column: 
 class FeatureStore:
     def __init__(self, uri: str | None = None, ann: AnnConfig | None = None):
         self.uri = uri or Paths.from_env().lance
+        import lancedb  # here, not at the top: a trainer reading an export's vectors needs no LanceDB
         self.db = lancedb.connect(self.uri)
         self.ann = ann or AnnConfig()
 

@@ -75,3 +75,18 @@ def test_unknown_dataset_is_a_clear_error(toy_home, tmp_path):
         load_qa_dataset(toy_home["export"], "no-such-dataset")
     with pytest.raises(DatasetError, match="not a Parquet export"):
         load_qa_dataset(tmp_path, "x")
+
+
+def test_an_export_with_vectors_loads_without_lancedb(toy_home):
+    """A GPU machine that trains from an export needs no LanceDB: loading a dataset from an export with
+    vectors imports neither lancedb nor the store's dependencies (the process's modules, checked in a
+    fresh interpreter)."""
+    import subprocess
+    import sys
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    code = ("import sys; from training.data import load_qa_dataset; "
+            f"ds = load_qa_dataset({str(toy_home['export'])!r}, {did!r}, 'vectors', max_steps=12, "
+            "lance_uri='/nonexistent/lance'); "
+            "print(ds.text_source, sorted(m for m in ('lancedb', 'lance', 'pydantic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["export:body", "[]"]

@@ -48,6 +48,11 @@ def test_trained_encoder_is_registered_with_checkpoint_and_config(trained):
     cfg = json.loads((d / "open_clip_config.json").read_text())
     assert cfg["model_cfg"]["vision_cfg"]["image_size"] == 32
     assert not row["checkpoint_path"].startswith("/")      # relative to MRQA_HOME
+    # the instruction set the CPU kernels chose is recorded: the same seed trains other weights on a CPU
+    # with another one (AVX2 against AVX-512), so a user can tell why their datasets differ from ours
+    built = (row["config"] if isinstance(row["config"], dict) else json.loads(row["config"]))["platform"]
+    assert built["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and built["torch"] == torch.__version__
+    assert json.loads((d / "train_manifest.json").read_text())["platform"] == built
 
 
 def test_training_saw_no_val_or_test_image(trained):
