@@ -6,8 +6,11 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, SwapFirst, VisualTask
+from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst, VisualTask
 from flows.cli.common import echo_json, fail, run_flow, wait_option
+
+ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
+                 "512 wide: a GPU's work, which reads a few points more) or tiny.")
 
 app = typer.Typer()
 
@@ -78,6 +81,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                      "questions the swap rounds move first: the most confident, "
                                                      "or those an alternate can move (auto: movable for "
                                                      "ordering, confident otherwise)."),
+                size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). For `--rounds` rounds, the questions it solves beyond a
@@ -90,7 +94,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
-                       floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree)
+                       floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
+                       size=size.value)
     except ValueError as e:
         fail(str(e))
     for r in res["datasets"]:
@@ -119,6 +124,7 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                                                "recipes over every split, or with the val and test splits "
                                                "held out whole (split: a held-out question's images were "
                                                "never in training, as in a test split)."),
+                 size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
     pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
@@ -134,7 +140,8 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
         fail("--seeds needs at least one seed")
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
-                       distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value)
+                       distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value,
+                       size=size.value)
     except ValueError as e:
         fail(str(e))
     if as_json:

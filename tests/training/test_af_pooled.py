@@ -659,6 +659,36 @@ def test_the_linear_adversary_scores_every_question_out_of_fold_on_folds_of_its_
     assert (recipe_folds(res.recipe_ids, 5, LINEAR_SEED) != recipe_folds(res.recipe_ids, 5, 0)).any()
 
 
+def test_af_check_and_af_pool_take_the_models_size_from_the_command_line(home, monkeypatch):
+    """`--size` reaches the check's models (paper is a GPU's work; tiny here): the command's figures are
+    the flow's at that size, differ from the default size's, and a size that does not exist is refused
+    in one line by both commands."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from flows.af_pool import af_check_flow
+    from flows.cli import app
+    monkeypatch.setenv("MRQA_HOME", str(home["paths"].home))
+    home["con"].close()
+    try:
+        r = CliRunner().invoke(app, ["--no-prefect", "af-check", "--size", "tiny", "--seeds", "0", "--folds", "2",
+                                     "--json"])
+        assert r.exit_code == 0, r.output
+        cli = json.loads(r.output[r.output.index("{"):])
+        flow = af_check_flow.fn(task="visual_cloze", seeds=(0,), folds=2, size="tiny")
+        small = af_check_flow.fn(task="visual_cloze", seeds=(0,), folds=2)
+        for cmd in ("af-check", "af-pool"):
+            bad = CliRunner().invoke(app, ["--no-prefect", cmd, "--size", "huge"])
+            assert bad.exit_code == 2 and "--size" in bad.output, bad.output
+    finally:
+        home["con"] = duckdb.connect(str(home["paths"].warehouse))
+    assert cli["size"] == flow["size"] == "tiny" and small["size"] == "small"
+    assert [(d["dataset_id"], d["by_seed"]) for d in cli["datasets"]] == \
+        [(d["dataset_id"], {str(k): v for k, v in d["by_seed"].items()}) for d in flow["datasets"]]
+    assert [d["by_seed"] for d in small["datasets"]] != [d["by_seed"] for d in flow["datasets"]]
+
+
 def test_af_check_refuses_bad_seeds_and_a_missing_warehouse_in_one_line(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
