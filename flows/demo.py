@@ -3,8 +3,9 @@
 build the sample kitchen -> serve it on a free loopback port -> crawl it with the real crawler ->
 clean + tokenize -> train the default encoder, embed, neighbours -> generate every dataset -> the
 pooled adversary on the AF visual cloze datasets (flows/af_pool.py) -> competence
-families -> bias report -> a short tiny-config training run on the visual-cloze RecipeQA-style preset and
-knobs 0-1-1 (`TRAIN_DATASETS`) next to Hasty Student. Each stage is a Prefect subflow, timed (wall
+families -> bias report -> the reading check (flows/train.py `reading_check`): on the 8 AF visual cloze
+settings, a reader of the recipe against a learned question-only model, and the reader given another
+recipe's steps. Each stage is a Prefect subflow, timed (wall
 and CPU seconds); a re-run skips unchanged stages. `format_digest` is the final summary `mrqa demo`
 prints.
 """
@@ -21,7 +22,6 @@ from flows.pipeline import pipeline_flow, stage_summary
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
 DEFAULT_RECIPES = DEMO_RECIPES
-TRAIN_DATASETS = ("vc-recipeqa-", "vc-0-1-1-s")   # visual cloze: RecipeQA-style preset, setting 0-1-1
 
 
 @flow(name="demo", log_prints=True)
@@ -29,13 +29,12 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
               crawl_workers: int = 8, train: bool = True, train_epochs: int = 3, af_pool: bool = True,
               dask_address: str | None = None, matched_coherence: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
-    short training on `TRAIN_DATASETS`); returns the pipeline summary plus the digest printed by
-    `mrqa demo`."""
+    the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             matched_coherence=matched_coherence,
-                            train_datasets=list(TRAIN_DATASETS), train_epochs=train_epochs,
+                            train_reading=True, train_epochs=train_epochs,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)
@@ -71,11 +70,12 @@ def demo_digest(summary: dict) -> dict:
                                             "learned probe, test split (95% CI)")}
                    for row in info.get("table", [])] for task, info in rep.get("tasks", {}).items()}
     models = list(trn.get("runs", []))
+    reading = trn.get("reading")
     comp = stage_summary(summary, "competence")
     keys = ("stage", "status", "seconds", "cpu_s", "reason", "error")
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
-            "datasets": datasets, "bias": bias, "models": models, "report": rep.get("index"),
+            "datasets": datasets, "bias": bias, "models": models, "reading": reading, "report": rep.get("index"),
             "reading_only": rep.get("reading_only"),
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
                            "results": comp.get("results") or {}},
@@ -141,7 +141,29 @@ def format_digest(d: dict) -> str:
             else:
                 out.append(f"  {m['dataset_id']}: test acc {_pct(m.get('test_acc'))}, val acc "
                            f"{_pct(m.get('val_acc'))}, Hasty Student {_pct(m.get('hasty_student_acc'))}")
+    out += _reading_lines(d.get("reading"))
     out.append(f"report: {d.get('report')}")
     if d.get("failed"):
         out.append(d["failed"])
     return "\n".join(out)
+
+
+def _reading_lines(r: dict | None) -> list[str]:
+    """The reading check in the summary: per AF visual cloze setting, the reader, the learned question-only
+    model, the lead, and the reader with another recipe's steps (test split; chance 25%)."""
+    if not r:
+        return []
+    if r.get("skipped"):
+        return [f"reading check: skipped ({r['skipped']})"]
+    rows = r["settings"]
+    lines = ["does a model have to read the recipe? (pooled on the AF visual cloze settings, test split; "
+             "chance 25%)",
+             f"  {'setting':<10} {'test q':>6}  {'reader':>7}  {'question-only':>13}  {'lead':>6}  "
+             f"{'reader, another recipe':>22}"]
+    lines += [f"  {x['setting']:<10} {x['n_test']:>6}  {_pct(x['reader']):>7}  {_pct(x['question_only']):>13}  "
+              f"{100 * x['lead']:>+6.1f}  {_pct(x['reader_other_recipe']):>22}" for x in rows]
+    lo = min(x["lead"] for x in rows)
+    lines.append(f"  the reader leads question-only by {100 * lo:.1f} points or more on every setting; "
+                 f"another recipe's steps cost it {100 * min(x['reader'] - x['reader_other_recipe'] for x in rows):.1f}"
+                 f"-{100 * max(x['reader'] - x['reader_other_recipe'] for x in rows):.1f} points")
+    return lines

@@ -1,6 +1,6 @@
 """Prefect flow `pipeline`: ingest -> clean -> embed (new images; neighbours) -> generate (then the pooled
-adversary on the AF visual cloze datasets) -> competence -> report (-> optional short training of the
-given datasets / sweep), each stage a subflow of flows/*.py.
+adversary on the AF visual cloze datasets) -> competence -> report (-> optional train: a short training of
+the given datasets and/or the reading check; sweep), each stage a subflow of flows/*.py.
 
 Re-runs skip finished work: before a stage runs, the flow fingerprints the stage's input tables and
 parameters and its output tables/files (etl/stage_state is the DuckDB table `pipeline_stages`); a
@@ -34,7 +34,7 @@ from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
 from flows.params import PipelineStage, Scorer, VisualTask
 from flows.report import report_flow
-from flows.train import short_training, sweep_flow
+from flows.train import READING_QUESTION_ONLY, READING_READER, reading_check, short_training, sweep_flow
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
@@ -274,19 +274,29 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                              Tab("competence_metrics", ("computed_at",))], [Tab("bias_metrics")],
                             output_files=lambda s: [s["index"]] if s.get("index") else []))
     if p["train"]:
-        datasets = list(p["train_datasets"] or ())
-        stages.append(Stage("train", lambda: {"runs": short_training(paths, datasets, p["seed"],
-                                                                     p["train_epochs"])},
-                            {"seed": p["seed"], "max_epochs": p["train_epochs"], "datasets": datasets},
+        datasets, reading = list(p["train_datasets"] or ()), bool(p["train_reading"])
+        stages.append(Stage("train", lambda: _train(paths, datasets, reading, p),
+                            {"seed": p["seed"], "max_epochs": p["train_epochs"], "datasets": datasets,
+                             **({"reading": {"reader": READING_READER, "question_only": READING_QUESTION_ONLY}}
+                                if reading else {})},
                             [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("runs")],
-                            skip_reason=None if datasets else "no train_datasets given (dataset ids or "
-                                                              "id prefixes to train on)"))
+                            skip_reason=None if datasets or reading else "no train_datasets given (dataset ids "
+                                                                         "or id prefixes to train on) and no "
+                                                                         "train_reading"))
     if p["sweep"]:
         sweep_params = {k: p[k] for k in ("seed", "sweep_scorers", "sweep_tasks", "sweep_tiny")}
         stages.append(Stage("sweep", lambda: _sweep(paths, p), sweep_params,
                             [Tab("datasets", ("created_at",)), Tab("questions")], [],
                             output_files=lambda s: [s["out"]] if s.get("out") else []))
     return stages
+
+
+def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
+    """The train stage: the short training of `datasets`, and with `reading` the reading check."""
+    out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
+    if reading:
+        out["reading"] = reading_check(paths, p["seed"])
+    return out
 
 
 def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
@@ -482,7 +492,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
                   report: bool = True, train: bool = False,
-                  train_datasets: list[str] | None = None, train_epochs: int = 3,
+                  train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
                   force: list[PipelineStage] = (), dask_address: str | None = None,
@@ -492,7 +502,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     Ingest sources: `sample_recipes` (build and serve the sample kitchen), `listing`, `sitemap`,
     `urls_file`, `rescrape` (stale/missing recipes); none: start at clean on the existing warehouse.
     `train`: end with a short tiny-model training of `train_datasets` (dataset ids or id prefixes,
-    e.g. "vc-0-1-1-s"); without any the train stage is skipped and says why.
+    e.g. "vc-0-1-1-s"), and with `train_reading` the reading check (flows/train.py `reading_check`: a
+    pooled reader against a learned question-only model on the AF visual cloze settings, and the reader
+    with another recipe's steps); with neither the train stage is skipped and says why.
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
     `af_pool`: generate ends with the pooled adversary (flows/af_pool.py) swaps and drops in the AF datasets

@@ -66,7 +66,9 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
-        train: bool = typer.Option(False, "--train", help="End with a short tiny-model training run."),
+        train: bool = typer.Option(False, "--train", help="End with the reading check: a reader of the recipe "
+                                   "against a learned question-only model on the AF visual cloze settings "
+                                   "(about a minute)."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
                                         "'all' for every stage)."),
@@ -85,7 +87,8 @@ def pipeline_cmd(
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            af_pool=af_pool, matched_coherence=matched_coherence, train=train, sweep=sweep,
+                            af_pool=af_pool, matched_coherence=matched_coherence, train=train,
+                            train_reading=train, sweep=sweep,
                             force=[f.value for f in force],
                             dask_address=dask_address, raise_on_failure=False)
     if summary_json:

@@ -1,0 +1,66 @@
+"""The pipeline's reading check (flows/train.py `reading_check`, the demo's train stage): on the AF visual
+cloze datasets of a synthetic world whose step bodies lie near their photos, the pooled reader, the
+learned question-only model and the reader with another recipe's steps, per dataset on its test split;
+deterministic; a home without the datasets is skipped with the reason, and the demo's summary prints it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import duckdb
+import pytest
+from synthetic_home import synthetic_home
+
+from features.datasets.generate import generate_datasets
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
+from flows.demo import _reading_lines
+from flows.train import READING_EXPORT, reading_check
+
+ENC = "synthetic-enc-0001"
+SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
+            ("visual_cloze", replace(KnobParams.preset_for("visual_cloze", 0, 0, 0), af_rounds=AF_DEFAULT_ROUNDS)),
+            ("visual_cloze", replace(KnobParams.preset_for("visual_cloze", 0, 1, 1), af_rounds=AF_DEFAULT_ROUNDS))]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with synthetic_home(tmp_path_factory, "reading_home", n_recipes=300, seed=3, dim=24, k=100) as (h, paths, con):
+        generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        tests = dict(con.execute("SELECT dataset_id, count(*) FILTER (split = 'test') FROM questions "
+                                 "GROUP BY 1").fetchall())
+        setting = dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall())
+        con.close()
+        yield paths, tests, setting
+
+
+def test_the_reader_against_question_only_per_af_dataset(world):
+    paths, tests, setting = world
+    res = reading_check(paths, seed=0, settings=("0-0-0-af", "0-1-1-af"))
+    rows = res["settings"]
+    assert [r["setting"] for r in rows] == ["0-0-0-af", "0-1-1-af"]          # the plain 0-1-1 is not read
+    assert {r["dataset_id"] for r in rows} == {d for d, s in setting.items() if s in ("0-0-0-af", "0-1-1-af")}
+    for r in rows:
+        assert r["n_test"] == tests[r["dataset_id"]] > 0
+        assert all(0.0 <= r[k] <= 1.0 for k in ("reader", "question_only", "reader_other_recipe", "hasty_student"))
+        assert r["lead"] == pytest.approx(r["reader"] - r["question_only"], abs=1e-4)
+        # the step bodies tell the answer photo, the photos alone do not: the reader reads, and reads less
+        # from another recipe's steps
+        assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
+    assert (paths.exports / READING_EXPORT / "questions").is_dir()
+    again = reading_check(paths, seed=0, settings=("0-0-0-af", "0-1-1-af"))
+    assert again["settings"] == rows                                          # deterministic
+    con = duckdb.connect(str(paths.warehouse), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0     # it records no runs
+    finally:
+        con.close()
+    text = "\n".join(_reading_lines(res))
+    assert "does a model have to read the recipe?" in text and "0-1-1-af" in text and "0-0-0-af" in text
+    assert f"{100 * min(r['lead'] for r in rows):.1f} points or more" in text
+
+
+def test_a_home_without_the_settings_is_skipped_with_the_reason(world):
+    paths, _, _ = world
+    res = reading_check(paths, seed=0, settings=("1-1-1-af",))
+    assert res == {"skipped": "no visual cloze dataset of 1-1-1-af (seed 0)"}
+    assert _reading_lines(res) == ["reading check: skipped (no visual cloze dataset of 1-1-1-af (seed 0))"]
+    assert reading_check(paths, seed=5)["skipped"].startswith("no visual cloze dataset of 0-0-0-af")
