@@ -110,16 +110,18 @@ READING_READER = {"size": "tiny", "layers": 4}
 READING_QUESTION_ONLY = {"size": "small", "max_epochs": 30, "patience": 5}
 
 
-def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READING_SETTINGS) -> dict:
+def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READING_SETTINGS,
+                  workers: int | None = None) -> dict:
     """Does a model have to read the recipe? On the newest visual cloze datasets of `settings` (seed
     `seed`; the AF knob settings by default), pooled: the reader (READING_READER) and a learned
     question-only model (READING_QUESTION_ONLY) each trained once on the datasets' train questions
     together, tested on each dataset's test split, and the reader again with another recipe's steps.
     Returns {"settings": [per dataset: setting, dataset_id, n_test, reader, question_only,
-    reader_other_recipe, hasty_student, lead]} or {"skipped": reason}. Writes no runs."""
+    reader_other_recipe, hasty_student, lead]} or {"skipped": reason}. Writes no runs. The two models
+    train in `workers` processes (default: one per CPU core, at most 2), each on one thread, as they do
+    in turn (the same figures, tested): on 2 cores the check takes the time of the slower one."""
     from etl.warehouse import connect
     from features.datasets.export import export_parquet
-    from training.sweep import sweep
 
     con = connect(paths)
     try:
@@ -140,13 +142,10 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
         export_parquet(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
     finally:
         con.close()
-    out, res = paths.reports / "reading-check", {}
-    for scorer, cfg in (("transformer", READING_READER), ("question_only", READING_QUESTION_ONLY)):
-        cfg = dict(cfg)
-        mc, tc = resolve_configs(cfg.pop("size"), scorer=scorer, text_features="vectors",
-                                 layers=cfg.pop("layers", None), seed=seed, **cfg)
-        res[scorer] = {r["dataset_id"]: r for r in sweep(export_dir, out / scorer, [scorer], ["visual_cloze"], None,
-                                                          mc, tc, "vectors", pooled=True)["rows"]}
+    out = paths.reports / "reading-check"
+    jobs = [(str(export_dir), str(out / scorer), scorer, cfg, seed)
+            for scorer, cfg in (("transformer", READING_READER), ("question_only", READING_QUESTION_ONLY))]
+    res = dict(zip(("transformer", "question_only"), _in_processes(_reading_run, jobs, workers)))
     setting = dict(rows)
     table = []
     for d in ids:
@@ -158,3 +157,48 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
                  setting[d], rd["test_acc"], qo["test_acc"], rd["foreign_context_acc"])
     return {"settings": table, "reader": READING_READER, "question_only": READING_QUESTION_ONLY,
             "out": str(out)}
+
+
+def _reading_run(job: tuple) -> dict:
+    """One model of the reading check (a process pool's unit of work): dataset_id -> its sweep row."""
+    from training.sweep import sweep
+    export_dir, out, scorer, cfg, seed = job
+    cfg = dict(cfg)
+    mc, tc = resolve_configs(cfg.pop("size"), scorer=scorer, text_features="vectors", layers=cfg.pop("layers", None),
+                             seed=seed, **cfg)
+    return {r["dataset_id"]: r for r in sweep(Path(export_dir), Path(out), [scorer], ["visual_cloze"], None,
+                                               mc, tc, "vectors", pooled=True)["rows"]}
+
+
+def _in_processes(fn, jobs: list, workers: int | None) -> list:
+    """[fn(job) for job in jobs], in up to `workers` spawned processes of one thread each (default: one
+    per CPU core), or in turn in this process, on one torch, BLAS and OpenMP thread too, when that is
+    one: the reader's figures move with the thread count (sums taken in another order), so both ways
+    give the same bytes."""
+    import os
+    n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+    if n <= 1:
+        import torch
+        from threadpoolctl import threadpool_limits
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with threadpool_limits(1):
+                return [fn(j) for j in jobs]
+        finally:
+            torch.set_num_threads(before)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from flows.af_pool import ONE_THREAD
+    saved = {k: os.environ.get(k) for k in ONE_THREAD}
+    os.environ.update(ONE_THREAD)
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
+            return list(ex.map(fn, jobs))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
