@@ -250,25 +250,31 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
         n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
         if n <= 1:
             return [_run(j) for j in jobs]
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
         log.info("af-pool: %d runs in %d processes", len(jobs), n)
-        # one thread per process: OpenMP threads that spin on a core another process needs cost more
-        # than they give (3 runs in 2 processes of 2 threads each took 2.4x the time of running them in turn)
-        saved = {k: os.environ.get(k) for k in ONE_THREAD}
-        os.environ.update(ONE_THREAD)
-        try:
-            with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
-                return list(ex.map(_run, jobs))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        return spawn_map(_run, jobs, n)
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def spawn_map(fn, jobs: list, n: int) -> list:
+    """[fn(job) for job in jobs] in `n` spawned processes of one thread each. One thread per process:
+    OpenMP threads that spin on a core another process needs cost more than they give (3 runs in 2
+    processes of 2 threads each took 2.4x the time of running them in turn)."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    saved = {k: os.environ.get(k) for k in ONE_THREAD}
+    os.environ.update(ONE_THREAD)
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
+            return list(ex.map(fn, jobs))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _run(job: tuple) -> dict:

@@ -187,18 +187,5 @@ def _in_processes(fn, jobs: list, workers: int | None) -> list:
                 return [fn(j) for j in jobs]
         finally:
             torch.set_num_threads(before)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from flows.af_pool import ONE_THREAD
-    saved = {k: os.environ.get(k) for k in ONE_THREAD}
-    os.environ.update(ONE_THREAD)
-    try:
-        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
-            return list(ex.map(fn, jobs))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from flows.af_pool import spawn_map
+    return spawn_map(fn, jobs, n)
