@@ -26,7 +26,7 @@ DEFAULT_RECIPES = DEMO_RECIPES
 
 @flow(name="demo", log_prints=True)
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
-              crawl_workers: int = 8, train: bool = True, train_epochs: int = 3, af_pool: bool = True,
+              crawl_workers: int = 8, train: bool = True, af_pool: bool = True,
               dask_address: str | None = None, matched_coherence: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
@@ -34,7 +34,7 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             matched_coherence=matched_coherence,
-                            train_reading=True, train_epochs=train_epochs,
+                            train_reading=True,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)

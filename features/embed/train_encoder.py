@@ -408,7 +408,8 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
                    n_train_recipes=len(recipes), n_optimizer_steps=step,
                    images_decoded=cache_stats["decoded"], images_from_cache=cache_stats["cached"],
                    threads=torch.get_num_threads())
-    manifest = {"encoder_id": encoder_id, "config": asdict(cfg), "image_size": size, "platform": built_on(device),
+    platform = built_on(device)
+    manifest = {"encoder_id": encoder_id, "config": asdict(cfg), "image_size": size, "platform": platform,
                 "train_split": "train",
                 "train_image_ids": sorted(items[p].image_id for p in positions),
                 "train_recipe_ids": sorted({items[p].recipe_id for p in positions}),
@@ -418,7 +419,7 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
         "pretrained": None, "weights_sha256": w_sha, "preprocess_sha256": p_sha,
         "dim": encoder.dim, "checkpoint_path": _store_path(out / "model.safetensors", paths),
         "train_split": "train",
-        "config": {**asdict(cfg), "image_size": size, "platform": built_on(device),
+        "config": {**asdict(cfg), "image_size": size, "platform": platform,
                    "train_manifest": _store_path(out / "train_manifest.json", paths)},
         "metrics": metrics})
     (out / "train_manifest.json").write_text(json.dumps(manifest, indent=1))
