@@ -89,7 +89,7 @@ class QADataset:
         rows = torch.as_tensor((sp.recipe_row if ctx_rows is None else ctx_rows)[idx])
         q = torch.as_tensor(sp.query[idx])
         s_max = int(self.ctx_len[rows].max())
-        ctx = self.ctx[rows][:, :s_max]
+        ctx = self.ctx[rows, :s_max]
         ctx_mask = torch.arange(s_max)[None, :] < self.ctx_len[rows][:, None]
         out = {"ctx": ctx, "ctx_mask": ctx_mask, "query": self.images[q], "query_mask": q > 0,
                "answer": torch.as_tensor(sp.answer[idx]), "target_ctx": torch.as_tensor(sp.target_ctx[idx])}

@@ -210,7 +210,7 @@ def fit(model: GM3C, ds: QADataset, cfg: TrainConfig, device, ckpt_path: Path | 
     if d.world > 1:
         from torch.nn.parallel import DistributedDataParallel
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, foreach=True)   # CPU too: the same bytes, 2x faster steps
     n = len(ds.splits["train"])
     steps = -(-len(epoch_order(n, cfg, 0, d)) // max(1, cfg.batch_size // d.world))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, steps))

@@ -236,3 +236,25 @@ def test_cli_train_model_size_flags_reach_the_checkpoint_and_bad_ones_are_refuse
                      (["--lr", "-1"], "--lr must be > 0")):
         r = CliRunner().invoke(app, args + bad)
         assert r.exit_code == 2 and msg in r.output, r.output
+
+
+@pytest.mark.parametrize("scorer", ["question_only", "transformer"])
+def test_adam_foreach_step_ends_at_the_weights_of_the_per_tensor_step(toy_home, scorer):
+    """`fit` steps Adam with torch's foreach kernels on CPU too (faster, `mrqa bench train` prints by how much):
+    it must train the same weights, byte for byte, as torch's per-tensor step, or every seeded run would
+    move. The bench's own comparison says so too."""
+    from training.bench import bench_train, throughput
+    from training.config import resolve_configs
+    from training.data import load_qa_dataset
+    from training.train import set_seed
+    mc, tc = resolve_configs("tiny", scorer=scorer, text_features="vectors", seed=0)
+    ds = load_qa_dataset(toy_home["export"], toy_home["ids"][("visual_cloze", "0-0-0")], "vectors")
+    each, one = {}, {}
+    throughput(ds, mc, replace(tc, batch_size=8), 64, True, each)
+    throughput(ds, mc, replace(tc, batch_size=8), 64, False, one)
+    set_seed(tc.seed)                                   # the bench's start: the same seeded weights
+    start = {k: v.clone() for k, v in build_model(ds, mc).state_dict().items()}
+    assert each.keys() == one.keys() and all(torch.equal(each[k], one[k]) for k in each)
+    assert any(not torch.equal(each[k], start[k]) for k in each if k in start)         # it did train
+    lines = bench_train(ds, mc, tc, 64)
+    assert any(line.startswith("Adam foreach") and line.endswith("same weights: True") for line in lines), lines
