@@ -55,6 +55,7 @@ from training.af_pooled import (
     swapped_scores,
     verdicts,
 )
+from training.procs import spawn_map
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
                 workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
-                swap_first: str = "auto", tree: bool = False) -> dict:
+                swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
+                scores_from: str | None = None) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -78,9 +80,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     reads the recipe order whatever the wrong orders on 69% of the demo's questions), confident
     otherwise (the demo's visual cloze step and the matched coherence figures). `tree`: the drop also
     takes what the tree probe solves (`_tree_oof`: gradient-boosted trees on the choice-set cues, pooled
-    over the task's AF datasets), a third list in turn."""
+    over the task's AF datasets), a third list in turn. `jobs_out` / `scores_from`: the pass's GM3C models
+    trained on another machine (training/af_jobs.py): write their jobs to that folder and stop before
+    anything is written, or go on from the logits in that scores file; one GM3C pass only."""
     paths = Paths.from_env().ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
+    offload = _offload(task, rounds, fresh_drop, jobs_out, scores_from)
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
     check_fold_by(fold_by, "--fold-by")
@@ -123,7 +128,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                                                                         else [])}
             vectors = _vectors(con, paths, ids, sorted(need))
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
-                             adversaries, workers, fold_by)
+                             adversaries, workers, fold_by, offload)
             plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None, first)
             done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
@@ -142,7 +147,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
         if fresh and not text:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,
-                             fold_by=fold_by)
+                             fold_by=fold_by, offload=offload)
         t_lin = time.perf_counter()
         lin = _linear_oof(con, paths, ids, task, seed) if linear else None
         if linear:
@@ -177,6 +182,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
         log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
                  len(res), time.perf_counter() - t_drop)
+    except JobsWritten as w:        # --jobs-out: nothing written to the warehouse; the jobs wait for a GPU host
+        log.info("af-pool: the jobs of %d model run(s) written to %s", w.n, w.path)
+        return {"task": task, "jobs_written": str(w.path), "runs": w.n, "datasets": []}
     finally:
         con.close()
     for r in res:
@@ -226,12 +234,57 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
 
 def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed: int, size: str,
             alts: dict | None = None, vectors: dict | None = None, adversaries: int = 1,
-            workers: int | None = None, fold_by: str = "recipe") -> dict:
+            workers: int | None = None, fold_by: str = "recipe", offload: dict | None = None) -> dict:
     """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
     whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split
-    (`_runs`: in parallel processes when there are several)."""
-    return mean_scores(_runs(con, paths, ids, recipe_of, folds, [member_seed(seed, k) for k in range(adversaries)],
-                             size, alts, vectors, workers, fold_by))
+    (`_runs`: in parallel processes when there are several; `offload`: trained on another machine)."""
+    seeds = [member_seed(seed, k) for k in range(adversaries)]
+    if offload:
+        kw = {"folds": folds, "size": size, "fold_by": fold_by}
+        return mean_scores(_offloaded(con, paths, ids, recipe_of, seeds, kw, alts, vectors, offload))
+    return mean_scores(_runs(con, paths, ids, recipe_of, folds, seeds, size, alts, vectors, workers, fold_by))
+
+
+class JobsWritten(Exception):
+    """`mrqa af-pool --jobs-out`: the pass's jobs are written; the flow stops before it writes anything."""
+
+    def __init__(self, path: Path, n: int):
+        super().__init__(str(path))
+        self.path, self.n = path, n
+
+
+def _offload(task: str, rounds: int, fresh_drop: bool, jobs_out: str | None, scores_from: str | None) -> dict | None:
+    """The checks of `--jobs-out` / `--scores-from`: one of them, a task with GM3C models, one pass."""
+    if not (jobs_out or scores_from):
+        return None
+    if jobs_out and scores_from:
+        raise ValueError("--jobs-out writes the pass's jobs and --scores-from reads their scores: give one of them")
+    if task == "textual_cloze":
+        raise ValueError("textual cloze has no GM3C adversary: --jobs-out and --scores-from do not apply")
+    if rounds + bool(fresh_drop) > 1:
+        raise ValueError("--jobs-out / --scores-from move one GM3C pass to another machine: run with --rounds 1 "
+                         "(without --fresh-drop) or --rounds 0; a further pass needs the swaps of the one before")
+    if scores_from and not Path(scores_from).is_file():
+        raise ValueError(f"no scores file at {scores_from}: train the jobs with `python -m training.af_jobs DIR`")
+    return {"jobs_out": jobs_out, "scores_from": scores_from}
+
+
+def _offloaded(con, paths: Paths, ids: list[str], recipe_of: dict, seeds: list[int], kw: dict,
+               alts: dict | None, vectors: dict | None, offload: dict) -> list[dict]:
+    """The pass's runs trained elsewhere: write their jobs (then stop: `JobsWritten`), or read their scores,
+    checked against the jobs' fingerprint of the warehouse now (training/af_jobs.py)."""
+    from training.af_jobs import fingerprint, read_scores, write_jobs
+    hashes = con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
+                         [ids]).fetchall()
+    fp = fingerprint([list(h) for h in hashes], seeds, kw, alts)
+    if offload["scores_from"]:
+        runs = read_scores(Path(offload["scores_from"]), fp, seeds)
+        log.info("af-pool: the models of seeds %s from %s", seeds, offload["scores_from"])
+        return runs
+    out = write_jobs(Path(offload["jobs_out"]), lambda d: export_parquet(con, ids, d, with_vectors=True,
+                                                                        lance_uri=paths.lance),
+                     ids, recipe_of, seeds, kw, alts, vectors, fp)
+    raise JobsWritten(out, len(seeds))
 
 
 def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds: list[int], size: str,
@@ -252,29 +305,6 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
             return [_run(j) for j in jobs]
         log.info("af-pool: %d runs in %d processes", len(jobs), n)
         return spawn_map(_run, jobs, n)
-
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
-
-def spawn_map(fn, jobs: list, n: int) -> list:
-    """[fn(job) for job in jobs] in `n` spawned processes of one thread each. One thread per process:
-    OpenMP threads that spin on a core another process needs cost more than they give (3 runs in 2
-    processes of 2 threads each took 2.4x the time of running them in turn)."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-    saved = {k: os.environ.get(k) for k in ONE_THREAD}
-    os.environ.update(ONE_THREAD)
-    try:
-        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
-            return list(ex.map(fn, jobs))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run(job: tuple) -> dict:

@@ -187,5 +187,5 @@ def _in_processes(fn, jobs: list, workers: int | None) -> list:
                 return [fn(j) for j in jobs]
         finally:
             torch.set_num_threads(before)
-    from flows.af_pool import spawn_map
+    from training.procs import spawn_map
     return spawn_map(fn, jobs, n)

@@ -2,6 +2,7 @@
 task's AF datasets, and its cross-fitted check (docs/knobs.md, "Adversarial filtering")."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -82,6 +83,14 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                      "or those an alternate can move (auto: movable for "
                                                      "ordering, confident otherwise)."),
                 size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
+                jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="Write the GM3C models' jobs "
+                                                        "(an export with vectors, the alternates, seeds and "
+                                                        "configs) to this folder and stop, nothing written: train "
+                                                        "them on a GPU machine with `python -m training.af_jobs "
+                                                        "DIR`. One GM3C pass: --rounds 1 or --rounds 0."),
+                scores_from: Optional[Path] = typer.Option(None, "--scores-from", help="Go on from the logits "
+                                                           "of those jobs (DIR/scores.json) as from models "
+                                                           "trained here; give the options of --jobs-out."),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). For `--rounds` rounds, the questions it solves beyond a
@@ -95,9 +104,17 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
-                       size=size.value)
+                       size=size.value, jobs_out=jobs_out and str(jobs_out),
+                       scores_from=scores_from and str(scores_from))
     except ValueError as e:
         fail(str(e))
+    if res.get("jobs_written"):
+        out = Path(res["jobs_written"])
+        typer.echo(f"jobs of {res['runs']} model run(s) written to {out}; nothing was written to the warehouse.\n"
+                   f"Train them where the GPU is (torch, numpy, pyarrow; this repository): python -m "
+                   f"training.af_jobs {out}\nthen run this command again with --scores-from "
+                   f"{out / 'scores.json'} in place of --jobs-out")
+        return
     for r in res["datasets"]:
         typer.echo(f"{r['dataset_id']:34s} dropped {r['dropped']:5d}  kept {r['kept']:5d}  out-of-fold "
                    f"question-only {100 * (r['oof_question_only_acc'] or 0):.1f}% -> "

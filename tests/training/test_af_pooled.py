@@ -380,6 +380,12 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "--swap-first" in r.output and "movable" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--min-kept", "1"])
     assert r.exit_code == 2 and "--min-kept must be in [0, 1), got 1.0" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--jobs-out", "j", "--scores-from", "j/scores.json"])
+    assert r.exit_code == 2 and "give one of them" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--rounds", "2", "--jobs-out", "j"])
+    assert r.exit_code == 2 and "--rounds 1" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--rounds", "1", "--scores-from", "nowhere.json"])
+    assert r.exit_code == 2 and "no scores file at nowhere.json" in r.output
 
 
 def test_the_floor_is_the_kept_share_bound_unless_asked_otherwise():
@@ -817,3 +823,75 @@ def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_fac
             assert any(r["dropped"] for r in res["datasets"]), "the synthetic world leaves the trees something"
         finally:
             con.close()
+
+
+def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path):
+    """`af-pool --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-pool --scores-from DIR/scores.json`:
+    writing the jobs leaves the warehouse as it was; the datasets then are those af-pool makes with its
+    models trained in place, byte for byte; scores of other jobs, several passes and a foreign folder are
+    refused with what to do."""
+    from flows.af_pool import af_pool_flow
+    from training.af_jobs import main as af_jobs_main
+    opts = {"task": "visual_cloze", "tau": 0.3, "folds": 2, "seed": 0, "size": "tiny", "rounds": 1,
+            "solved_share": 0.05, "min_kept": 0.4, "linear": True, "adversaries": 2, "workers": 1,
+            "fold_by": "split"}
+
+    def home(name):
+        cm = synthetic_home(tmp_path_factory, name, n_recipes=70, seed=3, dim=24, k=100)
+        _h, paths, con = cm.__enter__()
+        generate_datasets(con, SETTINGS[:2] + [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS[:2]],
+                          seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                          af_pooled_drop=("visual_cloze",))
+        con.close()
+        return cm, paths
+
+    def state(paths):
+        con = duckdb.connect(str(paths.warehouse), read_only=True)
+        out = con.execute("SELECT dataset_id, content_sha256, n_questions, params FROM datasets ORDER BY 1").fetchall()
+        con.close()
+        return out
+
+    cm_a, paths_a = home("af_jobs_a")
+    try:
+        in_place = af_pool_flow.fn(**opts)
+        done_here = state(paths_a)
+    finally:
+        cm_a.__exit__(None, None, None)
+    assert any(r["dropped"] for r in in_place["datasets"])
+    cm_b, paths_b = home("af_jobs_b")
+    try:
+        before, jobs = state(paths_b), tmp_path / "jobs"
+        with pytest.raises(ValueError, match="one GM3C pass"):
+            af_pool_flow.fn(**{**opts, "rounds": 2}, jobs_out=str(jobs))
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("keep me")
+        with pytest.raises(ValueError, match="not a jobs folder"):
+            af_pool_flow.fn(**opts, jobs_out=str(tmp_path / "mine"))
+        assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+        res = af_pool_flow.fn(**opts, jobs_out=str(jobs))
+        assert res["jobs_written"] == str(jobs) and res["runs"] == 2 and res["datasets"] == []
+        assert state(paths_b) == before                                 # nothing written to the warehouse
+        assert (jobs / "jobs.json").is_file() and (jobs / "alt_vectors.npy").is_file()
+        assert af_jobs_main([str(jobs), "--workers", "1"]) == 0
+        scores = jobs / "scores.json"
+        doc = json.loads(scores.read_text())
+        assert [r["seed"] for r in doc["runs"]] == json.loads((jobs / "jobs.json").read_text())["seeds"]
+        bad = tmp_path / "other.json"
+        bad.write_text(json.dumps({**doc, "fingerprint": "0" * 64}))
+        with pytest.raises(ValueError, match="other jobs"):
+            af_pool_flow.fn(**opts, scores_from=str(bad))
+        with pytest.raises(ValueError, match="seeds"):
+            af_pool_flow.fn(**{**opts, "seed": 0}, scores_from=str(_reseeded(doc, tmp_path)))
+        assert state(paths_b) == before
+        applied = af_pool_flow.fn(**opts, scores_from=str(scores))
+        assert applied["datasets"] == in_place["datasets"]
+        assert state(paths_b) == done_here                              # the same datasets, byte for byte
+    finally:
+        cm_b.__exit__(None, None, None)
+
+
+def _reseeded(doc: dict, tmp_path: Path) -> Path:
+    """A scores file whose runs claim other seeds (its fingerprint kept)."""
+    out = tmp_path / "reseeded.json"
+    out.write_text(json.dumps({**doc, "runs": [{**r, "seed": r["seed"] + 1} for r in doc["runs"]]}))
+    return out

@@ -1,0 +1,166 @@
+"""The pooled adversary's GM3C pass as jobs for another machine (`mrqa af-pool --jobs-out` / `--scores-from`).
+
+The paper-size question-only models want a GPU; the warehouse (DuckDB, LanceDB) may live elsewhere. So
+one pass of `mrqa af-pool` can be split in three:
+
+    mrqa af-pool --task visual_cloze --rounds 1 ... --size paper --jobs-out DIR     # warehouse host
+    python -m training.af_jobs DIR                                                  # GPU host
+    mrqa af-pool --task visual_cloze --rounds 1 ... --size paper --scores-from DIR/scores.json
+
+The first writes what the pass's models read -- the Parquet export of the task's AF datasets with
+vectors, each question's recipe, its recorded alternates and their vectors, the models' seeds and
+configs -- and stops before it writes anything to the warehouse. The second trains the models
+(`out_of_fold_scores`, one per seed, in parallel processes) with torch, numpy and pyarrow only, and
+writes their logits. The third goes on from those logits exactly as af-pool goes on from models it
+trained itself (the swaps, the linear and tree probes, the drop): the same datasets, byte for byte.
+
+A fingerprint of the jobs (each dataset's content hash, the seeds, the configs and the alternates) is
+written with them and copied into the scores; `--scores-from` refuses scores whose fingerprint is not
+the warehouse's now, or whose seeds are not the ones the pass asks for.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "mrqa-af-jobs-1"
+SCORES = "scores.json"
+
+
+def fingerprint(datasets: list[tuple[str, str]], seeds: list[int], kw: dict, alternates: dict | None) -> str:
+    """sha256 of what a pass's models depend on: the datasets (id, content hash), the models' seeds and
+    configs, and each question's alternates (the recipes and vectors follow from these)."""
+    alts = sorted([d, q, list(a)] for (d, q), a in (alternates or {}).items())
+    key = json.dumps({"datasets": sorted(datasets), "seeds": list(seeds), "kw": kw, "alternates": alts},
+                     sort_keys=True, default=list)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def write_jobs(out: Path, write_export: Callable[[Path], None], ids: list[str], recipe_of: dict,
+               seeds: list[int], kw: dict, alternates: dict | None, alt_vectors: dict | None, fp: str) -> Path:
+    """The jobs folder: export/ (written by `write_export`), jobs.json, alt_vectors.npy. `out` must be new,
+    empty or an earlier jobs folder (replaced); anything else is refused, so no other folder is cleared."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir() or (any(out.iterdir()) and not (out / "jobs.json").is_file()):
+            raise ValueError(f"{out} exists and is not a jobs folder of `mrqa af-pool --jobs-out`: "
+                             "give a new or empty folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    write_export(out / "export")
+    vector_ids = sorted(alt_vectors or {})
+    if vector_ids:
+        np.save(out / "alt_vectors.npy", np.stack([alt_vectors[i] for i in vector_ids]))
+    spec = {"format": FORMAT, "fingerprint": fp, "ids": list(ids), "seeds": list(seeds), "kw": kw,
+            "recipe_of": sorted([d, q, r] for (d, q), r in recipe_of.items()),
+            "alternates": sorted([d, q, list(a)] for (d, q), a in (alternates or {}).items()),
+            "vector_ids": vector_ids}
+    (out / "jobs.json").write_text(json.dumps(spec))
+    return out
+
+
+def _spec(job_dir: Path) -> dict:
+    path = Path(job_dir) / "jobs.json"
+    if not path.is_file():
+        raise ValueError(f"{job_dir} holds no jobs.json: write it with `mrqa af-pool ... --jobs-out {job_dir}`")
+    spec = json.loads(path.read_text())
+    if spec.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a jobs file of this version (format {spec.get('format')!r}, "
+                         f"expected {FORMAT}): write the jobs again")
+    return spec
+
+
+def _one(job: tuple[str, int]) -> dict:
+    """Train one seed's models of a jobs folder; its logits as JSON-ready lists (a process pool's unit)."""
+    import torch
+
+    from training.af_pooled import out_of_fold_scores
+    job_dir, k = Path(job[0]), job[1]
+    spec = _spec(job_dir)
+    vec = np.load(job_dir / "alt_vectors.npy") if spec["vector_ids"] else np.zeros((0, 0), np.float32)
+    alt_vectors = {i: vec[n] for n, i in enumerate(spec["vector_ids"])}
+    t0 = time.perf_counter()
+    scores = out_of_fold_scores(job_dir / "export", spec["ids"], {(d, q): r for d, q, r in spec["recipe_of"]},
+                                seed=spec["seeds"][k], alternates={(d, q): a for d, q, a in spec["alternates"]},
+                                alt_vectors=alt_vectors, **spec["kw"])
+    return {"seed": spec["seeds"][k], "seconds": round(time.perf_counter() - t0, 1),
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "scores": {d: {q: {"choices": [float(x) for x in s["choices"]], "answer": int(s["answer"]),
+                               "alts": [float(x) for x in s["alts"]]} for q, s in qs.items()}
+                       for d, qs in scores.items()}}
+
+
+def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None) -> Path:
+    """Train every seed's models of the jobs folder (in `workers` spawned processes; default one per
+    seed) and write their logits, with the jobs' fingerprint, to `out` (default job_dir/scores.json)."""
+    job_dir = Path(job_dir)
+    spec = _spec(job_dir)
+    jobs = [(str(job_dir), k) for k in range(len(spec["seeds"]))]
+    n = min(len(jobs), workers or len(jobs))
+    t0 = time.perf_counter()
+    if n <= 1:
+        runs = [_one(j) for j in jobs]
+    else:                   # on CPU one thread a process: OpenMP threads spinning on a shared core cost more
+        from training.procs import spawn_map
+        runs = spawn_map(_one, jobs, n)
+    out = Path(out) if out else job_dir / SCORES
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "fingerprint": spec["fingerprint"], "seeds": spec["seeds"],
+                               "seconds": round(time.perf_counter() - t0, 1), "runs": runs}))
+    tmp.replace(out)
+    return out
+
+
+def read_scores(path: Path, fp: str, seeds: list[int]) -> list[dict]:
+    """The runs of a scores file as `out_of_fold_scores` returns them (numpy logits), in `seeds` order;
+    ValueError when the file is not one, or was made from other jobs than the warehouse's now."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read the scores file {path}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "runs" not in doc:
+        raise ValueError(f"{path} is not a scores file of `python -m training.af_jobs` ({FORMAT})")
+    if doc.get("fingerprint") != fp:
+        raise ValueError(f"{path} was made from other jobs than this pass's (the datasets, seeds, options or "
+                         "alternates differ from the warehouse's now): write the jobs again with --jobs-out, "
+                         "with the same options as this command, and train them")
+    got = [r["seed"] for r in doc["runs"]]
+    if got != list(seeds):
+        raise ValueError(f"{path} holds the models of seeds {got}, this pass asks for {list(seeds)}")
+    return [{d: {q: {"choices": np.array(s["choices"], dtype=np.float64), "answer": s["answer"],
+                     "alts": np.array(s["alts"], dtype=np.float64)} for q, s in qs.items()}
+             for d, qs in r["scores"].items()} for r in doc["runs"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.af_jobs", description="Train the pooled adversary's "
+                                "models of a jobs folder written by `mrqa af-pool --jobs-out` and write their logits.")
+    p.add_argument("jobs", type=Path, help="The jobs folder.")
+    p.add_argument("--out", type=Path, default=None, help=f"Scores file (default: JOBS/{SCORES}).")
+    p.add_argument("--workers", type=int, default=None, help="Processes (default: one per seed).")
+    a = p.parse_args(argv)
+    if a.workers is not None and a.workers < 1:
+        p.error(f"--workers must be at least 1, got {a.workers}")
+    try:
+        out = run_jobs(a.jobs, a.out, a.workers)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    doc = json.loads(out.read_text())
+    print(f"{out}: {len(doc['runs'])} run(s) on {doc['runs'][0]['device']}, "
+          f"{', '.join(str(r['seconds']) + ' s' for r in doc['runs'])}; then run `mrqa af-pool` with the same "
+          f"options and --scores-from {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
