@@ -10,9 +10,10 @@ one pass of `mrqa af-pool` can be split in three:
 The first writes what the pass's models read -- the Parquet export of the task's AF datasets with
 vectors, each question's recipe, its recorded alternates and their vectors, the models' seeds and
 configs -- and stops before it writes anything to the warehouse. The second trains the models
-(`out_of_fold_scores`, one per seed, in parallel processes) with torch, numpy and pyarrow only, and
-writes their logits. The third goes on from those logits exactly as af-pool goes on from models it
-trained itself (the swaps, the linear and tree probes, the drop): the same datasets, byte for byte.
+(`out_of_fold_scores`, one per seed, in parallel processes) with the training library alone (torch,
+numpy, pyarrow, duckdb; no warehouse, no LanceDB, no Prefect), and writes their logits. The third
+goes on from those logits exactly as af-pool goes on from models it trained itself (the swaps, the
+linear and tree probes, the drop): the same datasets, byte for byte.
 
 A fingerprint of the jobs (each dataset's content hash, the seeds, the configs and the alternates) is
 written with them and copied into the scores; `--scores-from` refuses scores whose fingerprint is not

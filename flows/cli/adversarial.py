@@ -111,7 +111,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
     if res.get("jobs_written"):
         out = Path(res["jobs_written"])
         typer.echo(f"jobs of {res['runs']} model run(s) written to {out}; nothing was written to the warehouse.\n"
-                   f"Train them where the GPU is (torch, numpy, pyarrow; this repository): python -m "
+                   f"Train them where the GPU is (this repository with torch, numpy, pyarrow and duckdb): python -m "
                    f"training.af_jobs {out}\nthen run this command again with --scores-from "
                    f"{out / 'scores.json'} in place of --jobs-out")
         return
