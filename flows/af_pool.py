@@ -319,7 +319,8 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 @flow(name="af-check", log_prints=True)
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
                   seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball",
-                  workers: int | None = None, record: bool = False, fold_by: str = "split") -> dict:
+                  workers: int | None = None, record: bool = False, fold_by: str = "split",
+                  jobs_out: str | None = None, scores_from: str | None = None) -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
@@ -332,11 +333,13 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     the val and the test split are each held out whole, so their questions are scored by models that
     never saw their images (with folds of recipes over every split, a held-out answer has been a
     distractor in training, which lowers the figure); the train split is in folds of recipes. Each
-    dataset's figure also comes split by split (`by_split`)."""
+    dataset's figure also comes split by split (`by_split`). `jobs_out` / `scores_from`: the check's
+    models trained on another machine, as for `af_pool_flow` (training/af_jobs.py)."""
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
     check_fold_by(fold_by, "--fold-by")
+    offload = _offload(task, 0, False, jobs_out, scores_from)
     if not paths.warehouse.exists():
         raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
     con = connect(paths, read_only=True)
@@ -350,10 +353,16 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
                             "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
         recipe_of = {(d, q): r for d, q, r, _ in qrows}
         split_of = {(d, q): sp for d, q, _, sp in qrows}
-        runs = dict(zip(seeds, (verdicts(r) for r in _runs(con, paths, ids, recipe_of, folds,
-                                                             [CHECK_SEED + s for s in seeds], size,
-                                                             workers=workers, fold_by=fold_by))))
-        trees = _tree_checks(con, paths, ids, task, [CHECK_SEED + s for s in seeds], fold_by, seeds)
+        check_seeds = [CHECK_SEED + s for s in seeds]
+        trained = (_offloaded(con, paths, ids, recipe_of, check_seeds, {"folds": folds, "size": size,
+                                                                         "fold_by": fold_by}, None, None, offload)
+                   if offload else _runs(con, paths, ids, recipe_of, folds, check_seeds, size, workers=workers,
+                                         fold_by=fold_by))
+        runs = dict(zip(seeds, (verdicts(r) for r in trained)))
+        trees = _tree_checks(con, paths, ids, task, check_seeds, fold_by, seeds)
+    except JobsWritten as w:        # --jobs-out: the check's models wait for a GPU host; nothing measured yet
+        log.info("af-check: the jobs of %d model run(s) written to %s", w.n, w.path)
+        return {"task": task, "jobs_written": str(w.path), "runs": w.n, "datasets": []}
     finally:
         con.close()
     out = []

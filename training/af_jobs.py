@@ -15,6 +15,8 @@ numpy, pyarrow, duckdb; no warehouse, no LanceDB, no Prefect), and writes their 
 goes on from those logits exactly as af-pool goes on from models it trained itself (the swaps, the
 linear and tree probes, the drop): the same datasets, byte for byte.
 
+`mrqa af-check` splits the same way (its seeds' models; no alternates, nothing to write back).
+
 A fingerprint of the jobs (each dataset's content hash, the seeds, the configs and the alternates) is
 written with them and copied into the scores; `--scores-from` refuses scores whose fingerprint is not
 the warehouse's now, or whose seeds are not the ones the pass asks for.

@@ -35,6 +35,12 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
         typer.echo(format_table(rows))
 
 
+JOBS_OUT_HELP = ("Write the GM3C models' jobs (an export with vectors, the alternates, seeds and configs) to this "
+                 "folder and stop, nothing written: train them on a GPU machine with `python -m training.af_jobs "
+                 "DIR`.")
+SCORES_FROM_HELP = "Go on from the logits of those jobs (DIR/scores.json); give the options of --jobs-out."
+
+
 @app.command("af-pool")
 def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help="The task whose AF "
                                             "datasets are filtered together (textual_cloze: by the tree and linear "
@@ -83,14 +89,9 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                      "or those an alternate can move (auto: movable for "
                                                      "ordering, confident otherwise)."),
                 size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
-                jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="Write the GM3C models' jobs "
-                                                        "(an export with vectors, the alternates, seeds and "
-                                                        "configs) to this folder and stop, nothing written: train "
-                                                        "them on a GPU machine with `python -m training.af_jobs "
-                                                        "DIR`. One GM3C pass: --rounds 1 or --rounds 0."),
-                scores_from: Optional[Path] = typer.Option(None, "--scores-from", help="Go on from the logits "
-                                                           "of those jobs (DIR/scores.json) as from models "
-                                                           "trained here; give the options of --jobs-out."),
+                jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help=JOBS_OUT_HELP + " One GM3C "
+                                                        "pass: --rounds 1 or --rounds 0."),
+                scores_from: Optional[Path] = typer.Option(None, "--scores-from", help=SCORES_FROM_HELP),
                 wait: float = wait_option()):
     """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
     scores every question out of fold (by recipe). For `--rounds` rounds, the questions it solves beyond a
@@ -108,17 +109,24 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        scores_from=scores_from and str(scores_from))
     except ValueError as e:
         fail(str(e))
-    if res.get("jobs_written"):
-        out = Path(res["jobs_written"])
-        typer.echo(f"jobs of {res['runs']} model run(s) written to {out}; nothing was written to the warehouse.\n"
-                   f"Train them where the GPU is (this repository with torch, numpy, pyarrow and duckdb): python -m "
-                   f"training.af_jobs {out}\nthen run this command again with --scores-from "
-                   f"{out / 'scores.json'} in place of --jobs-out")
+    if _jobs_written(res):
         return
     for r in res["datasets"]:
         typer.echo(f"{r['dataset_id']:34s} dropped {r['dropped']:5d}  kept {r['kept']:5d}  out-of-fold "
                    f"question-only {100 * (r['oof_question_only_acc'] or 0):.1f}% -> "
                    f"{100 * (r['oof_question_only_acc_kept'] or 0):.1f}%")
+
+
+def _jobs_written(res: dict) -> bool:
+    """`--jobs-out`: say where the jobs are and what to run next (True), else nothing (False)."""
+    if not res.get("jobs_written"):
+        return False
+    out = Path(res["jobs_written"])
+    typer.echo(f"jobs of {res['runs']} model run(s) written to {out}; nothing was written to the warehouse.\n"
+               f"Train them where the GPU is (this repository with torch, numpy, pyarrow and duckdb): python -m "
+               f"training.af_jobs {out}\nthen run this command again with --scores-from "
+               f"{out / 'scores.json'} in place of --jobs-out")
+    return True
 
 
 @app.command("af-check")
@@ -142,6 +150,8 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                                                "held out whole (split: a held-out question's images were "
                                                "never in training, as in a test split)."),
                  size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
+                 jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help=JOBS_OUT_HELP),
+                 scores_from: Optional[Path] = typer.Option(None, "--scores-from", help=SCORES_FROM_HELP),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
     pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
@@ -158,9 +168,12 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
                        distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value,
-                       size=size.value)
+                       size=size.value, jobs_out=jobs_out and str(jobs_out),
+                       scores_from=scores_from and str(scores_from))
     except ValueError as e:
         fail(str(e))
+    if _jobs_written(res):
+        return
     if as_json:
         echo_json(res)
         return

@@ -895,3 +895,23 @@ def _reseeded(doc: dict, tmp_path: Path) -> Path:
     out = tmp_path / "reseeded.json"
     out.write_text(json.dumps({**doc, "runs": [{**r, "seed": r["seed"] + 1} for r in doc["runs"]]}))
     return out
+
+
+def test_af_check_trained_on_another_machine_reads_the_same_figures(tmp_path_factory, tmp_path):
+    """`af-check --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-check --scores-from DIR/scores.json`:
+    the same figures as the check with its models trained in place; scores of other seeds are refused."""
+    from flows.af_pool import af_check_flow
+    from training.af_jobs import run_jobs
+    opts = {"task": "visual_cloze", "seeds": (0,), "folds": 2, "size": "tiny", "workers": 1, "fold_by": "split"}
+    with synthetic_home(tmp_path_factory, "af_check_jobs", n_recipes=70, seed=3, dim=24, k=100) as (_h, paths, con):
+        af = [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS[:2]]
+        generate_datasets(con, SETTINGS[:2] + af, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        con.close()
+        in_place = af_check_flow.fn(**opts)
+        res = af_check_flow.fn(**opts, jobs_out=str(tmp_path / "jobs"))
+        assert res["jobs_written"] == str(tmp_path / "jobs") and res["runs"] == 1 and res["datasets"] == []
+        scores = run_jobs(tmp_path / "jobs", workers=1)
+        assert af_check_flow.fn(**opts, scores_from=str(scores)) == in_place
+        assert in_place["datasets"] and all(0 <= r["accuracy"] <= 1 for r in in_place["datasets"])
+        with pytest.raises(ValueError, match="other jobs"):             # seed 1's check is another model
+            af_check_flow.fn(**{**opts, "seeds": (1,)}, scores_from=str(scores))
