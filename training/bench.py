@@ -66,7 +66,7 @@ def bench_train(ds: QADataset, model_cfg: ModelConfig, cfg: TrainConfig, n_examp
         b1 = throughput(ds, model_cfg, replace(cfg, batch_size=1), min(n_examples, 64))
         lines.append(f"batch 32: {b32:,.1f} examples/s; batch 1: {b1:,.1f} examples/s; ratio {b32 / b1:.1f}x "
                      f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)")
-        w_each, w_one = {}, {}
+        w_each, w_one = {}, {}      # batch 32 again, now warm, each step right beside its alternative
         each = throughput(ds, model_cfg, replace(cfg, batch_size=32), n_examples, True, w_each)
         one = throughput(ds, model_cfg, replace(cfg, batch_size=32), n_examples, False, w_one)
         same = w_each.keys() == w_one.keys() and all(torch.equal(w_each[k], w_one[k]) for k in w_each)
