@@ -74,10 +74,18 @@ def _spec(job_dir: Path) -> dict:
     path = Path(job_dir) / "jobs.json"
     if not path.is_file():
         raise ValueError(f"{job_dir} holds no jobs.json: write it with `mrqa af-pool ... --jobs-out {job_dir}`")
-    spec = json.loads(path.read_text())
-    if spec.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a jobs file of this version (format {spec.get('format')!r}, "
-                         f"expected {FORMAT}): write the jobs again")
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not readable JSON ({e}): write the jobs again") from None
+    if not isinstance(spec, dict) or spec.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a jobs file of this version (format "
+                         f"{spec.get('format') if isinstance(spec, dict) else None!r}, expected {FORMAT}): "
+                         "write the jobs again")
+    missing = [p for p in ("export", "alt_vectors.npy" if spec.get("vector_ids") else None)
+               if p and not (Path(job_dir) / p).exists()]
+    if missing:
+        raise ValueError(f"{job_dir} lacks {', '.join(missing)}: copy the whole jobs folder, or write it again")
     return spec
 
 

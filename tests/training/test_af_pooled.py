@@ -915,3 +915,19 @@ def test_af_check_trained_on_another_machine_reads_the_same_figures(tmp_path_fac
         assert in_place["datasets"] and all(0 <= r["accuracy"] <= 1 for r in in_place["datasets"])
         with pytest.raises(ValueError, match="other jobs"):             # seed 1's check is another model
             af_check_flow.fn(**{**opts, "seeds": (1,)}, scores_from=str(scores))
+
+
+def test_a_broken_jobs_folder_is_refused_with_what_to_do(tmp_path, capsys):
+    """`python -m training.af_jobs DIR` on no folder, unreadable JSON, another format or a partial copy:
+    exit 2 and one line saying what to do, nothing trained."""
+    from training.af_jobs import FORMAT, main
+    jobs = tmp_path / "jobs"
+    assert main([str(jobs)]) == 2 and "holds no jobs.json" in capsys.readouterr().err
+    jobs.mkdir()
+    (jobs / "jobs.json").write_text("{bad")
+    assert main([str(jobs)]) == 2 and "not readable JSON" in capsys.readouterr().err
+    (jobs / "jobs.json").write_text(json.dumps({"format": "other"}))
+    assert main([str(jobs)]) == 2 and "not a jobs file of this version" in capsys.readouterr().err
+    (jobs / "jobs.json").write_text(json.dumps({"format": FORMAT, "vector_ids": ["a.jpg"], "seeds": [0]}))
+    assert main([str(jobs)]) == 2 and "lacks export, alt_vectors.npy" in capsys.readouterr().err
+    assert not (jobs / "scores.json").exists()
