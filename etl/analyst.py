@@ -145,5 +145,6 @@ def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float |
     except duckdb.Error as e:
         raise AnalystQueryFailed(_one_line(f"query failed: {e}")) from None
     finally:
-        if timer is not None:
-            timer.cancel()
+        if timer is not None:       # end the thread here: it holds the connection, and a connection freed on
+            timer.cancel()          # a thread that outlives the call aborts the process if Python is exiting
+            timer.join()

@@ -44,7 +44,7 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
               wait: float = wait_option()):
     """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
     locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
-    from etl.analyst import AnalystQueryError, connect_analyst, run_analyst_query
+    from etl.analyst import AnalystQueryError, connect_analyst
     from etl.config import Paths
     from etl.warehouse import SchemaError
     paths = Paths.from_env()
@@ -52,6 +52,18 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
         fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")
     try:
         con = connect_analyst(paths)
+    except (AnalystQueryError, SchemaError) as e:
+        fail(str(e))
+    try:                                # closed here, on this thread, whatever happens (see run_analyst_query)
+        _query(con, sql, fmt, timeout)
+    finally:
+        con.close()
+
+
+def _query(con, sql: str, fmt: str, timeout: float) -> None:
+    from etl.analyst import AnalystQueryError, run_analyst_query
+    from etl.warehouse import SchemaError
+    try:
         result = run_analyst_query(con, sql, timeout=timeout)
     except (AnalystQueryError, SchemaError) as e:
         fail(str(e))

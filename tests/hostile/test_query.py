@@ -10,7 +10,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from etl.analyst import AnalystQueryRefused, connect_analyst, run_analyst_query
+from etl.analyst import AnalystQueryFailed, AnalystQueryRefused, connect_analyst, run_analyst_query
 from etl.config import Paths
 from etl.recipeqa import import_recipeqa
 from etl.warehouse import connect
@@ -154,6 +154,23 @@ def test_a_runaway_query_is_stopped_by_its_timeout_and_frees_the_warehouse(home,
     with pytest.raises(Exception, match="stopped after 0.5 s"):    # the library call too
         run_analyst_query(connect_analyst(Paths(home)), "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
                           "SELECT n + 1 FROM r) SELECT count(*) FROM r", timeout=0.5)
+
+
+def test_the_timeout_thread_has_ended_when_the_query_returns(home):
+    """The --timeout timer holds the connection (to interrupt it). If its thread outlived the call, the
+    connection could be freed on that thread while the interpreter exits, and DuckDB's destructor then
+    aborts the process (rc -6, "FATAL: exception not rethrown") after a clean one-line error."""
+    import threading
+    con = connect_analyst(Paths(home))
+    before = {t.ident for t in threading.enumerate()}
+    for sql in ("SELECT count(*) AS n FROM steps", "SELECT * FROM nope", "SELECT 'a'::INTEGER"):
+        for _ in range(20):
+            try:
+                run_analyst_query(con, sql, timeout=60)
+            except AnalystQueryFailed:
+                pass
+            assert {t.ident for t in threading.enumerate()} == before, sql
+    con.close()
 
 
 def test_json_output_is_strict_json(home, run_mrqa):
