@@ -17,6 +17,9 @@ linear and tree probes, the drop): the same datasets, byte for byte.
 
 `mrqa af-check` splits the same way (its seeds' models; no alternates, nothing to write back).
 
+Each fold's logits are kept as soon as its model is scored (JOBS/partial, or --partial FOLDER): run again
+after a stop, the command goes on from the last fold, with the logits of a run in one go.
+
 A fingerprint of the jobs (each dataset's content hash, the seeds, the configs and the alternates) is
 written with them and copied into the scores; `--scores-from` refuses scores whose fingerprint is not
 the warehouse's now, or whose seeds are not the ones the pass asks for.
@@ -36,6 +39,7 @@ import numpy as np
 
 FORMAT = "mrqa-af-jobs-1"
 SCORES = "scores.json"
+PARTIAL = "partial"
 
 
 def fingerprint(datasets: list[tuple[str, str]], seeds: list[int], kw: dict, alternates: dict | None) -> str:
@@ -89,11 +93,20 @@ def _spec(job_dir: Path) -> dict:
     return spec
 
 
-def _one(job: tuple[str, int]) -> dict:
+def partial_dir(job_dir: Path, spec: dict, k: int, partial: Path | None = None) -> Path:
+    """Where seed k's fold logits are kept while it trains: PARTIAL (default JOBS/partial)/<jobs' fingerprint>-
+    seed<seed>, so a run stopped part way (a time limit, a lost machine) goes on from its last fold."""
+    return Path(partial or Path(job_dir) / PARTIAL) / f"{spec['fingerprint'][:16]}-seed{spec['seeds'][k]}"
+
+
+def _one(job: tuple[str, int, str | None]) -> dict:
     """Train one seed's models of a jobs folder; its logits as JSON-ready lists (a process pool's unit)."""
+    import logging
+
     import torch
 
     from training.af_pooled import out_of_fold_scores
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     job_dir, k = Path(job[0]), job[1]
     spec = _spec(job_dir)
     vec = np.load(job_dir / "alt_vectors.npy") if spec["vector_ids"] else np.zeros((0, 0), np.float32)
@@ -101,7 +114,9 @@ def _one(job: tuple[str, int]) -> dict:
     t0 = time.perf_counter()
     scores = out_of_fold_scores(job_dir / "export", spec["ids"], {(d, q): r for d, q, r in spec["recipe_of"]},
                                 seed=spec["seeds"][k], alternates={(d, q): a for d, q, a in spec["alternates"]},
-                                alt_vectors=alt_vectors, **spec["kw"])
+                                alt_vectors=alt_vectors,
+                                checkpoint=partial_dir(job_dir, spec, k, Path(job[2]) if job[2] else None),
+                                **spec["kw"])
     return {"seed": spec["seeds"][k], "seconds": round(time.perf_counter() - t0, 1),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "scores": {d: {q: {"choices": [float(x) for x in s["choices"]], "answer": int(s["answer"]),
@@ -109,12 +124,15 @@ def _one(job: tuple[str, int]) -> dict:
                        for d, qs in scores.items()}}
 
 
-def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None) -> Path:
+def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
+             partial: Path | None = None) -> Path:
     """Train every seed's models of the jobs folder (in `workers` spawned processes; default one per
-    seed) and write their logits, with the jobs' fingerprint, to `out` (default job_dir/scores.json)."""
+    seed) and write their logits, with the jobs' fingerprint, to `out` (default job_dir/scores.json).
+    Each fold's logits are kept under `partial` (see partial_dir) as soon as they exist; a run again
+    goes on from them, with the logits of a run in one go."""
     job_dir = Path(job_dir)
     spec = _spec(job_dir)
-    jobs = [(str(job_dir), k) for k in range(len(spec["seeds"]))]
+    jobs = [(str(job_dir), k, str(partial) if partial else None) for k in range(len(spec["seeds"]))]
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
     if n <= 1:
@@ -158,11 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("jobs", type=Path, help="The jobs folder.")
     p.add_argument("--out", type=Path, default=None, help=f"Scores file (default: JOBS/{SCORES}).")
     p.add_argument("--workers", type=int, default=None, help="Processes (default: one per seed).")
+    p.add_argument("--partial", type=Path, default=None,
+                   help=f"Folder of the folds' logits while the models train (default: JOBS/{PARTIAL}); a run "
+                        "stopped part way, given the same folder again, goes on from its last fold.")
     a = p.parse_args(argv)
     if a.workers is not None and a.workers < 1:
         p.error(f"--workers must be at least 1, got {a.workers}")
     try:
-        out = run_jobs(a.jobs, a.out, a.workers)
+        out = run_jobs(a.jobs, a.out, a.workers, a.partial)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,9 @@ setting's questions (nor, optionally, below a share solved). Deterministic for a
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +39,8 @@ ROUNDS = 2
 ADVERSARIES = 1          # pooled models per pass, each with its own seed and fold split (their mean logits)
 SOLVED_SHARE = 0.25      # swap rounds: the share of a dataset's questions the adversary may still solve
 
+log = logging.getLogger(__name__)
+
 
 def _unit(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
@@ -52,7 +57,7 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                        patience: int = 5, lance_uri: str | None = None,
                        alternates: dict[tuple[str, str], list[str]] | None = None,
                        alt_vectors: dict[str, np.ndarray] | None = None,
-                       fold_by: str = "recipe") -> dict[str, dict[str, dict]]:
+                       fold_by: str = "recipe", checkpoint: Path | None = None) -> dict[str, dict[str, dict]]:
     """dataset_id -> qid -> {"choices": the logits of its 4 choices, "answer": the answer's index,
     "alts": the logits of its alternates}, each question scored by a question-only model that never
     trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe. `alternates` (visual cloze):
@@ -65,7 +70,12 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     another recipe of the same split, so with folds of recipes a held-out answer image has been seen
     as a distractor of other questions in training (and a held-out distractor as another question's
     answer), and the model scores it by that memory; a whole split held out shares no image with the
-    rest, so its questions are scored as a model trained on the other splits scores them."""
+    rest, so its questions are scored as a model trained on the other splits scores them.
+
+    `checkpoint`: a folder where each fold's logits are written as soon as its model is scored; a later
+    call with the same folder skips the folds found there (a fold's file is keyed by everything its model
+    depends on but the vectors, which the caller keys the folder by). Each fold's model is seeded by
+    itself, so a run resumed after an interruption gives the logits of a run in one go, byte for byte."""
     check_fold_by(fold_by)
     from training.ddp import init_distributed
     from training.train import autocast, build_model, fit, set_seed
@@ -97,9 +107,22 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     _, device = init_distributed(tc)
     logits = np.zeros(qq.shape[:2], dtype=np.float64)
     alt_logits: list[np.ndarray] = [np.zeros(len(a)) for a in alts]
-    for f in sorted(set(fold.tolist())):
+    all_folds = sorted(set(fold.tolist()))
+    for n_fold, f in enumerate(all_folds, 1):
         held = np.where(fold == f)[0]
         inner = _early_stop_rows(fold != f, stop_key)
+        key = _fold_key(seed, f, size, max_epochs, patience, [qids[i] for i in held],
+                        [qids[i] for i in np.where(fold != f)[0]], [alts[i] for i in held])
+        path = Path(checkpoint) / f"fold-{f}.npz" if checkpoint else None
+        done = _read_fold(path, key, len(held)) if path else None
+        if done is not None:
+            logits[held], lens = done[0], [len(alts[i]) for i in held]
+            for i, a in zip(held, np.split(done[1], np.cumsum(lens)[:-1])):
+                alt_logits[i] = a
+            log.info("seed %d: fold %d/%d (%d questions held out) read from %s", seed, n_fold, len(all_folds),
+                     len(held), path)
+            continue
+        t0 = time.perf_counter()
         ds: QADataset = replace(union, splits={"train": sub(np.where((fold != f) & ~inner)[0]),
                                                "val": sub(np.where(inner)[0]), "test": sub(held)})
         set_seed(seed + f)
@@ -117,12 +140,50 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                     al = _alt_logits(model, b, [alts[i] for i in rows], alt_vectors, union.task, device, tc.amp)
                     for k, i in enumerate(rows):
                         alt_logits[i] = al[k]
+        if path:
+            _write_fold(path, key, logits[held], [alt_logits[i] for i in held])
+        log.info("seed %d: fold %d/%d (%d questions held out) trained and scored in %.1f s on %s", seed, n_fold,
+                 len(all_folds), len(held), time.perf_counter() - t0, device.type)
     out: dict[str, dict[str, dict]] = {}
     for i, q in enumerate(qids):
         d, qid = q.split("/", 1)
         out.setdefault(d, {})[qid] = {"choices": np.round(logits[i], 6), "answer": int(aa[i]),
                                       "alts": np.round(alt_logits[i], 6)}
     return out
+
+
+def _fold_key(seed: int, f: int, size: str, max_epochs: int, patience: int, held: list[str], trained: list[str],
+              alts: list[list]) -> str:
+    """What one fold's model and logits depend on, besides the vectors: the seed, the fold, the model's
+    size and stopping, the questions it trains on and scores, and the held-out questions' alternates."""
+    doc = {"seed": seed, "fold": f, "size": size, "max_epochs": max_epochs, "patience": patience,
+           "held": held, "trained": trained, "alts": alts}
+    return hashlib.sha256(json.dumps(doc, default=list).encode()).hexdigest()
+
+
+def _read_fold(path: Path, key: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A fold's (choice logits, alternate logits) from its checkpoint file; None when there is none, or it is
+    another fold's or unreadable (then the fold is trained again and the file replaced)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            if str(z["key"]) != key or z["logits"].shape[0] != n:
+                log.warning("%s is another run's fold: training it again", path)
+                return None
+            return z["logits"].astype(np.float64), z["alts"].astype(np.float64)
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("%s is unreadable (%s): training the fold again", path, e)
+        return None
+
+
+def _write_fold(path: Path, key: str, logits: np.ndarray, alts: list[np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:                 # a run stopped while writing leaves no half file behind
+        np.savez(fh, key=np.array(key), logits=logits,
+                 alts=np.concatenate(alts) if alts else np.zeros(0))
+    tmp.replace(path)
 
 
 def linear_verdicts(scores: dict[str, dict[str, np.ndarray]], answers: dict[str, dict[str, int]]

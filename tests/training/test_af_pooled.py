@@ -876,6 +876,7 @@ def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_fact
         scores = jobs / "scores.json"
         doc = json.loads(scores.read_text())
         assert [r["seed"] for r in doc["runs"]] == json.loads((jobs / "jobs.json").read_text())["seeds"]
+        _resume_after_a_stop(jobs, doc, af_jobs_main)
         bad = tmp_path / "other.json"
         bad.write_text(json.dumps({**doc, "fingerprint": "0" * 64}))
         with pytest.raises(ValueError, match="other jobs"):
@@ -888,6 +889,33 @@ def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_fact
         assert state(paths_b) == done_here                              # the same datasets, byte for byte
     finally:
         cm_b.__exit__(None, None, None)
+
+
+def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
+    """A run stopped part way (here: one seed's fold missing, another's half written, the scores file not
+    yet written) goes on from the folds' logits it kept: the folds found are read, not trained again (their
+    files untouched), the others trained again, and the logits are those of the run in one go."""
+    seeds = [r["seed"] for r in doc["runs"]]
+    files = {p.relative_to(jobs / "partial"): p for p in sorted((jobs / "partial").glob("*/fold-*.npz"))}
+    assert sorted({k.parent.name.rsplit("-seed", 1)[1] for k in files}) == sorted(map(str, seeds))
+    per_seed = [sum(k.parent == d for k in files) for d in {k.parent for k in files}]
+    assert len(per_seed) == 2 and min(per_seed) >= 3  # folds of train recipes, the val and the test split
+    lost, broken, *kept = files.values()
+    assert lost.parent != kept[-1].parent
+    lost.unlink()
+    broken.write_bytes(b"half a file")
+    stamps = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept}
+    (jobs / "scores.json").unlink()
+    assert af_jobs_main([str(jobs), "--workers", "1"]) == 0
+    again = json.loads((jobs / "scores.json").read_text())
+    assert [r["scores"] for r in again["runs"]] == [r["scores"] for r in doc["runs"]]
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == stamps
+    assert lost.is_file() and broken.read_bytes() != b"half a file"
+    elsewhere = jobs.parent / "kept_folds"                                 # --partial: a folder of one's own
+    out = jobs.parent / "s.json"
+    assert af_jobs_main([str(jobs), "--workers", "1", "--partial", str(elsewhere), "--out", str(out)]) == 0
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.glob("*/fold-*.npz")) == sorted(files)
+    assert [r["scores"] for r in json.loads(out.read_text())["runs"]] == [r["scores"] for r in doc["runs"]]
 
 
 def _reseeded(doc: dict, tmp_path: Path) -> Path:
