@@ -133,6 +133,13 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
     job_dir = Path(job_dir)
     spec = _spec(job_dir)
     jobs = [(str(job_dir), k, str(partial) if partial else None) for k in range(len(spec["seeds"]))]
+    for k in range(len(jobs)):           # refused here, not after the first fold's minutes of training
+        where = partial_dir(job_dir, spec, k, partial)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"cannot keep the folds' logits in {where} ({e.strerror or e}): give --partial "
+                             "FOLDER on a writable disk") from None
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
     if n <= 1:

@@ -946,8 +946,8 @@ def test_af_check_trained_on_another_machine_reads_the_same_figures(tmp_path_fac
 
 
 def test_a_broken_jobs_folder_is_refused_with_what_to_do(tmp_path, capsys):
-    """`python -m training.af_jobs DIR` on no folder, unreadable JSON, another format or a partial copy:
-    exit 2 and one line saying what to do, nothing trained."""
+    """`python -m training.af_jobs DIR` on no folder, unreadable JSON, another format, a partial copy or a
+    --partial folder it cannot write: exit 2 and one line saying what to do, nothing trained."""
     from training.af_jobs import FORMAT, main
     jobs = tmp_path / "jobs"
     assert main([str(jobs)]) == 2 and "holds no jobs.json" in capsys.readouterr().err
@@ -958,4 +958,11 @@ def test_a_broken_jobs_folder_is_refused_with_what_to_do(tmp_path, capsys):
     assert main([str(jobs)]) == 2 and "not a jobs file of this version" in capsys.readouterr().err
     (jobs / "jobs.json").write_text(json.dumps({"format": FORMAT, "vector_ids": ["a.jpg"], "seeds": [0]}))
     assert main([str(jobs)]) == 2 and "lacks export, alt_vectors.npy" in capsys.readouterr().err
+    (jobs / "jobs.json").write_text(json.dumps({"format": FORMAT, "vector_ids": [], "seeds": [0],
+                                                "fingerprint": "0" * 64}))
+    (jobs / "export").mkdir()
+    (tmp_path / "a_file").write_text("")
+    assert main([str(jobs), "--partial", str(tmp_path / "a_file")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot keep the folds' logits" in err and "--partial FOLDER" in err and len(err.splitlines()) == 1
     assert not (jobs / "scores.json").exists()
