@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import time
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def _read_fold(path: Path, key: str, n: int) -> tuple[np.ndarray, np.ndarray] | 
                 log.warning("%s is another run's fold: training it again", path)
                 return None
             return z["logits"].astype(np.float64), z["alts"].astype(np.float64)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         log.warning("%s is unreadable (%s): training the fold again", path, e)
         return None
 

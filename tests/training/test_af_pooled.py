@@ -900,17 +900,18 @@ def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
     assert sorted({k.parent.name.rsplit("-seed", 1)[1] for k in files}) == sorted(map(str, seeds))
     per_seed = [sum(k.parent == d for k in files) for d in {k.parent for k in files}]
     assert len(per_seed) == 2 and min(per_seed) >= 3  # folds of train recipes, the val and the test split
-    lost, broken, *kept = files.values()
+    lost, broken, cut, *kept = files.values()
     assert lost.parent != kept[-1].parent
     lost.unlink()
     broken.write_bytes(b"half a file")
+    cut.write_bytes(cut.read_bytes()[:200])          # a zip cut short (a partial copy)
     stamps = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept}
     (jobs / "scores.json").unlink()
     assert af_jobs_main([str(jobs), "--workers", "1"]) == 0
     again = json.loads((jobs / "scores.json").read_text())
     assert [r["scores"] for r in again["runs"]] == [r["scores"] for r in doc["runs"]]
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in kept} == stamps
-    assert lost.is_file() and broken.read_bytes() != b"half a file"
+    assert lost.is_file() and broken.read_bytes() != b"half a file" and len(cut.read_bytes()) > 200
     elsewhere = jobs.parent / "kept_folds"                                 # --partial: a folder of one's own
     out = jobs.parent / "s.json"
     assert af_jobs_main([str(jobs), "--workers", "1", "--partial", str(elsewhere), "--out", str(out)]) == 0
