@@ -93,7 +93,7 @@ def _spec(job_dir: Path) -> dict:
     return spec
 
 
-def partial_dir(job_dir: Path, spec: dict, k: int, partial: Path | None = None) -> Path:
+def partial_dir(job_dir: Path, spec: dict, k: int, partial: Path | str | None = None) -> Path:
     """Where seed k's fold logits are kept while it trains: PARTIAL (default JOBS/partial)/<jobs' fingerprint>-
     seed<seed>, so a run stopped part way (a time limit, a lost machine) goes on from its last fold."""
     return Path(partial or Path(job_dir) / PARTIAL) / f"{spec['fingerprint'][:16]}-seed{spec['seeds'][k]}"
@@ -115,7 +115,7 @@ def _one(job: tuple[str, int, str | None]) -> dict:
     scores = out_of_fold_scores(job_dir / "export", spec["ids"], {(d, q): r for d, q, r in spec["recipe_of"]},
                                 seed=spec["seeds"][k], alternates={(d, q): a for d, q, a in spec["alternates"]},
                                 alt_vectors=alt_vectors,
-                                checkpoint=partial_dir(job_dir, spec, k, Path(job[2]) if job[2] else None),
+                                checkpoint=partial_dir(job_dir, spec, k, job[2]),
                                 **spec["kw"])
     return {"seed": spec["seeds"][k], "seconds": round(time.perf_counter() - t0, 1),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",

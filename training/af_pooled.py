@@ -112,9 +112,9 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     for n_fold, f in enumerate(all_folds, 1):
         held = np.where(fold == f)[0]
         inner = _early_stop_rows(fold != f, stop_key)
-        key = _fold_key(seed, f, size, max_epochs, patience, [qids[i] for i in held],
-                        [qids[i] for i in np.where(fold != f)[0]], [alts[i] for i in held])
         path = Path(checkpoint) / f"fold-{f}.npz" if checkpoint else None
+        key = _fold_key(seed, f, size, max_epochs, patience, [qids[i] for i in held],
+                        [qids[i] for i in np.where(fold != f)[0]], [alts[i] for i in held]) if path else ""
         done = _read_fold(path, key, len(held)) if path else None
         if done is not None:
             logits[held], lens = done[0], [len(alts[i]) for i in held]

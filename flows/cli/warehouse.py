@@ -62,10 +62,9 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
 
 def _query(con, sql: str, fmt: str, timeout: float) -> None:
     from etl.analyst import AnalystQueryError, run_analyst_query
-    from etl.warehouse import SchemaError
     try:
         result = run_analyst_query(con, sql, timeout=timeout)
-    except (AnalystQueryError, SchemaError) as e:
+    except AnalystQueryError as e:
         fail(str(e))
     names = result.column_names
     repeated = list(dict.fromkeys(c for c in names if names.count(c) > 1))
