@@ -99,8 +99,17 @@ def partial_dir(job_dir: Path, spec: dict, k: int, partial: Path | str | None = 
     return Path(partial or Path(job_dir) / PARTIAL) / f"{spec['fingerprint'][:16]}-seed{spec['seeds'][k]}"
 
 
-def _one(job: tuple[str, int, str | None]) -> dict:
-    """Train one seed's models of a jobs folder; its logits as JSON-ready lists (a process pool's unit)."""
+def fold_numbers(kw: dict) -> list[int]:
+    """The folds a seed's models may have (`out_of_fold_scores`): `folds` of recipes, and with
+    fold_by="split" the val and the test split besides; a fold without questions trains nothing."""
+    from training.af_pooled import FOLDS
+    k = int(kw.get("folds", FOLDS))
+    return list(range(k + 2 if kw.get("fold_by") == "split" else k))
+
+
+def _one(job: tuple[str, int, str | None] | tuple[str, int, str | None, int]) -> dict:
+    """Train one seed's models of a jobs folder (or, given a fold as 4th item, that fold's model only,
+    its logits kept in the partial folder); its logits as JSON-ready lists (a process pool's unit)."""
     import logging
 
     import torch
@@ -116,7 +125,10 @@ def _one(job: tuple[str, int, str | None]) -> dict:
                                 seed=spec["seeds"][k], alternates={(d, q): a for d, q, a in spec["alternates"]},
                                 alt_vectors=alt_vectors,
                                 checkpoint=partial_dir(job_dir, spec, k, job[2]),
+                                only_folds=[job[3]] if len(job) > 3 else None,
                                 **spec["kw"])
+    if len(job) > 3:
+        return {"seed": spec["seeds"][k], "fold": job[3], "seconds": round(time.perf_counter() - t0, 1)}
     return {"seed": spec["seeds"][k], "seconds": round(time.perf_counter() - t0, 1),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "scores": {d: {q: {"choices": [float(x) for x in s["choices"]], "answer": int(s["answer"]),
@@ -129,7 +141,9 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
     """Train every seed's models of the jobs folder (in `workers` spawned processes; default one per
     seed) and write their logits, with the jobs' fingerprint, to `out` (default job_dir/scores.json).
     Each fold's logits are kept under `partial` (see partial_dir) as soon as they exist; a run again
-    goes on from them, with the logits of a run in one go."""
+    goes on from them, with the logits of a run in one go. With more workers than seeds, each fold of
+    each seed is a job of its own (a GPU host's cores train them side by side) and the seeds' logits are
+    then read from the folds kept: the same logits, as each fold's model is seeded by itself."""
     job_dir = Path(job_dir)
     spec = _spec(job_dir)
     jobs = [(str(job_dir), k, str(partial) if partial else None) for k in range(len(spec["seeds"]))]
@@ -142,10 +156,17 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
                              "FOLDER on a writable disk") from None
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
-    if n <= 1:
+    # spawn_map: one thread a process (OpenMP threads spinning on a shared core cost more than they give)
+    from training.procs import spawn_map
+    if workers and workers > len(jobs):
+        units = [(*j, f) for j in jobs for f in fold_numbers(spec["kw"])]
+        done = spawn_map(_one, units, min(workers, len(units)))
+        runs = [_one(j) for j in jobs]                                  # every fold is kept: read, not trained
+        for r in runs:
+            r["seconds"] = round(r["seconds"] + sum(u["seconds"] for u in done if u["seed"] == r["seed"]), 1)
+    elif n <= 1:
         runs = [_one(j) for j in jobs]
-    else:                   # on CPU one thread a process: OpenMP threads spinning on a shared core cost more
-        from training.procs import spawn_map
+    else:
         runs = spawn_map(_one, jobs, n)
     out = Path(out) if out else job_dir / SCORES
     tmp = out.with_suffix(".tmp")
@@ -182,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "models of a jobs folder written by `mrqa af-pool --jobs-out` and write their logits.")
     p.add_argument("jobs", type=Path, help="The jobs folder.")
     p.add_argument("--out", type=Path, default=None, help=f"Scores file (default: JOBS/{SCORES}).")
-    p.add_argument("--workers", type=int, default=None, help="Processes (default: one per seed).")
+    p.add_argument("--workers", type=int, default=None, help="Processes (default: one per seed); more than the "
+                   "seeds trains each seed's folds side by side.")
     p.add_argument("--partial", type=Path, default=None,
                    help=f"Folder of the folds' logits while the models train (default: JOBS/{PARTIAL}); a run "
                         "stopped part way, given the same folder again, goes on from its last fold.")

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import zipfile
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
                        patience: int = 5, lance_uri: str | None = None,
                        alternates: dict[tuple[str, str], list[str]] | None = None,
                        alt_vectors: dict[str, np.ndarray] | None = None,
-                       fold_by: str = "recipe", checkpoint: Path | None = None) -> dict[str, dict[str, dict]]:
+                       fold_by: str = "recipe", checkpoint: Path | None = None,
+                       only_folds: Collection[int] | None = None) -> dict[str, dict[str, dict]]:
     """dataset_id -> qid -> {"choices": the logits of its 4 choices, "answer": the answer's index,
     "alts": the logits of its alternates}, each question scored by a question-only model that never
     trained on its recipe. `recipe_of`: (dataset_id, qid) -> recipe. `alternates` (visual cloze):
@@ -76,8 +78,14 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     `checkpoint`: a folder where each fold's logits are written as soon as its model is scored; a later
     call with the same folder skips the folds found there (a fold's file is keyed by everything its model
     depends on but the vectors, which the caller keys the folder by). Each fold's model is seeded by
-    itself, so a run resumed after an interruption gives the logits of a run in one go, byte for byte."""
+    itself, so a run resumed after an interruption gives the logits of a run in one go, byte for byte.
+
+    `only_folds`: train (or find) these folds' models only, write their logits to `checkpoint` and return
+    {}; several processes can so train one seed's folds side by side, and a call without it then reads
+    them all (`python -m training.af_jobs --workers` above the number of seeds)."""
     check_fold_by(fold_by)
+    if only_folds is not None and checkpoint is None:
+        raise ValueError("only_folds needs a checkpoint folder to write the folds' logits to")
     from training.ddp import init_distributed
     from training.train import autocast, build_model, fit, set_seed
     if folds < 2:
@@ -110,6 +118,8 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     alt_logits: list[np.ndarray] = [np.zeros(len(a)) for a in alts]
     all_folds = sorted(set(fold.tolist()))
     for n_fold, f in enumerate(all_folds, 1):
+        if only_folds is not None and f not in only_folds:
+            continue
         held = np.where(fold == f)[0]
         inner = _early_stop_rows(fold != f, stop_key)
         path = Path(checkpoint) / f"fold-{f}.npz" if checkpoint else None
@@ -145,6 +155,8 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
             _write_fold(path, key, logits[held], [alt_logits[i] for i in held])
         log.info("seed %d: fold %d/%d (%d questions held out) trained and scored in %.1f s on %s", seed, n_fold,
                  len(all_folds), len(held), time.perf_counter() - t0, device.type)
+    if only_folds is not None:
+        return {}
     out: dict[str, dict[str, dict]] = {}
     for i, q in enumerate(qids):
         d, qid = q.split("/", 1)

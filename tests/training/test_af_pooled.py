@@ -894,7 +894,8 @@ def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_fact
 def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
     """A run stopped part way (here: one seed's fold missing, another's half written, the scores file not
     yet written) goes on from the folds' logits it kept: the folds found are read, not trained again (their
-    files untouched), the others trained again, and the logits are those of the run in one go."""
+    files untouched), the others trained again, and the logits are those of the run in one go; so are
+    those of each seed's folds trained side by side in processes of their own."""
     seeds = [r["seed"] for r in doc["runs"]]
     files = {p.relative_to(jobs / "partial"): p for p in sorted((jobs / "partial").glob("*/fold-*.npz"))}
     assert sorted({k.parent.name.rsplit("-seed", 1)[1] for k in files}) == sorted(map(str, seeds))
@@ -916,6 +917,10 @@ def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
     out = jobs.parent / "s.json"
     assert af_jobs_main([str(jobs), "--workers", "1", "--partial", str(elsewhere), "--out", str(out)]) == 0
     assert sorted(p.relative_to(elsewhere) for p in elsewhere.glob("*/fold-*.npz")) == sorted(files)
+    assert [r["scores"] for r in json.loads(out.read_text())["runs"]] == [r["scores"] for r in doc["runs"]]
+    side_by_side, out = jobs.parent / "fold_jobs", jobs.parent / "f.json"          # more workers than seeds:
+    assert af_jobs_main([str(jobs), "--workers", "3", "--partial", str(side_by_side), "--out", str(out)]) == 0
+    assert sorted(p.relative_to(side_by_side) for p in side_by_side.glob("*/fold-*.npz")) == sorted(files)
     assert [r["scores"] for r in json.loads(out.read_text())["runs"]] == [r["scores"] for r in doc["runs"]]
 
 
