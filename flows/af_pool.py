@@ -292,15 +292,29 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
           fold_by: str = "recipe") -> list[dict]:
     """`out_of_fold_scores` of the datasets as the warehouse holds them now, one run per seed, from one
     export. Several runs go to `workers` processes (default: one per CPU core, at most one per run):
-    each trains on one thread, so on 2 cores 2 runs take about the wall time of one. A run's result does
-    not depend on where it ran (tested)."""
+    each trains on one thread, so on 2 cores 2 runs take about the wall time of one. Given more workers
+    than runs (a GPU host's cores, or one check seed on 2 cores), each fold of each run is a job of its
+    own and the runs then read their folds' logits back (not by default: a process's start and its
+    export reading cost more than small models' folds). A run's result does not depend on where it ran,
+    nor on how its folds were shared out (tested)."""
     import os
+
+    from training.af_jobs import fold_numbers
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
         export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
         jobs = [(Path(tmp), ids, recipe_of, {"folds": folds, "seed": s, "size": size, "lance_uri": paths.lance,
                                              "alternates": alts, "alt_vectors": vectors, "fold_by": fold_by})
                 for s in seeds]
-        n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+        cores = workers if workers is not None else (os.cpu_count() or 1)
+        n = min(len(jobs), cores)
+        if workers is not None and workers > len(jobs):
+            jobs = [(e, i, r, {**kw, "checkpoint": Path(tmp) / "folds" / f"run{k}"})
+                    for k, (e, i, r, kw) in enumerate(jobs)]
+            units = [(e, i, r, {**kw, "only_folds": [f]}) for e, i, r, kw in jobs for f in fold_numbers(kw)]
+            n = min(cores, len(units))
+            log.info("af-pool: %d runs as %d fold jobs in %d processes", len(jobs), len(units), n)
+            spawn_map(_run, units, n)
+            return [_run(j) for j in jobs]                          # every fold is kept: read, not trained
         if n <= 1:
             return [_run(j) for j in jobs]
         log.info("af-pool: %d runs in %d processes", len(jobs), n)

@@ -76,7 +76,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                         "datasets: the knob settings' (ball) or coherence's "
                                                         "matched variants (matched); never pooled together."),
                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
-                                                      "--adversaries models (default: one per CPU core)."),
+                                                      "--adversaries models (default: one per CPU core, at most one "
+                                                      "per model); more than the models: their folds side by side."),
                 floor_by: FloorBy = typer.Option(FloorBy.dataset, "--floor-by", help="Hold the --min-kept floor "
                                                  "per dataset, or in each split of it (split: the test split "
                                                  "is filtered as deeply as the training split)."),
@@ -141,7 +142,9 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
                                                          "datasets: the knob settings' (ball) or coherence's "
                                                          "matched variants (matched)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
-                                                       "seeds' models (default: one per CPU core)."),
+                                                       "seeds' models (default: one per CPU core, at most one per "
+                                                       "seed); more than the seeds: their folds side by side (a GPU "
+                                                       "host's cores)."),
                  record: bool = typer.Option(False, "--record", help="Also write each figure to the "
                                              "warehouse (af_checks), for the dataset card and `mrqa export "
                                              "--reading-only`; without it nothing is written."),

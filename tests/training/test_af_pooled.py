@@ -321,8 +321,9 @@ def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them
 
 
 def test_runs_in_processes_give_what_runs_in_turn_give(home):
-    """Several adversaries (or check seeds) go to a process each: the same logits, to the digit, as the
-    same runs one after the other in this process; and a refused worker count."""
+    """Several adversaries (or check seeds) go to a process each, or with more workers than runs each
+    fold to a process: the same logits, to the digit, as the same runs one after the other in this
+    process; and a refused worker count."""
     from typer.testing import CliRunner
 
     from flows.af_pool import _runs
@@ -334,8 +335,9 @@ def test_runs_in_processes_give_what_runs_in_turn_give(home):
     seeds = [3, 3 + 7919]
     one = _runs(con, paths, ids, recipe_of, 2, seeds, "tiny", workers=1)
     two = _runs(con, paths, ids, recipe_of, 2, seeds, "tiny", workers=2)
-    assert len(one) == len(two) == 2
-    for a, b in zip(one, two):
+    folds = _runs(con, paths, ids, recipe_of, 2, seeds, "tiny", workers=3)          # 2 runs x 2 folds
+    assert len(one) == len(two) == len(folds) == 2
+    for a, b in [*zip(one, two), *zip(one, folds)]:
         assert a.keys() == b.keys()
         for d in a:
             assert a[d].keys() == b[d].keys()
