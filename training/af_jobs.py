@@ -198,6 +198,17 @@ def read_scores(path: Path, fp: str, seeds: list[int]) -> list[dict]:
              for d, qs in r["scores"].items()} for r in doc["runs"]]
 
 
+def _failed(e: BaseException, a: argparse.Namespace, spec: dict) -> int:
+    """What a training that failed part way says: the error in one line, and where the folds it finished
+    are kept, so that the same command goes on from them once the cause is fixed."""
+    kept = Path(a.partial or Path(a.jobs) / PARTIAL)
+    n = len(list(kept.glob(f"{spec['fingerprint'][:16]}-seed*/fold-*.npz")))
+    msg = " ".join(str(e).split())
+    print(f"error: training the jobs failed: {type(e).__name__}: {msg[:300]}; {n} fold(s) done are kept in "
+          f"{kept}: fix the cause and run the same command again to go on from them", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.af_jobs", description="Train the pooled adversary's "
                                 "models of a jobs folder written by `mrqa af-pool --jobs-out` and write their logits.")
@@ -212,10 +223,19 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers is not None and a.workers < 1:
         p.error(f"--workers must be at least 1, got {a.workers}")
     try:
-        out = run_jobs(a.jobs, a.out, a.workers, a.partial)
+        spec = _spec(a.jobs)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    try:
+        out = run_jobs(a.jobs, a.out, a.workers, a.partial)
+    except ValueError as e:
+        if "cannot keep the folds' logits" in str(e):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return _failed(e, a, spec)
+    except Exception as e:  # noqa: BLE001 - a broken export file, a lost process, a CUDA error: one line
+        return _failed(e, a, spec)
     doc = json.loads(out.read_text())
     print(f"{out}: {len(doc['runs'])} run(s) on {doc['runs'][0]['device']}, "
           f"{', '.join(str(r['seconds']) + ' s' for r in doc['runs'])}; then run `mrqa af-pool` with the same "

@@ -9,8 +9,11 @@ the exported vectors) runs on the swapped datasets; the answer's own step is nev
 the step text still tells the answer; the swaps are recorded; the whole step is deterministic."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -897,7 +900,8 @@ def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
     """A run stopped part way (here: one seed's fold missing, another's half written, the scores file not
     yet written) goes on from the folds' logits it kept: the folds found are read, not trained again (their
     files untouched), the others trained again, and the logits are those of the run in one go; so are
-    those of each seed's folds trained side by side in processes of their own."""
+    those of each seed's folds trained side by side in processes of their own. A broken export file ends
+    the run with one line saying what to do, in this process and from a pool's worker."""
     seeds = [r["seed"] for r in doc["runs"]]
     files = {p.relative_to(jobs / "partial"): p for p in sorted((jobs / "partial").glob("*/fold-*.npz"))}
     assert sorted({k.parent.name.rsplit("-seed", 1)[1] for k in files}) == sorted(map(str, seeds))
@@ -920,6 +924,16 @@ def _resume_after_a_stop(jobs: Path, doc: dict, af_jobs_main) -> None:
     assert af_jobs_main([str(jobs), "--workers", "1", "--partial", str(elsewhere), "--out", str(out)]) == 0
     assert sorted(p.relative_to(elsewhere) for p in elsewhere.glob("*/fold-*.npz")) == sorted(files)
     assert [r["scores"] for r in json.loads(out.read_text())["runs"]] == [r["scores"] for r in doc["runs"]]
+    broken = jobs.parent / "broken_jobs"                # a broken export file: one line, exit 1, what to do
+    shutil.copytree(jobs, broken, ignore=shutil.ignore_patterns("partial", "scores.json"))
+    (broken / "export" / "image_vectors.parquet").write_bytes(b"PAR1 cut short")
+    for w in ("1", "3"):                                # in this process, and from a process pool's worker
+        with contextlib.redirect_stderr(io.StringIO()) as stderr:
+            assert af_jobs_main([str(broken), "--workers", w]) == 1
+        err = stderr.getvalue().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: training the jobs failed"), err
+        assert "image_vectors.parquet" in err[0] and "run the same command again" in err[0]
+    assert not (broken / "scores.json").exists()
     side_by_side, out = jobs.parent / "fold_jobs", jobs.parent / "f.json"          # more workers than seeds:
     assert af_jobs_main([str(jobs), "--workers", "3", "--partial", str(side_by_side), "--out", str(out)]) == 0
     assert sorted(p.relative_to(side_by_side) for p in side_by_side.glob("*/fold-*.npz")) == sorted(files)
