@@ -296,7 +296,8 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     than runs (a GPU host's cores, or one check seed on 2 cores), each fold of each run is a job of its
     own and the runs then read their folds' logits back (not by default: a process's start and its
     export reading cost more than small models' folds). A run's result does not depend on where it ran,
-    nor on how its folds were shared out (tested)."""
+    nor on how its folds were shared out (tested with tiny models; at larger sizes to the last float32
+    bits, see `out_of_fold_scores`)."""
     import os
 
     from training.af_jobs import fold_numbers
@@ -319,6 +320,55 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
             return [_run(j) for j in jobs]
         log.info("af-pool: %d runs in %d processes", len(jobs), n)
         return spawn_map(_run, jobs, n)
+
+
+def bench_af_folds(task: str = "visual_cloze", seeds: tuple[int, ...] = (0,), size: str = "small",
+                   workers: int | None = None, folds: int = FOLDS, fold_by: str = "split", seed: int = 0,
+                   distractors: str = "ball"):
+    """`mrqa bench af-folds`: the check's GM3C models of the task's AF datasets (af-check's seeds) trained
+    in turn (`--workers 1`: in this process, one run after the other) against each fold a job of its own
+    (`workers` processes, default one per CPU core); yields report lines: each wall time, the ratio, and
+    whether the logits are the same."""
+    import os
+
+    from training.af_jobs import fold_numbers
+    check_fold_by(fold_by, "--fold-by")
+    n = workers or os.cpu_count() or 1
+    if n < 2:
+        raise ValueError("the fold jobs need at least 2 workers: give --workers 2 or more")
+    paths = Paths.from_env().ensure()
+    if not paths.warehouse.exists():
+        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
+    con = connect(paths, read_only=True)
+    try:
+        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
+        if not rows:
+            raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
+                             f"run {_example(task, distractors)} first")
+        ids = [r["dataset_id"] for r in rows]
+        recipe_of = {(d, q): r for d, q, r in con.execute(
+            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        check_seeds = [CHECK_SEED + s for s in seeds]
+        units = len(check_seeds) * len(fold_numbers({"folds": folds, "fold_by": fold_by}))
+        yield (f"{task}: {len(ids)} AF datasets, {len(recipe_of):,} questions; {len(check_seeds)} run(s) of "
+               f"{size} GM3C question-only models, {units} fold jobs at most (--fold-by {fold_by})")
+        t0 = time.perf_counter()
+        one = _runs(con, paths, ids, recipe_of, folds, check_seeds, size, workers=1, fold_by=fold_by)
+        t1 = time.perf_counter()
+        yield f"{'in turn (--workers 1):':28s}{t1 - t0:7.1f} s"
+        w = max(n, len(check_seeds) + 1)                        # above the runs: fold jobs
+        side = _runs(con, paths, ids, recipe_of, folds, check_seeds, size, workers=w, fold_by=fold_by)
+        t2 = time.perf_counter()
+    finally:
+        con.close()
+    pairs = [(a[d][q]["choices"], b[d][q]["choices"]) for a, b in zip(one, side) for d in a for q in a[d]]
+    gap = max(float(np.abs(x - y).max()) for x, y in pairs)
+    agree = float(np.mean([x.argmax() == y.argmax() for x, y in pairs]))
+    yield (f"{f'fold jobs (--workers {w}):':28s}{t2 - t1:7.1f} s   {(t1 - t0) / max(t2 - t1, 1e-9):.2f}x; "
+           + ("the same logits" if gap == 0 else
+              f"logits up to {gap:.1e} apart (MKL rounds a fold trained in another process's memory state in the "
+              f"last bits; MKL_CBWR=AUTO,STRICT makes them equal), the same choice on {100 * agree:.2f}% of "
+              "the questions"))
 
 
 def _run(job: tuple) -> dict:

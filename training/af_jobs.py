@@ -18,7 +18,9 @@ linear and tree probes, the drop): the same datasets, byte for byte.
 `mrqa af-check` splits the same way (its seeds' models; no alternates, nothing to write back).
 
 Each fold's logits are kept as soon as its model is scored (JOBS/partial, or --partial FOLDER): run again
-after a stop, the command goes on from the last fold, with the logits of a run in one go.
+after a stop, the command goes on from the last fold, with the logits of a run in one go (to the last
+float32 bits, which MKL may round otherwise in another process's memory state; MKL_CBWR=AUTO,STRICT makes
+them equal: see `out_of_fold_scores`).
 
 A fingerprint of the jobs (each dataset's content hash, the seeds, the configs and the alternates) is
 written with them and copied into the scores; `--scores-from` refuses scores whose fingerprint is not
@@ -143,7 +145,8 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
     Each fold's logits are kept under `partial` (see partial_dir) as soon as they exist; a run again
     goes on from them, with the logits of a run in one go. With more workers than seeds, each fold of
     each seed is a job of its own (a GPU host's cores train them side by side) and the seeds' logits are
-    then read from the folds kept: the same logits, as each fold's model is seeded by itself."""
+    then read from the folds kept: the same logits, as each fold's model is seeded by itself (to the last
+    float32 bits: see `out_of_fold_scores`)."""
     job_dir = Path(job_dir)
     spec = _spec(job_dir)
     jobs = [(str(job_dir), k, str(partial) if partial else None) for k in range(len(spec["seeds"]))]

@@ -78,7 +78,10 @@ def out_of_fold_scores(export_dir: Path, dataset_ids: list[str], recipe_of: dict
     `checkpoint`: a folder where each fold's logits are written as soon as its model is scored; a later
     call with the same folder skips the folds found there (a fold's file is keyed by everything its model
     depends on but the vectors, which the caller keys the folder by). Each fold's model is seeded by
-    itself, so a run resumed after an interruption gives the logits of a run in one go, byte for byte.
+    itself, so a run resumed after an interruption gives the logits of a run in one go: byte for byte
+    with tiny models (tested); at the small and paper sizes MKL may round a fold trained in another
+    process's memory state differently in the last float32 bits (up to 4e-6 measured), unless the
+    processes run with MKL_CBWR=AUTO,STRICT.
 
     `only_folds`: train (or find) these folds' models only, write their logits to `checkpoint` and return
     {}; several processes can so train one seed's folds side by side, and a call without it then reads

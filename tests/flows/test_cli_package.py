@@ -24,7 +24,8 @@ COMMANDS = {
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
     "bench generate", "bench crawl",
-    "bench report", "bench train", "roles extract", "roles truth", "roles eval", "competence generate",
+    "bench report", "bench train", "bench af-folds", "roles extract", "roles truth", "roles eval",
+    "competence generate",
     "competence evaluate", "competence export"}
 
 
@@ -51,6 +52,9 @@ def test_version_prints_the_installed_version():
     (["datasets", "--format", "xml"], "error: --format must be table or json, got 'xml'"),
     (["train", "--dataset", "d", "--size", "huge"], "error: --size must be paper, small or tiny, got 'huge'"),
     (["bench", "knn", "--data", "cubes"], "error: --data must be recipes or clustered, got 'cubes'"),
+    (["bench", "af-folds", "--task", "textual_cloze"],
+     "error: --task must be visual_cloze, visual_coherence or visual_ordering, got 'textual_cloze'"),
+    (["bench", "af-folds", "--seeds", "a,b"], "error: --seeds must be comma-separated integers, got 'a,b'"),
     (["encoder", "train", "--twins", "merge"], "error: --twins must be none, positive or mask, got 'merge'"),
     (["encoder", "train", "--hard-share", "1.5"], "error: --hard-share must be between 0 and 1"),
     (["pipeline", "--force", "embed", "--force", "bake"],

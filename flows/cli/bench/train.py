@@ -1,4 +1,4 @@
-"""`mrqa bench train`: training examples/s."""
+"""`mrqa bench train`: training examples/s; `mrqa bench af-folds`: the check's models in turn or fold by fold."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Scorer, Size
+from flows.cli.choices import FoldBy, Scorer, Size, VisualTask
 from flows.cli.common import fail
 from flows.cli.train import SIZE_HELP, configs, export_for
 
@@ -37,3 +37,28 @@ def bench_train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_
         fail(str(e))
     for line in bench_train(ds, mc, tc, examples):
         typer.echo(line)
+
+
+@app.command("af-folds")
+def bench_af_folds_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose "
+                                                       "AF datasets the check's models train on."),
+                       seeds: str = typer.Option("0", "--seeds", help="Comma-separated check seeds (af-check's)."),
+                       size: Size = typer.Option(Size.small, "--size", help="The models' size."),
+                       workers: Optional[int] = typer.Option(None, "--workers", min=2, help="Processes of the "
+                                                             "fold jobs (default: one per CPU core)."),
+                       folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
+                       fold_by: FoldBy = typer.Option(FoldBy.split, "--fold-by", help="The check's folds.")):
+    """af-check's GM3C models trained in turn against each fold a process's job (`--workers` above the
+    seeds): wall time, ratio, and whether the logits are the same."""
+    from flows.af_pool import bench_af_folds
+    try:
+        ss = tuple(int(x) for x in seeds.split(",") if x.strip())
+    except ValueError:
+        fail(f"--seeds must be comma-separated integers, got {seeds!r}")
+    if not ss:
+        fail("--seeds needs at least one seed")
+    try:
+        for line in bench_af_folds(task.value, ss, size.value, workers, folds, fold_by.value):
+            typer.echo(line)
+    except ValueError as e:
+        fail(str(e))
