@@ -322,6 +322,27 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
         return spawn_map(_run, jobs, n)
 
 
+def _check_questions(con, task: str, seed: int, distractors: str) -> tuple[list[dict], list[str], dict, dict]:
+    """The task's AF datasets with questions (af-check's and its bench's): their rows, ids, and each
+    question's recipe and split ((dataset_id, qid) -> ...); ValueError saying what to generate when there
+    are none."""
+    rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
+    if not rows:
+        raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
+                         f"run {_example(task, distractors)} first")
+    ids = [r["dataset_id"] for r in rows]
+    qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
+                        "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+    return rows, ids, {(d, q): r for d, q, r, _ in qrows}, {(d, q): sp for d, q, _, sp in qrows}
+
+
+def _read_warehouse(paths: Paths):
+    """A read-only connection to the warehouse; ValueError saying what to run when there is none."""
+    if not paths.warehouse.exists():
+        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
+    return connect(paths, read_only=True)
+
+
 def bench_af_folds(task: str = "visual_cloze", seeds: tuple[int, ...] = (0,), size: str = "small",
                    workers: int | None = None, folds: int = FOLDS, fold_by: str = "split", seed: int = 0,
                    distractors: str = "ball"):
@@ -337,17 +358,9 @@ def bench_af_folds(task: str = "visual_cloze", seeds: tuple[int, ...] = (0,), si
     if n < 2:
         raise ValueError("the fold jobs need at least 2 workers: give --workers 2 or more")
     paths = Paths.from_env().ensure()
-    if not paths.warehouse.exists():
-        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
-    con = connect(paths, read_only=True)
+    con = _read_warehouse(paths)
     try:
-        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
-        if not rows:
-            raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
-                             f"run {_example(task, distractors)} first")
-        ids = [r["dataset_id"] for r in rows]
-        recipe_of = {(d, q): r for d, q, r in con.execute(
-            "SELECT dataset_id, qid, recipe_id FROM questions WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        _rows, ids, recipe_of, _splits = _check_questions(con, task, seed, distractors)
         check_seeds = [CHECK_SEED + s for s in seeds]
         units = len(check_seeds) * len(fold_numbers({"folds": folds, "fold_by": fold_by}))
         yield (f"{task}: {len(ids)} AF datasets, {len(recipe_of):,} questions; {len(check_seeds)} run(s) of "
@@ -404,19 +417,9 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         raise ValueError("--seeds needs at least one seed")
     check_fold_by(fold_by, "--fold-by")
     offload = _offload(task, 0, False, jobs_out, scores_from)
-    if not paths.warehouse.exists():
-        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
-    con = connect(paths, read_only=True)
+    con = _read_warehouse(paths)
     try:
-        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
-        if not rows:
-            raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
-                             f"run {_example(task, distractors)} first")
-        ids = [r["dataset_id"] for r in rows]
-        qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
-                            "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
-        recipe_of = {(d, q): r for d, q, r, _ in qrows}
-        split_of = {(d, q): sp for d, q, _, sp in qrows}
+        rows, ids, recipe_of, split_of = _check_questions(con, task, seed, distractors)
         check_seeds = [CHECK_SEED + s for s in seeds]
         trained = (_offloaded(con, paths, ids, recipe_of, check_seeds, {"folds": folds, "size": size,
                                                                          "fold_by": fold_by}, None, None, offload)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst, VisualTask
-from flows.cli.common import echo_json, fail, run_flow, wait_option
+from flows.cli.common import echo_json, fail, parse_seeds, run_flow, wait_option
 
 ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
                  "512 wide: a GPU's work, which reads a few points more) or tiny.")
@@ -162,12 +162,7 @@ def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--tas
     interval, and split by split. Read-only unless --record. The test split of one export holds 90-200
     questions per setting; this reads all."""
     from flows.af_pool import af_check_flow
-    try:
-        ss = tuple(int(x) for x in seeds.split(",") if x.strip())
-    except ValueError:
-        fail(f"--seeds must be comma-separated integers, got {seeds!r}")
-    if not ss:
-        fail("--seeds needs at least one seed")
+    ss = parse_seeds(seeds)
     try:
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
                        distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value,

@@ -29,6 +29,17 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def parse_seeds(seeds: str) -> tuple[int, ...]:
+    """`--seeds "0,1,2"` as integers; one `error:` line (rc 2) when it is not a non-empty list of them."""
+    try:
+        out = tuple(int(x) for x in seeds.split(",") if x.strip())
+    except ValueError:
+        fail(f"--seeds must be comma-separated integers, got {seeds!r}")
+    if not out:
+        fail("--seeds needs at least one seed")
+    return out
+
+
 def one_of(values) -> str:
     """'a, b or c': the allowed values as an error message lists them."""
     values = [str(v) for v in values]

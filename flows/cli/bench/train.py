@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import FoldBy, Scorer, Size, VisualTask
-from flows.cli.common import fail
+from flows.cli.common import fail, parse_seeds
 from flows.cli.train import SIZE_HELP, configs, export_for
 
 app = typer.Typer()
@@ -51,12 +51,7 @@ def bench_af_folds_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, 
     """af-check's GM3C models trained in turn against each fold a process's job (`--workers` above the
     seeds): wall time, ratio, and whether the logits are the same."""
     from flows.af_pool import bench_af_folds
-    try:
-        ss = tuple(int(x) for x in seeds.split(",") if x.strip())
-    except ValueError:
-        fail(f"--seeds must be comma-separated integers, got {seeds!r}")
-    if not ss:
-        fail("--seeds needs at least one seed")
+    ss = parse_seeds(seeds)
     try:
         for line in bench_af_folds(task.value, ss, size.value, workers, folds, fold_by.value):
             typer.echo(line)
