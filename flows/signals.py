@@ -16,6 +16,10 @@ signal independently of which Python handler is installed (CPython's C-level han
 number to the wakeup fd before any Python handler runs) and, `BACKSTOP_S` after a SIGTERM or SIGINT that
 has not ended the process, ends the descendants and exits itself.
 
+A signal's exception that lands in a finalizer (Prefect's `TerminationSignal` inside a garbage-collected
+asyncio transport's `__del__`) would be printed as "Exception ignored in ..." with a traceback while the
+process ends as it should; the CLI drops those, and prints every other such exception.
+
 A SIGKILL cannot be caught; after one, the temporary server has to be stopped by hand.
 """
 from __future__ import annotations
@@ -42,6 +46,18 @@ def stop_children_on_signals(signals=(signal.SIGTERM, signal.SIGINT), grace_s: f
     for sig in signals:
         signal.signal(sig, handler)
     _start_backstop(signals, grace_s, backstop_s)
+    sys.unraisablehook = _quiet_signal_unraisable
+
+
+def _quiet_signal_unraisable(info, _default=sys.unraisablehook) -> None:
+    """A signal's exception raised inside a finalizer (Prefect's engine raises `TerminationSignal` from
+    its SIGTERM handler, and a garbage-collected asyncio transport's `__del__` may be what runs then)
+    cannot propagate, so Python prints it as "Exception ignored in ..." with a traceback, while the
+    process is ending as it should. Those are dropped; every other unraisable exception is printed."""
+    exc = info.exc_value
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)) or type(exc).__name__ == "TerminationSignal":
+        return
+    _default(info)
 
 
 def _stop(signum: int, n: int, how: str) -> None:

@@ -66,3 +66,29 @@ def test_a_forked_childs_sigterm_does_not_end_the_parent():
     """)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "parent alive, child exit 143" in res.stdout
+
+
+def test_a_signal_raised_in_a_finalizer_prints_no_traceback():
+    """Prefect's SIGTERM handler raises TerminationSignal wherever the main thread is, a finalizer
+    (`__del__`) included; Python then prints "Exception ignored in ..." and a traceback while the CLI
+    ends as it should. The CLI drops those, and still prints any other exception of a finalizer."""
+    res = _run("""
+        import gc
+        from flows.signals import stop_children_on_signals
+        stop_children_on_signals(backstop_s=30.0)
+        class TerminationSignal(BaseException):          # prefect.exceptions' name for it
+            pass
+        class Raises:
+            def __init__(self, exc):
+                self.exc = exc
+            def __del__(self):
+                raise self.exc
+        Raises(TerminationSignal("SIGTERM"))
+        Raises(KeyboardInterrupt())
+        gc.collect()
+        print("alive")
+        Raises(ValueError("a real bug in a finalizer"))
+    """)
+    assert res.returncode == 0 and res.stdout.strip() == "alive", res.stderr[-2000:]
+    assert "TerminationSignal" not in res.stderr and "KeyboardInterrupt" not in res.stderr
+    assert res.stderr.count("Traceback") == 1 and "a real bug in a finalizer" in res.stderr, res.stderr
