@@ -44,6 +44,10 @@ SCORES = "scores.json"
 PARTIAL = "partial"
 
 
+class PartialNotWritable(ValueError):
+    """The --partial folder cannot be written: refused before any training."""
+
+
 def fingerprint(datasets: list[tuple[str, str]], seeds: list[int], kw: dict, alternates: dict | None) -> str:
     """sha256 of what a pass's models depend on: the datasets (id, content hash), the models' seeds and
     configs, and each question's alternates (the recipes and vectors follow from these)."""
@@ -155,7 +159,7 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
         try:
             where.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ValueError(f"cannot keep the folds' logits in {where} ({e.strerror or e}): give --partial "
+            raise PartialNotWritable(f"cannot keep the folds' logits in {where} ({e.strerror or e}): give --partial "
                              "FOLDER on a writable disk") from None
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
@@ -205,7 +209,7 @@ def _failed(e: BaseException, a: argparse.Namespace, spec: dict) -> int:
     """What a training that failed part way says: the error in one line, and where the folds it finished
     are kept, so that the same command goes on from them once the cause is fixed."""
     kept = Path(a.partial or Path(a.jobs) / PARTIAL)
-    n = len(list(kept.glob(f"{spec['fingerprint'][:16]}-seed*/fold-*.npz")))
+    n = sum(len(list(partial_dir(a.jobs, spec, k, a.partial).glob("fold-*.npz"))) for k in range(len(spec["seeds"])))
     msg = " ".join(str(e).split())
     print(f"error: training the jobs failed: {type(e).__name__}: {msg[:300]}; {n} fold(s) done are kept in "
           f"{kept}: fix the cause and run the same command again to go on from them", file=sys.stderr)
@@ -232,11 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         out = run_jobs(a.jobs, a.out, a.workers, a.partial)
-    except ValueError as e:
-        if "cannot keep the folds' logits" in str(e):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return _failed(e, a, spec)
+    except PartialNotWritable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - a broken export file, a lost process, a CUDA error: one line
         return _failed(e, a, spec)
     doc = json.loads(out.read_text())
