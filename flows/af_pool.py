@@ -91,8 +91,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     check_fold_by(fold_by, "--fold-by")
     text = task == "textual_cloze"
     if text and (rounds or not tree):
-        raise ValueError("textual cloze has no GM3C adversary (it reads images): its drop is the tree probe's and, "
-                         "with --linear, the linear probe's; run it with --rounds 0 --tree")
+        raise ValueError("textual cloze has no GM3C adversary in the pooled step (`mrqa af-check --task "
+                         "textual_cloze` measures one): its drop is the tree probe's and, with --linear, the "
+                         "linear probe's; run it with --rounds 0 --tree")
     first = ("movable" if task == "visual_ordering" else "confident") if swap_first == "auto" else swap_first
     if first not in SWAP_FIRST:
         raise ValueError(f"--swap-first must be one of auto, {', '.join(SWAP_FIRST)}, got {swap_first!r}")
@@ -260,7 +261,8 @@ def _offload(task: str, rounds: int, fresh_drop: bool, jobs_out: str | None, sco
     if jobs_out and scores_from:
         raise ValueError("--jobs-out writes the pass's jobs and --scores-from reads their scores: give one of them")
     if task == "textual_cloze":
-        raise ValueError("textual cloze has no GM3C adversary: --jobs-out and --scores-from do not apply")
+        raise ValueError("textual cloze's GM3C models train in minutes on a CPU and are not moved to another "
+                         "machine: run without --jobs-out / --scores-from")
     if rounds + bool(fresh_drop) > 1:
         raise ValueError("--jobs-out / --scores-from move one GM3C pass to another machine: run with --rounds 1 "
                          "(without --fresh-drop) or --rounds 0; a further pass needs the swaps of the one before")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from training.config import SCORERS, SIZES, TEXT_FEATURES, VISUAL_TASKS
+from training.config import READER_TASKS, SCORERS, SIZES, TEXT_FEATURES, VISUAL_TASKS
 
 TaskName = Literal["visual_cloze", "visual_coherence", "visual_ordering", "textual_cloze"]  # knobs.TASKS
 K3Mode = Literal["off", "coin", "all", "balanced"]                              # knobs.K3_MODES
@@ -21,3 +21,4 @@ Scorer = Literal[SCORERS]
 TextFeatures = Literal[TEXT_FEATURES]
 ModelSize = Literal[SIZES]
 VisualTask = Literal[VISUAL_TASKS]
+ReaderTask = Literal[READER_TASKS]

@@ -10,7 +10,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
-from flows.params import ModelSize, Scorer, TextFeatures, VisualTask
+from flows.params import ModelSize, ReaderTask, Scorer, TextFeatures
 from flows.tasks import run_task
 from training.config import ModelConfig, TrainConfig, resolve_configs
 
@@ -35,7 +35,7 @@ def train_flow(export_dir: str, dataset_id: str, scorer: Scorer = "transformer",
 
 
 @flow(name="sweep")
-def sweep_flow(export_dir: str, out_dir: str, scorers: list[Scorer], tasks: list[VisualTask],
+def sweep_flow(export_dir: str, out_dir: str, scorers: list[Scorer], tasks: list[ReaderTask],
                knobs: list[str] | None = None, text_features: TextFeatures = "tokens", tiny: bool = False,
                overrides: dict | None = None, size: ModelSize | None = None) -> dict:
     """scorers x knob settings x tasks (training.sweep); returns the summary table."""

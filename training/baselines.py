@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from features.diagnostics.hasty import cloze_distances, coherence_distances, hasty_student, ordering_distances
+from training.config import CLOZE_TASKS
 from training.data import QADataset
 
 
@@ -33,7 +34,7 @@ def hasty_student_picks(ds: QADataset, split: str = "test") -> np.ndarray:
     from queries 0 and 1; ordering = the queries are the candidate orderings."""
     sp = ds.splits[split]
     q = ds.images[torch.as_tensor(sp.query)].numpy()           # (Q, C, M, d)
-    if ds.task == "visual_cloze":
+    if ds.task in CLOZE_TASKS:          # textual cloze: the items are the titles' vectors
         p = _placeholder_column(sp.query)
         rows = np.arange(len(sp))
         choices = q[rows, :, p]                                    # (Q, 4, d)
@@ -55,14 +56,15 @@ def hasty_student_accuracy(ds: QADataset, split: str = "test") -> float:
 
 def step_text_match_accuracy(ds: QADataset, split: str = "test",
                              ctx_rows: np.ndarray | None = None) -> dict[str, float]:
-    """A recipe-reading reference for visual cloze, the counterpart of Hasty Student (which never
-    reads the recipe): pick the choice image most similar (cosine, the encoder's shared image-text
-    space) to the recipe's step texts. `placeholder_step` compares with the text of the step the
-    placeholder stands for (an oracle alignment no model is given); `any_step` with the best-matching
-    step of the recipe (no oracle). Needs step-text vectors (`text_features="vectors"`); `ctx_rows`
-    substitutes other recipes' steps (`training.data.foreign_context_rows`)."""
-    if ds.task != "visual_cloze" or ds.text_features != "vectors":
-        raise ValueError("the step-text match needs a visual_cloze dataset loaded with text_features='vectors'")
+    """A recipe-reading reference for cloze, the counterpart of Hasty Student (which never reads the
+    recipe): pick the choice most similar (cosine, the encoder's shared image-text space) to the
+    recipe's steps: for visual cloze a choice image against the step texts, for textual cloze a choice
+    title against the steps' photos. `placeholder_step` compares with the step the placeholder stands
+    for (an oracle alignment no model is given); `any_step` with the best-matching step of the recipe
+    (no oracle). Needs context vectors (`text_features="vectors"`); `ctx_rows` substitutes other
+    recipes' steps (`training.data.foreign_context_rows`)."""
+    if ds.task not in CLOZE_TASKS or ds.text_features != "vectors":
+        raise ValueError("the step-text match needs a cloze dataset loaded with text_features='vectors'")
     sp = ds.splits[split]
     rows = torch.as_tensor(sp.recipe_row if ctx_rows is None else ctx_rows)
     place = _placeholder_column(sp.query)
@@ -89,7 +91,7 @@ def reference_scores(ds: QADataset, split: str = "test") -> dict:
     res = {"dataset_id": ds.dataset_id, "task": ds.task, "split": split, "n": len(sp),
            "chance": round(1 / sp.query.shape[1], 4),
            "hasty_student": round(hasty_student_accuracy(ds, split), 4)}
-    if ds.task == "visual_cloze":
+    if ds.task in CLOZE_TASKS:
         match = step_text_match_accuracy(ds, split)
         res["step_text_match"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in match.items()}
         foreign = step_text_match_accuracy(ds, split, foreign_context_rows(sp.recipe_row)[0])

@@ -13,6 +13,10 @@ from etl.config import SEED_MAX
 SCORERS = ("transformer", "bidaf", "impatient", "question_only")   # the allowed `ModelConfig.scorer` names
 TEXT_FEATURES = ("tokens", "vectors")
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
+# the tasks the trainer reads: the visual ones (items = images, context = the step texts) and textual cloze
+# (items = step titles, context = the steps' images: RecipeQA's textual cloze, training/data.py)
+READER_TASKS = (*VISUAL_TASKS, "textual_cloze")
+CLOZE_TASKS = ("visual_cloze", "textual_cloze")
 
 
 @dataclass

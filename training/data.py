@@ -11,6 +11,14 @@ with @placeholder replaced by the choice; coherence = the question minus the cho
 ordering = the choice's image sequence. Image vectors come from OUT/image_vectors.parquet (export
 --with-vectors) or, when absent, from LanceDB (features.vectors.store). Questions whose images have no
 vector are dropped and counted in `dropped` (never silently).
+
+Textual cloze (RecipeQA's: the question is the step titles with one @placeholder, the choices are
+titles, the context is the recipe's step **images**) is read the same way with the modalities swapped:
+the query items are the title vectors of the question's and choices' steps (their item ids are in the
+provenance, `question_items` / `choice_items`), and each context step is the normalised mean of its
+images' vectors (a step without an image vector is a zero row). Both live in the encoder's joint
+space, so the readers' step alignment compares a title with the steps' photos. It needs
+`text_features="vectors"` (the context is vectors); `text_source` says "images".
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ import numpy as np
 import torch
 
 from etl.config import sql_path
-from training.config import VISUAL_TASKS
+from training.config import CLOZE_TASKS, READER_TASKS
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
@@ -120,7 +128,8 @@ def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
                            "`mrqa export --all --with-vectors`")
     glob = (qdir / "**" / "*.parquet").as_posix()
     cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
-                      f"question_step_ids, encoder_id FROM read_parquet({sql_path(glob)}, hive_partitioning = true) "
+                      f"question_step_ids, encoder_id, CASE WHEN task = 'textual_cloze' THEN provenance END "
+                      f"AS provenance FROM read_parquet({sql_path(glob)}, hive_partitioning = true) "
                       f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -206,6 +215,51 @@ def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None
     return dict(zip(ids, np.asarray(mat, dtype=np.float32)))
 
 
+def _title_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
+    """Step-title vectors keyed by their item id ("<recipe_id>_<step_idx>_title", the id textual cloze's
+    provenance names): the export's (`mrqa export --with-vectors`), else the feature store's."""
+    f = export_dir / "text_vectors.parquet"
+    if f.exists():
+        ids, fields, mat = _parquet_vectors(con, f, "item_id", encoder_id, "field")
+        got = {i: v for i, field, v in zip(ids, fields, mat) if field == "title"}
+        if got:
+            return got
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(lance_uri).text_vectors(encoder_id, "title")
+    if not len(ids):
+        raise DatasetError(f"no step-title vectors for encoder {encoder_id}: export with --with-vectors "
+                           "or point MRQA_HOME at the feature store that made the dataset")
+    return dict(zip(ids, np.asarray(mat, dtype=np.float32)))
+
+
+def _step_image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[tuple, np.ndarray]:
+    """Each step's image vector, the normalised mean of its images' vectors (in image id order), keyed by
+    (recipe_id, step_idx): the context textual cloze reads. From the export's image_vectors.parquet, else
+    the feature store."""
+    f = export_dir / "image_vectors.parquet"
+    tbl = None
+    if f.exists():
+        tbl = con.sql(f"SELECT image_id AS id, recipe_id, step_idx, vector FROM read_parquet({sql_path(f)}) "
+                      "WHERE encoder_id = $enc ORDER BY image_id", params={"enc": encoder_id}).to_arrow_table()
+    if tbl is None or not tbl.num_rows:
+        from features.vectors.store import FeatureStore
+        tbl = FeatureStore(lance_uri).image_rows(encoder_id)
+    if not tbl.num_rows:
+        raise DatasetError(f"no image vectors for encoder {encoder_id}: export with --with-vectors "
+                           "or point MRQA_HOME at the feature store that made the dataset")
+    from features.vectors.store import vectors_matrix
+    mat = vectors_matrix(tbl["vector"])
+    keys = list(zip(tbl["recipe_id"].to_pylist(), tbl["step_idx"].to_pylist()))
+    rows: dict[tuple, list[int]] = {}
+    for k, key in enumerate(keys):
+        rows.setdefault((key[0], int(key[1])), []).append(k)
+    out = {}
+    for key, ks in rows.items():
+        v = mat[ks].mean(0, dtype=np.float64)
+        out[key] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+    return out
+
+
 def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
     """Step-text vectors keyed by (recipe_id, step_idx), and where they came from: the step bodies of
     the export (`mrqa export --with-vectors`, "export:body"), else of the feature store ("store:body";
@@ -247,6 +301,14 @@ def build_vocab(texts: list[str], min_freq: int, max_size: int) -> list[str]:
 
 def _queries(task: str, r: dict) -> list[list[str]]:
     q, choices = list(r["question"]), list(r["choice_list"])
+    if task == "textual_cloze":      # item ids of the titles: the provenance's, the placeholder's by each choice's
+        prov = json.loads(r["provenance"] or "{}")
+        items, picks = prov.get("question_items"), prov.get("choice_items")
+        if not items or not picks or len(items) != len(q) or len(picks) != len(choices):
+            raise DatasetError(f"textual cloze question {r['qid']} has no title item ids in its provenance "
+                               "(question_items / choice_items); generate it again with this version")
+        p = q.index(PLACEHOLDER)
+        return [items[:p] + [c] + items[p + 1:] for c in picks]
     if task == "visual_cloze":
         return [[c if x == PLACEHOLDER else x for x in q] for c in choices]
     if task == "visual_coherence":
@@ -277,9 +339,12 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
     con = duckdb.connect()
     rows = _questions(con, export_dir, dataset_id)
     task, encoder_id = rows[0]["task"], rows[0]["encoder_id"]
-    if task not in VISUAL_TASKS:
-        raise DatasetError(f"task {task} is not supported by the trainer (visual tasks only: "
-                           f"{', '.join(VISUAL_TASKS)})")
+    if task not in READER_TASKS:
+        raise DatasetError(f"task {task} is not supported by the trainer (it reads: {', '.join(READER_TASKS)})")
+    textual = task == "textual_cloze"
+    if textual and text_features != "vectors":
+        raise DatasetError("textual cloze reads the recipe's step images as its context, as vectors: "
+                           "use --text-features vectors")
     d_hash = dataset_hash(rows)
     steps_f = export_dir / "steps.parquet"
     if not steps_f.exists():
@@ -291,7 +356,8 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
             "ORDER BY recipe_id, step_idx").fetchall():
         steps.setdefault(rid, []).append((idx, title or "", body or ""))
         split_of[rid] = split
-    image_vecs = _image_vectors(con, export_dir, encoder_id, lance_uri)
+    # the query items: images, or for textual cloze the step titles (module docstring)
+    image_vecs = (_title_vectors if textual else _image_vectors)(con, export_dir, encoder_id, lance_uri)
 
     used = sorted({r["recipe_id"] for r in rows})
     missing = [rid for rid in used if rid not in steps]
@@ -301,7 +367,16 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
     n_steps = [min(len(steps[rid]), max_steps) for rid in used]
     s_max = max(n_steps)
     text_source = "tokens"
-    if text_features == "tokens":
+    if textual:                       # the context: each step's photos
+        svec = _step_image_vectors(con, export_dir, encoder_id, lance_uri)
+        ctx = torch.zeros(len(used), s_max, len(next(iter(svec.values()))))
+        for rid in used:
+            for s, (idx, _, _) in enumerate(steps[rid][:max_steps]):
+                v = svec.get((rid, idx))
+                if v is not None:
+                    ctx[rrow[rid], s] = torch.from_numpy(v)
+        vocab, text_source = None, "images"
+    elif text_features == "tokens":
         if vocab is None:
             vocab = build_vocab([f"{t} {b}" for rid, st in steps.items() if split_of[rid] == "train"
                                  for _, t, b in st], min_token_freq, max_vocab)
@@ -324,7 +399,8 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
     else:
         raise DatasetError("text features must be tokens or vectors")
 
-    img_ids = sorted({i for r in rows for q in _queries(task, r) for i in q if i in image_vecs})
+    queries_of = [_queries(task, r) for r in rows]
+    img_ids = sorted({i for qs in queries_of for q in qs for i in q if i in image_vecs})
     img_row = {iid: k + 1 for k, iid in enumerate(img_ids)}
     dim = len(next(iter(image_vecs.values())))
     images = torch.zeros(len(img_ids) + 1, dim)
@@ -333,13 +409,12 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
 
     by_split: dict[str, list] = {}
     dropped: dict[str, int] = {}
-    for r in rows:
-        queries = _queries(task, r)
+    for r, queries in zip(rows, queries_of):
         if any(i not in img_row for q in queries for i in q):
             dropped["missing_image_vector"] = dropped.get("missing_image_vector", 0) + 1
             continue
         target = -1
-        if task == "visual_cloze":
+        if task in CLOZE_TASKS:
             p = list(r["question"]).index(PLACEHOLDER)
             step = int(r["question_step_ids"][p])
             pos = [i for i, (idx, _, _) in enumerate(steps[r["recipe_id"]][:max_steps]) if idx == step]
@@ -359,6 +434,7 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
         splits[name] = Split([it[0] for it in items], np.array([it[1] for it in items], np.int64), query,
                              np.array([it[3] for it in items], np.int64), np.array([it[4] for it in items], np.int64))
     if dropped.get("missing_image_vector"):
-        log.warning("%s: dropped %d questions whose images have no vector", dataset_id, dropped["missing_image_vector"])
+        log.warning("%s: dropped %d questions whose %s have no vector", dataset_id, dropped["missing_image_vector"],
+                    "titles" if textual else "images")
     return QADataset(dataset_id, task, encoder_id, d_hash, text_features, splits, images, ctx,
                      torch.tensor(n_steps), vocab, knobs=rows[0]["knobs"], dropped=dropped, text_source=text_source)

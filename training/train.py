@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.config import SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
+from training.config import CLOZE_TASKS, SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
 from training.data import DatasetError, QADataset, foreign_context_rows, load_for_training, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
 from training.model import ALIGN_WIDTH, GM3C
@@ -369,7 +369,7 @@ def _train_run(export_dir, dataset_id, model_cfg, cfg, runs_dir, record, ds, sta
         return {"run_id": run_id, "rank": d.rank, "world_size": d.world, "val_acc": res["best_val_acc"]}
     test_split = "test" if "test" in ds.splits else "val"
     test = evaluate(model, ds, test_split, device, amp=cfg.amp,
-                    attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+                    attention=model.cfg.scorer == "transformer" and ds.task in CLOZE_TASKS)
     ablation = context_ablation(model, ds, test_split, device, test["accuracy"], amp=cfg.amp)
     hasty = hasty_student_accuracy(ds, test_split)
     metrics = {"run_id": run_id, **data_meta(ds), "scorer": model.cfg.scorer, "device": str(device),
@@ -426,7 +426,7 @@ def evaluate_run(run: str, export_dir: Path, dataset_id: str, split: str = "test
     dev = pick_device(TrainConfig(device=device))
     model.to(dev)
     res = evaluate(model, ds, split, dev, amp=tc.get("amp", True),
-                   attention=model.cfg.scorer == "transformer" and ds.task == "visual_cloze")
+                   attention=model.cfg.scorer == "transformer" and ds.task in CLOZE_TASKS)
     res["context_ablation"] = context_ablation(model, ds, split, dev, res["accuracy"], amp=tc.get("amp", True))
     return {"run": run, "dataset_id": dataset_id, "task": ds.task, "split": split,
             "qids": ds.splits[split].qids, **res}

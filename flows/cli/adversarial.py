@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst, VisualTask
+from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst
 from flows.cli.common import echo_json, fail, parse_seeds, run_flow, wait_option
 
 ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
@@ -131,8 +131,9 @@ def _jobs_written(res: dict) -> bool:
 
 
 @app.command("af-check")
-def af_check_cmd(task: VisualTask = typer.Option(VisualTask.visual_cloze, "--task", help="The task whose AF "
-                                                 "datasets are checked."),
+def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help="The task whose AF "
+                                             "datasets are checked (textual cloze: GM3C question-only on the "
+                                             "titles' vectors)."),
                  seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds of the check's "
                                            "models (each its own fold split, apart from the adversary's)."),
                  folds: int = typer.Option(4, "--folds", help="Folds of recipes."),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from etl.splits import SPLITS
-from training.config import SCORERS, SIZES, TEXT_FEATURES, VISUAL_TASKS
+from training.config import READER_TASKS, SCORERS, SIZES, TEXT_FEATURES, VISUAL_TASKS
 
 
 def choices(name: str, values) -> type[StrEnum]:
@@ -21,6 +21,7 @@ def choices(name: str, values) -> type[StrEnum]:
 
 Task = choices("Task", (*VISUAL_TASKS, "textual_cloze"))         # features.datasets.knobs.TASKS
 VisualTask = choices("VisualTask", VISUAL_TASKS)
+ReaderTask = choices("ReaderTask", READER_TASKS)                # the tasks the trainer reads (mrqa sweep)
 AfTask = choices("AfTask", (*VISUAL_TASKS, "textual_cloze"))   # flows.af_pool.af_pool_flow (textual cloze: trees)
 K3Mode = choices("K3Mode", ("coin", "all", "balanced"))        # knobs.K3_MODES but "off" (= knob 3 at 0)
 Scorer = choices("Scorer", SCORERS)

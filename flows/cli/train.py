@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import Scorer, Size, Split, TextFeatures, VisualTask
+from flows.cli.choices import ReaderTask, Scorer, Size, Split, TextFeatures, VisualTask
 from flows.cli.common import check_out_path, echo_json, fail, parse_choices, wait_option
 
 app = typer.Typer()
@@ -142,7 +142,9 @@ def baselines_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id
 @app.command("sweep")
 def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scorers",
                                           help=f"Comma list of scorers ({', '.join(Scorer)})."),
-              tasks: str = typer.Option(",".join(VisualTask), "--tasks", help="Comma list of visual tasks."),
+              tasks: str = typer.Option(",".join(VisualTask), "--tasks", help="Comma list of tasks "
+                                        f"({', '.join(ReaderTask)}; textual_cloze reads the steps' photos "
+                                        "and needs --text-features vectors)."),
               knobs: Optional[str] = typer.Option(None, "--knobs", help="Comma list of knob labels "
                                                   "(e.g. recipeqa,0-1-0); default all."),
               text_features: TextFeatures = typer.Option(TextFeatures.tokens, "--text-features",
@@ -171,7 +173,9 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     """Train scorers x knob settings x tasks; write accuracy.parquet, accuracy.md and accuracy.png."""
     from etl.config import Paths
     sc = parse_choices("--scorers", scorers, Scorer)
-    task_list = parse_choices("--tasks", tasks, VisualTask)
+    task_list = parse_choices("--tasks", tasks, ReaderTask)
+    if "textual_cloze" in task_list and text_features.value != "vectors":
+        fail("--tasks textual_cloze needs --text-features vectors (its context is the steps' photos, as vectors)")
     if out is not None:
         out = check_out_path("--out", out)
     if pooled and text_features.value != "vectors":

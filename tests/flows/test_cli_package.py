@@ -78,8 +78,11 @@ def test_help_lists_the_choices():
 def test_comma_lists_are_checked_against_the_choices(tmp_path):
     r = CliRunner().invoke(app, ["sweep", "--scorers", "bidaf,nope", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--scorers must be a comma-separated list of transformer" in r.output
-    r = CliRunner().invoke(app, ["sweep", "--tasks", "textual_cloze", "--out", str(tmp_path)])
+    r = CliRunner().invoke(app, ["sweep", "--tasks", "visual_cloze,cloze", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--tasks must be a comma-separated list of visual_cloze" in r.output
+    assert "textual_cloze" in r.output          # the readers read textual cloze too
+    r = CliRunner().invoke(app, ["sweep", "--tasks", "textual_cloze", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "--tasks textual_cloze needs --text-features vectors" in r.output
     assert list(tmp_path.iterdir()) == []
 
 
@@ -89,8 +92,9 @@ def test_choice_sets_match_the_library():
     from flows.cli import choices as c
     from flows.pipeline import STAGES
     from training.af_pooled import FLOOR_BY, FOLD_BY
-    from training.config import SCORERS, SIZES, TEXT_FEATURES
+    from training.config import READER_TASKS, SCORERS, SIZES, TEXT_FEATURES
     assert tuple(c.Task) == TASKS
+    assert set(c.ReaderTask) <= set(TASKS) and tuple(c.ReaderTask) == READER_TASKS
     assert tuple(c.FloorBy) == FLOOR_BY
     assert tuple(c.FoldBy) == FOLD_BY
     assert tuple(c.K3Mode) == tuple(m for m in K3_MODES if m != "off")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 TOY_SETTINGS = [("visual_cloze", "recipeqa"), ("visual_cloze", (0, 0, 0)), ("visual_coherence", (0, 0, 0)),
-                ("visual_ordering", (0, 0, 0))]
+                ("visual_ordering", (0, 0, 0)), ("textual_cloze", (0, 1, 0))]
 
 
 @pytest.fixture(scope="session")

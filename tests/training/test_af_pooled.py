@@ -787,11 +787,13 @@ def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
 
 
 def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_factory):
-    """`af-pool --task textual_cloze --rounds 0 --tree [--linear]`: GM3C reads images, so the drop is the
-    tree probe's list and the linear probe's, in turn, within the floor; swap rounds or no trees are
-    refused; the params say which adversary decided."""
+    """`af-pool --task textual_cloze --rounds 0 --tree [--linear]`: the pooled step has no GM3C adversary
+    for textual cloze, so the drop is the tree probe's list and the linear probe's, in turn, within the
+    floor; swap rounds or no trees are refused; the params say which adversary decided. `af-check --task
+    textual_cloze` then reads every kept question with GM3C question-only on the titles' vectors, and
+    writes nothing."""
     from features.datasets.af_pooled import af_datasets
-    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _tree_oof, af_pool_flow
+    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _tree_oof, af_check_flow, af_pool_flow
     tc = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 1)),
           ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 0, 0))]
     with synthetic_home(tmp_path_factory, "af_pool_text", n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
@@ -826,6 +828,20 @@ def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_fac
                 assert step["adversary"].startswith("the tree probe") and step["tree"] is True
                 assert step["drop_order"] == "the tree's list, then in turn with the linear probe's"
             assert any(r["dropped"] for r in res["datasets"]), "the synthetic world leaves the trees something"
+            before = con.execute("SELECT dataset_id, content_sha256, n_questions FROM datasets ORDER BY 1").fetchall()
+            kept = {r["dataset_id"]: r["kept"] for r in res["datasets"]}
+        finally:
+            con.close()
+        check = af_check_flow.fn(task="textual_cloze", seeds=(0,), folds=2, size="tiny", workers=1)
+        assert check["task"] == "textual_cloze" and check["datasets"]
+        for r in check["datasets"]:
+            assert r["n"] == kept[r["dataset_id"]] and 0 <= r["accuracy"] <= 1
+            assert r["ci"][0] <= r["accuracy"] <= r["ci"][1] and sum(v["n"] for v in r["by_split"].values()) == r["n"]
+            assert 0 <= r["tree"]["accuracy"] <= 1
+        con = duckdb.connect(str(paths.warehouse), read_only=True)
+        try:
+            assert con.execute("SELECT dataset_id, content_sha256, n_questions FROM datasets ORDER BY 1"
+                               ).fetchall() == before                     # the check is read-only
         finally:
             con.close()
 

@@ -90,3 +90,57 @@ def test_an_export_with_vectors_loads_without_lancedb(toy_home):
             "print(ds.text_source, sorted(m for m in ('lancedb', 'lance', 'pydantic') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["export:body", "[]"]
+
+
+def test_textual_cloze_reads_titles_as_items_and_the_steps_photos_as_context(toy_home):
+    """RecipeQA's textual cloze: the query items are the titles (the provenance's item ids) with the
+    placeholder's taken by each choice, and each context step is the normalised mean of its photos."""
+    import json
+
+    import duckdb
+
+    from features.vectors.store import FeatureStore
+    did = toy_home["ids"][("textual_cloze", "0-1-0")]
+    ds = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12)
+    assert ds.task == "textual_cloze" and ds.text_source == "images" and ds.vocab is None
+    assert ds.text_dim == ds.image_dim == 32
+    sp = ds.splits["train"]
+    assert len(sp) > 20 and sp.query.shape[1:] == (4, 4) and (sp.query > 0).all()
+    differ = (sp.query != sp.query[:, :1]).any(1)                     # the choices differ in one slot
+    assert (differ.sum(1) == 1).all()
+    store = FeatureStore(str(toy_home["home"] / "lance"))
+    ids, mat = store.text_vectors(ds.encoder_id, "title")
+    title = dict(zip(ids, mat))
+    glob = str(toy_home["export"] / "questions" / "**" / "*.parquet")
+    rec = {q: (json.loads(p), list(qs), list(cl)) for q, p, qs, cl in duckdb.sql(
+        f"SELECT qid, provenance, question, choice_list FROM read_parquet('{glob}', hive_partitioning = true) "
+        f"WHERE dataset_id = '{did}'").fetchall()}
+    rows = torch.as_tensor(sp.recipe_row)
+    for k, qid in enumerate(sp.qids[:25]):
+        prov, question, _ = rec[qid]
+        p = question.index("@placeholder")
+        assert int(np.flatnonzero(differ[k])[0]) == p
+        for c, item in enumerate(prov["choice_items"]):            # each choice's query: its title's vector
+            want = prov["question_items"][:p] + [item] + prov["question_items"][p + 1:]
+            got = ds.images[torch.as_tensor(sp.query[k, c])].numpy()
+            assert np.allclose(got, np.stack([title[i] for i in want]), atol=1e-6)
+        assert prov["choice_items"][int(sp.answer[k])] == prov["question_items"][p]
+        assert 0 <= sp.target_ctx[k] < int(ds.ctx_len[rows[k]])
+    img_ids, img_mat = store.image_vectors(ds.encoder_id)
+    by_step: dict = {}
+    for i, v in zip(img_ids, img_mat):
+        rid, step, _ = i.rsplit("_", 2)
+        by_step.setdefault((rid, int(step)), []).append(v)
+    qrid = duckdb.sql(f"SELECT recipe_id FROM read_parquet('{glob}', hive_partitioning = true) "
+                      f"WHERE qid = '{sp.qids[0]}' AND dataset_id = '{did}'").fetchall()[0][0]
+    step_ids = [r[0] for r in duckdb.sql(f"SELECT step_idx FROM read_parquet('{toy_home['export']}/steps.parquet') "
+                                         f"WHERE recipe_id = '{qrid}' ORDER BY step_idx").fetchall()]
+    for s, idx in enumerate(step_ids[:12]):
+        row = ds.ctx[int(sp.recipe_row[0]), s].numpy()
+        if (qrid, idx) in by_step:
+            mean = np.mean(by_step[(qrid, idx)], 0)
+            assert np.allclose(row, mean / np.linalg.norm(mean), atol=1e-5)
+        else:
+            assert not row.any()
+    with pytest.raises(DatasetError, match="--text-features vectors"):
+        load_qa_dataset(toy_home["export"], did, "tokens")
