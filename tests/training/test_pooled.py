@@ -66,8 +66,8 @@ def test_pooled_sweep_scores_each_setting_on_its_own_test_split(toy_home, tmp_pa
 
 def test_the_readers_read_textual_cloze_from_the_steps_photos(toy_home, tmp_path):
     """`mrqa sweep --tasks textual_cloze`: the transformer reads the placeholder step's photos (well above
-    chance, and another recipe's steps take most of it away), which a question-only model cannot; tokens
-    are refused with the option to use."""
+    chance, and another recipe's steps take most of it away), while the question-only model, which never
+    sees them, scores the same with either recipe; tokens are refused with the option to use."""
     r = CliRunner().invoke(app, ["sweep", "--scorers", "transformer,question_only", "--tasks", "textual_cloze",
                                  "--text-features", "vectors", "--tiny", "--pooled", "--max-epochs", "6",
                                  "--seed", "0", "--out", str(tmp_path)])
@@ -78,6 +78,7 @@ def test_the_readers_read_textual_cloze_from_the_steps_photos(toy_home, tmp_path
     ds = _load(toy_home, ("textual_cloze", "0-1-0"))
     assert reader["n_test"] == len(ds.splits["test"])
     assert reader["test_acc"] >= 0.6 and reader["test_acc"] >= reader["foreign_context_acc"] + 0.25
+    assert qo["foreign_context_acc"] == qo["test_acc"] and qo["text_source"] == "images"
     r = CliRunner().invoke(app, ["sweep", "--scorers", "transformer", "--tasks", "textual_cloze", "--tiny",
                                  "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--tasks textual_cloze needs --text-features vectors" in r.output
