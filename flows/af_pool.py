@@ -324,11 +324,17 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
         return spawn_map(_run, jobs, n)
 
 
-def _check_questions(con, task: str, seed: int, distractors: str) -> tuple[list[dict], list[str], dict, dict]:
-    """The task's AF datasets with questions (af-check's and its bench's): their rows, ids, and each
-    question's recipe and split ((dataset_id, qid) -> ...); ValueError saying what to generate when there
-    are none."""
-    rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
+def _check_questions(con, task: str, seed: int, distractors: str, datasets: tuple[str, ...] = ()
+                     ) -> tuple[list[dict], list[str], dict, dict]:
+    """The task's AF datasets with questions (af-check's and its bench's), or the named `datasets` (any of
+    one task, adversarial or not): their rows, ids, and each question's recipe and split ((dataset_id, qid)
+    -> ...); ValueError saying what to generate when there are none."""
+    if datasets:
+        rows = [r for r in named_datasets(con, datasets) if r["n_questions"]]
+        if not rows:
+            raise ValueError(f"the datasets {', '.join(datasets)} hold no questions: nothing to check")
+    else:
+        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
     if not rows:
         raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
                          f"run {_example(task, distractors)} first")
@@ -336,6 +342,21 @@ def _check_questions(con, task: str, seed: int, distractors: str) -> tuple[list[
     qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "
                         "WHERE list_contains(?, dataset_id)", [ids]).fetchall()
     return rows, ids, {(d, q): r for d, q, r, _ in qrows}, {(d, q): sp for d, q, _, sp in qrows}
+
+
+def named_datasets(con, datasets: tuple[str, ...]) -> list[dict]:
+    """Rows (dataset_id, setting, n_questions, task) of the named datasets, in id order; ValueError naming
+    the unknown ones, or the tasks when they are of more than one (a check pools one task's questions)."""
+    rows = con.execute("SELECT dataset_id, setting, n_questions, task FROM datasets WHERE list_contains(?, dataset_id) "
+                       "ORDER BY dataset_id", [sorted(set(datasets))]).fetchall()
+    unknown = sorted(set(datasets) - {r[0] for r in rows})
+    if unknown:
+        raise ValueError(f"no dataset {', '.join(unknown)} in the warehouse (`mrqa datasets` lists them)")
+    tasks = sorted({r[3] for r in rows})
+    if len(tasks) > 1:
+        raise ValueError(f"the datasets to check are of {len(tasks)} tasks ({', '.join(tasks)}): check one task "
+                         "at a time, its models are pooled over its datasets")
+    return [{"dataset_id": d, "setting": st, "n_questions": n, "task": t} for d, st, n, t in rows]
 
 
 def _read_warehouse(paths: Paths):
@@ -399,7 +420,8 @@ CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary'
 def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2), folds: int = FOLDS,
                   seed: int = 0, size: str = "small", knobs_only: bool = True, distractors: str = "ball",
                   workers: int | None = None, record: bool = False, fold_by: str = "split",
-                  jobs_out: str | None = None, scores_from: str | None = None) -> dict:
+                  jobs_out: str | None = None, scores_from: str | None = None,
+                  datasets: tuple[str, ...] = ()) -> dict:
     """GM3C question-only accuracy on every question of the task's AF datasets (seed `seed`), cross-fitted:
     for each check seed, a pooled model per fold of recipes (a split of its own, never the adversary's)
     scores the questions of the recipes it did not train on. Per dataset: the accuracy of each seed, their
@@ -413,15 +435,20 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     never saw their images (with folds of recipes over every split, a held-out answer has been a
     distractor in training, which lowers the figure); the train split is in folds of recipes. Each
     dataset's figure also comes split by split (`by_split`). `jobs_out` / `scores_from`: the check's
-    models trained on another machine, as for `af_pool_flow` (training/af_jobs.py)."""
+    models trained on another machine, as for `af_pool_flow` (training/af_jobs.py). `datasets`: check
+    these instead (any datasets of one task, adversarial or not, e.g. a RecipeQA-style preset, whose
+    report figures alone cannot clear it for `mrqa export --reading-only`; every one is reported, the
+    balanced variants too); `task` is then theirs."""
     paths = Paths.from_env().ensure()
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
     check_fold_by(fold_by, "--fold-by")
-    offload = _offload(task, 0, False, jobs_out, scores_from)
     con = _read_warehouse(paths)
     try:
-        rows, ids, recipe_of, split_of = _check_questions(con, task, seed, distractors)
+        if datasets:
+            task, knobs_only = named_datasets(con, datasets)[0]["task"], False
+        offload = _offload(task, 0, False, jobs_out, scores_from)
+        rows, ids, recipe_of, split_of = _check_questions(con, task, seed, distractors, datasets)
         check_seeds = [CHECK_SEED + s for s in seeds]
         trained = (_offloaded(con, paths, ids, recipe_of, check_seeds, {"folds": folds, "size": size,
                                                                          "fold_by": fold_by}, None, None, offload)

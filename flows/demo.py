@@ -127,7 +127,8 @@ def format_digest(d: dict) -> str:
         for did in ro["datasets"]:
             passing.setdefault(did.split("-", 1)[0], []).append(did.split("-", 1)[1].rsplit("-s", 1)[0])
         out.append(f"reading benchmark (`mrqa export --all --reading-only`: no context-free figure above 35%, "
-                   f"AF keeping 40%): {len(ro['datasets'])} datasets, {ro['left_out']} left out")
+                   f"AF keeping 40%, GM3C question-only heard): {len(ro['datasets'])} datasets, {ro['left_out']} "
+                   "left out")
         out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
     comp = d.get("competence") or {}
     if comp.get("results"):

@@ -118,6 +118,17 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                    f"{100 * (r['oof_question_only_acc_kept'] or 0):.1f}%")
 
 
+def _ids(option: str, text: str | None) -> tuple[str, ...]:
+    """The comma-separated dataset ids of `option` (each once, in order); () when not given; an empty
+    list is refused."""
+    if text is None:
+        return ()
+    ids = tuple(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
+    if not ids:
+        fail(f"{option} needs at least one dataset id (`mrqa datasets` lists them)")
+    return ids
+
+
 def _jobs_written(res: dict) -> bool:
     """`--jobs-out`: say where the jobs are and what to run next (True), else nothing (False)."""
     if not res.get("jobs_written"):
@@ -156,6 +167,9 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                  size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
                  jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help=JOBS_OUT_HELP),
                  scores_from: Optional[Path] = typer.Option(None, "--scores-from", help=SCORES_FROM_HELP),
+                 dataset: Optional[str] = typer.Option(None, "--dataset", help="Check these datasets instead "
+                                                       "(comma-separated ids of one task, adversarial or not, "
+                                                       "e.g. a RecipeQA-style preset; --task is then theirs)."),
                  wait: float = wait_option()):
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
     pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
@@ -168,7 +182,7 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
         res = run_flow(af_check_flow, task=task.value, seeds=ss, folds=folds, seed=seed,
                        distractors=distractors.value, workers=workers, record=record, fold_by=fold_by.value,
                        size=size.value, jobs_out=jobs_out and str(jobs_out),
-                       scores_from=scores_from and str(scores_from))
+                       scores_from=scores_from and str(scores_from), datasets=_ids("--dataset", dataset))
     except ValueError as e:
         fail(str(e))
     if _jobs_written(res):

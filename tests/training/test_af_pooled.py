@@ -681,6 +681,8 @@ def test_af_check_and_af_pool_take_the_models_size_from_the_command_line(home, m
     from flows.af_pool import af_check_flow
     from flows.cli import app
     monkeypatch.setenv("MRQA_HOME", str(home["paths"].home))
+    plain = [d for (d,) in home["con"].execute("SELECT dataset_id FROM datasets WHERE task = 'visual_cloze' AND "
+                                               "NOT coalesce(adversarial, false) ORDER BY 1").fetchall()]
     home["con"].close()
     try:
         r = CliRunner().invoke(app, ["--no-prefect", "af-check", "--size", "tiny", "--seeds", "0", "--folds", "2",
@@ -692,6 +694,16 @@ def test_af_check_and_af_pool_take_the_models_size_from_the_command_line(home, m
         for cmd in ("af-check", "af-pool"):
             bad = CliRunner().invoke(app, ["--no-prefect", cmd, "--size", "huge"])
             assert bad.exit_code == 2 and "--size" in bad.output, bad.output
+        # --dataset: any datasets of one task, plain ones too, each reported; unknown ids or none refused
+        r = CliRunner().invoke(app, ["--no-prefect", "af-check", "--size", "tiny", "--seeds", "0", "--folds", "2",
+                                     "--json", "--task", "visual_ordering", "--dataset", ",".join(plain)])
+        assert r.exit_code == 0, r.output
+        named = json.loads(r.output[r.output.index("{"):])
+        assert named["task"] == "visual_cloze" and [d["dataset_id"] for d in named["datasets"]] == plain
+        assert all(0 <= d["accuracy"] <= 1 and d["n"] > 0 for d in named["datasets"])
+        for arg, msg in (("nope-1", "no dataset nope-1 in the warehouse"), (",", "--dataset needs at least one")):
+            bad = CliRunner().invoke(app, ["--no-prefect", "af-check", "--dataset", arg])
+            assert bad.exit_code == 2 and msg in bad.output and "Traceback" not in bad.output, bad.output
     finally:
         home["con"] = duckdb.connect(str(home["paths"].warehouse))
     assert cli["size"] == flow["size"] == "tiny" and small["size"] == "small"

@@ -277,16 +277,76 @@ def test_demo_summary_shows_the_learned_probe(report):
 
 
 
+UNCHECKED = "no learned GM3C question-only figure"
+
+
+def _gm3c_check(report, record: bool = True) -> dict:
+    """A real `mrqa af-check --dataset ... --record` (tiny models, one seed, 2 folds) of the datasets of one
+    task that only lack a learned GM3C question-only figure for the reading gate; its af_checks rows are
+    taken out again by `_uncheck` (the module's other tests read the card without them)."""
+    from etl.warehouse import connect
+    from features.datasets.card import reading_gate
+    from flows.af_pool import af_check_flow
+    con = report["con"]
+    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    _, why = reading_gate(con, ids)
+    task = dict(con.execute("SELECT dataset_id, task FROM datasets").fetchall())
+    waiting = [d for d, reason in why.items() if reason.startswith(UNCHECKED)]
+    assert waiting, "the report's figures pass some dataset the gate then holds back"
+    pick = max(sorted({task[d] for d in waiting}), key=lambda t: sum(task[d] == t for d in waiting))
+    con.close()
+    try:
+        return af_check_flow.fn(datasets=tuple(d for d in waiting if task[d] == pick), seeds=(0,), folds=2,
+                                size="tiny", record=record)
+    finally:
+        report["con"] = connect(report["paths"])
+
+
+def _uncheck(report) -> None:
+    report["con"].execute("DELETE FROM af_checks")
+
+
+def test_the_reading_gate_needs_a_learned_question_only_model(report):
+    """The report's probes alone do not clear a dataset for `mrqa export --reading-only`: one they pass is
+    held back until `mrqa af-check --dataset ... --record` puts a GM3C question-only figure beside them,
+    and then passes exactly when that figure is at or below the bound (or its af-pool step was GM3C's)."""
+    from features.datasets.card import READING_BOUND, reading_gate
+    con = report["con"]
+    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    ok0, why0 = reading_gate(con, ids)
+    assert ok0 == [], "no dataset of the fixture was filtered against GM3C or checked by it"
+    try:
+        chk = _gm3c_check(report)
+        assert chk["recorded"] == len(chk["datasets"]) > 0
+        ok, why = reading_gate(report["con"], ids)
+        for r in chk["datasets"]:
+            d, acc = r["dataset_id"], r["accuracy"]
+            assert why0[d].startswith(UNCHECKED) and "mrqa af-check --dataset" in why0[d]
+            if acc <= READING_BOUND:
+                assert d in ok
+            else:
+                assert why[d] == f"GM3C question-only (af-check) {100 * acc:.1f}% > 35.0%"
+        assert set(ok) <= {r["dataset_id"] for r in chk["datasets"]}
+        assert {d: w for d, w in why.items() if d not in {r["dataset_id"] for r in chk["datasets"]}} == {
+            d: w for d, w in why0.items() if d not in {r["dataset_id"] for r in chk["datasets"]}}
+    finally:
+        _uncheck(report)
+
+
 def test_demo_summary_names_the_reading_benchmark(report):
     """The report stage's summary carries what `mrqa export --reading-only` would export, and the demo
     prints it: the count, what is left out, and each passing dataset's setting under its task."""
     from features.datasets.card import reading_gate
     from flows.demo import demo_digest, format_digest
     from flows.pipeline import _report_summary
-    con = report["con"]
-    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-    ok, why = reading_gate(con, ids)
-    rep = _report_summary(report["res"], report["paths"])
+    try:
+        _gm3c_check(report)
+        con = report["con"]
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        ok, why = reading_gate(con, ids)
+        rep = _report_summary(report["res"], report["paths"])
+    finally:
+        _uncheck(report)
     assert rep["reading_only"] == {"datasets": ok, "left_out": len(why)} and ok and why
     text = format_digest(demo_digest({"stages": [{"stage": "report", "status": "completed", "seconds": 1.0,
                                                   "cpu_s": 0.5, "summary": rep}], "total_s": 1.0}))
@@ -492,20 +552,32 @@ def test_export_reading_only_leaves_out_what_the_card_would_list(report, tmp_pat
 
     from features.datasets.card import CONTEXT_FREE, READING_BOUND, reading_gate
     from flows.cli import app
+    try:
+        chk = _gm3c_check(report)
+        _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app)
+    finally:
+        _uncheck(report)
+
+
+def _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app):
     con = report["con"]
     ids = sorted(s["dataset_id"] for s in report["summaries"])
-    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc")]    # no af_checks here
-    # (they are test_matched.py's)
+    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc")]    # the report's
     rows = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics").fetchall()
     figs = {did: [v for v in vals if v is not None] for did, *vals in rows}
+    for r in chk["datasets"]:                                   # and the check's figures, recorded
+        figs[r["dataset_id"]] += [r["accuracy"], r["tree"]["accuracy"]]
+    checked = {r["dataset_id"] for r in chk["datasets"]}
     has_qo = {did for did, *vals in rows if vals[cols.index("qo_acc")] is not None}
-    want = [d for d in ids if d in has_qo and max(figs[d]) <= READING_BOUND]
+    want = [d for d in ids if d in has_qo and d in checked and max(figs[d]) <= READING_BOUND]
     ok, why = reading_gate(con, ids)
     assert ok == want and set(why) == set(ids) - set(want)
     assert want and why, "the fixture has datasets on both sides of the bound"
     for did, reason in why.items():
-        if figs.get(did):
+        if figs.get(did) and max(figs[did]) > READING_BOUND:
             assert f"{100 * max(figs[did]):.1f}% > 35.0%" in reason, (did, reason)
+        elif did in has_qo:
+            assert reason.startswith(UNCHECKED), (did, reason)
     out = tmp_path / "reading"
     r = CliRunner().invoke(app, ["--home", str(report["paths"].home), "--no-prefect", "export", "--all",
                                  "--reading-only", "--out", str(out)])
