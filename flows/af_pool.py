@@ -89,11 +89,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
     check_fold_by(fold_by, "--fold-by")
-    text = task == "textual_cloze"
-    if text and (rounds or not tree):
-        raise ValueError("textual cloze has no GM3C adversary in the pooled step (`mrqa af-check --task "
-                         "textual_cloze` measures one): its drop is the tree probe's and, with --linear, the "
-                         "linear probe's; run it with --rounds 0 --tree")
+    if task == "textual_cloze" and rounds:
+        raise ValueError("textual cloze has no swap rounds in the pooled step (its choices are titles, not "
+                         "swapped back): run it with --rounds 0; its drop is what GM3C question-only, reading the "
+                         "titles' vectors, solves (and with --tree / --linear what the trees and the linear probe do)")
     first = ("movable" if task == "visual_ordering" else "confident") if swap_first == "auto" else swap_first
     if first not in SWAP_FIRST:
         raise ValueError(f"--swap-first must be one of auto, {', '.join(SWAP_FIRST)}, got {swap_first!r}")
@@ -146,7 +145,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 log.info("af-pool round %d %s: out-of-fold question-only %.3f, swapped %d questions", rnd, d,
                          swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
-        if fresh and not text:
+        if fresh:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,
                              fold_by=fold_by, offload=offload)
         t_lin = time.perf_counter()
@@ -154,10 +153,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if linear:
             log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
-        if text:            # the trees' list leads (every question has a verdict), the linear probe's second
-            oof, lin, trees = trees, lin, None
-        else:
-            oof = verdicts(scores)
+        oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
             plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees)
@@ -167,11 +163,11 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept, "floor_by": floor_by,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
-                "drop_order": ("the tree's list, then in turn with the linear probe's" if text else
-                               "questions on more lists first, then in turn" if tree else
+                "drop_order": ("questions on more lists first, then in turn" if tree else
                                "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
-                "adversary": ("the tree probe" if text else "GM3C question_only")
+                "adversary": "GM3C question_only"
+                             + (" (the titles' vectors)" if task == "textual_cloze" else "")
                              + ", pooled over the task's AF datasets, out of fold by "
                              + ("recipe" if fold_by == "recipe" else "split (val and test each a fold of their own, "
                                 "the train split's recipes the others)"),

@@ -260,13 +260,15 @@ def _kept(con: duckdb.DuckDBPyConnection, dsets: dict[str, dict]) -> list[tuple[
     return [(dsets[did]["config"], k) for did, k in sorted(_kept_shares(con, list(dsets)).items())]
 
 
-def gm3c_filtered(con: duckdb.DuckDBPyConnection, ids: list[str]) -> set[str]:
+def gm3c_filtered(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float | None]:
     """The datasets of `ids` whose pooled adversarial step (`mrqa af-pool`) dropped what GM3C question-only
-    models, trained out of fold, solve: a learned question-only model of the images has had its say on them."""
-    rows = con.execute("SELECT dataset_id FROM datasets WHERE list_contains(?, dataset_id) "
+    models, trained out of fold, solve (a learned question-only model has had its say on them), each with
+    what those models still read of the questions it kept (None if not recorded)."""
+    rows = con.execute("SELECT dataset_id, CAST(json_extract(params, '$.af_pooled.oof_question_only_acc_kept') "
+                       "AS DOUBLE) FROM datasets WHERE list_contains(?, dataset_id) "
                        "AND starts_with(json_extract_string(params, '$.af_pooled.adversary'), 'GM3C')",
                        [sorted(ids)]).fetchall()
-    return {r[0] for r in rows}
+    return dict(rows)
 
 
 def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -274,7 +276,8 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     --reading-only`): every context-free figure of `mrqa report` (CONTEXT_FREE) at or below READING_BOUND,
     an AF dataset keeping at least KEPT_BOUND of its knob questions, and a learned GM3C question-only model
     heard: its figure recorded by `mrqa af-check --record` at or below the bound, or the dataset filtered
-    against such models by `mrqa af-pool` (`gm3c_filtered`). The report's probes alone do not clear a
+    against such models by `mrqa af-pool` (`gm3c_filtered`) with what they read of the kept questions, out
+    of fold, at or below the bound. The report's probes alone do not clear a
     dataset: the textual cloze RecipeQA-style preset of the demo passes every one of them (its linear probe
     reads 34.7%) while GM3C question-only reads 61.9% of it. Returns (the passing ids in their order,
     {left-out id: why}); a dataset `mrqa report` has not measured is left out."""
@@ -297,6 +300,9 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
         elif b.get("gm3c_qo_acc") is None and did not in filtered:
             why[did] = (f"no learned GM3C question-only figure (neither its adversary nor checked): run `mrqa "
                         f"af-check --dataset {did} --record`")
+        elif b.get("gm3c_qo_acc") is None and (filtered[did] is None or filtered[did] > READING_BOUND):
+            why[did] = (f"its af-pool adversary (GM3C question-only, out of fold) reads {_pct(filtered[did])} of "
+                        f"the questions it kept > {_pct(READING_BOUND)}")
         else:
             ok.append(did)
     return ok, why

@@ -798,14 +798,14 @@ def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
     assert run("af_pool_tree_b")[5] == sha                          # deterministic, byte for byte
 
 
-def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_factory):
-    """`af-pool --task textual_cloze --rounds 0 --tree [--linear]`: the pooled step has no GM3C adversary
-    for textual cloze, so the drop is the tree probe's list and the linear probe's, in turn, within the
-    floor; swap rounds or no trees are refused; the params say which adversary decided. `af-check --task
-    textual_cloze` then reads every kept question with GM3C question-only on the titles' vectors, and
-    writes nothing."""
+def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_path_factory):
+    """`af-pool --task textual_cloze --rounds 0 [--tree --linear]`: the drop is what GM3C question-only (on
+    the titles' vectors, out of fold), the tree probe and the linear probe solve, within the floor; swap
+    rounds are refused (titles are not swapped back); the params say which adversary decided. `af-check
+    --task textual_cloze` then reads every kept question with GM3C question-only, and writes nothing."""
     from features.datasets.af_pooled import af_datasets
-    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _tree_oof, af_check_flow, af_pool_flow
+    from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _scores, _tree_oof, af_check_flow, af_pool_flow
+    from training.af_pooled import verdicts
     tc = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 1)),
           ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 0, 0))]
     with synthetic_home(tmp_path_factory, "af_pool_text", n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
@@ -817,19 +817,21 @@ def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_fac
         assert ids and all(r["params"]["adversarial"]["drop"] == "pooled" for r in rows.values())
         trees = _tree_oof(con, paths, ids, "textual_cloze", TREE_SEED, "split", TREE_MEMBERS)
         lin = _linear_oof(con, paths, ids, "textual_cloze", 0)
+        recipe_of = {(d, q): r for d, q, r in con.execute("SELECT dataset_id, qid, recipe_id FROM questions "
+                                                          "WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
+        gm3c = verdicts(_scores(con, paths, ids, recipe_of, 2, 0, "tiny", workers=1, fold_by="split"))  # the drop's
         con.close()
-        for kw in ({"rounds": 1, "tree": True}, {"rounds": 0, "tree": False}):
-            with pytest.raises(ValueError, match="textual cloze has no GM3C adversary"):
-                af_pool_flow.fn(task="textual_cloze", min_kept=0.4, **kw)
+        with pytest.raises(ValueError, match="textual cloze has no swap rounds"):
+            af_pool_flow.fn(task="textual_cloze", min_kept=0.4, rounds=1, tree=True)
         res = af_pool_flow.fn(task="textual_cloze", tau=0.3, rounds=0, min_kept=0.4, linear=True, tree=True,
-                              fold_by="split")
+                              fold_by="split", size="tiny", folds=2, adversaries=1, workers=1)
         con = duckdb.connect(str(paths.warehouse))
         try:
             for r in res["datasets"]:
                 d = r["dataset_id"]
                 kept = {q for (q,) in con.execute("SELECT qid FROM questions WHERE dataset_id = ?", [d]).fetchall()}
                 dropped = set(trees[d]) - kept
-                solved = {q for v in (trees, lin) for q, (p, ok) in v.get(d, {}).items() if ok and p >= 0.3}
+                solved = {q for v in (trees, lin, gm3c) for q, (p, ok) in v.get(d, {}).items() if ok and p >= 0.3}
                 assert dropped <= solved                                   # only what an adversary solves
                 floor = np.ceil(0.4 * rows[d]["n_plain"])                       # the floor (a dataset AF's
                 assert len(kept) >= min(floor, rows[d]["n_questions"]) - 1e-9    # twins left below it keeps all)
@@ -837,9 +839,10 @@ def test_textual_cloze_is_dropped_by_the_trees_and_the_linear_probe(tmp_path_fac
                                                              [d]).fetchone()[0]
                 step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                               [d]).fetchone()[0])["af_pooled"]
-                assert step["adversary"].startswith("the tree probe") and step["tree"] is True
-                assert step["drop_order"] == "the tree's list, then in turn with the linear probe's"
-            assert any(r["dropped"] for r in res["datasets"]), "the synthetic world leaves the trees something"
+                assert step["adversary"].startswith("GM3C question_only (the titles' vectors)") and step["tree"]
+                assert step["drop_order"] == "questions on more lists first, then in turn"
+                assert 0 <= r["oof_question_only_acc_kept"] <= 1 and 0 <= r["oof_question_only_acc"] <= 1
+            assert any(r["dropped"] for r in res["datasets"]), "the synthetic world leaves the drop something"
             before = con.execute("SELECT dataset_id, content_sha256, n_questions FROM datasets ORDER BY 1").fetchall()
             kept = {r["dataset_id"]: r["kept"] for r in res["datasets"]}
         finally:
