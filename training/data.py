@@ -56,7 +56,7 @@ def tokenize(text: str | None) -> list[str]:
 class Split:
     qids: list[str]
     recipe_row: np.ndarray          # (Q,) row of the recipe in the context tensors
-    query: np.ndarray               # (Q, C, M) rows of the image matrix (0 = padding)
+    query: np.ndarray               # (Q, C, M) rows of the item matrix `images` (0 = padding)
     answer: np.ndarray              # (Q,)
     target_ctx: np.ndarray          # (Q,) context position of the cloze placeholder's step (-1: n/a)
 
@@ -72,8 +72,8 @@ class QADataset:
     dataset_hash: str
     text_features: str
     splits: dict[str, Split]
-    images: torch.Tensor            # (N + 1, d_img) float32, row 0 = zeros
-    ctx: torch.Tensor               # tokens: (R, S, T) int64 ; vectors: (R, S, d_text) float32
+    images: torch.Tensor            # (N + 1, d_img) float32 query items (textual cloze: titles), row 0 = zeros
+    ctx: torch.Tensor               # tokens: (R, S, T) int64 ; vectors: (R, S, d_text) float32 (textual: photos)
     ctx_len: torch.Tensor           # (R,) number of steps
     vocab: list[str] | None
     knobs: str = ""

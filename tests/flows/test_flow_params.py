@@ -18,6 +18,8 @@ def test_written_out_literals_match_the_library():
     assert typing.get_args(params.K3Mode) == K3_MODES
     assert typing.get_args(params.NeighbourMethod) == METHODS
     assert typing.get_args(params.PipelineStage) == ("all", *STAGES)
+    from training.config import READER_TASKS, VISUAL_TASKS
+    assert typing.get_args(params.ReaderTask) == READER_TASKS and typing.get_args(params.VisualTask) == VISUAL_TASKS
     # the sets the command line offers for the same options (checked against the library in
     # tests/flows/test_cli_package.py)
     from flows.cli import choices
@@ -36,7 +38,7 @@ def test_written_out_literals_match_the_library():
     ("flows.import_recipeqa", "import_recipeqa_flow", "method", params.ImportMethod),
     ("flows.train", "train_flow", "scorer", params.Scorer),
     ("flows.train", "train_flow", "size", params.ModelSize),
-    ("flows.train", "sweep_flow", "tasks", params.VisualTask),
+    ("flows.train", "sweep_flow", "tasks", params.ReaderTask),
     ("flows.pipeline", "pipeline_flow", "force", params.PipelineStage),
     ("flows.pipeline", "pipeline_flow", "sweep_scorers", params.Scorer),
 ])
