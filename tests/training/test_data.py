@@ -144,3 +144,25 @@ def test_textual_cloze_reads_titles_as_items_and_the_steps_photos_as_context(toy
             assert not row.any()
     with pytest.raises(DatasetError, match="--text-features vectors"):
         load_qa_dataset(toy_home["export"], did, "tokens")
+
+
+def test_a_textual_cloze_export_without_the_title_ids_is_a_clear_error(toy_home, tmp_path):
+    """An export whose textual cloze provenance lacks `question_items` / `choice_items` (written before
+    they were recorded) is refused with what to do, not read with the wrong items."""
+    import shutil
+
+    import duckdb
+    did = toy_home["ids"][("textual_cloze", "0-1-0")]
+    old = tmp_path / "old"
+    shutil.copytree(toy_home["export"], old)
+    files = sorted((old / "questions" / "task=textual_cloze").rglob("*.parquet"))
+    assert files
+    for f in files:                               # the same rows, the provenance without the item ids
+        tmp = f.with_suffix(".tmp")
+        duckdb.sql(f"COPY (SELECT * REPLACE (CAST(json_merge_patch(provenance, "
+                   f"'{{\"question_items\": null, \"choice_items\": null}}') AS VARCHAR) AS provenance) "
+                   f"FROM read_parquet('{f}')) TO '{tmp}' (FORMAT parquet)")
+        tmp.replace(f)
+    with pytest.raises(DatasetError, match="no title item ids in its provenance"):
+        load_qa_dataset(old, did, "vectors")
+    assert load_qa_dataset(toy_home["export"], did, "vectors").splits["train"]        # the export as written
