@@ -325,14 +325,11 @@ def _check_questions(con, task: str, seed: int, distractors: str, datasets: tupl
     """The task's AF datasets with questions (af-check's and its bench's), or the named `datasets` (any of
     one task, adversarial or not): their rows, ids, and each question's recipe and split ((dataset_id, qid)
     -> ...); ValueError saying what to generate when there are none."""
-    if datasets:
-        rows = [r for r in named_datasets(con, datasets) if r["n_questions"]]
-        if not rows:
-            raise ValueError(f"the datasets {', '.join(datasets)} hold no questions: nothing to check")
-    else:
-        rows = [r for r in af_datasets(con, task, seed, distractors) if r["n_questions"]]
+    rows = [r for r in (named_datasets(con, datasets) if datasets else af_datasets(con, task, seed, distractors))
+            if r["n_questions"]]
     if not rows:
-        raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
+        raise ValueError(f"the datasets {', '.join(datasets)} hold no questions: nothing to check" if datasets else
+                         f"no AF datasets of {task} (seed {seed}, {distractors} distractors) with questions: "
                          f"run {_example(task, distractors)} first")
     ids = [r["dataset_id"] for r in rows]
     qrows = con.execute("SELECT dataset_id, qid, recipe_id, split FROM questions "

@@ -201,18 +201,27 @@ def _parquet_vectors(con, f: Path, id_column: str, encoder_id: str,
     return tbl[id_column].to_pylist(), (tbl[extra].to_pylist() if extra else []), vectors_matrix(tbl["vector"])
 
 
-def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
+def _image_rows(con, export_dir: Path, encoder_id: str, lance_uri: str | None):
+    """The encoder's image rows (id, recipe_id, step_idx, vector) in id order, as an Arrow table: the
+    export's OUT/image_vectors.parquet (`mrqa export --with-vectors`), else the feature store's."""
     f = export_dir / "image_vectors.parquet"
     if f.exists():
-        ids, _, mat = _parquet_vectors(con, f, "image_id", encoder_id)
-        if ids:
-            return dict(zip(ids, mat))
+        tbl = con.sql(f"SELECT image_id AS id, recipe_id, step_idx, vector FROM read_parquet({sql_path(f)}) "
+                      "WHERE encoder_id = $enc ORDER BY image_id", params={"enc": encoder_id}).to_arrow_table()
+        if tbl.num_rows:
+            return tbl
     from features.vectors.store import FeatureStore
-    ids, mat = FeatureStore(lance_uri).image_vectors(encoder_id)
-    if not len(ids):
+    tbl = FeatureStore(lance_uri).image_rows(encoder_id)
+    if not tbl.num_rows:
         raise DatasetError(f"no image vectors for encoder {encoder_id}: export with --with-vectors "
                            "or point MRQA_HOME at the feature store that made the dataset")
-    return dict(zip(ids, np.asarray(mat, dtype=np.float32)))
+    return tbl
+
+
+def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
+    from features.vectors.store import vectors_matrix
+    tbl = _image_rows(con, export_dir, encoder_id, lance_uri)
+    return dict(zip(tbl["id"].to_pylist(), vectors_matrix(tbl["vector"])))
 
 
 def _title_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
@@ -234,24 +243,12 @@ def _title_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None
 
 def _step_image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[tuple, np.ndarray]:
     """Each step's image vector, the normalised mean of its images' vectors (in image id order), keyed by
-    (recipe_id, step_idx): the context textual cloze reads. From the export's image_vectors.parquet, else
-    the feature store."""
-    f = export_dir / "image_vectors.parquet"
-    tbl = None
-    if f.exists():
-        tbl = con.sql(f"SELECT image_id AS id, recipe_id, step_idx, vector FROM read_parquet({sql_path(f)}) "
-                      "WHERE encoder_id = $enc ORDER BY image_id", params={"enc": encoder_id}).to_arrow_table()
-    if tbl is None or not tbl.num_rows:
-        from features.vectors.store import FeatureStore
-        tbl = FeatureStore(lance_uri).image_rows(encoder_id)
-    if not tbl.num_rows:
-        raise DatasetError(f"no image vectors for encoder {encoder_id}: export with --with-vectors "
-                           "or point MRQA_HOME at the feature store that made the dataset")
+    (recipe_id, step_idx): the context textual cloze reads (`_image_rows`)."""
     from features.vectors.store import vectors_matrix
+    tbl = _image_rows(con, export_dir, encoder_id, lance_uri)
     mat = vectors_matrix(tbl["vector"])
-    keys = list(zip(tbl["recipe_id"].to_pylist(), tbl["step_idx"].to_pylist()))
     rows: dict[tuple, list[int]] = {}
-    for k, key in enumerate(keys):
+    for k, key in enumerate(zip(tbl["recipe_id"].to_pylist(), tbl["step_idx"].to_pylist())):
         rows.setdefault((key[0], int(key[1])), []).append(k)
     out = {}
     for key, ks in rows.items():

@@ -279,7 +279,7 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     against such models by `mrqa af-pool` (`gm3c_filtered`) with what they read of the kept questions, out
     of fold, at or below the bound. The report's probes alone do not clear a
     dataset: the textual cloze RecipeQA-style preset of the demo passes every one of them (its linear probe
-    reads 34.7%) while GM3C question-only reads 61.9% of it. Returns (the passing ids in their order,
+    reads 33.6-34.7%) while GM3C question-only reads 61.9% of it. Returns (the passing ids in their order,
     {left-out id: why}); a dataset `mrqa report` has not measured is left out."""
     bias, kept, filtered = _bias(con, sorted(ids)), _kept_shares(con, ids), gm3c_filtered(con, ids)
     ok, why = [], {}
