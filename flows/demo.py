@@ -76,7 +76,8 @@ def demo_digest(summary: dict) -> dict:
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
             "datasets": datasets, "bias": bias, "models": models, "reading": reading, "report": rep.get("index"),
-            "reading_only": rep.get("reading_only"),
+            # the train stage's reading check is recorded before its count: the gate needs it
+            "reading_only": trn["reading_only"] if "reading_only" in trn else rep.get("reading_only"),
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
                            "results": comp.get("results") or {}},
             "failed": summary.get("failed", {}).get("report")}
@@ -127,8 +128,8 @@ def format_digest(d: dict) -> str:
         for did in ro["datasets"]:
             passing.setdefault(did.split("-", 1)[0], []).append(did.split("-", 1)[1].rsplit("-s", 1)[0])
         out.append(f"reading benchmark (`mrqa export --all --reading-only`: no context-free figure above 35%, "
-                   f"AF keeping 40%, GM3C question-only heard): {len(ro['datasets'])} datasets, {ro['left_out']} "
-                   "left out")
+                   f"AF keeping 40%, GM3C question-only heard, a reader that reads): {len(ro['datasets'])} datasets, "
+                   f"{ro['left_out']} left out")
         out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
     comp = d.get("competence") or {}
     if comp.get("results"):

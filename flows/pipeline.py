@@ -279,7 +279,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                             {"seed": p["seed"], "max_epochs": p["train_epochs"], "datasets": datasets,
                              **({"reading": {"reader": READING_READER, "question_only": READING_QUESTION_ONLY}}
                                 if reading else {})},
-                            [Tab("datasets", ("created_at",)), Tab("questions")], [Tab("runs")],
+                            [Tab("datasets", ("created_at",)), Tab("questions")],
+                            [Tab("runs"), Tab("reading_checks", ("computed_at",))],
                             skip_reason=None if datasets or reading else "no train_datasets given (dataset ids "
                                                                          "or id prefixes to train on) and no "
                                                                          "train_reading"))
@@ -292,10 +293,13 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
 
 
 def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
-    """The train stage: the short training of `datasets`, and with `reading` the reading check."""
+    """The train stage: the short training of `datasets`, and with `reading` the reading check, recorded
+    (reading_checks), and then what `mrqa export --reading-only` would export (`_reading_only`), which
+    needs it."""
     out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
     if reading:
-        out["reading"] = reading_check(paths, p["seed"])
+        out["reading"] = reading_check(paths, p["seed"], record=True)
+        out["reading_only"] = _reading_only(paths)
     return out
 
 
@@ -410,15 +414,21 @@ def _report_summary(res: dict, paths: Paths | None = None) -> dict:
            "tasks": {t: {"table": i.get("table", []), "ordering": i.get("ordering")}
                      for t, i in res.get("tasks", {}).items()}}
     if paths is not None:
-        from features.datasets.card import reading_gate
-        con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
-        try:
-            ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-            ok, why = reading_gate(con, ids)
-        finally:
-            con.close()
-        out["reading_only"] = {"datasets": ok, "left_out": len(why)}
+        out["reading_only"] = _reading_only(paths)
     return out
+
+
+def _reading_only(paths: Paths) -> dict:
+    """The datasets `mrqa export --reading-only` would export now (features/datasets/card.py reading_gate)
+    and how many it leaves out."""
+    from features.datasets.card import reading_gate
+    con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
+    try:
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        ok, why = reading_gate(con, ids)
+    finally:
+        con.close()
+    return {"datasets": ok, "left_out": len(why)}
 
 
 # ----------------------------------------------------------------------------- artifacts and reports

@@ -111,31 +111,49 @@ READING_QUESTION_ONLY = {"size": "small", "max_epochs": 30, "patience": 5}
 
 
 def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READING_SETTINGS,
-                  workers: int | None = None) -> dict:
+                  workers: int | None = None, datasets: tuple[str, ...] = (), record: bool = False,
+                  reader: dict | None = None, question_only: dict | None = None) -> dict:
     """Does a model have to read the recipe? On the newest visual cloze datasets of `settings` (seed
-    `seed`; the AF knob settings by default), pooled: the reader (READING_READER) and a learned
-    question-only model (READING_QUESTION_ONLY) each trained once on the datasets' train questions
-    together, tested on each dataset's test split, and the reader again with another recipe's steps.
-    Returns {"settings": [per dataset: setting, dataset_id, n_test, reader, question_only,
-    reader_other_recipe, hasty_student, lead]} or {"skipped": reason}. Writes no runs. The two models
-    train in `workers` processes (default: one per CPU core, at most 2), each on one thread, as they do
-    in turn (the same figures, tested): on 2 cores the check takes the time of the slower one."""
+    `seed`; the AF knob settings by default), or on the `datasets` named (any reader task; an unknown id,
+    a task without a reader or a split without questions is a ValueError), pooled per task: the reader
+    (`reader`, default READING_READER) and a learned question-only model (`question_only`, default
+    READING_QUESTION_ONLY) each trained once on the datasets' train questions together, tested on each
+    dataset's test split, and the reader again with another recipe's steps. Returns {"settings": [per
+    dataset: task, setting, dataset_id, n_test, reader, question_only, reader_other_recipe, hasty_student,
+    lead]} or {"skipped": reason}. Writes no runs; `record`: each dataset's figures to reading_checks, with
+    the content hash they were measured on (for `mrqa export --reading-only`). The two models of a task
+    train in `workers` processes (default: one per CPU core, at most 2), each on one thread, as they do in
+    turn (the same figures, tested): on 2 cores the check takes the time of the slower one."""
     from etl.warehouse import connect
     from features.datasets.export import export_parquet
+    from training.config import READER_TASKS
 
+    reader, question_only = dict(reader or READING_READER), dict(question_only or READING_QUESTION_ONLY)
     con = connect(paths)
     try:
-        rows = con.execute("SELECT dataset_id, setting FROM datasets WHERE task = 'visual_cloze' AND seed = ? "
-                           "AND list_contains(?, setting) AND n_questions > 0 "
-                           "QUALIFY row_number() OVER (PARTITION BY setting ORDER BY created_at DESC, dataset_id) = 1 "
-                           "ORDER BY setting", [seed, list(settings)]).fetchall()
-        ids = [d for d, _ in rows]
-        empty = sorted(d for d, sp in con.execute(
-            "SELECT dataset_id, list(DISTINCT split) FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1",
-            [ids]).fetchall() if not {"train", "val", "test"} <= set(sp))
+        if datasets:
+            rows = con.execute("SELECT dataset_id, setting, task FROM datasets WHERE list_contains(?, dataset_id) "
+                               "ORDER BY task, setting, dataset_id", [sorted(set(datasets))]).fetchall()
+            unknown = sorted(set(datasets) - {d for d, _, _ in rows})
+            if unknown:
+                raise ValueError(f"no dataset {', '.join(unknown)} in the warehouse (`mrqa datasets` lists them)")
+            other = sorted({t for _, _, t in rows} - set(READER_TASKS))
+            if other:
+                raise ValueError(f"no reader for {', '.join(other)} (reader tasks: {', '.join(READER_TASKS)})")
+        else:
+            rows = con.execute("SELECT dataset_id, setting, task FROM datasets WHERE task = 'visual_cloze' "
+                               "AND seed = ? AND list_contains(?, setting) AND n_questions > 0 "
+                               "QUALIFY row_number() OVER (PARTITION BY setting ORDER BY created_at DESC, "
+                               "dataset_id) = 1 ORDER BY setting", [seed, list(settings)]).fetchall()
+        ids = [d for d, _, _ in rows]
+        empty = sorted(d for d in ids if d not in dict(con.execute(
+            "SELECT dataset_id, list(DISTINCT split) FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1 "
+            "HAVING count(DISTINCT split) FILTER (split IN ('train', 'val', 'test')) = 3", [ids]).fetchall()))
         if not ids or empty:
             reason = (f"no visual cloze dataset of {', '.join(settings)} (seed {seed})" if not ids
                       else f"a split without questions in {', '.join(empty)}")
+            if datasets:
+                raise ValueError(f"cannot check {reason}: each dataset needs train, val and test questions")
             log.warning("reading check skipped: %s", reason)
             return {"skipped": reason}
         export_dir = paths.exports / READING_EXPORT
@@ -143,30 +161,61 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     finally:
         con.close()
     out = paths.reports / "reading-check"
-    jobs = [(str(export_dir), str(out / scorer), scorer, cfg, seed)
-            for scorer, cfg in (("transformer", READING_READER), ("question_only", READING_QUESTION_ONLY))]
-    res = dict(zip(("transformer", "question_only"), _in_processes(_reading_run, jobs, workers)))
-    setting = dict(rows)
+    tasks = sorted({t for _, _, t in rows})
+    jobs = [(str(export_dir), str(out / scorer), scorer, cfg, seed, t)
+            for t in tasks for scorer, cfg in (("transformer", reader), ("question_only", question_only))]
+    res = dict(zip([(t, s) for t in tasks for s in ("transformer", "question_only")],
+                   _in_processes(_reading_run, jobs, workers)))
     table = []
-    for d in ids:
-        rd, qo = res["transformer"][d], res["question_only"][d]
-        table.append({"setting": setting[d], "dataset_id": d, "n_test": rd["n_test"], "reader": rd["test_acc"],
-                      "question_only": qo["test_acc"], "reader_other_recipe": rd["foreign_context_acc"],
-                      "hasty_student": rd["hasty_student_acc"], "lead": round(rd["test_acc"] - qo["test_acc"], 4)})
-        log.info("reading check %s: reader %.3f, question-only %.3f, reader with another recipe's steps %.3f",
-                 setting[d], rd["test_acc"], qo["test_acc"], rd["foreign_context_acc"])
-    return {"settings": table, "reader": READING_READER, "question_only": READING_QUESTION_ONLY,
-            "out": str(out)}
+    for d, setting, t in rows:
+        rd, qo = res[(t, "transformer")][d], res[(t, "question_only")][d]
+        table.append({"task": t, "setting": setting, "dataset_id": d, "n_test": rd["n_test"],
+                      "reader": rd["test_acc"], "question_only": qo["test_acc"],
+                      "reader_other_recipe": rd["foreign_context_acc"], "hasty_student": rd["hasty_student_acc"],
+                      "lead": round(rd["test_acc"] - qo["test_acc"], 4)})
+        log.info("reading check %s %s: reader %.3f, question-only %.3f, reader with another recipe's steps %.3f",
+                 t, setting, rd["test_acc"], qo["test_acc"], rd["foreign_context_acc"])
+    done = {"settings": table, "reader": reader, "question_only": question_only, "out": str(out)}
+    if record:
+        done["recorded"] = record_reading_checks(paths, table, seed, reader, question_only)
+    return done
+
+
+def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: dict, question_only: dict) -> int:
+    """reading_checks rows for the checked datasets (`reading_check`'s table), each with the content hash
+    it was measured on and the datasets of its task it was pooled with; a dataset checked again replaces
+    its row. Returns the rows written."""
+    import json
+
+    from etl.warehouse import connect, transaction, utcnow
+    ids = [r["dataset_id"] for r in table]
+    pooled = {t: sorted(r["dataset_id"] for r in table if r["task"] == t) for t in {r["task"] for r in table}}
+    con = connect(paths)
+    try:
+        sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
+                               [ids]).fetchall())
+        with transaction(con):
+            con.executemany("INSERT OR REPLACE INTO reading_checks (dataset_id, content_sha256, task, seed, n_test, "
+                            "reader_acc, question_only_acc, reader_other_recipe_acc, pooled_with, reader, "
+                            "question_only, computed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [[r["dataset_id"], sha[r["dataset_id"]], r["task"], seed, r["n_test"], r["reader"],
+                              r["question_only"], r["reader_other_recipe"], pooled[r["task"]],
+                              json.dumps(reader, sort_keys=True), json.dumps(question_only, sort_keys=True), utcnow()]
+                             for r in table])
+    finally:
+        con.close()
+    log.info("reading check: recorded %d datasets in reading_checks", len(table))
+    return len(table)
 
 
 def _reading_run(job: tuple) -> dict:
     """One model of the reading check (a process pool's unit of work): dataset_id -> its sweep row."""
     from training.sweep import sweep
-    export_dir, out, scorer, cfg, seed = job
+    export_dir, out, scorer, cfg, seed, task_name = job
     cfg = dict(cfg)
     mc, tc = resolve_configs(cfg.pop("size"), scorer=scorer, text_features="vectors", layers=cfg.pop("layers", None),
                              seed=seed, **cfg)
-    return {r["dataset_id"]: r for r in sweep(Path(export_dir), Path(out), [scorer], ["visual_cloze"], None,
+    return {r["dataset_id"]: r for r in sweep(Path(export_dir), Path(out) / task_name, [scorer], [task_name], None,
                                                mc, tc, "vectors", pooled=True)["rows"]}
 
 

@@ -173,6 +173,8 @@ def _configs(parts: list[dict], files: list[str]) -> list[tuple[str, list[tuple[
 # figure of the card above it puts the config in the card's "Read before use" list
 READING_BOUND = 0.35
 KEPT_BOUND = 0.4             # an AF config that kept less of its knob questions is listed too
+READING_LEAD = 0.20          # reading check: the reader leads the learned question-only model by at least this
+READING_ABLATION = 0.15      # reading check: another recipe's steps cost the reader at least this
 CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty Student"),
                 ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
                 ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe (report)"),
@@ -271,6 +273,19 @@ def gm3c_filtered(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, f
     return dict(rows)
 
 
+def reading_checks(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
+    """The reading check recorded for each dataset of `ids` (`mrqa reading-check --record`) where it still
+    measures the dataset as it is (the same content hash): {dataset_id: {n_test, reader, question_only,
+    reader_other_recipe}}; {} in a warehouse without the table (opened read-only before migration 109)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'reading_checks'").fetchall()[0][0]:
+        return {}
+    rows = con.execute("""SELECT c.dataset_id, c.n_test, c.reader_acc, c.question_only_acc, c.reader_other_recipe_acc
+                            FROM reading_checks c JOIN datasets d ON d.dataset_id = c.dataset_id
+                                                                 AND d.content_sha256 = c.content_sha256
+                           WHERE list_contains(?, c.dataset_id)""", [sorted(ids)]).fetchall()
+    return {r[0]: dict(zip(("n_test", "reader", "question_only", "reader_other_recipe"), r[1:])) for r in rows}
+
+
 def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[str], dict[str, str]]:
     """The datasets of `ids` that pass the card's "Read before use" rules, per dataset (`mrqa export
     --reading-only`): every context-free figure of `mrqa report` (CONTEXT_FREE) at or below READING_BOUND,
@@ -279,9 +294,14 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     against such models by `mrqa af-pool` (`gm3c_filtered`) with what they read of the kept questions, out
     of fold, at or below the bound. The report's probes alone do not clear a
     dataset: the textual cloze RecipeQA-style preset of the demo passes every one of them (its linear probe
-    reads 33.6-34.7%) while GM3C question-only reads 61.9% of it. Returns (the passing ids in their order,
-    {left-out id: why}); a dataset `mrqa report` has not measured is left out."""
+    reads 33.6-34.7%) while GM3C question-only reads 61.9% of it. And a dataset no model can answer
+    without its recipe is not yet one a model answers by reading it: the reading check (`reading_checks`,
+    `mrqa reading-check --record`) must show a reader at least READING_LEAD above the learned question-only
+    model on its test split, and another recipe's steps costing that reader
+    at least READING_ABLATION. Returns (the passing ids in their order, {left-out id: why}); a dataset
+    `mrqa report` has not measured is left out."""
     bias, kept, filtered = _bias(con, sorted(ids)), _kept_shares(con, ids), gm3c_filtered(con, ids)
+    checked = reading_checks(con, ids)
     ok, why = [], {}
     for did in ids:
         b = bias.get(did, {})
@@ -303,9 +323,35 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
         elif b.get("gm3c_qo_acc") is None and (filtered[did] is None or filtered[did] > READING_BOUND):
             why[did] = (f"its af-pool adversary (GM3C question-only, out of fold) reads {_pct(filtered[did])} of "
                         f"the questions it kept > {_pct(READING_BOUND)}")
+        elif did not in checked:
+            why[did] = (f"{NOT_READ_CHECKED}: run `mrqa reading-check --dataset {did} --record` (a reader against a "
+                        "learned question-only model, and with another recipe's steps)")
         else:
-            ok.append(did)
+            why_not = _reading_failed(checked[did])
+            if why_not:
+                why[did] = why_not
+            else:
+                ok.append(did)
     return ok, why
+
+
+NOT_READ_CHECKED = "no reading check"
+
+
+def _reading_failed(c: dict) -> str | None:
+    """Why a recorded reading check does not show reading (None: it does). Its question-only figure is the
+    lead's reference only: the bound on question-only is judged on every question (the report's probes,
+    af-check, af-pool's adversary), not on a test split of 70-200 questions, whose 95% interval spans
+    about 14 points."""
+    n = f"{c['n_test']} test questions"
+    lead, cost = c["reader"] - c["question_only"], c["reader"] - c["reader_other_recipe"]
+    if lead < READING_LEAD - 1e-9:
+        return (f"the reader leads question-only by {100 * lead:.1f} points < {100 * READING_LEAD:.0f} "
+                f"(reading check, {n})")
+    if cost < READING_ABLATION - 1e-9:
+        return (f"another recipe's steps cost the reader {100 * cost:.1f} points < {100 * READING_ABLATION:.0f} "
+                f"(reading check, {n})")
+    return None
 
 
 def _cell(text: str) -> str:
@@ -413,20 +459,25 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           "one less like the other two), the learned question-only probe (all scored questions, and "
           "the test split, with 95% intervals), and GM3C question-only and the tree probe (gradient-boosted "
           "trees on the choice-set cues) on every question, cross-fitted (`mrqa af-check --record`, AF "
-          "datasets; the tree's figure is the report's where no check was recorded). – = not measured.", "",
+          "datasets; the tree's figure is the report's where no check was recorded). The reading check "
+          "(`mrqa reading-check --record`, test split): a reader of the recipe, the learned question-only "
+          "model it is measured against, and the reader given another recipe's steps. – = not measured.", "",
           "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
           "centre of the choices | closest pair | question-only probe | question-only probe (test) | "
-          "GM3C question-only | tree probe |",
-          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+          "GM3C question-only | tree probe | reader (test) | question-only (test) | reader, another recipe |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+          "---: | ---: |"]
+    read = reading_checks(con, list(dsets))
     for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
-        b = bias.get(did, {})
+        b, rc = bias.get(did, {}), read.get(did, {})
         n_rec = meta.get(did, (None, None, None))[2]
         md.append(f"| {d['config']} | {did} | " + " | ".join(f"{d['splits'].get(s, 0):,d}" for s in CARD_SPLITS)
                   + f" | {'' if n_rec is None else f'{n_rec:,d}'} | {_pct(b.get('hasty_student_acc'))} | "
                     f"{_pct(b.get('probe_acc'))} | {_pct(b.get('centre_rule_acc'))} | "
                     f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
                     f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} | {_pct(b.get('gm3c_qo_acc'))} | "
-                    f"{_pct(b.get('tree_qo_acc', b.get('tree_acc')))} |")
+                    f"{_pct(b.get('tree_qo_acc', b.get('tree_acc')))} | {_pct(rc.get('reader'))} | "
+                    f"{_pct(rc.get('question_only'))} | {_pct(rc.get('reader_other_recipe'))} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]
     md += reading_caveats([(d["config"], bias.get(did, {})) for did, d in dsets.items()], _kept(con, dsets))
@@ -435,8 +486,11 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                f"Exported with `mrqa export --reading-only`: {len(left_out)} datasets of the warehouse were left "
                f"out, each by the rules of \"Read before use\" (a context-free figure above "
                f"{100 * READING_BOUND:.0f}%, an adversarial dataset keeping less than {100 * KEPT_BOUND:.0f}% of its "
-               "knob questions) or for want of the figures: a learned GM3C question-only model must have been "
-               "heard on each exported dataset, as its `mrqa af-pool` adversary or in a recorded `mrqa af-check`.",
+               "knob questions), by its reading check (a reader less than "
+               f"{100 * READING_LEAD:.0f} points above the learned question-only model, or losing less than "
+               f"{100 * READING_ABLATION:.0f} with another recipe's steps) or for want of the figures: a learned "
+               "GM3C question-only model must have been heard on each exported dataset, as its `mrqa af-pool` "
+               "adversary or in a recorded `mrqa af-check`, and a reader in a recorded `mrqa reading-check`.",
                "", "| dataset_id | why |", "| --- | --- |",
                *[f"| {did} | {_cell(why)} |" for did, why in sorted(left_out.items())], ""]
     md += [

@@ -9,7 +9,7 @@ module per stage:
     clean        clean, tokenize, vocab-report
     embed        encoder train|add|list|eval, embed
     datasets     generate, datasets, export, report
-    adversarial  af-report, af-pool, af-check
+    adversarial  af-report, af-pool, af-check, reading-check
     train        train, evaluate, baselines, sweep
     orchestrate  demo, pipeline, deploy
     competence   roles extract|truth|eval, competence generate|evaluate|export

@@ -1,5 +1,6 @@
-"""`mrqa af-report`, `af-pool`, `af-check`: what adversarial filtering did, the pooled adversary over a
-task's AF datasets, and its cross-fitted check (docs/knobs.md, "Adversarial filtering")."""
+"""`mrqa af-report`, `af-pool`, `af-check`, `reading-check`: what adversarial filtering did, the pooled
+adversary over a task's AF datasets, its cross-fitted check, and the reading check (a reader against a
+learned question-only model, and with another recipe's steps; docs/knobs.md, "Adversarial filtering")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -205,3 +206,44 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
         typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * t['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
                    f"{'':21s}" + " ".join(f"{100 * v:.1f}" for v in t["by_seed"].values()) + "   "
                    + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in t["by_split"].items()))
+
+
+@app.command("reading-check")
+def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="Check these datasets "
+                                                            "(comma-separated ids, any reader task; those of one "
+                                                            "task are pooled). Default: the newest AF visual cloze "
+                                                            "dataset of each knob setting."),
+                      seed: int = typer.Option(0, "--seed", help="The models' seed (and, without --dataset, the "
+                                               "datasets' seed)."),
+                      workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
+                                                            "models (default: one per CPU core)."),
+                      record: bool = typer.Option(False, "--record", help="Also write each dataset's figures to "
+                                                  "the warehouse (reading_checks), which `mrqa export "
+                                                  "--reading-only` needs; without it nothing is written."),
+                      as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+                      wait: float = wait_option()):
+    """Does a model have to read the recipe? Per task, the reader (4-layer transformer, tiny width, step-text
+    vectors) and a learned question-only model are trained once on the datasets' train questions together;
+    each dataset's test split is scored by both, and by the reader given another recipe's steps. A dataset
+    passes `mrqa export --reading-only` only when the reader leads question-only by 20 points or more and
+    another recipe's steps cost it 15 or more (docs/knobs.md, "The reading-only export")."""
+    from etl.config import Paths
+    from flows.train import reading_check
+    paths = Paths.from_env().ensure()
+    try:
+        res = reading_check(paths, seed=seed, workers=workers, datasets=_ids("--dataset", dataset), record=record)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        echo_json(res)
+        return
+    if res.get("skipped"):
+        fail(f"nothing to check: {res['skipped']}; name the datasets with --dataset")
+    typer.echo(f"{'dataset':36s} {'test q':>6s} {'reader':>7s} {'question-only':>13s} {'lead':>6s} "
+               f"{'reader, another recipe':>22s} {'cost':>6s}")
+    for r in res["settings"]:
+        typer.echo(f"{r['dataset_id']:36s} {r['n_test']:6d} {100 * r['reader']:6.1f}% "
+                   f"{100 * r['question_only']:12.1f}% {100 * r['lead']:+6.1f} {100 * r['reader_other_recipe']:21.1f}% "
+                   f"{100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
+    if record:
+        typer.echo(f"recorded {res['recorded']} datasets in reading_checks")

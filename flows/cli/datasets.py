@@ -148,8 +148,10 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                                  "(and, if AF, that kept 40% of their knob questions): the "
                                                  "card's \"Read before use\" rules; and a learned GM3C "
                                                  "question-only model heard (their af-pool adversary, or "
-                                                 "`mrqa af-check --dataset ID --record` at or below 35%); the "
-                                                 "others are named."),
+                                                 "`mrqa af-check --dataset ID --record` at or below 35%); and "
+                                                 "a reader that reads (`mrqa reading-check --dataset ID "
+                                                 "--record`: 20 points above question-only, 15 lost with "
+                                                 "another recipe's steps); the others are named."),
                wait: float = wait_option()):
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
     config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
@@ -178,8 +180,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
             typer.echo(f"left out {did}: {why}", err=True)
         if not ids:
             fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
-                 "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa af-pool` "
-                 "filters the AF ones further")
+                 "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa "
+                 "reading-check --dataset ID --record` with a reader, `mrqa af-pool` filters the AF ones further")
     if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
         import hashlib
         digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]

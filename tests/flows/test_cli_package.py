@@ -20,7 +20,7 @@ COMMANDS = {
     "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
     "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool", "af-check",
-    "export", "report",
+    "reading-check", "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
     "bench generate", "bench crawl",
@@ -65,6 +65,20 @@ def test_a_refused_choice_is_one_line_naming_the_option_and_its_values(paths, ar
     assert r.exit_code == 2, r.output
     assert r.output.strip() == line
     assert not (paths.home / "warehouse.duckdb").exists()          # refused before any work
+
+
+def test_reading_check_refuses_what_it_cannot_check_with_the_reason(paths):
+    r = CliRunner().invoke(app, ["reading-check", "--dataset", " , "])
+    assert r.exit_code == 2
+    assert r.output.strip() == "error: --dataset needs at least one dataset id (`mrqa datasets` lists them)"
+    r = CliRunner().invoke(app, ["reading-check", "--dataset", "vc-nope"])
+    assert r.exit_code == 2
+    assert r.output.strip() == "error: no dataset vc-nope in the warehouse (`mrqa datasets` lists them)"
+    r = CliRunner().invoke(app, ["reading-check"])          # an empty warehouse: nothing to check, and how to
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1] == ("error: nothing to check: no visual cloze dataset of "
+                                                     "0-0-0-af, 0-0-1-af, 0-1-0-af, 0-1-1-af, 1-0-0-af, 1-0-1-af, "
+                                                     "1-1-0-af, 1-1-1-af (seed 0); name the datasets with --dataset")
 
 
 def test_help_lists_the_choices():

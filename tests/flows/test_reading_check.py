@@ -64,3 +64,52 @@ def test_a_home_without_the_settings_is_skipped_with_the_reason(world):
     assert res == {"skipped": "no visual cloze dataset of 1-1-1-af (seed 0)"}
     assert _reading_lines(res) == ["reading check: skipped (no visual cloze dataset of 1-1-1-af (seed 0))"]
     assert reading_check(paths, seed=5)["skipped"].startswith("no visual cloze dataset of 0-0-0-af")
+
+
+def test_recorded_per_dataset_with_its_content_hash_and_checked_again_in_place(world):
+    """`record`: one reading_checks row per dataset with the figures of the table, the content hash it
+    measured and the datasets it was pooled with; checking again replaces the rows (the same figures, no
+    second row). Named datasets (`--dataset`) give the figures of the same pool."""
+    paths, _, setting = world
+    ids = sorted(d for d, s in setting.items() if s in ("0-0-0-af", "0-1-1-af"))
+    res = reading_check(paths, seed=0, datasets=tuple(reversed(ids)), record=True, workers=1)
+    assert res["recorded"] == 2 and [r["dataset_id"] for r in res["settings"]] == ids
+    assert res["settings"] == [{**r, "task": "visual_cloze"} for r in
+                               reading_check(paths, seed=0, settings=("0-0-0-af", "0-1-1-af"), workers=1)["settings"]]
+    again = reading_check(paths, seed=0, datasets=tuple(ids), record=True, workers=1)
+    assert again["settings"] == res["settings"]
+    con = duckdb.connect(str(paths.warehouse), read_only=True)
+    try:
+        rows = con.execute("SELECT c.dataset_id, c.content_sha256 = d.content_sha256, c.task, c.n_test, c.reader_acc, "
+                           "c.question_only_acc, c.reader_other_recipe_acc, c.pooled_with, c.reader::VARCHAR "
+                           "FROM reading_checks c JOIN datasets d USING (dataset_id) ORDER BY 1").fetchall()
+    finally:
+        con.close()
+    assert [r[0] for r in rows] == ids
+    for row, r in zip(rows, res["settings"]):
+        assert row[1:8] == (True, "visual_cloze", r["n_test"], r["reader"], r["question_only"],
+                            r["reader_other_recipe"], ids)
+        assert '"layers": 4' in row[8]
+
+
+def test_named_datasets_are_checked_or_refused_with_the_reason(world):
+    """An unknown id is refused naming it; the pipeline's train stage records the check and counts what
+    `mrqa export --reading-only` would export after it (here nothing: no bias report yet)."""
+    from flows.pipeline import _train
+    paths, _, setting = world
+    with pytest.raises(ValueError, match="no dataset vc-nope in the warehouse"):
+        reading_check(paths, datasets=("vc-nope",))
+    con = duckdb.connect(str(paths.warehouse))
+    try:
+        con.execute("DELETE FROM reading_checks")
+    finally:
+        con.close()
+    out = _train(paths, [], True, {"seed": 0, "train_epochs": 1})
+    assert [r["setting"] for r in out["reading"]["settings"]] == sorted(
+        s for s in setting.values() if s.endswith("-af"))
+    assert out["reading_only"] == {"datasets": [], "left_out": len(setting)}
+    con = duckdb.connect(str(paths.warehouse), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM reading_checks").fetchall()[0][0] == len(out["reading"]["settings"])
+    finally:
+        con.close()

@@ -304,13 +304,48 @@ def _gm3c_check(report, record: bool = True) -> dict:
 
 def _uncheck(report) -> None:
     report["con"].execute("DELETE FROM af_checks")
+    report["con"].execute("DELETE FROM reading_checks")
 
 
-def test_the_reading_gate_needs_a_learned_question_only_model(report):
+# the reading check's models at a test's size (the pipeline's: READING_READER, READING_QUESTION_ONLY)
+TINY_READER = {"size": "tiny", "layers": 1, "max_epochs": 2}
+TINY_QUESTION_ONLY = {"size": "tiny", "max_epochs": 2, "patience": 1}
+
+
+def _reading_check(report, ids: list[str]) -> dict:
+    """A real reading check (flows/train.py reading_check, tiny models), recorded, of the datasets `ids`."""
+    from etl.warehouse import connect
+    from flows.train import reading_check
+    report["con"].close()
+    try:
+        return reading_check(report["paths"], datasets=tuple(ids), record=True, workers=1, reader=TINY_READER,
+                             question_only=TINY_QUESTION_ONLY)
+    finally:
+        report["con"] = connect(report["paths"])
+
+
+def _plant(report, figures: dict[str, tuple[float, float, float]]) -> None:
+    """reading_checks rows with the given (reader, question-only, reader with another recipe's steps), written
+    by the function the reading check records with, for the gate's bounds."""
+    from etl.warehouse import connect
+    from flows.train import record_reading_checks
+    task = dict(report["con"].execute("SELECT dataset_id, task FROM datasets").fetchall())
+    table = [{"dataset_id": d, "task": task[d], "n_test": 10, "reader": r, "question_only": q,
+              "reader_other_recipe": o} for d, (r, q, o) in figures.items()]
+    report["con"].close()
+    try:
+        record_reading_checks(report["paths"], table, 0, TINY_READER, TINY_QUESTION_ONLY)
+    finally:
+        report["con"] = connect(report["paths"])
+
+
+def test_the_reading_gate_needs_a_learned_question_only_model_and_a_reader(report):
     """The report's probes alone do not clear a dataset for `mrqa export --reading-only`: one they pass is
-    held back until `mrqa af-check --dataset ... --record` puts a GM3C question-only figure beside them,
-    and then passes exactly when that figure is at or below the bound (or its af-pool step was GM3C's)."""
-    from features.datasets.card import READING_BOUND, reading_gate
+    held back until `mrqa af-check --dataset ... --record` puts a GM3C question-only figure beside them, and
+    is then held back (if that figure is at or below the bound) until `mrqa reading-check --record` shows a
+    reader leading the learned question-only model by 20 points and losing 15 with another recipe's steps;
+    it passes exactly when the reading check's figures meet those bounds."""
+    from features.datasets.card import NOT_READ_CHECKED, READING_ABLATION, READING_BOUND, READING_LEAD, reading_gate
     con = report["con"]
     ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
     ok0, why0 = reading_gate(con, ids)
@@ -318,17 +353,64 @@ def test_the_reading_gate_needs_a_learned_question_only_model(report):
     try:
         chk = _gm3c_check(report)
         assert chk["recorded"] == len(chk["datasets"]) > 0
-        ok, why = reading_gate(report["con"], ids)
+        ok1, why1 = reading_gate(report["con"], ids)
+        assert ok1 == [], "a GM3C figure alone clears no dataset: the reading check is missing"
+        heard = []
         for r in chk["datasets"]:
             d, acc = r["dataset_id"], r["accuracy"]
             assert why0[d].startswith(UNCHECKED) and "mrqa af-check --dataset" in why0[d]
             if acc <= READING_BOUND:
-                assert d in ok
+                assert why1[d].startswith(NOT_READ_CHECKED) and f"mrqa reading-check --dataset {d} --record" in why1[d]
+                heard.append(d)
             else:
-                assert why[d] == f"GM3C question-only (af-check) {100 * acc:.1f}% > 35.0%"
-        assert set(ok) <= {r["dataset_id"] for r in chk["datasets"]}
-        assert {d: w for d, w in why.items() if d not in {r["dataset_id"] for r in chk["datasets"]}} == {
-            d: w for d, w in why0.items() if d not in {r["dataset_id"] for r in chk["datasets"]}}
+                assert why1[d] == f"GM3C question-only (af-check) {100 * acc:.1f}% > 35.0%"
+        assert heard, "the tiny GM3C check hears some dataset of the fixture at or below the bound"
+        res = _reading_check(report, heard)
+        assert res["recorded"] == len(heard) and [r["dataset_id"] for r in res["settings"]] == sorted(heard)
+        ok, why = reading_gate(report["con"], ids)
+        for r in res["settings"]:
+            d = r["dataset_id"]
+            reads = (r["lead"] >= READING_LEAD - 1e-9
+                     and r["reader"] - r["reader_other_recipe"] >= READING_ABLATION - 1e-9)
+            assert (d in ok) == reads, (d, r, why.get(d))
+            if not reads:
+                assert "(reading check" in why[d]
+        assert set(ok) <= set(heard)
+        others = set(ids) - set(heard)
+        assert {d: w for d, w in why.items() if d in others} == {d: w for d, w in why1.items() if d in others}
+    finally:
+        _uncheck(report)
+
+
+def test_the_reading_gate_bounds_on_recorded_reading_checks(report):
+    """At the bounds: a lead of exactly 20 points and a cost of exactly 15 pass; 19.9 points of lead or 14.9
+    of cost do not, each with its reason; the check's question-only figure on its test split only sets the
+    lead (the 35% bound is judged on every question); a row measured on other content (a stale hash) is
+    not read."""
+    from features.datasets.card import NOT_READ_CHECKED, reading_gate
+    try:
+        _gm3c_check(report)
+        con = report["con"]
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        _, why = reading_gate(con, ids)
+        waiting = sorted(d for d, w in why.items() if w.startswith(NOT_READ_CHECKED))
+        assert len(waiting) >= 2, "the tiny GM3C check hears two datasets or more at or below the bound"
+        cases = [(0.55, 0.35, 0.40, None), (0.549, 0.35, 0.40, "the reader leads question-only by 19.9 points < 20"),
+                 (0.70, 0.36, 0.40, None),
+                 (0.55, 0.30, 0.401, "another recipe's steps cost the reader 14.9 points < 15")]
+        picked = [(d, c) for d, c in zip(waiting * len(cases), cases)][:len(cases)]
+        for d, (r, q, o, reason) in picked:
+            _plant(report, {d: (r, q, o)})
+            ok, why = reading_gate(report["con"], [d])
+            if reason is None:
+                assert ok == [d] and why == {}
+            else:
+                assert ok == [] and why[d].startswith(reason) and why[d].endswith("(reading check, 10 test questions)")
+        d = picked[0][0]
+        _plant(report, {d: (0.55, 0.35, 0.40)})
+        report["con"].execute("UPDATE reading_checks SET content_sha256 = 'stale' WHERE dataset_id = ?", [d])
+        ok, why = reading_gate(report["con"], [d])
+        assert ok == [] and why[d].startswith(NOT_READ_CHECKED)
     finally:
         _uncheck(report)
 
@@ -336,14 +418,16 @@ def test_the_reading_gate_needs_a_learned_question_only_model(report):
 def test_demo_summary_names_the_reading_benchmark(report):
     """The report stage's summary carries what `mrqa export --reading-only` would export, and the demo
     prints it: the count, what is left out, and each passing dataset's setting under its task."""
-    from features.datasets.card import reading_gate
+    from features.datasets.card import NOT_READ_CHECKED, reading_gate
     from flows.demo import demo_digest, format_digest
     from flows.pipeline import _report_summary
     try:
         _gm3c_check(report)
         con = report["con"]
         ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-        ok, why = reading_gate(con, ids)
+        _, why = reading_gate(con, ids)
+        _plant(report, {d: (0.8, 0.3, 0.4) for d, w in why.items() if w.startswith(NOT_READ_CHECKED)})
+        ok, why = reading_gate(report["con"], ids)
         rep = _report_summary(report["res"], report["paths"])
     finally:
         _uncheck(report)
@@ -546,20 +630,27 @@ def test_card_lists_the_configs_answered_without_reading(report, tmp_path):
 
 def test_export_reading_only_leaves_out_what_the_card_would_list(report, tmp_path):
     """`mrqa export --reading-only` exports exactly the datasets whose context-free figures are all at or
-    below the bound (and, AF, kept enough), names each one left out with its worst figure, and the card
-    of what it exported has nothing to list under "Read before use"."""
+    below the bound (and, AF, kept enough) and whose recorded reading check shows reading, names each one
+    left out with its worst figure (or the reading check's reason), and the card of what it exported has
+    nothing to list under "Read before use"."""
     from typer.testing import CliRunner
 
-    from features.datasets.card import CONTEXT_FREE, READING_BOUND, reading_gate
+    from features.datasets.card import CONTEXT_FREE, NOT_READ_CHECKED, READING_BOUND, reading_gate
     from flows.cli import app
     try:
         chk = _gm3c_check(report)
-        _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app)
+        _, why = reading_gate(report["con"], sorted(s["dataset_id"] for s in report["summaries"]))
+        heard = sorted(d for d, w in why.items() if w.startswith(NOT_READ_CHECKED))
+        assert len(heard) >= 2
+        reads = {d: (0.8, 0.3, 0.4) for d in heard[1:]} | {heard[0]: (0.45, 0.3, 0.2)}    # one reader too weak
+        _plant(report, reads)
+        _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app,
+                             weak=heard[0])
     finally:
         _uncheck(report)
 
 
-def _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app):
+def _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app, weak):
     con = report["con"]
     ids = sorted(s["dataset_id"] for s in report["summaries"])
     cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc")]    # the report's
@@ -569,11 +660,14 @@ def _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, rea
         figs[r["dataset_id"]] += [r["accuracy"], r["tree"]["accuracy"]]
     checked = {r["dataset_id"] for r in chk["datasets"]}
     has_qo = {did for did, *vals in rows if vals[cols.index("qo_acc")] is not None}
-    want = [d for d in ids if d in has_qo and d in checked and max(figs[d]) <= READING_BOUND]
+    want = [d for d in ids if d in has_qo and d in checked and max(figs[d]) <= READING_BOUND and d != weak]
     ok, why = reading_gate(con, ids)
     assert ok == want and set(why) == set(ids) - set(want)
     assert want and why, "the fixture has datasets on both sides of the bound"
+    assert why[weak] == "the reader leads question-only by 15.0 points < 20 (reading check, 10 test questions)"
     for did, reason in why.items():
+        if did == weak:
+            continue
         if figs.get(did) and max(figs[did]) > READING_BOUND:
             assert f"{100 * max(figs[did]):.1f}% > 35.0%" in reason, (did, reason)
         elif did in has_qo:
