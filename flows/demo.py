@@ -158,11 +158,14 @@ def _reading_lines(r: dict | None) -> list[str]:
     if r.get("skipped"):
         return [f"reading check: skipped ({r['skipped']})"]
     rows = r["settings"]
-    lines = ["does a model have to read the recipe? (pooled on the AF visual cloze settings, test split; "
-             "chance 25%)",
-             f"  {'setting':<10} {'test q':>6}  {'reader':>7}  {'question-only':>13}  {'lead':>6}  "
+    label = {id(x): x["setting"] if x.get("task", "visual_cloze") == "visual_cloze" else f"{x['task']} {x['setting']}"
+             for x in rows}
+    w = max(10, *(len(v) for v in label.values()))
+    lines = ["does a model have to read the recipe? (pooled per task: the AF visual cloze settings and what the "
+             "reading-only export holds back for want of this check; test split; chance 25%)",
+             f"  {'setting':<{w}} {'test q':>6}  {'reader':>7}  {'question-only':>13}  {'lead':>6}  "
              f"{'reader, another recipe':>22}"]
-    lines += [f"  {x['setting']:<10} {x['n_test']:>6}  {_pct(x['reader']):>7}  {_pct(x['question_only']):>13}  "
+    lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {_pct(x['reader']):>7}  {_pct(x['question_only']):>13}  "
               f"{100 * x['lead']:>+6.1f}  {_pct(x['reader_other_recipe']):>22}" for x in rows]
     lo = min(x["lead"] for x in rows)
     lines.append(f"  the reader leads question-only by {100 * lo:.1f} points or more on every setting; "

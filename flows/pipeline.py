@@ -293,12 +293,12 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
 
 
 def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
-    """The train stage: the short training of `datasets`, and with `reading` the reading check, recorded
-    (reading_checks), and then what `mrqa export --reading-only` would export (`_reading_only`), which
-    needs it."""
+    """The train stage: the short training of `datasets`, and with `reading` the reading check of the AF
+    visual cloze settings and of every dataset held back only for want of one, recorded (reading_checks),
+    and then what `mrqa export --reading-only` would export (`_reading_only`), which needs it."""
     out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
     if reading:
-        out["reading"] = reading_check(paths, p["seed"], record=True)
+        out["reading"] = reading_check(paths, p["seed"], record=True, waiting=True)
         out["reading_only"] = _reading_only(paths)
     return out
 

@@ -112,7 +112,7 @@ READING_QUESTION_ONLY = {"size": "small", "max_epochs": 30, "patience": 5}
 
 def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READING_SETTINGS,
                   workers: int | None = None, datasets: tuple[str, ...] = (), record: bool = False,
-                  reader: dict | None = None, question_only: dict | None = None) -> dict:
+                  reader: dict | None = None, question_only: dict | None = None, waiting: bool = False) -> dict:
     """Does a model have to read the recipe? On the newest visual cloze datasets of `settings` (seed
     `seed`; the AF knob settings by default), or on the `datasets` named (any reader task; an unknown id,
     a task without a reader or a split without questions is a ValueError), pooled per task: the reader
@@ -121,9 +121,12 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     dataset's test split, and the reader again with another recipe's steps. Returns {"settings": [per
     dataset: task, setting, dataset_id, n_test, reader, question_only, reader_other_recipe, hasty_student,
     lead]} or {"skipped": reason}. Writes no runs; `record`: each dataset's figures to reading_checks, with
-    the content hash they were measured on (for `mrqa export --reading-only`). The two models of a task
-    train in `workers` processes (default: one per CPU core, at most 2), each on one thread, as they do in
-    turn (the same figures, tested): on 2 cores the check takes the time of the slower one."""
+    the content hash they were measured on (for `mrqa export --reading-only`). `waiting` (without
+    `datasets`; the pipeline's train stage): also every dataset of the seed that `mrqa export --reading-only`
+    holds back only for want of a reading check (`waiting_for_reading`), pooled with those of its task. The
+    two models of a task train in `workers` processes (default: one per CPU core, at most 2), each on one
+    thread, as they do in turn (the same figures, tested): on 2 cores the check takes the time of the slower
+    one."""
     from etl.warehouse import connect
     from features.datasets.export import export_parquet
     from training.config import READER_TASKS
@@ -146,11 +149,21 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
                                "QUALIFY row_number() OVER (PARTITION BY setting ORDER BY created_at DESC, "
                                "dataset_id) = 1 ORDER BY setting", [seed, list(settings)]).fetchall()
         ids = [d for d, _, _ in rows]
-        empty = sorted(d for d in ids if d not in dict(con.execute(
-            "SELECT dataset_id, list(DISTINCT split) FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1 "
-            "HAVING count(DISTINCT split) FILTER (split IN ('train', 'val', 'test')) = 3", [ids]).fetchall()))
+        empty = _without_a_split(con, ids)
+        if waiting and not datasets and not empty:
+            more = [d for d in waiting_for_reading(con, seed) if d not in ids]
+            short = _without_a_split(con, more)
+            if short:
+                log.info("reading check: %d datasets held back for want of it have a split without questions: %s",
+                         len(short), ", ".join(short))
+            more = [d for d in more if d not in short]
+            rows = sorted(rows + con.execute("SELECT dataset_id, setting, task FROM datasets "
+                                             "WHERE list_contains(?, dataset_id)", [more]).fetchall(),
+                          key=lambda r: (r[2], r[1], r[0]))
+            ids = [d for d, _, _ in rows]
         if not ids or empty:
-            reason = (f"no visual cloze dataset of {', '.join(settings)} (seed {seed})" if not ids
+            reason = (f"no visual cloze dataset of {', '.join(settings)} (seed {seed})"
+                      + (", nor one held back for want of a reading check" if waiting else "") if not ids
                       else f"a split without questions in {', '.join(empty)}")
             if datasets:
                 raise ValueError(f"cannot check {reason}: each dataset needs train, val and test questions")
@@ -179,6 +192,23 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     if record:
         done["recorded"] = record_reading_checks(paths, table, seed, reader, question_only)
     return done
+
+
+def _without_a_split(con, ids: list[str]) -> list[str]:
+    """The datasets of `ids` without questions in one of the train, val and test splits."""
+    full = {d for (d,) in con.execute("SELECT dataset_id FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1 "
+                                      "HAVING count(DISTINCT split) FILTER (split IN ('train', 'val', 'test')) = 3",
+                                      [ids]).fetchall()}
+    return sorted(d for d in ids if d not in full)
+
+
+def waiting_for_reading(con, seed: int) -> list[str]:
+    """The datasets of seed `seed` that `mrqa export --reading-only` holds back only for want of a reading
+    check (features/datasets/card.py reading_gate): every question-only figure heard and at or below the
+    bound, an AF dataset keeping enough."""
+    from features.datasets.card import NOT_READ_CHECKED, reading_gate
+    ids = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE seed = ? ORDER BY 1", [seed]).fetchall()]
+    return sorted(d for d, why in reading_gate(con, ids)[1].items() if why.startswith(NOT_READ_CHECKED))
 
 
 def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: dict, question_only: dict) -> int:

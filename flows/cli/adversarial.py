@@ -220,6 +220,9 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
                       record: bool = typer.Option(False, "--record", help="Also write each dataset's figures to "
                                                   "the warehouse (reading_checks), which `mrqa export "
                                                   "--reading-only` needs; without it nothing is written."),
+                      waiting: bool = typer.Option(False, "--waiting", help="Also every dataset of the seed "
+                                                   "that `mrqa export --reading-only` holds back only for want "
+                                                   "of a reading check (without --dataset)."),
                       as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
                       wait: float = wait_option()):
     """Does a model have to read the recipe? Per task, the reader (4-layer transformer, tiny width, step-text
@@ -231,7 +234,10 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
     from flows.train import reading_check
     paths = Paths.from_env().ensure()
     try:
-        res = reading_check(paths, seed=seed, workers=workers, datasets=_ids("--dataset", dataset), record=record)
+        if waiting and dataset is not None:
+            fail("give --dataset or --waiting, not both")
+        res = reading_check(paths, seed=seed, workers=workers, datasets=_ids("--dataset", dataset), record=record,
+                            waiting=waiting)
     except ValueError as e:
         fail(str(e))
     if as_json:

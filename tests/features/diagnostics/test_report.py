@@ -365,6 +365,8 @@ def test_the_reading_gate_needs_a_learned_question_only_model_and_a_reader(repor
             else:
                 assert why1[d] == f"GM3C question-only (af-check) {100 * acc:.1f}% > 35.0%"
         assert heard, "the tiny GM3C check hears some dataset of the fixture at or below the bound"
+        from flows.train import waiting_for_reading
+        assert waiting_for_reading(report["con"], 0) == sorted(heard)
         res = _reading_check(report, heard)
         assert res["recorded"] == len(heard) and [r["dataset_id"] for r in res["settings"]] == sorted(heard)
         ok, why = reading_gate(report["con"], ids)
@@ -378,6 +380,29 @@ def test_the_reading_gate_needs_a_learned_question_only_model_and_a_reader(repor
         assert set(ok) <= set(heard)
         others = set(ids) - set(heard)
         assert {d: w for d, w in why.items() if d in others} == {d: w for d, w in why1.items() if d in others}
+    finally:
+        _uncheck(report)
+
+
+def test_the_pipelines_reading_check_reads_what_the_gate_holds_back_for_want_of_it(report):
+    """`waiting` (the demo's train stage, `mrqa reading-check --waiting`): the check also reads every dataset
+    the reading-only export holds back only for want of a reading check (here, with no AF settings, only
+    those), pooled per task, and records them: afterwards none waits."""
+    from etl.warehouse import connect
+    from flows.train import reading_check, waiting_for_reading
+    try:
+        _gm3c_check(report)
+        held = waiting_for_reading(report["con"], 0)
+        assert held
+        report["con"].close()
+        try:
+            res = reading_check(report["paths"], seed=0, record=True, waiting=True, workers=1, reader=TINY_READER,
+                                question_only=TINY_QUESTION_ONLY)
+        finally:
+            report["con"] = connect(report["paths"])
+        assert sorted(r["dataset_id"] for r in res["settings"]) == held and res["recorded"] == len(held)
+        assert waiting_for_reading(report["con"], 0) == []
+        assert reading_check(report["paths"], seed=0, workers=1)["skipped"].endswith("(seed 0)")
     finally:
         _uncheck(report)
 
