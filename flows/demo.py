@@ -70,12 +70,13 @@ def demo_digest(summary: dict) -> dict:
                                             "learned probe, test split (95% CI)")}
                    for row in info.get("table", [])] for task, info in rep.get("tasks", {}).items()}
     models = list(trn.get("runs", []))
-    reading = trn.get("reading")
+    reading, gm3c_check = trn.get("reading"), trn.get("gm3c_check")
     comp = stage_summary(summary, "competence")
     keys = ("stage", "status", "seconds", "cpu_s", "reason", "error")
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
-            "datasets": datasets, "bias": bias, "models": models, "reading": reading, "report": rep.get("index"),
+            "datasets": datasets, "bias": bias, "models": models, "reading": reading, "gm3c_check": gm3c_check,
+            "report": rep.get("index"),
             # the train stage's reading check is recorded before its count: the gate needs it
             "reading_only": trn["reading_only"] if "reading_only" in trn else rep.get("reading_only"),
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
@@ -128,8 +129,8 @@ def format_digest(d: dict) -> str:
         for did in ro["datasets"]:
             passing.setdefault(did.split("-", 1)[0], []).append(did.split("-", 1)[1].rsplit("-s", 1)[0])
         out.append(f"reading benchmark (`mrqa export --all --reading-only`: no context-free figure above 35%, "
-                   f"AF keeping 40%, GM3C question-only heard, a reader that reads): {len(ro['datasets'])} datasets, "
-                   f"{ro['left_out']} left out")
+                   f"AF keeping 40%, GM3C question-only checked apart from AF, a reader that reads): "
+                   f"{len(ro['datasets'])} datasets, {ro['left_out']} left out")
         out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
     comp = d.get("competence") or {}
     if comp.get("results"):
@@ -143,6 +144,10 @@ def format_digest(d: dict) -> str:
             else:
                 out.append(f"  {m['dataset_id']}: test acc {_pct(m.get('test_acc'))}, val acc "
                            f"{_pct(m.get('val_acc'))}, Hasty Student {_pct(m.get('hasty_student_acc'))}")
+    checked = {k: v for t in (d.get("gm3c_check") or {}).values() for k, v in t.items() if k != "skipped"}
+    if checked:
+        out.append(f"independent GM3C question-only check (every question, recorded): {len(checked)} datasets, "
+                   f"{_pct(min(checked.values()))}-{_pct(max(checked.values()))}")
     out += _reading_lines(d.get("reading"))
     out.append(f"report: {d.get('report')}")
     if d.get("failed"):

@@ -34,7 +34,14 @@ from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
 from flows.params import PipelineStage, Scorer, VisualTask
 from flows.report import report_flow
-from flows.train import READING_QUESTION_ONLY, READING_READER, reading_check, short_training, sweep_flow
+from flows.train import (
+    READING_QUESTION_ONLY,
+    READING_READER,
+    gm3c_check_waiting,
+    reading_check,
+    short_training,
+    sweep_flow,
+)
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
@@ -280,7 +287,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                              **({"reading": {"reader": READING_READER, "question_only": READING_QUESTION_ONLY}}
                                 if reading else {})},
                             [Tab("datasets", ("created_at",)), Tab("questions")],
-                            [Tab("runs"), Tab("reading_checks", ("computed_at",))],
+                            [Tab("runs"), Tab("reading_checks", ("computed_at",)), Tab("af_checks", ("computed_at",))],
                             skip_reason=None if datasets or reading else "no train_datasets given (dataset ids "
                                                                          "or id prefixes to train on) and no "
                                                                          "train_reading"))
@@ -293,11 +300,13 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
 
 
 def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
-    """The train stage: the short training of `datasets`, and with `reading` the reading check of the AF
-    visual cloze settings and of every dataset held back only for want of one, recorded (reading_checks),
-    and then what `mrqa export --reading-only` would export (`_reading_only`), which needs it."""
+    """The train stage: the short training of `datasets`, and with `reading` the independent GM3C check of
+    the AF datasets held back for want of one (`gm3c_check_waiting`, af_checks), the reading check of the
+    AF visual cloze settings and of every dataset held back only for want of one, recorded (reading_checks),
+    and then what `mrqa export --reading-only` would export (`_reading_only`), which needs both."""
     out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
     if reading:
+        out["gm3c_check"] = gm3c_check_waiting(paths, p["seed"])
         out["reading"] = reading_check(paths, p["seed"], record=True, waiting=True)
         out["reading_only"] = _reading_only(paths)
     return out

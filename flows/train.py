@@ -194,6 +194,40 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     return done
 
 
+PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (about 90 s for the demo's 10)
+
+
+def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIPELINE_CHECK_SEEDS) -> dict:
+    """The independent GM3C question-only check (flows/af_pool.py `af_check_flow`, recorded in af_checks) of
+    every AF dataset of seed `seed` that `mrqa export --reading-only` holds back for want of one (its
+    report figures pass; what its af-pool adversaries read of the questions they kept does not count),
+    per task, with the check seeds `seeds`. Returns {task: {dataset_id: accuracy}} (a task whose check
+    cannot run: {"skipped": why})."""
+    from etl.warehouse import connect
+    from features.datasets.card import UNCHECKED_GM3C, reading_gate
+    from flows.af_pool import af_check_flow
+    con = connect(paths, read_only=True)
+    try:
+        rows = con.execute("SELECT dataset_id, task FROM datasets WHERE seed = ? AND setting LIKE '%-af' "
+                           "ORDER BY 1", [seed]).fetchall()
+        why = reading_gate(con, [d for d, _ in rows])[1]
+    finally:
+        con.close()
+    by_task: dict[str, list[str]] = {}
+    for d, t in rows:
+        if why.get(d, "").startswith(UNCHECKED_GM3C):
+            by_task.setdefault(t, []).append(d)
+    out: dict[str, dict] = {}
+    for t, ids in sorted(by_task.items()):
+        try:
+            res = af_check_flow(datasets=tuple(ids), seeds=tuple(seeds), record=True)
+            out[t] = {r["dataset_id"]: r["accuracy"] for r in res["datasets"]}
+        except ValueError as e:       # e.g. too few recipes for its folds
+            log.warning("independent GM3C check of %s skipped: %s", t, e)
+            out[t] = {"skipped": str(e)}
+    return out
+
+
 def _without_a_split(con, ids: list[str]) -> list[str]:
     """The datasets of `ids` without questions in one of the train, val and test splits."""
     full = {d for (d,) in con.execute("SELECT dataset_id FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1 "

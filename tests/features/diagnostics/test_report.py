@@ -407,6 +407,26 @@ def test_the_pipelines_reading_check_reads_what_the_gate_holds_back_for_want_of_
         _uncheck(report)
 
 
+def test_what_an_af_pool_adversary_read_of_its_own_questions_clears_nothing(report):
+    """A dataset `mrqa af-pool` filtered is held back until an independent GM3C check is recorded, however
+    little its own adversaries read of the questions they chose to keep (they chose them)."""
+    from features.datasets.card import UNCHECKED_GM3C, reading_gate
+    con = report["con"]
+    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+    _, why = reading_gate(con, ids)
+    d = sorted(x for x, w in why.items() if w.startswith(UNCHECKED_GM3C))[0]
+    before = con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [d]).fetchall()[0][0]
+    try:
+        con.execute("UPDATE datasets SET params = json_merge_patch(params, ?) WHERE dataset_id = ?",
+                    ['{"af_pooled": {"adversary": "GM3C question_only, pooled", "oof_question_only_acc_kept": 0.2}}',
+                     d])
+        ok, why = reading_gate(con, [d])
+        assert ok == [] and why[d] == (f"{UNCHECKED_GM3C}: run `mrqa af-check --dataset {d} --record` (its af-pool "
+                                       "adversary's own figure, 20.0%, was read on the questions it chose to keep)")
+    finally:
+        con.execute("UPDATE datasets SET params = ? WHERE dataset_id = ?", [before, d])
+
+
 def test_the_reading_gate_bounds_on_recorded_reading_checks(report):
     """At the bounds: a lead of exactly 20 points and a cost of exactly 15 pass; 19.9 points of lead or 14.9
     of cost do not, each with its reason; the check's question-only figure on its test split only sets the
