@@ -489,8 +489,9 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                "knob questions), by its reading check (a reader less than "
                f"{100 * READING_LEAD:.0f} points above the learned question-only model, or losing less than "
                f"{100 * READING_ABLATION:.0f} with another recipe's steps) or for want of the figures: a learned "
-               "GM3C question-only model must have been heard on each exported dataset, as its `mrqa af-pool` "
-               "adversary or in a recorded `mrqa af-check`, and a reader in a recorded `mrqa reading-check`.",
+               "GM3C question-only model must have been heard on each exported dataset in a recorded `mrqa "
+               "af-check` (what `mrqa af-pool`'s own adversaries read of the questions they kept does not count), "
+               "and a reader in a recorded `mrqa reading-check`.",
                "", "| dataset_id | why |", "| --- | --- |",
                *[f"| {did} | {_cell(why)} |" for did, why in sorted(left_out.items())], ""]
     md += [

@@ -147,8 +147,9 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                                  "context-free figure of `mrqa report` answers above 35% "
                                                  "(and, if AF, that kept 40% of their knob questions): the "
                                                  "card's \"Read before use\" rules; and a learned GM3C "
-                                                 "question-only model heard (their af-pool adversary, or "
-                                                 "`mrqa af-check --dataset ID --record` at or below 35%); and "
+                                                 "question-only model checked apart from AF (`mrqa af-check "
+                                                 "--dataset ID --record` at or below 35%; af-pool's own "
+                                                 "adversaries do not count); and "
                                                  "a reader that reads (`mrqa reading-check --dataset ID "
                                                  "--record`: 20 points above question-only, 15 lost with "
                                                  "another recipe's steps); the others are named."),
