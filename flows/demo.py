@@ -92,6 +92,11 @@ def _pooled(r: dict) -> str:
             f"{len(r)} datasets")
 
 
+def _with_ci(x, ci) -> str:
+    """A share with its 95% interval in points, e.g. 76.2% [69.1, 82.3]."""
+    return _pct(x) if not ci else f"{_pct(x)} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
 def _pct(x) -> str:
     return f"{100 * x:.1f}%" if isinstance(x, (int, float)) else str(x)
 
@@ -168,9 +173,10 @@ def _reading_lines(r: dict | None) -> list[str]:
     w = max(10, *(len(v) for v in label.values()))
     lines = ["does a model have to read the recipe? (pooled per task: the AF visual cloze settings and what the "
              "reading-only export holds back for want of this check; test split; chance 25%)",
-             f"  {'setting':<{w}} {'test q':>6}  {'reader':>7}  {'question-only':>13}  {'lead':>6}  "
+             f"  {'setting':<{w}} {'test q':>6}  {'reader [95% CI]':>20}  {'question-only [95% CI]':>22}  {'lead':>6}  "
              f"{'reader, another recipe':>22}"]
-    lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {_pct(x['reader']):>7}  {_pct(x['question_only']):>13}  "
+    lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {_with_ci(x['reader'], x.get('reader_ci')):>20}  "
+              f"{_with_ci(x['question_only'], x.get('question_only_ci')):>22}  "
               f"{100 * x['lead']:>+6.1f}  {_pct(x['reader_other_recipe']):>22}" for x in rows]
     lo = min(x["lead"] for x in rows)
     lines.append(f"  the reader leads question-only by {100 * lo:.1f} points or more on every setting; "

@@ -119,9 +119,10 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     (`reader`, default READING_READER) and a learned question-only model (`question_only`, default
     READING_QUESTION_ONLY) each trained once on the datasets' train questions together, tested on each
     dataset's test split, and the reader again with another recipe's steps. Returns {"settings": [per
-    dataset: task, setting, dataset_id, n_test, reader, question_only, reader_other_recipe, hasty_student,
-    lead]} or {"skipped": reason}. Writes no runs; `record`: each dataset's figures to reading_checks, with
-    the content hash they were measured on (for `mrqa export --reading-only`). `waiting` (without
+    dataset: task, setting, dataset_id, n_test, reader, question_only (each with its 95% Wilson interval,
+    `*_ci`), reader_other_recipe, hasty_student, lead]} or {"skipped": reason}. Writes no runs; `record`:
+    each dataset's figures to reading_checks, with the content hash they were measured on (for `mrqa export
+    --reading-only`). `waiting` (without
     `datasets`; the pipeline's train stage): also every dataset of the seed that `mrqa export --reading-only`
     holds back only for want of a reading check (`waiting_for_reading`), pooled with those of its task. The
     two models of a task train in `workers` processes (default: one per CPU core, at most 2), each on one
@@ -184,6 +185,8 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
         rd, qo = res[(t, "transformer")][d], res[(t, "question_only")][d]
         table.append({"task": t, "setting": setting, "dataset_id": d, "n_test": rd["n_test"],
                       "reader": rd["test_acc"], "question_only": qo["test_acc"],
+                      # 95% Wilson intervals over the n_test questions (about 15 points wide at 100)
+                      "reader_ci": rd.get("test_ci"), "question_only_ci": qo.get("test_ci"),
                       "reader_other_recipe": rd["foreign_context_acc"], "hasty_student": rd["hasty_student_acc"],
                       "lead": round(rd["test_acc"] - qo["test_acc"], 4)})
         log.info("reading check %s %s: reader %.3f, question-only %.3f, reader with another recipe's steps %.3f",

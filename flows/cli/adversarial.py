@@ -245,11 +245,12 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
         return
     if res.get("skipped"):
         fail(f"nothing to check: {res['skipped']}; name the datasets with --dataset")
-    typer.echo(f"{'dataset':36s} {'test q':>6s} {'reader':>7s} {'question-only':>13s} {'lead':>6s} "
-               f"{'reader, another recipe':>22s} {'cost':>6s}")
+    from flows.demo import _with_ci
+    typer.echo(f"{'dataset':36s} {'test q':>6s} {'reader [95% CI]':>20s} {'question-only [95% CI]':>22s} "
+               f"{'lead':>6s} {'reader, another recipe':>22s} {'cost':>6s}")
     for r in res["settings"]:
-        typer.echo(f"{r['dataset_id']:36s} {r['n_test']:6d} {100 * r['reader']:6.1f}% "
-                   f"{100 * r['question_only']:12.1f}% {100 * r['lead']:+6.1f} {100 * r['reader_other_recipe']:21.1f}% "
-                   f"{100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
+        typer.echo(f"{r['dataset_id']:36s} {r['n_test']:6d} {_with_ci(r['reader'], r.get('reader_ci')):>20s} "
+                   f"{_with_ci(r['question_only'], r.get('question_only_ci')):>22s} {100 * r['lead']:+6.1f} "
+                   f"{100 * r['reader_other_recipe']:21.1f}% {100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
     if record:
         typer.echo(f"recorded {res['recorded']} datasets in reading_checks")

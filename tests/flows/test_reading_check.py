@@ -14,6 +14,7 @@ from features.datasets.generate import generate_datasets
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
 from flows.demo import _reading_lines
 from flows.train import READING_EXPORT, reading_check
+from training.sweep import ci95
 
 ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
@@ -42,6 +43,8 @@ def test_the_reader_against_question_only_per_af_dataset(world):
         assert r["n_test"] == tests[r["dataset_id"]] > 0
         assert all(0.0 <= r[k] <= 1.0 for k in ("reader", "question_only", "reader_other_recipe", "hasty_student"))
         assert r["lead"] == pytest.approx(r["reader"] - r["question_only"], abs=1e-4)
+        for k in ("reader", "question_only"):        # each with its Wilson interval over the test questions
+            assert r[f"{k}_ci"] == ci95(r[k], r["n_test"]) and r[f"{k}_ci"][0] <= r[k] <= r[f"{k}_ci"][1]
         # the step bodies tell the answer photo, the photos alone do not: the reader reads, and reads less
         # from another recipe's steps
         assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
@@ -56,6 +59,8 @@ def test_the_reader_against_question_only_per_af_dataset(world):
     text = "\n".join(_reading_lines(res))
     assert "does a model have to read the recipe?" in text and "0-1-1-af" in text and "0-0-0-af" in text
     assert f"{100 * min(r['lead'] for r in rows):.1f} points or more" in text
+    lo, hi = rows[0]["reader_ci"]
+    assert f"{100 * rows[0]['reader']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]" in text
 
 
 def test_a_home_without_the_settings_is_skipped_with_the_reason(world):
