@@ -114,8 +114,8 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
                   workers: int | None = None, datasets: tuple[str, ...] = (), record: bool = False,
                   reader: dict | None = None, question_only: dict | None = None, waiting: bool = False) -> dict:
     """Does a model have to read the recipe? On the newest visual cloze datasets of `settings` (seed
-    `seed`; the AF knob settings by default), or on the `datasets` named (any reader task; an unknown id,
-    a task without a reader or a split without questions is a ValueError), pooled per task: the reader
+    `seed`; the AF knob settings by default), or on the `datasets` named (any task: each has a reader; an
+    unknown id or a split without questions is a ValueError), pooled per task: the reader
     (`reader`, default READING_READER) and a learned question-only model (`question_only`, default
     READING_QUESTION_ONLY) each trained once on the datasets' train questions together, tested on each
     dataset's test split, and the reader again with another recipe's steps. Returns {"settings": [per
@@ -130,7 +130,6 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     one."""
     from etl.warehouse import connect
     from features.datasets.export import export_parquet
-    from training.config import READER_TASKS
 
     reader, question_only = dict(reader or READING_READER), dict(question_only or READING_QUESTION_ONLY)
     con = connect(paths)
@@ -141,9 +140,6 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
             unknown = sorted(set(datasets) - {d for d, _, _ in rows})
             if unknown:
                 raise ValueError(f"no dataset {', '.join(unknown)} in the warehouse (`mrqa datasets` lists them)")
-            other = sorted({t for _, _, t in rows} - set(READER_TASKS))
-            if other:
-                raise ValueError(f"no reader for {', '.join(other)} (reader tasks: {', '.join(READER_TASKS)})")
         else:
             rows = con.execute("SELECT dataset_id, setting, task FROM datasets WHERE task = 'visual_cloze' "
                                "AND seed = ? AND list_contains(?, setting) AND n_questions > 0 "
@@ -207,19 +203,16 @@ def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIP
     per task, with the check seeds `seeds`. Returns {task: {dataset_id: accuracy}} (a task whose check
     cannot run: {"skipped": why})."""
     from etl.warehouse import connect
-    from features.datasets.card import UNCHECKED_GM3C, reading_gate
+    from features.datasets.card import UNCHECKED_GM3C
     from flows.af_pool import af_check_flow
-    con = connect(paths, read_only=True)
+    con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
     try:
-        rows = con.execute("SELECT dataset_id, task FROM datasets WHERE seed = ? AND setting LIKE '%-af' "
-                           "ORDER BY 1", [seed]).fetchall()
-        why = reading_gate(con, [d for d, _ in rows])[1]
+        held = _held_back(con, seed, UNCHECKED_GM3C, af_only=True)
     finally:
         con.close()
     by_task: dict[str, list[str]] = {}
-    for d, t in rows:
-        if why.get(d, "").startswith(UNCHECKED_GM3C):
-            by_task.setdefault(t, []).append(d)
+    for d, t in held:
+        by_task.setdefault(t, []).append(d)
     out: dict[str, dict] = {}
     for t, ids in sorted(by_task.items()):
         try:
@@ -243,9 +236,18 @@ def waiting_for_reading(con, seed: int) -> list[str]:
     """The datasets of seed `seed` that `mrqa export --reading-only` holds back only for want of a reading
     check (features/datasets/card.py reading_gate): every question-only figure heard and at or below the
     bound, an AF dataset keeping enough."""
-    from features.datasets.card import NOT_READ_CHECKED, reading_gate
-    ids = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE seed = ? ORDER BY 1", [seed]).fetchall()]
-    return sorted(d for d, why in reading_gate(con, ids)[1].items() if why.startswith(NOT_READ_CHECKED))
+    from features.datasets.card import NOT_READ_CHECKED
+    return [d for d, _ in _held_back(con, seed, NOT_READ_CHECKED)]
+
+
+def _held_back(con, seed: int, reason: str, af_only: bool = False) -> list[tuple[str, str]]:
+    """(dataset_id, task) of the datasets of seed `seed` (`af_only`: the AF ones) that `mrqa export
+    --reading-only` (features/datasets/card.py reading_gate) leaves out for a reason starting `reason`."""
+    from features.datasets.card import reading_gate
+    rows = con.execute("SELECT dataset_id, task FROM datasets WHERE seed = ? "
+                       + ("AND setting LIKE '%-af' " if af_only else "") + "ORDER BY 1", [seed]).fetchall()
+    why = reading_gate(con, [d for d, _ in rows])[1]
+    return [(d, t) for d, t in rows if why.get(d, "").startswith(reason)]
 
 
 def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: dict, question_only: dict) -> int:

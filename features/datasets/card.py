@@ -341,7 +341,7 @@ UNCHECKED_GM3C = "no learned GM3C question-only figure from an independent check
 def _reading_failed(c: dict) -> str | None:
     """Why a recorded reading check does not show reading (None: it does). Its question-only figure is the
     lead's reference only: the bound on question-only is judged on every question (the report's probes,
-    af-check, af-pool's adversary), not on a test split of 70-200 questions, whose 95% interval spans
+    af-check), not on a test split of 70-200 questions, whose 95% interval spans
     about 14 points."""
     n = f"{c['n_test']} test questions"
     lead, cost = c["reader"] - c["question_only"], c["reader"] - c["reader_other_recipe"]
