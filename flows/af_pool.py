@@ -55,6 +55,7 @@ from training.af_pooled import (
     swapped_scores,
     verdicts,
 )
+from training.config import CLOZE_TASKS
 from training.procs import spawn_map
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,6 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
     check_fold_by(fold_by, "--fold-by")
-    if task == "textual_cloze" and rounds:
-        raise ValueError("textual cloze has no swap rounds in the pooled step (its choices are titles, not "
-                         "swapped back): run it with --rounds 0; its drop is what GM3C question-only, reading the "
-                         "titles' vectors, solves (and with --tree / --linear what the trees and the linear probe do)")
     first = ("movable" if task == "visual_ordering" else "confident") if swap_first == "auto" else swap_first
     if first not in SWAP_FIRST:
         raise ValueError(f"--swap-first must be one of auto, {', '.join(SWAP_FIRST)}, got {swap_first!r}")
@@ -124,12 +121,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 need = {i for al in items.values() for seq in al for i in seq}
             else:
                 items = {k: [x["item"] for x in a["alts"]] for k, a in alts.items()}
-                need = {i for k, a in alts.items() for i in items[k] + (a["choices"] if task == "visual_cloze"
+                need = {i for k, a in alts.items() for i in items[k] + (a["choices"] if task in CLOZE_TASKS
                                                                         else [])}
-            vectors = _vectors(con, paths, ids, sorted(need))
+            vectors = _vectors(con, paths, ids, sorted(need), "title" if task == "textual_cloze" else "image")
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
                              adversaries, workers, fold_by, offload)
-            plan = swap_plan(scores, alts, solved_share, vectors if task == "visual_cloze" else None, first)
+            plan = swap_plan(scores, alts, solved_share, vectors if task in CLOZE_TASKS else None, first)
             done_n = apply_swaps(con, plan, scores, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
@@ -197,11 +194,14 @@ def _example(task: str, distractors: str) -> str:
     return f"`mrqa generate --task {task} --knobs 0-1-1-af` (or `mrqa generate --all`)"
 
 
-def _vectors(con, paths: Paths, ids: list[str], items: list[str]) -> dict[str, np.ndarray]:
-    """Image vectors of `items` in the datasets' feature space (their encoder), as the store holds them."""
+def _vectors(con, paths: Paths, ids: list[str], items: list[str], space: str = "image") -> dict[str, np.ndarray]:
+    """Vectors of `items` in the datasets' feature space (their encoder; `space` image, or title for textual
+    cloze), as the store holds them."""
     from features.vectors.store import FeatureStore
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
-    got, mat = FeatureStore(paths.lance).image_vectors(enc[0][0], ids=items)
+    store = FeatureStore(paths.lance)
+    got, mat = (store.text_vectors(enc[0][0], "title", ids=items) if space == "title"
+                else store.image_vectors(enc[0][0], ids=items))
     return dict(zip(got, np.asarray(mat, dtype=np.float32)))
 
 

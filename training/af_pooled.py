@@ -277,7 +277,7 @@ def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np
         if a:
             vec[k, :len(a)] = torch.as_tensor(np.stack([alt_vectors[x] for x in a]))
     vec = vec.to(b["query"].device)
-    if task == "visual_cloze":
+    if task in ("visual_cloze", "textual_cloze"):     # textual cloze: the titles' vectors, as the images'
         q = b["query"][ar, ans]                                                   # (B, M, d)
         slot = (b["query"] != b["query"][:, :1]).any(-1).any(1).float().argmax(1)  # where the choices differ
         aq = q[:, None].repeat(1, width, 1, 1)
@@ -359,7 +359,8 @@ def centre(V: np.ndarray) -> int:
 
 def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.ndarray, alt_closer: np.ndarray,
               need: int, exact: bool, target: int, V: np.ndarray | None = None,
-              W: np.ndarray | None = None) -> list[tuple[int, int]]:
+              W: np.ndarray | None = None, texts: list[str] | None = None,
+              alt_texts: list[str] | None = None) -> list[tuple[int, int]]:
     """(choice column, alternate index) swaps that bring the answer to `target` choices scored above it:
     the distractors below the answer, lowest first, each replaced by the alternate scored above the
     answer by the least (the least distinguishable), while the number of distractors closer to the
@@ -367,8 +368,12 @@ def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.nda
     closer (4,): per choice column (the answer's ignored); fewer swaps when the alternates run out.
     With the choices' and alternates' vectors V (4, d) and W (A, d): never a swap that makes the
     answer the centre of the choice set when it was not (alternates the adversary finds plausible sit
-    near the answer, and a centre cue would replace the cue they remove)."""
+    near the answer, and a centre cue would replace the cue they remove). Textual cloze, with the choices'
+    titles `texts` and the alternates' `alt_texts`: never a swap that gives two choices one title (case
+    and outer spaces aside), so a question never shows a title twice."""
     s_a = choices[answer]
+    fold = None if texts is None else [t.strip().lower() for t in texts]
+    alt_fold = None if alt_texts is None else [t.strip().lower() for t in alt_texts]
     cols = [c for c in np.argsort(choices, kind="stable") if c != answer and choices[c] <= s_a]
     above = [j for j in np.argsort(alts - s_a, kind="stable") if alts[j] > s_a]
     n_closer = int(sum(closer[c] for c in range(len(choices)) if c != answer))
@@ -384,6 +389,8 @@ def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.nda
             n_new = n_closer - int(closer[c]) + int(alt_closer[j])
             if not ((n_new == need) if exact else (n_new >= need)):
                 continue
+            if fold is not None and alt_fold[j] in fold[:c] + fold[c + 1:]:
+                continue
             if V is not None:
                 T = V.copy()
                 T[c] = W[j]
@@ -391,6 +398,8 @@ def swaps_for(choices: np.ndarray, answer: int, alts: np.ndarray, closer: np.nda
                     continue
                 V = T
             out.append((int(c), int(j)))
+            if fold is not None:
+                fold[c] = alt_fold[j]
             used.add(j)
             n_closer, have = n_new, have + 1
             break
@@ -480,8 +489,10 @@ def swap_plan(scores: dict[str, dict[str, dict]], alts: dict[tuple[str, str], di
                 if vectors is not None:
                     V = np.stack([vectors[i] for i in a["choices"]])
                     W = np.stack([vectors[x["item"]] for x in a["alts"]])
+                texts = a.get("texts")
                 out[q] = swaps_for(s["choices"], s["answer"], s["alts"], np.array(a["closer"]),
-                                   np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t, V, W)
+                                   np.array([bool(x["closer"]) for x in a["alts"]]), a["need"], a["exact"], t, V, W,
+                                   texts, [x["text"] for x in a["alts"]] if texts is not None else None)
         plan[did] = out
     return plan
 

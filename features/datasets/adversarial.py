@@ -683,9 +683,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     choice_pool = _insert(cur_pool[sub], np.full(len(sub), len(CLOZE_POOLS)), pos[sub])
     prov = {"af_round": pa.array(changed_in[sub]), "af_pools": _lists(names[choice_pool], pa.string()),
             "af_scores": _lists(_r(final[sub]))}
-    if staged:
-        prov["af_alternates"] = alternates(sp, cand[sub], cur[sub], pool[sub], cand_closer[sub], ans[sub],
-                                           P["qmean"][keep][sub])
+    prov["af_alternates"] = alternates(sp, cand[sub], cur[sub], pool[sub], cand_closer[sub], ans[sub],
+                                       P["qmean"][keep][sub])
     return sub, cur[sub], prov
 
 
@@ -695,7 +694,9 @@ def alternates(sp, cand: np.ndarray, cur: np.ndarray, pool: np.ndarray, closer: 
     final distractors: every one inside the setting's ball, no text twin of the answer step, told from the
     answer by the step text, never the answer's own step nor one that could fill the placeholder. A later
     step that replaces distractors (the pooled adversary, features/datasets/af_pooled.py) swaps within
-    this list, so it needs no feature space: a swap that keeps the `closer` count keeps knob 3."""
+    this list, so it needs no feature space: a swap that keeps the `closer` count keeps knob 3. Textual
+    cloze (the title space): each alternate also records its title (`text`), which a swap writes as the
+    choice; no alternate's title is the answer's (refine_cloze leaves those out of the candidates)."""
     alive = (cand >= 0) & ~(cand[..., None] == cur[:, None, :]).any(-1)
     take = alive & (np.cumsum(alive, axis=1) <= cap)
     qi, ci = np.nonzero(take)
@@ -703,11 +704,14 @@ def alternates(sp, cand: np.ndarray, cur: np.ndarray, pool: np.ndarray, closer: 
     dist = 1.0 - np.einsum("nd,nd->n", sp.vecs[it], sp.vecs[ans[qi]]).astype(np.float64)
     dq = sp.cos_to(it[:, None], qmean[qi])[:, 0]
     names = np.array(CLOZE_POOLS, dtype=object)
-    rows = pa.StructArray.from_arrays(
-        [pa.array(closer[qi, ci]), pa.array(_r(dq)), pa.array(_r(dist)),
-         pa.array(sp.item_ids[it].tolist(), pa.string()), pa.array(names[pool[qi, ci]].tolist(), pa.string()),
-         pa.array(sp.recipe_ids[it].tolist(), pa.string())],
-        names=["closer", "dist_q", "distance", "item", "pool", "recipe_id"])
+    cols = [pa.array(closer[qi, ci]), pa.array(_r(dq)), pa.array(_r(dist)),
+            pa.array(sp.item_ids[it].tolist(), pa.string()), pa.array(names[pool[qi, ci]].tolist(), pa.string()),
+            pa.array(sp.recipe_ids[it].tolist(), pa.string())]
+    fields = ["closer", "dist_q", "distance", "item", "pool", "recipe_id"]
+    if sp.name == "title":
+        cols.append(pa.array(sp.labels[it].tolist(), pa.string()))
+        fields.append("text")
+    rows = pa.StructArray.from_arrays(cols, names=fields)
     offsets = np.concatenate([[0], np.cumsum(take.sum(1))]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), rows)
 

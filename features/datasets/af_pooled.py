@@ -8,7 +8,7 @@ and the dropped count as the generation skip `af_pooled_predictable`, and remove
 stale `bias_metrics` row (`mrqa report` recomputes it). A dataset filtered once is refused a second
 time: regenerate it (`mrqa generate`) to filter again.
 
-Swaps come first (`alternates`, `apply_swaps`): each visual cloze and coherence AF question records in
+Swaps come first (`alternates`, `apply_swaps`): each cloze (visual and textual) and coherence AF question records in
 its provenance the knob-valid candidates that were not picked (`af_alternates`,
 features/datasets/adversarial.py). The pooled adversary scores them in place, and a question it
 solves too easily gets a distractor (coherence: a foreign image) it finds plausible from that list
@@ -44,9 +44,11 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
     """(dataset_id, qid) -> {"alts": its recorded alternates, "closer": per choice column, is it a
     distractor closer to the question than the answer (the answer's: False), "need": the closer
     distractors knob 3 asks for, "exact": whether exactly (knob-3 balanced mode) or at least,
-    "choices": the choice image ids, "probe_hit": coherence, whether the distance probe spots the
-    foreign image now}. Questions without recorded alternates are left out."""
+    "choices": the choice image ids (textual cloze: the titles' item ids), "probe_hit": coherence, whether
+    the distance probe spots the foreign image now; textual cloze also "texts": the choices' titles}.
+    Questions without recorded alternates are left out."""
     rows = con.execute("""SELECT dataset_id, qid, answer, choice_list, json_extract(provenance, '$.af_alternates'),
+                                 json_extract(provenance, '$.choice_items'),
                                  json_extract(provenance, '$.distractors'),
                                  json_extract(provenance, '$.n_closer_required'),
                                  json_extract_string(provenance, '$.k3_mode'),
@@ -55,7 +57,7 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
                           FROM questions WHERE list_contains(?, dataset_id) ORDER BY dataset_id, qid""",
                        [dataset_ids]).fetchall()
     out = {}
-    for d, q, answer, choices, alts, dis, need, mode, hit, order_prov in rows:
+    for d, q, answer, choices, alts, items, dis, need, mode, hit, order_prov in rows:
         if order_prov is not None:                      # ordering: the candidate wrong orders not shown
             alts = order_alternates(json.loads(order_prov), list(choices))
             if alts:
@@ -67,9 +69,11 @@ def alternates(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dict[t
             continue
         closer = [bool(x["closer"]) for x in json.loads(dis)] if dis else [False] * 3
         closer.insert(answer, False)
+        titles = any("text" in x for x in alts)
         out[(d, q)] = {"alts": alts, "closer": closer, "need": int(json.loads(need or "0")),
-                       "exact": mode == "balanced", "choices": list(choices),
-                       "probe_hit": bool(json.loads(hit or "false"))}
+                       "exact": mode == "balanced", "choices": json.loads(items) if titles else list(choices),
+                       "probe_hit": bool(json.loads(hit or "false")),
+                       **({"texts": list(choices)} if titles else {})}
     return out
 
 
@@ -125,16 +129,21 @@ def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int,
 
 
 def _swap(p: dict, choices: list[str], answer: int, col: int, alt_ix: int, rnd: int, logits: tuple) -> None:
-    """Swap choice `col` of one question for its alternate `alt_ix`, provenance included (in place)."""
+    """Swap choice `col` of one question for its alternate `alt_ix`, provenance included (in place).
+    Textual cloze: the choice becomes the alternate's title (`text`), its item id goes to `choice_items`,
+    and the title swapped out joins the alternates with its text."""
     alts = p["af_alternates"]
     new = alts[alt_ix]
     slot = col - (col > answer)                         # the distractor's index among the three
     old = p["distractors"][slot]
     alts[alt_ix] = {**old, "pool": p["af_pools"][col]}
+    if "text" in new:                                   # textual cloze: the choice is the title
+        alts[alt_ix]["text"] = choices[col]
     p["distractors"][slot] = {k: new[k] for k in old}
     p["af_pools"][col] = new["pool"]
     p["af_scores"][col] = None
-    p["choice_items"][col] = choices[col] = new["item"]
+    p["choice_items"][col] = new["item"]
+    choices[col] = new.get("text", new["item"])
     p["n_closer"] = sum(bool(d["closer"]) for d in p["distractors"])
     p.setdefault("af_pooled_swaps", []).append({"round": rnd, "choice": col, "out": old["item"], "in": new["item"],
                                                 "logit_in": logits[0], "logit_out": logits[1],

@@ -44,8 +44,8 @@ SCORES_FROM_HELP = "Go on from the logits of those jobs (DIR/scores.json); give 
 
 @app.command("af-pool")
 def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help="The task whose AF "
-                                            "datasets are filtered together (textual_cloze: no swap rounds, "
-                                            "--rounds 0; GM3C question-only reads the titles' vectors)."),
+                                            "datasets are filtered together (textual_cloze: GM3C question-only "
+                                            "reads the titles' vectors, and a swap writes the title)."),
                 tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
                                           "model solves with at least this probability of the answer."),
                 min_kept: float = typer.Option(0.4, "--min-kept", help="Never keep fewer than this share of "

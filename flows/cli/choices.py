@@ -22,7 +22,7 @@ def choices(name: str, values) -> type[StrEnum]:
 Task = choices("Task", (*VISUAL_TASKS, "textual_cloze"))         # features.datasets.knobs.TASKS
 VisualTask = choices("VisualTask", VISUAL_TASKS)
 ReaderTask = choices("ReaderTask", READER_TASKS)                # the tasks the trainer reads (mrqa sweep)
-AfTask = choices("AfTask", (*VISUAL_TASKS, "textual_cloze"))   # flows.af_pool (textual cloze: no swap rounds)
+AfTask = choices("AfTask", (*VISUAL_TASKS, "textual_cloze"))   # flows.af_pool
 K3Mode = choices("K3Mode", ("coin", "all", "balanced"))        # knobs.K3_MODES but "off" (= knob 3 at 0)
 Scorer = choices("Scorer", SCORERS)
 TextFeatures = choices("TextFeatures", TEXT_FEATURES)

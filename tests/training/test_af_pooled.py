@@ -800,8 +800,8 @@ def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
 
 def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_path_factory):
     """`af-pool --task textual_cloze --rounds 0 [--tree --linear]`: the drop is what GM3C question-only (on
-    the titles' vectors, out of fold), the tree probe and the linear probe solve, within the floor; swap
-    rounds are refused (titles are not swapped back); the params say which adversary decided. `af-check
+    the titles' vectors, out of fold), the tree probe and the linear probe solve, within the floor; the
+    params say which adversary decided. `af-check
     --task textual_cloze` then reads every kept question with GM3C question-only, and writes nothing."""
     from features.datasets.af_pooled import af_datasets
     from flows.af_pool import TREE_MEMBERS, TREE_SEED, _linear_oof, _scores, _tree_oof, af_check_flow, af_pool_flow
@@ -821,8 +821,6 @@ def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_pat
                                                           "WHERE list_contains(?, dataset_id)", [ids]).fetchall()}
         gm3c = verdicts(_scores(con, paths, ids, recipe_of, 2, 0, "tiny", workers=1, fold_by="split"))  # the drop's
         con.close()
-        with pytest.raises(ValueError, match="textual cloze has no swap rounds"):
-            af_pool_flow.fn(task="textual_cloze", min_kept=0.4, rounds=1, tree=True)
         res = af_pool_flow.fn(task="textual_cloze", tau=0.3, rounds=0, min_kept=0.4, linear=True, tree=True,
                               fold_by="split", size="tiny", folds=2, adversaries=1, workers=1)
         con = duckdb.connect(str(paths.warehouse))
@@ -859,6 +857,83 @@ def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_pat
                                ).fetchall() == before                     # the check is read-only
         finally:
             con.close()
+
+
+def _textual_swapped(tmp_path_factory, name: str):
+    """Textual cloze AF settings swapped (2 rounds) and dropped by the pooled adversary: (af-pool's result,
+    the rows before, the rows after, every item's unit vector (images and titles), each title item's
+    text, the AF datasets' content hashes)."""
+    from features.vectors.store import FeatureStore
+    from flows.af_pool import af_pool_flow
+    tc = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 1)),
+          ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 1, k3_mode="balanced")),
+          ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 0, 0))]
+    with synthetic_home(tmp_path_factory, name, n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
+        generate_datasets(con, tc + [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in tc], seed=0,
+                          encoder_id=ENC, lance_uri=paths.lance, progress=False, af_pooled_drop=("textual_cloze",))
+        before = _rows(con, "WHERE d.adversarial")
+        title = {f"{r}_{i}_title": t.strip() for r, i, t in con.execute(
+            "SELECT recipe_id, step_idx, title FROM steps WHERE title IS NOT NULL").fetchall()}
+        con.close()
+        res = af_pool_flow.fn(task="textual_cloze", tau=0.3, folds=2, seed=0, size="tiny", rounds=2,
+                              solved_share=0.05, min_kept=0.0, workers=1)
+        con = duckdb.connect(str(paths.warehouse), read_only=True)
+        after = _rows(con, "WHERE d.adversarial")
+        sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
+        con.close()
+        store = FeatureStore(paths.lance)
+        vec = {}
+        for ids, mat in (store.image_vectors(ENC), store.text_vectors(ENC, "title")):
+            vec.update({i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, v in zip(ids, mat)})
+    return res, before, after, vec, title, sha
+
+
+def test_textual_cloze_swaps_write_titles_from_the_alternates_and_keep_every_knob(tmp_path_factory):
+    """`af-pool --task textual_cloze --rounds 2`: each swapped-in title was a recorded alternate of its
+    question (recorded with its title), the choice shows that title and `choice_items` names its item;
+    no question shows a title twice; the swapped-out title joins the alternates with its text; the knob
+    invariant suite (the ball, the knob-3 closer count from the vectors) holds on the swapped datasets;
+    the same inputs give the same datasets, byte for byte."""
+    res, before, after, vec, title, sha = _textual_swapped(tmp_path_factory, "af_pool_text_swaps")
+    assert res["rounds"] == 2 and res["task"] == "textual_cloze"
+    swapped = with_alts = 0
+    for key, r in after.items():
+        p, b = r["prov"], before[key]["prov"]
+        assert [title[i] for i in p["choice_items"]] == list(r["choice_list"])     # the titles shown
+        assert len({t.lower() for t in r["choice_list"]}) == 4                     # never one title twice
+        for a in p["af_alternates"]:
+            assert a["text"] == title[a["item"]]
+        was = {a["item"]: a for a in b["af_alternates"]}
+        with_alts += bool(was)
+        assert set(was) | set(b["choice_items"]) == \
+            {a["item"] for a in p["af_alternates"]} | set(p["choice_items"])           # nothing lost
+        last = {s["choice"]: s["in"] for s in p.get("af_pooled_swaps", [])}
+        assert r["answer"] not in last
+        for c, item in last.items():
+            assert item == p["choice_items"][c] and p["af_scores"][c] is None
+            assert item in was or item in b["choice_items"]        # round 2 may take back what round 1 left
+        swapped += bool(last)
+    assert swapped > 10 and with_alts > len(after) / 2, (swapped, with_alts, len(after))
+    rows = list(after.values())
+    _inv.test_cloze_shape_and_knob2_ball_from_exported_vectors({"rows": rows, "vec": vec})
+    _inv.test_knob3_closer_distractors_on_flagged_questions({"rows": rows, "vec": vec})
+    assert _textual_swapped(tmp_path_factory, "af_pool_text_swaps_b")[5] == sha
+
+
+def test_swaps_for_never_gives_two_choices_one_title():
+    choices, closer = np.array([0.1, 2.0, 0.5, 0.3]), np.zeros(4, dtype=bool)
+    alts, none = np.array([2.4, 2.2]), np.zeros(2, bool)       # alternate 1 is the least above the answer
+    texts = ["Mix", "Bake", "Serve", "Chill"]
+    assert swaps_for(choices, 1, alts, closer, none, 0, False, 1) == [(0, 1)]
+    # alternate 1 reads "serve " (choice 2's title, case and spaces aside): alternate 0 takes the place
+    assert swaps_for(choices, 1, alts, closer, none, 0, False, 1, texts=texts, alt_texts=["Whisk", "serve "]) == \
+        [(0, 0)]
+    # a title swapped for itself is no clash
+    assert swaps_for(choices, 1, alts, closer, none, 0, False, 1, texts=texts, alt_texts=["Whisk", "Mix"]) == [(0, 1)]
+    # two alternates of one title never both go in
+    assert swaps_for(choices, 1, alts, closer, none, 0, False, 2) == [(0, 1), (3, 0)]
+    assert swaps_for(choices, 1, alts, closer, none, 0, False, 2, texts=texts, alt_texts=["Whisk", "whisk"]) == \
+        [(0, 1)]
 
 
 def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path):
