@@ -27,13 +27,14 @@ DEFAULT_RECIPES = DEMO_RECIPES
 @flow(name="demo", log_prints=True)
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
               crawl_workers: int = 8, train: bool = True, af_pool: bool = True,
-              dask_address: str | None = None, matched_coherence: bool = False) -> dict:
+              dask_address: str | None = None, matched_coherence: bool = False,
+              textual_cloze_pooled: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
-                            matched_coherence=matched_coherence,
+                            matched_coherence=matched_coherence, textual_cloze_pooled=textual_cloze_pooled,
                             train_reading=True,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
@@ -59,6 +60,8 @@ def demo_digest(summary: dict) -> dict:
                     if isinstance(emb.get("neighbours"), dict) else {}),
         "generate": {k: gen.get(k) for k in ("n_datasets", "n_questions") if k in gen},
         "af_pool": {task: _pooled(r) for task, r in (gen.get("af_pool") or {}).items()}
+                   | ({"textual_cloze": _pooled(gen["textual_cloze_pooled"])}
+                      if gen.get("textual_cloze_pooled") else {})
                    | ({"visual_coherence (matched)": _pooled(gen["matched_coherence"]["af_pool"])}
                       if gen.get("matched_coherence") else {}),
     }

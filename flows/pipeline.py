@@ -70,6 +70,10 @@ MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0
 MATCHED_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}       # the val and test splits held out whole, as for visual
                                                   # cloze: their questions read 29.0-29.2% instead of 32.9-34.5%
+# `textual_cloze_pooled`: the textual cloze AF datasets (made with AF's own drop) get the pooled step too: 2 swap
+# rounds of titles, then the drop by GM3C (the titles' vectors), the trees and the linear probe
+TEXTUAL_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
+                "fold_by": AF_POOL_FOLD_BY}
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 
@@ -259,7 +263,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                      "adversaries": AF_POOL_ADVERSARIES,
                      "fold_by": AF_POOL_FOLD_BY} if p["af_pool"] else None
         gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
-                      **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {})}
+                      **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {}),
+                      **({"textual_cloze_pooled": TEXTUAL_POOL} if p.get("textual_cloze_pooled") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
@@ -328,12 +333,33 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
             d["n_questions_generated"] = d["n_questions"]
             d["n_questions"] = n.get(d["dataset_id"], d["n_questions"])
         res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
+    if p.get("textual_cloze_pooled"):
+        res["textual_cloze_pooled"] = pooled = _textual(paths, p)
+        for d in res.get("datasets", []):
+            if d["dataset_id"] in pooled:
+                d.setdefault("n_questions_generated", d["n_questions"])
+                d["n_questions"] = pooled[d["dataset_id"]]["kept"]
+        res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
     if p.get("matched_coherence"):
         res["matched_coherence"], made = _matched(paths, p)
         res["datasets"] = res.get("datasets", []) + made
         res["n_datasets"] = len(res["datasets"])
         res["n_questions"] = sum(d["n_questions"] for d in res["datasets"])
     return res
+
+
+def _textual(paths: Paths, p: dict) -> dict:
+    """The pooled step on the textual cloze AF datasets (`mrqa af-pool --task textual_cloze`, TEXTUAL_POOL):
+    swap rounds of titles, then the drop; dataset_id -> its dropped and kept counts, or {"skipped": why}
+    when it cannot run (e.g. too few recipes for its folds: the datasets keep AF's own drop)."""
+    from flows.af_pool import af_pool_flow
+    try:
+        res = af_pool_flow(task="textual_cloze", seed=p["seed"], **TEXTUAL_POOL)
+    except ValueError as e:
+        log.warning("textual cloze: the pooled step did not run: %s", e)
+        return {"skipped": str(e)}
+    return {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
+                                                "oof_question_only_acc_kept")} for r in res["datasets"]}
 
 
 def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
@@ -510,7 +536,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
-                  report: bool = True, train: bool = False,
+                  textual_cloze_pooled: bool = False, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
@@ -530,6 +556,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     of `af_pool_tasks` (`af_pool_rounds` rounds, never below `af_pool_min_kept` of a plain setting).
     `matched_coherence`: generate also makes visual coherence with matched foreign images (MATCHED_SETTINGS,
     beyond the paper) and filters its AF datasets with their own pooled step (MATCHED_POOL).
+    `textual_cloze_pooled`: generate ends with the pooled step on the textual cloze AF datasets too
+    (TEXTUAL_POOL: swap rounds of titles, then the drop).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

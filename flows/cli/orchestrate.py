@@ -32,6 +32,10 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                     "visual coherence with matched foreign images (K1-0-0-matched"
                                                     "[-af], beyond the paper) and filters it with its own pooled "
                                                     "step: about 3 more minutes."),
+             textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with "
+                                                       "the pooled step on the textual cloze AF datasets too (2 "
+                                                       "swap rounds of titles, then the drop): about 3 more "
+                                                       "minutes."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
@@ -40,7 +44,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
     from flows.demo import demo_flow, format_digest
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
-                        dask_address=dask_address, matched_coherence=matched_coherence)
+                        dask_address=dask_address, matched_coherence=matched_coherence,
+                        textual_cloze_pooled=textual_cloze_pooled)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -66,6 +71,8 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
+        textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with the "
+                                                  "pooled step on the textual cloze AF datasets too."),
         train: bool = typer.Option(False, "--train", help="End with the reading check: a reader of the recipe "
                                    "against a learned question-only model on the AF visual cloze settings "
                                    "(about a minute)."),
@@ -87,7 +94,8 @@ def pipeline_cmd(
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            af_pool=af_pool, matched_coherence=matched_coherence, train=train,
+                            af_pool=af_pool, matched_coherence=matched_coherence,
+                            textual_cloze_pooled=textual_cloze_pooled, train=train,
                             train_reading=train, sweep=sweep,
                             force=[f.value for f in force],
                             dask_address=dask_address, raise_on_failure=False)

@@ -1094,3 +1094,37 @@ def test_a_broken_jobs_folder_is_refused_with_what_to_do(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot keep the folds' logits" in err and "--partial FOLDER" in err and len(err.splitlines()) == 1
     assert not (jobs / "scores.json").exists()
+
+
+def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_factory, monkeypatch, prefect_harness):
+    """`mrqa demo/pipeline --textual-cloze-pooled`: the generate stage ends with the pooled step on the
+    textual cloze AF datasets (made with AF's own drop): swap rounds of titles, then the drop; its summary
+    holds their final counts. Without the flag the stage's parameters (its fingerprint) are what they
+    were, so a home made before does not generate again."""
+    import inspect
+
+    from flows import pipeline
+    from flows.pipeline import build_stages, pipeline_flow
+    monkeypatch.setattr(pipeline, "TEXTUAL_POOL", {**pipeline.TEXTUAL_POOL, "size": "tiny", "folds": 2,
+                                                   "adversaries": 1, "workers": 1})
+    tc = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, k3)) for k3 in (0, 1)]
+    with synthetic_home(tmp_path_factory, "textual_pipeline", n_recipes=90, seed=3, dim=24, k=100) as (
+            _h, paths, con):
+        generate_datasets(con, tc + [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in tc], seed=0,
+                          encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        con.close()
+        out = pipeline._textual(paths, {"seed": 0})
+        con = duckdb.connect(str(paths.warehouse), read_only=True)
+        rows = dict(con.execute("SELECT dataset_id, n_questions FROM datasets WHERE adversarial").fetchall())
+        params = {d: json.loads(p)["af_pooled"] for d, p in con.execute(
+            "SELECT dataset_id, params FROM datasets WHERE adversarial").fetchall()}
+        con.close()
+        assert sorted(out) == sorted(rows) and all(out[d]["kept"] == n for d, n in rows.items())
+        for step in params.values():
+            assert step["rounds"] == 2 and step["tree"] and step["linear"] and step["min_kept"] == 0.4
+            assert [x["round"] for x in step["swap_rounds"]] == [1, 2]        # (the swaps: tested above)
+        defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+        gen = {m: next(s for s in build_stages({**defaults, "textual_cloze_pooled": m}, paths)
+                       if s.name == "generate") for m in (False, True)}
+    assert "textual_cloze_pooled" not in gen[False].params and gen[True].params["textual_cloze_pooled"]
+    assert {k: v for k, v in gen[True].params.items() if k != "textual_cloze_pooled"} == gen[False].params
