@@ -350,16 +350,8 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
 
 def _textual(paths: Paths, p: dict) -> dict:
     """The pooled step on the textual cloze AF datasets (`mrqa af-pool --task textual_cloze`, TEXTUAL_POOL):
-    swap rounds of titles, then the drop; dataset_id -> its dropped and kept counts, or {"skipped": why}
-    when it cannot run (e.g. too few recipes for its folds: the datasets keep AF's own drop)."""
-    from flows.af_pool import af_pool_flow
-    try:
-        res = af_pool_flow(task="textual_cloze", seed=p["seed"], **TEXTUAL_POOL)
-    except ValueError as e:
-        log.warning("textual cloze: the pooled step did not run: %s", e)
-        return {"skipped": str(e)}
-    return {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
-                                                "oof_question_only_acc_kept")} for r in res["datasets"]}
+    swap rounds of titles, then the drop (`_pooled_step`; when it cannot run, the datasets keep AF's own drop)."""
+    return _pooled_step("textual_cloze", p["seed"], "textual cloze", **TEXTUAL_POOL)
 
 
 def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
@@ -368,16 +360,11 @@ def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
     that need reading, beside the paper's. Returns ({datasets: {dataset_id: questions}, af_pool: the pooled
     step's dropped/kept per dataset}, the datasets' summaries with their final question counts)."""
     from features.datasets.generate import settings_for
-    from flows.af_pool import af_pool_flow
     from flows.generate import generate_and_register
     settings = [st for name in MATCHED_SETTINGS for st in settings_for("visual_coherence", name)]
     made = generate_and_register(settings, p["seed"], p.get("encoder_id"))
-    try:
-        res = af_pool_flow(task="visual_coherence", seed=p["seed"], distractors="matched", **MATCHED_POOL)
-        pooled = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept")} for r in res["datasets"]}
-    except ValueError as e:        # e.g. too few recipes for its folds: the AF datasets keep AF's own drop
-        log.warning("matched coherence: the pooled step did not run: %s", e)
-        pooled = {"skipped": str(e)}
+    # when the step cannot run (e.g. too few recipes for its folds) the AF datasets keep AF's own drop
+    pooled = _pooled_step("visual_coherence", p["seed"], "matched coherence", distractors="matched", **MATCHED_POOL)
     for d in made:
         if d["dataset_id"] in pooled:
             d["n_questions_generated"], d["n_questions"] = d["n_questions"], pooled[d["dataset_id"]]["kept"]
@@ -390,7 +377,6 @@ def _af_pool(paths: Paths, params: dict) -> dict:
     already, is left as it is and says so. A task it cannot filter (e.g. too few recipes for its
     folds) has its AF datasets made again with AF's own drop (`_linear_drop`), and says why."""
     from features.datasets.af_pooled import af_datasets
-    from flows.af_pool import af_pool_flow
     out = {}
     for task in params["tasks"]:
         con = connect(paths)
@@ -403,21 +389,29 @@ def _af_pool(paths: Paths, params: dict) -> dict:
         elif all(r["params"].get("af_pooled") for r in rows if r["n_questions"]):
             out[task] = {"skipped": "already filtered by the pooled adversary"}
         else:
-            try:
-                res = af_pool_flow(task=task, seed=params["seed"], rounds=params["rounds"],
-                                   min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
-                                   tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False),
-                                   tree=params.get("tree", False),
-                                   adversaries=params.get("adversaries", 1),
-                                   fold_by=params.get("fold_by", "recipe"))
-            except ValueError as e:      # e.g. too few recipes for its folds: AF's own drop instead
-                log.warning("af-pool %s: %s; its AF datasets are made again with AF's own drop", task, e)
-                out[task] = {"skipped": str(e), "regenerated_with_linear_drop": _linear_drop(task, params)}
-                continue
-            out[task] = {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
-                                                             "oof_question_only_acc_kept")}
-                         for r in res["datasets"]}
+            out[task] = _pooled_step(task, params["seed"], f"af-pool {task}", rounds=params["rounds"],
+                                     min_kept=params["min_kept"], keep_solved=params.get("keep_solved", 0.0),
+                                     tau=params.get("tau", AF_POOL_TAU), linear=params.get("linear", False),
+                                     tree=params.get("tree", False), adversaries=params.get("adversaries", 1),
+                                     fold_by=params.get("fold_by", "recipe"))
+            if "skipped" in out[task]:      # e.g. too few recipes for its folds: AF's own drop instead
+                log.warning("af-pool %s: its AF datasets are made again with AF's own drop", task)
+                out[task]["regenerated_with_linear_drop"] = _linear_drop(task, params)
     return out
+
+
+def _pooled_step(task: str, seed: int, what: str, **kw) -> dict:
+    """The pooled step (flows/af_pool.py `af_pool_flow`, options `kw`) on `task`'s AF datasets: dataset_id ->
+    its dropped and kept counts and its out-of-fold question-only figure before and after, or {"skipped":
+    why} when it cannot run (a ValueError, e.g. too few recipes for its folds), logged under `what`."""
+    from flows.af_pool import af_pool_flow
+    try:
+        res = af_pool_flow(task=task, seed=seed, **kw)
+    except ValueError as e:
+        log.warning("%s: the pooled step did not run: %s", what, e)
+        return {"skipped": str(e)}
+    return {r["dataset_id"]: {k: r[k] for k in ("dropped", "kept", "oof_question_only_acc",
+                                                "oof_question_only_acc_kept")} for r in res["datasets"]}
 
 
 def _linear_drop(task: str, params: dict) -> list[str]:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from features.datasets.adversarial import answer_rank, objective
-from training.config import resolve_configs
+from training.config import CLOZE_TASKS, resolve_configs
 from training.data import QADataset, Split, load_for_training
 from training.pooled import pool
 
@@ -277,7 +277,7 @@ def _alt_logits(model, b: dict, alts: list[list[str]], alt_vectors: dict[str, np
         if a:
             vec[k, :len(a)] = torch.as_tensor(np.stack([alt_vectors[x] for x in a]))
     vec = vec.to(b["query"].device)
-    if task in ("visual_cloze", "textual_cloze"):     # textual cloze: the titles' vectors, as the images'
+    if task in CLOZE_TASKS:           # textual cloze: the titles' vectors, as the images'
         q = b["query"][ar, ans]                                                   # (B, M, d)
         slot = (b["query"] != b["query"][:, :1]).any(-1).any(1).float().argmax(1)  # where the choices differ
         aq = q[:, None].repeat(1, width, 1, 1)
