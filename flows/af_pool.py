@@ -292,10 +292,14 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     export. Several runs go to `workers` processes (default: one per CPU core, at most one per run):
     each trains on one thread, so on 2 cores 2 runs take about the wall time of one. Given more workers
     than runs (a GPU host's cores, or one check seed on 2 cores), each fold of each run is a job of its
-    own and the runs then read their folds' logits back (not by default: a process's start and its
-    export reading cost more than small models' folds). A run's result does not depend on where it ran,
-    nor on how its folds were shared out (tested with tiny models; at larger sizes to the last float32
-    bits, see `out_of_fold_scores`)."""
+    own and the runs then read their folds' logits back (af-check does so by default for a check of
+    FOLD_JOBS_MIN_QUESTIONS questions or more, `check_workers`; below it a process's start and its export
+    reading cost more than small models' folds). The fold jobs are shared out before they start, process
+    i taking every n-th in order, so each fold is trained in the same process after the same folds on
+    every call: MKL may round a fold trained in another process's memory state differently in the last
+    float32 bits (`out_of_fold_scores`), and a pool that hands the next job to whichever process is free
+    would make that a matter of timing. A run's result does not depend on where it ran, nor on how its
+    folds were shared out (tested with tiny models; at larger sizes to those last bits)."""
     import os
 
     from training.af_jobs import fold_numbers
@@ -312,7 +316,7 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
             units = [(e, i, r, {**kw, "only_folds": [f]}) for e, i, r, kw in jobs for f in fold_numbers(kw)]
             n = min(cores, len(units))
             log.info("af-pool: %d runs as %d fold jobs in %d processes", len(jobs), len(units), n)
-            spawn_map(_run, units, n)
+            spawn_map(_run_all, [units[k::n] for k in range(n)], n)
             return [_run(j) for j in jobs]                          # every fold is kept: read, not trained
         if n <= 1:
             return [_run(j) for j in jobs]
@@ -406,7 +410,25 @@ def _run(job: tuple) -> dict:
     return out_of_fold_scores(export, ids, recipe_of, **kw)
 
 
+def _run_all(jobs: list[tuple]) -> list[dict]:
+    """`_run` of each job, in order (one process's share of the fold jobs)."""
+    return [_run(j) for j in jobs]
+
+
 CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary's (seed + 1000 x round + 7919 x k)
+FOLD_JOBS_MIN_QUESTIONS = 4_000     # af-check: from this many questions its folds are jobs of their own by default
+
+
+def check_workers(workers: int | None, n_seeds: int, n_questions: int, cores: int | None = None) -> int | None:
+    """af-check's processes: `workers` when given; otherwise, with more CPU cores (default: this machine's)
+    than check seeds and at least FOLD_JOBS_MIN_QUESTIONS questions, one per core, so that each fold is a
+    job of its own (`_runs`; the demo's check of one seed on 2 cores: see `mrqa bench af-folds`); else None
+    (a process per seed, at most one per core)."""
+    import os
+    cores = cores or os.cpu_count() or 1
+    if workers is not None or cores <= n_seeds or n_questions < FOLD_JOBS_MIN_QUESTIONS:
+        return workers
+    return cores
 
 
 @flow(name="af-check", log_prints=True)
@@ -443,6 +465,7 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
         offload = _offload(task, 0, False, jobs_out, scores_from)
         rows, ids, recipe_of, split_of = _check_questions(con, task, seed, distractors, datasets)
         check_seeds = [CHECK_SEED + s for s in seeds]
+        workers = check_workers(workers, len(check_seeds), len(recipe_of))
         trained = (_offloaded(con, paths, ids, recipe_of, check_seeds, {"folds": folds, "size": size,
                                                                          "fold_by": fold_by}, None, None, offload)
                    if offload else _runs(con, paths, ids, recipe_of, folds, check_seeds, size, workers=workers,

@@ -156,8 +156,9 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                                                          "matched variants (matched)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core, at most one per "
-                                                       "seed); more than the seeds: their folds side by side (a GPU "
-                                                       "host's cores)."),
+                                                       "seed, or with more cores than seeds and 4,000 questions or "
+                                                       "more, every core); more than the seeds: their folds side by "
+                                                       "side."),
                  record: bool = typer.Option(False, "--record", help="Also write each figure to the "
                                              "warehouse (af_checks), for the dataset card and `mrqa export "
                                              "--reading-only`; without it nothing is written."),

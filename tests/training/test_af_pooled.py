@@ -354,6 +354,18 @@ def test_runs_in_processes_give_what_runs_in_turn_give(home):
         assert r.exit_code == 2 and "--workers" in r.output, r.output
 
 
+def test_check_workers_makes_folds_jobs_only_when_cores_are_left_and_the_check_is_big():
+    """af-check's default: a process per seed, unless there are more cores than seeds and enough
+    questions for the folds' models to outweigh a process's start; an explicit --workers always wins."""
+    from flows.af_pool import FOLD_JOBS_MIN_QUESTIONS as big
+    from flows.af_pool import check_workers
+    assert check_workers(None, 1, big, cores=2) == 2                  # the demo's check: 1 seed, 2 cores
+    assert check_workers(None, 1, big - 1, cores=2) is None           # small: start-up outweighs
+    assert check_workers(None, 3, 10 * big, cores=2) is None          # 3 seeds on 2 cores: a process per seed
+    assert check_workers(None, 3, big, cores=16) == 16                # a GPU host's cores
+    assert check_workers(1, 1, 10 * big, cores=16) == 1               # --workers 1: in turn, as asked
+
+
 def test_drop_plan_takes_the_confident_solved_ones_and_keeps_the_floor():
     oof = {"d": {"a": (0.9, True), "b": (0.6, True), "c": (0.7, False), "e": (0.2, True), "f": (0.55, True)}}
     assert drop_plan(oof, {"d": 10}, tau=0.5) == {"d": ["a", "b", "f"]}
