@@ -193,7 +193,7 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     return done
 
 
-PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (76 s for the demo's 10, folds side by side)
+PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (76 s for the demo's 10)
 
 
 def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIPELINE_CHECK_SEEDS) -> dict:
