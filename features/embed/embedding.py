@@ -78,6 +78,15 @@ def plan_image_embedding(con: duckdb.DuckDBPyConnection, store: FeatureStore, en
                   "images_encoded": 0, "images_rejected": 0, "vectors_deleted": deleted}
 
 
+def upsert_image_vectors(store: FeatureStore, items: list, vecs: list[np.ndarray], encoder_id: str) -> None:
+    """Write the vectors `vecs` (batches, in the order of `items`) of image items (`image_items`) to the
+    store's image table: every image writer (this module, the fan-out in features/embed/fanout.py)."""
+    store.upsert(IMAGE_TABLE, vector_rows(
+        [it.image_id for it in items], np.concatenate(vecs),
+        recipe_id=[it.recipe_id for it in items], step_idx=[it.step_idx for it in items],
+        split=[it.split for it in items], encoder_id=encoder_id, sha256=[it.sha256 for it in items]))
+
+
 def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: Encoder,
                  paths: Paths | None = None, cfg: EmbedConfig | None = None) -> dict:
     cfg = cfg or EmbedConfig()
@@ -101,12 +110,7 @@ def embed_images(con: duckdb.DuckDBPyConnection, store: FeatureStore, encoder: E
 
     def flush():
         if buf_rows:
-            sel = [todo[i] for i in buf_rows]
-            store.upsert(IMAGE_TABLE, vector_rows(
-                [it.image_id for it in sel], np.concatenate(buf_vecs),
-                recipe_id=[it.recipe_id for it in sel], step_idx=[it.step_idx for it in sel],
-                split=[it.split for it in sel], encoder_id=encoder.encoder_id,
-                sha256=[it.sha256 for it in sel]))
+            upsert_image_vectors(store, [todo[i] for i in buf_rows], buf_vecs, encoder.encoder_id)
             buf_rows.clear()
             buf_vecs.clear()
 

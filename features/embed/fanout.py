@@ -118,8 +118,7 @@ def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spe
     from tqdm import tqdm
 
     from etl.warehouse import clear_rejects, record_reject
-    from features.embed.embedding import plan_image_embedding
-    from features.vectors.store import IMAGE_TABLE, vector_rows
+    from features.embed.embedding import plan_image_embedding, upsert_image_vectors
     todo, summary = plan_image_embedding(con, store, spec.encoder_id, paths)
     summary["fanout"] = where
     if not todo:
@@ -133,11 +132,7 @@ def embed_images_fanout(con: duckdb.DuckDBPyConnection, store: FeatureStore, spe
 
     def flush():
         if rows:
-            store.upsert(IMAGE_TABLE, vector_rows(
-                [it.image_id for it in rows], np.concatenate(vecs),
-                recipe_id=[it.recipe_id for it in rows], step_idx=[it.step_idx for it in rows],
-                split=[it.split for it in rows], encoder_id=spec.encoder_id,
-                sha256=[it.sha256 for it in rows]))
+            upsert_image_vectors(store, rows, vecs, spec.encoder_id)
             rows.clear()
             vecs.clear()
 
