@@ -56,7 +56,7 @@ from training.af_pooled import (
     verdicts,
 )
 from training.config import CLOZE_TASKS
-from training.procs import spawn_map
+from training.procs import spawn_map, spawn_shares
 
 log = logging.getLogger(__name__)
 
@@ -294,12 +294,10 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     than runs (a GPU host's cores, or one check seed on 2 cores), each fold of each run is a job of its
     own and the runs then read their folds' logits back (af-check does so by default for a check of
     FOLD_JOBS_MIN_QUESTIONS questions or more, `check_workers`; below it a process's start and its export
-    reading cost more than small models' folds). The fold jobs are shared out before they start, process
-    i taking every n-th in order, so each fold is trained in the same process after the same folds on
-    every call: MKL may round a fold trained in another process's memory state differently in the last
-    float32 bits (`out_of_fold_scores`), and a pool that hands the next job to whichever process is free
-    would make that a matter of timing. A run's result does not depend on where it ran, nor on how its
-    folds were shared out (tested with tiny models; at larger sizes to those last bits)."""
+    reading cost more than small models' folds). The fold jobs are shared out before they start
+    (training/procs.py `spawn_shares`), so a fold's logits never depend on timing. A run's result does not
+    depend on where it ran, nor on how its folds were shared out (tested with tiny models; at larger sizes
+    to the last float32 bits)."""
     import os
 
     from training.af_jobs import fold_numbers
@@ -316,7 +314,7 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
             units = [(e, i, r, {**kw, "only_folds": [f]}) for e, i, r, kw in jobs for f in fold_numbers(kw)]
             n = min(cores, len(units))
             log.info("af-pool: %d runs as %d fold jobs in %d processes", len(jobs), len(units), n)
-            spawn_map(_run_all, [units[k::n] for k in range(n)], n)
+            spawn_shares(_run, units, n)
             return [_run(j) for j in jobs]                          # every fold is kept: read, not trained
         if n <= 1:
             return [_run(j) for j in jobs]
@@ -408,11 +406,6 @@ def _run(job: tuple) -> dict:
     """One `out_of_fold_scores` run (a process pool's unit of work)."""
     export, ids, recipe_of, kw = job
     return out_of_fold_scores(export, ids, recipe_of, **kw)
-
-
-def _run_all(jobs: list[tuple]) -> list[dict]:
-    """`_run` of each job, in order (one process's share of the fold jobs)."""
-    return [_run(j) for j in jobs]
 
 
 CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary's (seed + 1000 x round + 7919 x k)

@@ -329,16 +329,11 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
             n = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
         finally:
             con.close()
-        for d in res.get("datasets", []):
-            d["n_questions_generated"] = d["n_questions"]
-            d["n_questions"] = n.get(d["dataset_id"], d["n_questions"])
+        _counts_after(res.get("datasets", []), n)
         res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
     if p.get("textual_cloze_pooled"):
         res["textual_cloze_pooled"] = pooled = _textual(paths, p)
-        for d in res.get("datasets", []):
-            if d["dataset_id"] in pooled:
-                d.setdefault("n_questions_generated", d["n_questions"])
-                d["n_questions"] = pooled[d["dataset_id"]]["kept"]
+        _counts_after(res.get("datasets", []), _kept(pooled))
         res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
     if p.get("matched_coherence"):
         res["matched_coherence"], made = _matched(paths, p)
@@ -346,6 +341,20 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
         res["n_datasets"] = len(res["datasets"])
         res["n_questions"] = sum(d["n_questions"] for d in res["datasets"])
     return res
+
+
+def _kept(pooled: dict) -> dict[str, int]:
+    """dataset_id -> the questions a pooled step (`_pooled_step`) kept; {} when it was skipped."""
+    return {d: r["kept"] for d, r in pooled.items() if d != "skipped"}
+
+
+def _counts_after(datasets: list[dict], n: dict[str, int]) -> None:
+    """Each dataset summary that `n` names gets its count after a pooled step, its generated count kept
+    aside (`n_questions_generated`, set once: the first step's input)."""
+    for d in datasets:
+        if d["dataset_id"] in n:
+            d.setdefault("n_questions_generated", d["n_questions"])
+            d["n_questions"] = n[d["dataset_id"]]
 
 
 def _textual(paths: Paths, p: dict) -> dict:
@@ -365,9 +374,7 @@ def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
     made = generate_and_register(settings, p["seed"], p.get("encoder_id"))
     # when the step cannot run (e.g. too few recipes for its folds) the AF datasets keep AF's own drop
     pooled = _pooled_step("visual_coherence", p["seed"], "matched coherence", distractors="matched", **MATCHED_POOL)
-    for d in made:
-        if d["dataset_id"] in pooled:
-            d["n_questions_generated"], d["n_questions"] = d["n_questions"], pooled[d["dataset_id"]]["kept"]
+    _counts_after(made, _kept(pooled))
     return {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}, "af_pool": pooled}, made
 
 

@@ -113,11 +113,6 @@ def fold_numbers(kw: dict) -> list[int]:
     return list(range(k + 2 if kw.get("fold_by") == "split" else k))
 
 
-def _share(jobs: list[tuple]) -> list[dict]:
-    """`_one` of each job, in order (one process's share of the fold jobs)."""
-    return [_one(j) for j in jobs]
-
-
 def _one(job: tuple[str, int, str | None] | tuple[str, int, str | None, int]) -> dict:
     """Train one seed's models of a jobs folder (or, given a fold as 4th item, that fold's model only,
     its logits kept in the partial folder); its logits as JSON-ready lists (a process pool's unit)."""
@@ -169,11 +164,10 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
     # spawn_map: one thread a process (OpenMP threads spinning on a shared core cost more than they give)
-    from training.procs import spawn_map
+    from training.procs import spawn_map, spawn_shares
     if workers and workers > len(jobs):
         units = [(*j, f) for j in jobs for f in fold_numbers(spec["kw"])]
-        m = min(workers, len(units))        # shared out before they start: a fold's process never a matter of timing
-        done = [u for share in spawn_map(_share, [units[i::m] for i in range(m)], m) for u in share]
+        done = spawn_shares(_one, units, workers)      # shared out before they start: never a matter of timing
         runs = [_one(j) for j in jobs]                                  # every fold is kept: read, not trained
         for r in runs:
             r["seconds"] = round(r["seconds"] + sum(u["seconds"] for u in done if u["seed"] == r["seed"]), 1)

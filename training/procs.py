@@ -1,4 +1,5 @@
-"""`spawn_map`: jobs in spawned processes of one thread each (the pooled adversary, the reading check)."""
+"""`spawn_map`: jobs in spawned processes of one thread each (the pooled adversary, the reading check);
+`spawn_shares`: the same with each process's share of the jobs fixed before they start (fold jobs)."""
 from __future__ import annotations
 
 import multiprocessing
@@ -23,3 +24,22 @@ def spawn_map(fn, jobs: list, n: int) -> list:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _in_order(share: tuple) -> list:
+    """[fn(job) for job in jobs] of one process's share (fn, jobs)."""
+    fn, jobs = share
+    return [fn(j) for j in jobs]
+
+
+def spawn_shares(fn, jobs: list, n: int) -> list:
+    """`spawn_map` with the jobs shared out before they start: process i runs jobs i, i + n, i + 2n, ... in
+    order, so each job runs in the same process after the same jobs on every call. MKL may round a model
+    trained in another process's memory state differently in the last float32 bits; a pool that hands the
+    next job to whichever process is free would make that a matter of timing. Results in `jobs` order."""
+    n = max(1, min(n, len(jobs)))
+    shares = spawn_map(_in_order, [(fn, jobs[i::n]) for i in range(n)], n)
+    out = [None] * len(jobs)
+    for i, res in enumerate(shares):
+        out[i::n] = res
+    return out

@@ -354,6 +354,15 @@ def test_runs_in_processes_give_what_runs_in_turn_give(home):
         assert r.exit_code == 2 and "--workers" in r.output, r.output
 
 
+def test_spawn_shares_gives_every_result_in_the_order_of_the_jobs():
+    """Fold jobs shared out before they start (process i: jobs i, i + n, ...): the results come back in
+    the order of the jobs, whatever the number of processes."""
+    from training.procs import spawn_shares
+    jobs = [-3, 2, -1, 5, -7]
+    for n in (1, 2, 3, 9):
+        assert spawn_shares(abs, jobs, n) == [3, 2, 1, 5, 7]
+
+
 def test_check_workers_makes_folds_jobs_only_when_cores_are_left_and_the_check_is_big():
     """af-check's default: a process per seed, unless there are more cores than seeds and enough
     questions for the folds' models to outweigh a process's start; an explicit --workers always wins."""
