@@ -10,11 +10,14 @@ SAME NLTK algorithms with the SAME pattern sources, compiled by `re`:
   replacements read from the NLTK class at import), skipping a substitution when a test that
   every match passes (substrings it must contain) fails on the current text, and doing the two
   end-anchored final-period substitutions with string operations;
+- `fast_span_tokenize(s)`: NLTKWordTokenizer.span_tokenize's character spans, from
+  `fast_word_tokenize` with NLTK's own quote restoring and `align_tokens`;
 - `fast_punkt(punkt)`: a twin of a PunktSentenceTokenizer sharing its trained parameters, whose
   language variables and token class use `re`-compiled copies of NLTK's patterns.
 
 Lines holding anything else (accents, tabs, control characters) must use stock NLTK: callers
-check `is_fast_line` (etl.tokenize does). tests/etl/test_tokenize.py asserts fast == stock.
+check `is_fast_line` (etl.tokenize and etl.roles.extract do). tests/etl/test_tokenize.py asserts
+fast == stock, and tests/etl/test_roles.py that the role extractor's roles are the same.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import re
 import regex
 from nltk.tokenize import NLTKWordTokenizer
 from nltk.tokenize.punkt import PunktLanguageVars, PunktSentenceTokenizer, PunktToken
+from nltk.tokenize.util import align_tokens
 
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*\Z")
 _FLAGS = (("IGNORECASE", "IGNORECASE"), ("MULTILINE", "MULTILINE"), ("DOTALL", "DOTALL"),
@@ -168,6 +172,19 @@ def fast_word_tokenize(sentence: str) -> list[str]:
         if pre is None or pre(text):
             text = fn(text)
     return text.split()
+
+
+_QUOTES = re.compile(r"``|'{2}|\"")
+
+
+def fast_span_tokenize(sentence: str) -> list[tuple[int, int]]:
+    """list(NLTKWordTokenizer().span_tokenize(sentence)) for a printable-ASCII sentence: the tokens'
+    quotes turned back into the text's own (NLTK writes '"' as `` or ''), then aligned."""
+    tokens = fast_word_tokenize(sentence)
+    if '"' in sentence or "''" in sentence:
+        found = iter([m.group() for m in _QUOTES.finditer(sentence)])
+        tokens = [next(found) if tok in ('"', "``", "''") else tok for tok in tokens]
+    return align_tokens(tokens, sentence)
 
 
 # ----------------------------------------------------------------------------- Punkt

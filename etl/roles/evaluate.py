@@ -6,6 +6,8 @@
   temperatures, quantities.
 - `score_real(labels, records)`: against hand labels of real RecipeQA steps (events, tools,
   habitats, times, temperatures, explicit only: a human labels what the text says).
+- `bench_extract(bodies)`: the extractor's steps/s and chars/s, with its fast tokens and tags against
+  NLTK as shipped, and whether both give the same roles (`mrqa bench roles`).
 
 Values are compared after normalisation: lower case, tools and habitats by their head noun
 ("large mixing bowl" ~ "bowl", "chef's knife" ~ "knife"), times as "<n> <unit>" without the plural s,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -204,3 +207,23 @@ def score_real(labels: Path, records: Path) -> dict:
         micro.update(c)
     return {"recipes": len(lab["recipes"]), "steps": n_steps,
             "roles": {**{k: _prf(c) for k, c in sorted(counts.items())}, "all": _prf(micro)}}
+
+
+def bench_extract(bodies: list[str], repeats: int = 3) -> dict:
+    """Time `extract_step` over `bodies`, the fast path against `stock=True`, alternating (`repeats`
+    runs each, the best kept); the tagger's kept answers are cleared before every fast run, so each
+    run starts cold as a new process would."""
+    from etl.roles.extract import _regexp_tag
+    chars = sum(len(b) for b in bodies)
+    best = {"fast": float("inf"), "stock": float("inf")}
+    out: dict[str, list] = {}
+    for _ in range(repeats):
+        for mode in ("fast", "stock"):
+            _regexp_tag.cache_clear()
+            t = time.perf_counter()
+            out[mode] = [extract_step(b, stock=mode == "stock") for b in bodies]
+            best[mode] = min(best[mode], time.perf_counter() - t)
+    runs = {m: {"seconds": round(s, 3), "steps_per_s": round(len(bodies) / s, 1), "chars_per_s": round(chars / s)}
+            for m, s in best.items()}
+    return {"steps": len(bodies), "chars": chars, "repeats": repeats, **runs,
+            "speedup": round(best["stock"] / best["fast"], 2), "same_roles": out["fast"] == out["stock"]}

@@ -18,6 +18,12 @@ annotation of implicit tools and habitats. NLTK does the work that needs no down
 `NLTKWordTokenizer.span_tokenize` for tokens with offsets, a `RegexpTagger` for the tag set below and
 a `RegexpParser` chunk grammar for the noun phrases (`pos_tag` needs data that cannot be installed
 offline, and recipe steps are mostly imperative, so lexicons carry most of the weight).
+
+NLTK 3.10 runs every regular expression under a timeout (`nltk.redos`), which made the tokens and tags
+most of the extractor's time. So a printable-ASCII sentence is tokenized by `etl.fast_nltk`'s twin of
+the same tokenizer, and the tagger's answer for a word is kept once asked: the same roles, byte for
+byte (`stock=True` runs NLTK as shipped; tests/etl/test_roles.py compares the two; `mrqa bench roles`
+times them).
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from nltk.tag import RegexpTagger
 from nltk.tokenize import NLTKWordTokenizer
 from nltk.tree import Tree
 
+from etl.fast_nltk import fast_span_tokenize, is_fast_line
 from etl.roles import lexicon as L
 
 ROLE_KINDS = ("event", "participant", "tool", "habitat", "time", "temperature", "quantity")
@@ -84,7 +91,12 @@ CHUNKER = RegexpParser(r"""
 """)
 
 
-def _tag(tok: str, low: str) -> str:
+@lru_cache(maxsize=1 << 16)
+def _regexp_tag(low: str) -> str:
+    return TAGGER.tag([low])[0][1]
+
+
+def _tag(tok: str, low: str, stock: bool = False) -> str:
     if tok in ("__TOOL__", "__HAB__"):
         return tok.strip("_")
     if low in ("and", "or", "&"):
@@ -103,10 +115,10 @@ def _tag(tok: str, low: str) -> str:
         return "JJ"
     if low in _STOP_VERBS or low in L.ADVERBS:
         return "RB"
-    return TAGGER.tag([low])[0][1]
+    return TAGGER.tag([low])[0][1] if stock else _regexp_tag(low)
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=2)        # one pattern per kind: a cache of 1 built both again on every step
 def _phrase_re(kind: str) -> re.Pattern:
     words = sorted(set(L.TOOLS if kind == "tool" else L.HABITATS), key=len, reverse=True)
     alts = "|".join(re.escape(w).replace(r"\ ", r"\s+") + "(?:e?s)?" for w in words)
@@ -131,8 +143,9 @@ def _number(s: str) -> str:
     return re.sub(r"\s*(?:-|to)\s*", "-", s.strip().lower()).replace("half an", "0.5").replace("half a", "0.5")
 
 
-def extract_step(text: str | None) -> list[Role]:
-    """All roles of one step's text (see the module docstring); deterministic."""
+def extract_step(text: str | None, stock: bool = False) -> list[Role]:
+    """All roles of one step's text (see the module docstring); deterministic. `stock`: tokens and tags
+    by NLTK as shipped (slower, the same roles)."""
     text = text or ""
     out: list[Role] = []
     for m in _TIME.finditer(text):
@@ -160,7 +173,7 @@ def extract_step(text: str | None) -> list[Role]:
     parts: list[tuple[int, int, str, int]] = []
     counts: list[tuple[int, int, str, int]] = []
     for sm in _SENT.finditer(text):
-        _sentence(text, sm.start(), sm.end(), spans, events, parts, counts)
+        _sentence(text, sm.start(), sm.end(), spans, events, parts, counts, stock)
     # a phrase that is also an event ("whisk the eggs") is the event, not a tool
     spans = [s for s in spans if not any(e[0] <= s[0] < e[1] for e in events)]
     for a, b, kind in spans:
@@ -181,10 +194,12 @@ def extract_step(text: str | None) -> list[Role]:
     return out
 
 
-def _sentence(text: str, lo: int, hi: int, spans, events: list, parts: list, counts: list) -> None:
+def _sentence(text: str, lo: int, hi: int, spans, events: list, parts: list, counts: list,
+              stock: bool = False) -> None:
     toks: list[tuple[str, str, int, int]] = []      # (token, tag, start, end)
     sub = text[lo:hi]
-    offs = [(lo + a, lo + b) for a, b in _WORD.span_tokenize(sub)]
+    fast = not stock and is_fast_line(sub)
+    offs = [(lo + a, lo + b) for a, b in (fast_span_tokenize(sub) if fast else _WORD.span_tokenize(sub))]
     k = 0
     while k < len(offs):
         a, b = offs[k]
@@ -200,7 +215,7 @@ def _sentence(text: str, lo: int, hi: int, spans, events: list, parts: list, cou
             tok = text[a:b]
             toks.append((tok, "", a, b))
         k += 1
-    tagged = [(t, _tag(t, t.lower()), a, b) for t, _, a, b in toks]
+    tagged = [(t, _tag(t, t.lower(), stock), a, b) for t, _, a, b in toks]
     # inside a list ("mix the beef, brown sugar and salt") a verb form right before a noun is a modifier
     for i, (t, tag, a, b) in enumerate(tagged):
         if tag == "VB" and 0 < i < len(tagged) - 1 and tagged[i - 1][1] in ("CC", ",") \

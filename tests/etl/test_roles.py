@@ -126,3 +126,25 @@ def test_step_roles_table_is_idempotent_and_spans_point_at_the_words(tmp_path):
             assert value.split()[-1][:4] in text.lower()
     with pytest.raises(FileNotFoundError, match="ground_truth.jsonl"):
         load_truth(con, tmp_path / "missing.jsonl")
+
+
+def _stock_and_fast_roles_agree(texts: list[str]) -> int:
+    for t in texts:
+        assert extract_step(t) == extract_step(t, stock=True), t
+    return len(texts)
+
+
+def test_the_fast_path_gives_the_roles_of_stock_nltk_on_the_sample_kitchen():
+    """Tokens by the `re` twin of NLTK's word tokenizer and the tagger's answers kept give the roles
+    that NLTK as shipped gives, on planned step bodies and on strings with quotes, accents and tabs."""
+    from tests.etl.test_tokenize import TRICKY
+    bodies = [s["body_clean"] for p in plan_all(60, 0) for s in ground_truth(p)["steps"]]
+    odd = ['Whisk the "eggs" and \'\'sugar\'\' in a bowl; bake 20 min at 350° F.', "Mix\tthe flour. Café crème: stir."]
+    assert _stock_and_fast_roles_agree(bodies + TRICKY + odd) > 300
+
+
+def test_the_fast_path_gives_the_roles_of_stock_nltk_on_real_steps(shared_fixtures):
+    recs = json.loads((shared_fixtures / "recipeqa" / "val_dev.json").read_text(encoding="utf-8"))
+    recs = recs["data"] if isinstance(recs, dict) else recs
+    bodies = {(r["recipe_id"], st.get("id")): st.get("body") or "" for r in recs for st in r.get("context", [])}
+    assert _stock_and_fast_roles_agree(list(bodies.values())) > 2000

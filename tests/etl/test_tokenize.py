@@ -78,6 +78,23 @@ def test_fast_tokenizer_equals_stock_nltk_on_sample_kitchen(tmp_path):
         assert tokenize_text(t, punkt) == reference_tokenize_text(t, punkt), repr(t)
 
 
+def test_fast_spans_equal_stock_nltk_spans():
+    """`fast_span_tokenize` (the role extractor's tokens) gives NLTK's span_tokenize on every printable
+    ASCII string: the tricky ones and seeded random ones, quotes included."""
+    import random
+
+    from nltk.tokenize import NLTKWordTokenizer
+
+    from etl.fast_nltk import fast_span_tokenize, is_fast_line
+    stock = NLTKWordTokenizer()
+    rng = random.Random(1)
+    alphabet = list(" .,:;?!'\"`-()[]{}<>*&$%#@aAnNtTsSdD19") + ["''", "``", "cannot", "n't", "'ll", "..", "--"]
+    texts = [t for t in TRICKY if is_fast_line(t)] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    for t in texts:
+        assert fast_span_tokenize(t) == list(stock.span_tokenize(t)), repr(t)
+
+
 def test_fast_paths_only_for_printable_ascii():
     from etl.fast_nltk import is_fast_line
     assert is_fast_line("Mix 2 cups (flour).") and not is_fast_line("Café") and not is_fast_line("a\tb")

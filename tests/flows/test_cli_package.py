@@ -23,7 +23,7 @@ COMMANDS = {
     "reading-check", "export", "report",
     "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
-    "bench generate", "bench crawl",
+    "bench generate", "bench crawl", "bench roles",
     "bench report", "bench train", "bench af-folds", "roles extract", "roles truth", "roles eval",
     "competence generate",
     "competence evaluate", "competence export"}

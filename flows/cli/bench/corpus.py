@@ -1,4 +1,5 @@
-"""`mrqa bench parse`, `bench sample`, `bench crawl`, `bench import`, `bench clean`: figures of the corpus stages."""
+"""`mrqa bench parse`, `bench sample`, `bench crawl`, `bench import`, `bench clean`, `bench roles`: figures of the
+corpus stages."""
 from __future__ import annotations
 
 import math
@@ -107,3 +108,34 @@ def bench_clean_cmd(
     if recipes < 10 or workers < 1:
         fail("--recipes must be >= 10 and --workers >= 1")
     echo_json(bench_clean(recipes, seed, workers, baseline_chars, quality=not no_quality))
+
+
+@app.command("roles")
+def bench_roles_cmd(
+        file: Optional[Path] = typer.Option(None, "--file", help="RecipeQA JSON whose step bodies are read "
+                                            "(each step once; default: the embedded sample kitchen's planned steps)."),
+        recipes: int = typer.Option(300, "--recipes", "-n", min=1, help="Sample kitchen recipes (without --file)."),
+        repeats: int = typer.Option(3, "--repeats", min=1, help="Runs per path, alternating; the best is kept."),
+        seed: int = typer.Option(0, "--seed", help="Sample kitchen seed (without --file).")):
+    """Role extraction (the competence stage's reader) steps/s: its fast tokens and tags vs NLTK as shipped,
+    in one run, and whether both give the same roles."""
+    from etl.roles.evaluate import bench_extract
+    if file:
+        from etl.recipeqa import RecipeQAFormatError, read_recipeqa
+        try:
+            steps = {(r.raw["recipe_id"], st.get("id")): st.get("body") or ""
+                     for r in read_recipeqa([file]) for st in r.raw.get("context", [])}
+        except RecipeQAFormatError as e:
+            fail(str(e))
+        bodies = list(steps.values())
+    else:
+        from etl.sample.generate import ground_truth, plan_all
+        bodies = [s["body_clean"] for p in plan_all(recipes, seed) for s in ground_truth(p)["steps"]]
+    if not bodies:
+        fail("no step bodies to read")
+    r = bench_extract(bodies, repeats)
+    typer.echo(f"roles: {r['fast']['steps_per_s']:,.0f} steps/s ({r['fast']['chars_per_s']:,} chars/s, fast tokens "
+               f"and tags) vs {r['stock']['steps_per_s']:,.0f} steps/s (NLTK as shipped): {r['speedup']:.2f}x over "
+               f"{r['steps']:,} steps; the same roles: {r['same_roles']}")
+    if not r["same_roles"]:
+        fail("the fast path's roles differ from stock NLTK's (a tokenizer twin bug)", code=1)
