@@ -148,3 +148,24 @@ def test_the_fast_path_gives_the_roles_of_stock_nltk_on_real_steps(shared_fixtur
     recs = recs["data"] if isinstance(recs, dict) else recs
     bodies = {(r["recipe_id"], st.get("id")): st.get("body") or "" for r in recs for st in r.get("context", [])}
     assert _stock_and_fast_roles_agree(list(bodies.values())) > 2000
+
+
+def test_bench_roles_times_both_paths_and_refuses_a_bad_file(tmp_path):
+    """`mrqa bench roles` prints both paths' steps/s and their ratio over the planned steps, says the roles
+    are the same, and refuses a file that is not RecipeQA JSON in one line."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    r = CliRunner().invoke(app, ["bench", "roles", "-n", "8", "--repeats", "1"])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"roles: ([\d,]+) steps/s .* vs ([\d,]+) steps/s \(NLTK as shipped\): ([\d.]+)x over ([\d,]+) steps; "
+                  r"the same roles: True", r.output)
+    assert m, r.output
+    fast, stock, ratio, steps = (float(g.replace(",", "")) for g in m.groups())
+    assert steps == sum(len(ground_truth(p)["steps"]) for p in plan_all(8, 0)) and fast > 0 and stock > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = CliRunner().invoke(app, ["bench", "roles", "--file", str(bad)])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "Traceback" not in r.output

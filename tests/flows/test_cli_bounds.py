@@ -114,6 +114,8 @@ def test_encoder_and_embed_refuse_out_of_range_values(home, args, needle):
     (["knn", "--queries", "0"], at_least("--queries", 1)),
     (["knn", "--queries", "-4"], at_least("--queries", 1)),
     (["ann", "--n", "0"], at_least("--n", 200)),
+    (["roles", "--recipes", "0"], at_least("--recipes", 1)),
+    (["roles", "--repeats", "0"], at_least("--repeats", 1)),
 ])
 def test_bench_refuses_out_of_range_values(home, args, needle):
     refused(["bench", *args], needle)
