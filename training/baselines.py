@@ -86,7 +86,7 @@ def reference_scores(ds: QADataset, split: str = "test") -> dict:
     """The model-free references of `split` (which must be one of `ds.splits`): chance, Hasty Student
     and, for visual cloze, the step-text match with the question's own recipe and with another
     recipe's steps (`step_text_match_foreign_recipe`), rounded to 4 places, as `mrqa baselines` prints them."""
-    from training.data import foreign_context_rows
+    from training.ablation import foreign_context_rows
     sp = ds.splits[split]
     res = {"dataset_id": ds.dataset_id, "task": ds.task, "split": split, "n": len(sp),
            "chance": round(1 / sp.query.shape[1], 4),

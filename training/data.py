@@ -104,21 +104,6 @@ class QADataset:
         return {k: v.to(device) for k, v in out.items()}
 
 
-def foreign_context_rows(recipe_row: np.ndarray) -> tuple[np.ndarray, int]:
-    """For each question, the context row of a question from another recipe (the context-ablation
-    check: does accuracy need the question's own recipe?). Questions sorted by recipe, each takes
-    the recipe row `g` places further round (g = the largest recipe's question count), so a row is
-    never its own unless one recipe has over half the questions; returns (rows, how many kept their own)."""
-    n = len(recipe_row)
-    if n == 0:
-        return recipe_row.copy(), 0
-    order = np.argsort(recipe_row, kind="stable")
-    g = int(np.bincount(recipe_row).max())
-    out = np.empty_like(recipe_row)
-    out[order] = recipe_row[np.roll(order, -g)]
-    return out, int((out == recipe_row).sum())
-
-
 # ----------------------------------------------------------------------------- reading the export
 
 def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:

@@ -25,8 +25,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from training.ablation import foreign_context_rows
 from training.config import CLOZE_TASKS, SCORERS, SIZES, TEXT_FEATURES, ModelConfig, TrainConfig, resolve_configs
-from training.data import DatasetError, QADataset, foreign_context_rows, load_for_training, load_qa_dataset
+from training.data import DatasetError, QADataset, load_for_training, load_qa_dataset
 from training.ddp import Dist, epoch_order, finish, init_distributed, pick_device
 from training.model import ALIGN_WIDTH, GM3C
 
@@ -143,14 +144,17 @@ def accuracy_with_foreign_context(model, ds: QADataset, split: str, device, batc
     question images alone (the `question_only` scorer) keeps it."""
     rows, own = foreign_context_rows(ds.splits[split].recipe_row)
     res = evaluate(model, ds, split, device, batch_size, amp, ctx_rows=rows)
-    return {"accuracy": res["accuracy"], "n": res["n"], "kept_own_context": own}
+    return {"accuracy": res["accuracy"], "n": res["n"], "kept_own_context": own, "predictions": res["predictions"]}
 
 
-def context_ablation(model, ds: QADataset, split: str, device, accuracy: float, amp: bool = True) -> dict:
-    """The `context_ablation` metrics of a run: `accuracy` (own recipes) vs another recipe's steps."""
+def context_ablation(model, ds: QADataset, split: str, device, accuracy: float, amp: bool = True,
+                     with_predictions: bool = False) -> dict:
+    """The `context_ablation` metrics of a run: `accuracy` (own recipes) vs another recipe's steps; with
+    `with_predictions` also the choices made with another recipe's steps (qid order), as `predictions`."""
     foreign = accuracy_with_foreign_context(model, ds, split, device, amp=amp)
-    return {"foreign_context_acc": foreign["accuracy"], "drop": round(accuracy - foreign["accuracy"], 4),
-            "kept_own_context": foreign["kept_own_context"]}
+    out = {"foreign_context_acc": foreign["accuracy"], "drop": round(accuracy - foreign["accuracy"], 4),
+           "kept_own_context": foreign["kept_own_context"]}
+    return {**out, "predictions": foreign["predictions"]} if with_predictions else out
 
 
 @torch.no_grad()
@@ -427,7 +431,9 @@ def evaluate_run(run: str, export_dir: Path, dataset_id: str, split: str = "test
     model.to(dev)
     res = evaluate(model, ds, split, dev, amp=tc.get("amp", True),
                    attention=model.cfg.scorer == "transformer" and ds.task in CLOZE_TASKS)
-    res["context_ablation"] = context_ablation(model, ds, split, dev, res["accuracy"], amp=tc.get("amp", True))
+    abl = context_ablation(model, ds, split, dev, res["accuracy"], amp=tc.get("amp", True), with_predictions=True)
+    res["ablation_predictions"] = abl.pop("predictions")
+    res["context_ablation"] = abl
     return {"run": run, "dataset_id": dataset_id, "task": ds.task, "split": split,
             "qids": ds.splits[split].qids, **res}
 

@@ -11,6 +11,7 @@ module per stage:
     datasets     generate, datasets, export, report
     adversarial  af-report, af-pool, af-check, reading-check
     train        train, evaluate, baselines, sweep
+    score        score (any model's predictions, judged as the reading benchmark judges its readers)
     orchestrate  demo, pipeline, deploy
     competence   roles extract|truth|eval, competence generate|evaluate|export
     bench/       bench ... (one module per stage)
@@ -30,13 +31,25 @@ from typing import Optional
 
 import typer
 
-from flows.cli import adversarial, bench, clean, competence, datasets, embed, ingest, orchestrate, train, warehouse
+from flows.cli import (
+    adversarial,
+    bench,
+    clean,
+    competence,
+    datasets,
+    embed,
+    ingest,
+    orchestrate,
+    score,
+    train,
+    warehouse,
+)
 from flows.cli.common import PREFECT_ENV, OneLineErrors, fail, package_version, setup_logging
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
                        "de-biased benchmarks with control knobs, train and evaluate.")
-for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, train, orchestrate):
+for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, train, score, orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
 app.add_typer(bench.app, name="bench")
 app.add_typer(competence.roles_app, name="roles")

@@ -102,10 +102,15 @@ def evaluate_cmd(run: str = typer.Option(..., "--run", help="run_id, run directo
                  cross_dataset: bool = typer.Option(False, "--cross-dataset", help="Allow another dataset "
                                                     "of the same task and encoder than the run's."),
                  predictions: Optional[Path] = typer.Option(None, "--predictions", help="Write RecipeQA-style "
-                                                            "predictions {task: [index, ...]} (qid order) here.")):
+                                                            "predictions {task: [index, ...]} (qid order) here."),
+                 ablation_predictions: Optional[Path] = typer.Option(None, "--ablation-predictions", help="Write the "
+                                                                     "choices made with another recipe's steps "
+                                                                     "(the context ablation; same format) here.")):
     """Score a trained run on a dataset; checks encoder, task and dataset hash first."""
     if predictions is not None:
         predictions = check_out_path("--predictions", predictions, want_dir=False)
+    if ablation_predictions is not None:
+        ablation_predictions = check_out_path("--ablation-predictions", ablation_predictions, want_dir=False)
     from training.data import DatasetError
     from training.train import CheckpointError, evaluate_run
     exp = export_for(dataset, export)
@@ -116,7 +121,10 @@ def evaluate_cmd(run: str = typer.Option(..., "--run", help="run_id, run directo
     if predictions:
         predictions.parent.mkdir(parents=True, exist_ok=True)
         predictions.write_text(json.dumps({res["task"]: res["predictions"]}))
-    echo_json({k: v for k, v in res.items() if k not in ("predictions", "qids")})
+    if ablation_predictions:
+        ablation_predictions.parent.mkdir(parents=True, exist_ok=True)
+        ablation_predictions.write_text(json.dumps({res["task"]: res["ablation_predictions"]}))
+    echo_json({k: v for k, v in res.items() if k not in ("predictions", "ablation_predictions", "qids")})
 
 
 @app.command("baselines")

@@ -21,7 +21,7 @@ COMMANDS = {
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
     "encoder add", "encoder list", "encoder eval", "embed", "generate", "datasets", "af-report", "af-pool", "af-check",
     "reading-check", "export", "report",
-    "train", "evaluate", "baselines", "sweep", "demo", "pipeline", "deploy", "bench parse", "bench sample",
+    "train", "evaluate", "baselines", "sweep", "score", "demo", "pipeline", "deploy", "bench parse", "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
     "bench generate", "bench crawl", "bench roles",
     "bench report", "bench train", "bench af-folds", "roles extract", "roles truth", "roles eval",

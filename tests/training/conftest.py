@@ -36,3 +36,17 @@ def toy_export(tmp_path_factory):
 def toy_home(toy_export, monkeypatch):
     monkeypatch.setenv("MRQA_HOME", str(toy_export["home"]))
     return toy_export
+
+
+@pytest.fixture(scope="session")
+def trained(toy_export):
+    """A tiny transformer trained on the toy RecipeQA-style cloze set (learnable signal: the step
+    kind shows in the step-title vectors and in the image clusters; the answer shares its recipe's
+    style). Token features are trained by test_train.py::test_every_scorer_trains_on_every_task."""
+    from training.train import main
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRQA_HOME", str(toy_export["home"]))
+        did = toy_export["ids"][("visual_cloze", "recipeqa")]
+        m = main(["--export", str(toy_export["export"]), "--dataset", did, "--scorer", "transformer",
+                  "--text-features", "vectors", "--tiny", "--max-epochs", "12", "--patience", "12", "--seed", "0"])
+    return m

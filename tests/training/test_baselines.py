@@ -51,8 +51,9 @@ def test_step_text_match_reads_the_recipe(toy_home):
     from typer.testing import CliRunner
 
     from flows.cli import app
+    from training.ablation import foreign_context_rows
     from training.baselines import step_text_match_accuracy
-    from training.data import foreign_context_rows, load_qa_dataset
+    from training.data import load_qa_dataset
     did = toy_home["ids"][("visual_cloze", "0-0-0")]
     ds = load_qa_dataset(toy_home["export"], did, "vectors")
     own = step_text_match_accuracy(ds, "train")                   # the toy test split is 10 questions
@@ -77,8 +78,9 @@ def test_textual_cloze_step_photo_match_reads_the_recipe(toy_home):
     from typer.testing import CliRunner
 
     from flows.cli import app
+    from training.ablation import foreign_context_rows
     from training.baselines import step_text_match_accuracy
-    from training.data import foreign_context_rows, load_qa_dataset
+    from training.data import load_qa_dataset
     did = toy_home["ids"][("textual_cloze", "0-1-0")]
     ds = load_qa_dataset(toy_home["export"], did, "vectors")
     own = step_text_match_accuracy(ds, "train")

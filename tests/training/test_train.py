@@ -11,20 +11,7 @@ import pytest
 import torch
 
 from training.config import SCORERS, ModelConfig, TrainConfig
-from training.train import CheckpointError, build_model, evaluate, evaluate_run, fit, load_checkpoint, main
-
-
-@pytest.fixture(scope="module")
-def trained(toy_export):
-    """A tiny transformer trained on the toy RecipeQA-style cloze set (learnable signal: the step
-    kind shows in the step-title vectors and in the image clusters; the answer shares its recipe's
-    style). Token features are trained by test_every_scorer_trains_on_every_task."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MRQA_HOME", str(toy_export["home"]))
-        did = toy_export["ids"][("visual_cloze", "recipeqa")]
-        m = main(["--export", str(toy_export["export"]), "--dataset", did, "--scorer", "transformer",
-                  "--text-features", "vectors", "--tiny", "--max-epochs", "12", "--patience", "12", "--seed", "0"])
-    return m
+from training.train import CheckpointError, build_model, evaluate, evaluate_run, fit, load_checkpoint
 
 
 def test_tiny_run_trains_and_beats_chance(trained, toy_home):
@@ -181,7 +168,7 @@ def test_attention_rollout_of_the_transformer_scorer():
 
 
 def test_foreign_context_rows_give_every_question_another_recipe():
-    from training.data import foreign_context_rows
+    from training.ablation import foreign_context_rows
     rng = np.random.default_rng(3)
     rows = rng.integers(0, 40, 500)
     out, own = foreign_context_rows(rows)
@@ -206,7 +193,7 @@ def test_context_ablation_changes_the_context_and_nothing_else(toy_home):
     assert accuracy_with_foreign_context(question_only, ds, "test", cpu)["accuracy"] == \
         evaluate(question_only, ds, "test", cpu)["accuracy"]
     bidaf = build_model(ds, ModelConfig.tiny(scorer="bidaf")).eval()
-    from training.data import foreign_context_rows
+    from training.ablation import foreign_context_rows
     idx = np.arange(len(ds.splits["test"]))
     rows, _ = foreign_context_rows(ds.splits["test"].recipe_row)
     with torch.no_grad():

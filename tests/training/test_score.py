@@ -1,0 +1,235 @@
+"""`mrqa score`: any model's predictions judged as the reading benchmark judges its readers. The ablation plan
+is the trainer's own context ablation; scoring our reader's written predictions gives back the figures
+`mrqa evaluate` measured; every file format gives the same figures; bad files are one line with what to do;
+the warehouse is only read."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from training.score import (
+    ScoreError,
+    SplitQuestions,
+    context_plan,
+    difference_interval,
+    load_split,
+    read_predictions,
+    recorded_figures,
+    score,
+)
+
+
+def _split(toy_home, task="visual_cloze", knobs="0-0-0", split="test", export=True) -> SplitQuestions:
+    did = toy_home["ids"][(task, knobs)]
+    if export:
+        return load_split(did, split, toy_home["export"])
+    con = duckdb.connect(str(toy_home["home"] / "warehouse.duckdb"), read_only=True)
+    try:
+        return load_split(did, split, con=con)
+    finally:
+        con.close()
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("task, knobs", [("visual_cloze", "0-0-0"), ("visual_coherence", "0-0-0"),
+                                         ("visual_ordering", "0-0-0"), ("visual_cloze", "recipeqa")])
+def test_the_plan_is_the_context_ablation_the_trainer_runs(toy_home, task, knobs):
+    """The plan names, for each question, the recipe whose steps the trainer's context ablation
+    (training.data.foreign_context_rows on the loaded split) gives it: never its own, always one of the split."""
+    from training.ablation import foreign_context_rows
+    from training.data import load_qa_dataset
+    qs = _split(toy_home, task, knobs)
+    wq = _split(toy_home, task, knobs, export=False)                # the warehouse's, the same
+    assert (wq.qids, wq.recipe_ids, wq.answers.tolist()) == (qs.qids, qs.recipe_ids, qs.answers.tolist())
+    ds = load_qa_dataset(toy_home["export"], qs.dataset_id, "vectors")
+    sp = ds.splits["test"]
+    assert sp.qids == qs.qids                                   # the same questions, in the same order
+    rows, own = foreign_context_rows(sp.recipe_row)
+    row_of = {int(row): rid for rid, row in zip(qs.recipe_ids, sp.recipe_row)}
+    trainer = [row_of[int(r)] for r in rows]
+    plan = context_plan(qs)
+    assert plan == trainer and own == 0
+    assert all(p != r for p, r in zip(plan, qs.recipe_ids)) and set(plan) <= set(qs.recipe_ids)
+
+
+def test_scoring_our_readers_written_predictions_gives_back_its_figures(trained, toy_home, tmp_path):
+    """`mrqa evaluate --predictions --ablation-predictions`, then `mrqa score`: the accuracy, the accuracy
+    with another recipe's steps and their difference are those the trainer measured."""
+    pred, abl = tmp_path / "pred.json", tmp_path / "abl.json"
+    r = CliRunner().invoke(app, ["evaluate", "--run", trained["run_id"], "--dataset", trained["dataset_id"],
+                                 "--export", str(toy_home["export"]), "--predictions", str(pred),
+                                 "--ablation-predictions", str(abl)])
+    assert r.exit_code == 0, r.output
+    ev = json.loads(r.output)
+    wh = toy_home["home"] / "warehouse.duckdb"
+    before = _sha(wh)
+    r = CliRunner().invoke(app, ["score", "--dataset", trained["dataset_id"], "--predictions", str(pred),
+                                 "--context-ablation", str(abl), "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["model"]["accuracy"] == pytest.approx(ev["accuracy"], abs=1e-4)
+    assert res["model"]["missing"] == 0 and res["n_questions"] == ev["n"]
+    ab = res["context_ablation"]
+    assert ab["accuracy"] == pytest.approx(ev["context_ablation"]["foreign_context_acc"], abs=1e-4)
+    assert ab["cost"] == pytest.approx(ev["context_ablation"]["drop"], abs=1e-4)
+    lo, hi = res["model"]["ci"]
+    assert lo <= res["model"]["accuracy"] <= hi
+    assert ab["cost_ci"][0] <= ab["cost"] <= ab["cost_ci"][1]
+    assert _sha(wh) == before                                      # read-only
+    # from the export alone (no warehouse figures needed), the same figures
+    r2 = CliRunner().invoke(app, ["score", "--dataset", trained["dataset_id"], "--predictions", str(pred),
+                                  "--context-ablation", str(abl), "--export", str(toy_home["export"]), "--json"])
+    assert r2.exit_code == 0, r2.output
+    assert json.loads(r2.output)["model"] == res["model"]
+
+
+def test_every_format_gives_the_same_figures_and_missing_questions_count_as_wrong(toy_home, tmp_path):
+    qs = _split(toy_home)
+    rng = np.random.default_rng(0)
+    guess = np.where(rng.random(qs.n) < 0.6, qs.answers, (qs.answers + 1) % qs.n_choices)
+    files = {"dict.json": json.dumps({q: int(g) for q, g in zip(qs.qids, guess)}),
+             "list.json": json.dumps([int(g) for g in guess]),
+             "task.json": json.dumps({"visual_cloze": [int(g) for g in guess]}),
+             "lines.jsonl": "\n".join(json.dumps({"qid": q, "prediction": int(g)}) for q, g in zip(qs.qids, guess)),
+             "floats.json": json.dumps({q: float(g) for q, g in zip(qs.qids, guess)})}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with (tmp_path / "rows.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["qid", "prediction"])
+        w.writerows(zip(qs.qids, guess.tolist()))
+    got = {p.name: read_predictions(p, qs) for p in sorted(tmp_path.iterdir())}
+    for name, arr in got.items():
+        assert np.array_equal(arr, guess), name
+    res = score(qs, guess)
+    assert res["model"]["accuracy"] == pytest.approx(float((guess == qs.answers).mean()), abs=1e-4)
+    assert score(qs, qs.answers.copy())["model"]["accuracy"] == 1.0
+    assert score(qs, (qs.answers + 1) % qs.n_choices)["model"]["accuracy"] == 0.0
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps({q: int(a) for q, a in list(zip(qs.qids, qs.answers))[:-5]}))
+    pred = read_predictions(part, qs)
+    assert (pred[-5:] == -1).all()
+    res = score(qs, pred)
+    assert res["model"]["missing"] == 5 and res["model"]["answered"] == qs.n - 5
+    assert res["model"]["accuracy"] == pytest.approx((qs.n - 5) / qs.n, abs=1e-4)
+
+
+def test_the_verdict_needs_the_lead_and_the_ablations_cost(toy_home):
+    """Reads the recipe: 20 points above the strongest question-only figure and 15 lost with another
+    recipe's steps; either short says which; without an ablation or any question-only figure: not judged."""
+    qs = _split(toy_home)
+    right, wrong = qs.answers.copy(), (qs.answers + 1) % qs.n_choices
+    rng = np.random.default_rng(1)
+
+    def at(share):                                    # right on about `share` of the questions
+        return np.where(rng.random(qs.n) < share, right, wrong)
+    strong, weak = at(0.9), at(0.3)
+    v = score(qs, strong, ablated=weak, question_only=weak)["verdict"]
+    assert v["reads_the_recipe"] is True and v["question_only_from"] == "your question-only predictions"
+    v = score(qs, strong, ablated=strong.copy(), question_only=weak)["verdict"]
+    assert v["reads_the_recipe"] is False and "another recipe's steps cost it 0.0 points" in v["why"][0]
+    v = score(qs, strong, ablated=weak, question_only=at(0.85))["verdict"]
+    assert v["reads_the_recipe"] is False and v["why"][0].startswith("leads your question-only predictions by")
+    v = score(qs, strong, question_only=weak)["verdict"]
+    assert v["reads_the_recipe"] is None and "no context ablation" in v["why"][0]
+    v = score(qs, strong, ablated=weak)["verdict"]
+    assert v["reads_the_recipe"] is None and "no question-only figure" in v["why"][0]
+    # a recorded figure stronger than the user's question-only predictions is the bar
+    rec = {"question_only_probe_test": 0.8, "reading_check": {"question_only": 0.5}}
+    v = score(qs, strong, ablated=weak, question_only=weak, recorded=rec)["verdict"]
+    assert v["question_only"] == 0.8 and v["reads_the_recipe"] is False
+
+
+def test_difference_interval_covers_the_mean_and_is_seeded():
+    groups = np.repeat(np.arange(40), 3)
+    diff = np.random.default_rng(2).choice([-1.0, 0.0, 1.0], size=len(groups), p=[0.1, 0.5, 0.4])
+    lo, hi = difference_interval(diff, groups)
+    assert lo < diff.mean() < hi and hi - lo < 0.5
+    assert difference_interval(diff, groups) == (lo, hi)
+    assert difference_interval(np.zeros(0), np.zeros(0, np.int64)) is None
+
+
+def test_recorded_figures_only_for_the_same_questions(toy_home):
+    qs = _split(toy_home, export=False)
+    con = duckdb.connect(str(toy_home["home"] / "warehouse.duckdb"), read_only=True)
+    try:
+        same = recorded_figures(con, qs)
+        other = recorded_figures(con, SplitQuestions(qs.dataset_id, qs.task, qs.setting, qs.split, qs.qids,
+                                                     qs.recipe_ids, (qs.answers + 1) % 4, qs.n_choices))
+    finally:
+        con.close()
+    assert "note" not in same and same["reading_check"] is None
+    assert "not the one scored" in other["note"]
+    assert recorded_figures(None, qs) == {"note": "no warehouse: no recorded figures"}
+
+
+def test_bad_input_is_one_line_with_what_to_do(toy_home, tmp_path):
+    qs = _split(toy_home)
+    did = qs.dataset_id
+    bad = {"unknown.json": (json.dumps({"no-such-q": 1}), "are not test questions"),
+           "dup.jsonl": ("\n".join(json.dumps({"qid": qs.qids[0], "prediction": 1}) for _ in range(2)),
+                         "predicted twice"),
+           "range.json": (json.dumps({qs.qids[0]: 4}), "choice 4 does not exist"),
+           "half.json": (json.dumps({qs.qids[0]: 1.5}), "0-based integer"),
+           "word.json": (json.dumps({qs.qids[0]: "two"}), "0-based integer"),
+           "bool.json": (json.dumps({qs.qids[0]: True}), "0-based integer"),
+           "broken.json": ('{"a": ', "not JSON"),
+           "short.json": (json.dumps([0, 1]), f"2 predictions in qid order for the {qs.n} test questions"),
+           "empty.json": ("{}", "holds no predictions"),
+           "noheader.csv": ("a,b\n1,2\n", "needs a header with qid and prediction"),
+           "badline.jsonl": ('{"qid": "x", "prediction": 1}\nnot json\n', "line 2: not JSON"),
+           "scalar.json": ("3", "give {qid: index}")}
+    wh = toy_home["home"] / "warehouse.duckdb"
+    before = _sha(wh)
+    runner = CliRunner()
+    for name, (text, says) in bad.items():
+        (tmp_path / name).write_text(text)
+        r = runner.invoke(app, ["score", "--dataset", did, "--predictions", str(tmp_path / name)])
+        assert r.exit_code == 2, (name, r.output)
+        assert r.output.count("\n") == 1 and r.output.startswith("error: ") and says in r.output, (name, r.output)
+    (tmp_path / "ok.json").write_text(json.dumps({q: 0 for q in qs.qids}))
+    for args, says in ((["--predictions", str(tmp_path / "nope.json")], "no predictions file"),
+                       ([], "give --predictions FILE"),
+                       (["--plan", str(tmp_path / "p.csv"), "--predictions", str(tmp_path / "ok.json")],
+                        "--plan writes the ablation plan and stops"),
+                       (["--predictions", str(tmp_path / "ok.json"), "--split", "dev"], "--split must be"),
+                       (["--predictions", str(tmp_path / "ok.json"), "--export", str(tmp_path)],
+                        "is not a Parquet export"),
+                       (["--plan", str(tmp_path)], "is a folder")):
+        r = runner.invoke(app, ["score", "--dataset", did, *args])
+        assert r.exit_code == 2 and r.output.startswith("error: ") and says in r.output, (args, r.output)
+    r = runner.invoke(app, ["score", "--dataset", "vc-nope", "--predictions", str(tmp_path / "ok.json")])
+    assert r.exit_code == 2 and "holds no test questions of dataset 'vc-nope'" in r.output
+    assert _sha(wh) == before
+    with pytest.raises(ScoreError, match="no warehouse and no --export"):
+        load_split(did, "test")
+
+
+def test_no_warehouse_and_no_export_is_refused_and_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("MRQA_HOME", str(tmp_path / "home"))
+    (tmp_path / "p.json").write_text("{}")
+    r = CliRunner().invoke(app, ["score", "--dataset", "d", "--predictions", str(tmp_path / "p.json")])
+    assert r.exit_code == 2 and "no warehouse at" in r.output and "--export" in r.output
+    assert not (tmp_path / "home" / "warehouse.duckdb").exists()
+
+
+def test_the_plan_file_csv_and_parquet(toy_home, tmp_path):
+    qs = _split(toy_home)
+    for name in ("plan.csv", "plan.parquet"):
+        r = CliRunner().invoke(app, ["score", "--dataset", qs.dataset_id, "--plan", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        assert f"wrote the context-ablation plan of {qs.n} test questions" in r.output
+    rows = list(csv.DictReader((tmp_path / "plan.csv").open()))
+    assert [r["qid"] for r in rows] == qs.qids and [r["context_recipe_id"] for r in rows] == context_plan(qs)
+    pq = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / 'plan.parquet'}')").fetchall()
+    assert [tuple(r.values()) for r in rows] == [tuple(map(str, r)) for r in pq]
