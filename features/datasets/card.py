@@ -494,6 +494,16 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                "and a reader in a recorded `mrqa reading-check`.",
                "", "| dataset_id | why |", "| --- | --- |",
                *[f"| {did} | {_cell(why)} |" for did, why in sorted(left_out.items())], ""]
+    md += ["## Scoring a model", "",
+           "Accuracy alone does not show that a model reads the recipe. Report it with the two checks this "
+           f"benchmark applies to its own readers: the lead over question-only models (the figures above; at least "
+           f"{100 * READING_LEAD:.0f} points) and the **context ablation**, the same model with each question given "
+           f"another recipe's steps (it should lose at least {100 * READING_ABLATION:.0f} points). The other recipe, "
+           "per split: sort the split's questions by `recipe_id` (ties in `qid` order); each question takes the "
+           "recipe of the question g places further on, round the end, g being the most questions one recipe has "
+           "in the split. `mrqa score --export . --dataset ID --plan plan.csv` writes it (qid, recipe_id, "
+           "context_recipe_id); `mrqa score --export . --dataset ID --predictions p.json --context-ablation "
+           "a.json` prints the accuracy with its 95% interval, what the ablation cost and the verdict.", ""]
     md += [
            "## Knob settings", "",
            "A setting's name is `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other than the coin "

@@ -233,3 +233,17 @@ def test_the_plan_file_csv_and_parquet(toy_home, tmp_path):
     assert [r["qid"] for r in rows] == qs.qids and [r["context_recipe_id"] for r in rows] == context_plan(qs)
     pq = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / 'plan.parquet'}')").fetchall()
     assert [tuple(r.values()) for r in rows] == [tuple(map(str, r)) for r in pq]
+
+
+def test_the_cards_rule_for_the_other_recipe_is_the_plan(toy_home):
+    """The dataset card says in words how to pick the other recipe (for users without `mrqa`); that rule,
+    written out here on its own, gives the plan, and the card of the export says it."""
+    assert "## Scoring a model" in (toy_home["export"] / "README.md").read_text()
+    for task, knobs in (("visual_cloze", "0-0-0"), ("visual_coherence", "0-0-0"), ("visual_cloze", "recipeqa")):
+        qs = _split(toy_home, task, knobs)
+        order = sorted(range(qs.n), key=lambda i: (qs.recipe_ids[i], qs.qids[i]))
+        g = max(qs.recipe_ids.count(r) for r in set(qs.recipe_ids))
+        said = [None] * qs.n
+        for k, i in enumerate(order):
+            said[i] = qs.recipe_ids[order[(k + g) % qs.n]]
+        assert said == context_plan(qs)
