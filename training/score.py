@@ -29,9 +29,11 @@ import duckdb
 import numpy as np
 
 from etl.config import sql_path
+from features.datasets.export import QID_SEPARATOR
 from training.ablation import foreign_context_rows
 
 PREDICTION_KEYS = ("prediction", "answer", "pred")        # the field of a JSON Lines record, in this order
+PREDICTION_SUFFIXES = (".json", ".jsonl", ".csv")          # a folder of predictions: <dataset_id><suffix>
 N_BOOT = 2000
 
 
@@ -89,6 +91,36 @@ def load_split(dataset_id: str, split: str, export: Path | None = None,
     return SplitQuestions(dataset_id, rows[0][4], str(rows[0][5]), split, [r[0] for r in rows],
                           [r[1] for r in rows], np.array([r[2] for r in rows], np.int64),
                           np.array([r[3] for r in rows], np.int64))
+
+
+def list_datasets(split: str, export: Path | None = None, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
+    """The datasets with questions in `split`, from the export or the warehouse, sorted."""
+    if export is not None:
+        qdir = Path(export) / "questions"
+        if not qdir.is_dir():
+            raise ScoreError(f"{export} is not a Parquet export (no questions/ folder); give the folder "
+                             "`mrqa export` wrote")
+        with duckdb.connect() as src:
+            return [r[0] for r in src.execute(
+                f"SELECT DISTINCT dataset_id FROM read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, "
+                "hive_partitioning = true) WHERE split = ? ORDER BY 1", [split]).fetchall()]
+    if con is None:
+        raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
+    return [r[0] for r in con.execute("SELECT DISTINCT dataset_id FROM questions WHERE split = ? ORDER BY 1",
+                                      [split]).fetchall()]
+
+
+def prediction_files(folder: Path) -> dict[str, Path]:
+    """dataset_id -> its predictions in `folder` (<dataset_id>.json, .jsonl or .csv); two files of one
+    dataset are refused."""
+    out: dict[str, Path] = {}
+    for f in sorted(Path(folder).iterdir()):
+        if f.is_file() and f.suffix in PREDICTION_SUFFIXES:
+            if f.stem in out:
+                raise ScoreError(f"{folder}: {out[f.stem].name} and {f.name} both hold predictions of {f.stem}; "
+                                 "keep one")
+            out[f.stem] = f
+    return out
 
 
 def context_plan(qs: SplitQuestions) -> list[str]:
@@ -187,7 +219,10 @@ def read_predictions(path: Path, qs: SplitQuestions) -> np.ndarray:
     pos = {q: i for i, q in enumerate(qs.qids)}
     pred = np.full(qs.n, -1, np.int64)
     unknown, seen = [], set()
+    prefix = f"{qs.dataset_id}{QID_SEPARATOR}"          # the RecipeQA JSON export's qids: <dataset_id>.<qid>
     for qid, value in pairs:
+        if qid not in pos and qid.startswith(prefix):
+            qid = qid[len(prefix):]
         if qid not in pos:
             unknown.append(qid)
             continue
@@ -306,6 +341,32 @@ def score(qs: SplitQuestions, pred: np.ndarray, ablated: np.ndarray | None = Non
     verdict.update(reads_the_recipe=ok, why=why)
     out["verdict"] = verdict
     return out
+
+
+def summarise(results: list[dict]) -> dict:
+    """Over several datasets' `score` results: how many read the recipe, how many not, how many not judged."""
+    said = [r["verdict"]["reads_the_recipe"] for r in results]
+    return {"datasets": len(results), "reads_the_recipe": said.count(True), "not_shown": said.count(False),
+            "not_judged": said.count(None)}
+
+
+def format_summary(results: list[dict]) -> str:
+    """The closing table of `mrqa score` over several datasets."""
+    def pct(x):
+        return "–" if x is None else f"{100 * x:.1f}%"
+    lines = ["| dataset | questions | accuracy | another recipe's steps | cost | lead over question-only | verdict |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in results:
+        ab, v = r["context_ablation"] or {}, r["verdict"]
+        said = {True: "reads the recipe", False: "not shown", None: "not judged"}[v["reads_the_recipe"]]
+        lead = "–" if v.get("lead") is None else f"{100 * v['lead']:+.1f}"
+        cost = "–" if ab.get("cost") is None else f"{100 * ab['cost']:.1f}"
+        lines.append(f"| {r['dataset_id']} | {r['n_questions']:,d} | {pct(r['model']['accuracy'])} | "
+                     f"{pct(ab.get('accuracy'))} | {cost} | {lead} | {said} |")
+    s = summarise(results)
+    lines.append(f"reads the recipe on {s['reads_the_recipe']} of {s['datasets']} datasets ({s['not_shown']} not "
+                 f"shown, {s['not_judged']} not judged)")
+    return "\n".join(lines)
 
 
 def format_score(res: dict) -> str:

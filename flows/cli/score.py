@@ -1,6 +1,7 @@
 """`mrqa score`: any model's predictions on a benchmark split, judged as the reading benchmark judges its own
 readers: accuracy with a 95% interval, the lead over question-only models, and what another recipe's steps
-cost the model (training/score.py). Read-only: it never writes the warehouse."""
+cost the model (training/score.py). One dataset, or a whole benchmark from a folder of predictions.
+Read-only: it never writes the warehouse."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,23 +13,30 @@ from flows.cli.choices import Split
 from flows.cli.common import check_out_path, echo_json, fail
 
 app = typer.Typer()
+FORMATS = ("JSON {qid: index}, a JSON list in qid order (or {task: list}, as `mrqa evaluate --predictions` writes), "
+           "JSON Lines {\"qid\", \"prediction\"} (.jsonl) or CSV qid,prediction (.csv); 0-based; qids as in the "
+           "Parquet export or the RecipeQA JSON export")
 
 
 @app.command("score")
-def score_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (see `mrqa datasets`)."),
-              predictions: Optional[Path] = typer.Option(None, "--predictions", help="Your model's choices: JSON "
-                                                         "{qid: index}, a JSON list in qid order (or {task: list}, "
-                                                         "as `mrqa evaluate --predictions` writes), JSON Lines "
-                                                         "{\"qid\", \"prediction\"} (.jsonl) or CSV qid,prediction "
-                                                         "(.csv); 0-based."),
+def score_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id (see `mrqa datasets`), "
+                                                    "several comma-separated, or all (every dataset of the export "
+                                                    "or warehouse with questions in the split). Default with a "
+                                                    "folder of predictions: the datasets it has files for."),
+              predictions: Optional[Path] = typer.Option(None, "--predictions", help=f"Your model's choices: "
+                                                         f"{FORMATS}. A folder: one <dataset_id>.json|.jsonl|.csv "
+                                                         "per dataset."),
               context_ablation: Optional[Path] = typer.Option(None, "--context-ablation", help="The same model's "
                                                               "choices when each question is given the steps of "
-                                                              "the recipe `--plan` names (same formats)."),
+                                                              "the recipe `--plan` names (same formats; a folder "
+                                                              "as for --predictions)."),
               question_only: Optional[Path] = typer.Option(None, "--question-only", help="Choices of a model that "
-                                                           "never sees the recipe (same formats)."),
+                                                           "never sees the recipe (same formats; a folder as for "
+                                                           "--predictions)."),
               plan: Optional[Path] = typer.Option(None, "--plan", help="Write the split's context-ablation plan "
-                                                  "here (qid, recipe_id, context_recipe_id; CSV, or Parquet for a "
-                                                  ".parquet name) and stop."),
+                                                  "(qid, recipe_id, context_recipe_id) and stop: a file (CSV, or "
+                                                  "Parquet for a .parquet name) for one dataset, a folder of "
+                                                  "<dataset_id>.csv for several."),
               split: Split = typer.Option(Split.test, "--split", help="The split the predictions are for."),
               export: Optional[Path] = typer.Option(None, "--export", help="Read the questions from this Parquet "
                                                     "export (`mrqa export`) instead of the warehouse."),
@@ -37,12 +45,22 @@ def score_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
     steps cost it, its lead over question-only figures, and whether that shows it reads the recipe
     (20 points above question-only, 15 lost with another recipe's steps)."""
     if plan is None and predictions is None:
-        fail("give --predictions FILE to score, or --plan FILE to write the context-ablation plan first")
+        fail("give --predictions FILE|FOLDER to score, or --plan FILE|FOLDER to write the context-ablation plan first")
     if plan is not None and (predictions or context_ablation or question_only):
         fail("--plan writes the ablation plan and stops: give it without --predictions, --context-ablation "
              "and --question-only")
+    folder = predictions is not None and predictions.is_dir()
+    for option, path in (("--context-ablation", context_ablation), ("--question-only", question_only)):
+        if path is not None and path.is_dir() != folder:
+            fail(f"{option} must be a {'folder' if folder else 'file'}, as --predictions is")
+    names = [d.strip() for d in (dataset or "").split(",") if d.strip()]
+    several = names == ["all"] or len(names) > 1
+    if not names and not folder:
+        fail("missing --dataset (an option); see --help")
+    if several and predictions is not None and not folder:
+        fail("several datasets need a folder of predictions (<dataset_id>.json each), not one file")
     if plan is not None:
-        plan = check_out_path("--plan", plan, want_dir=False)
+        plan = check_out_path("--plan", plan, want_dir=several)
     from etl.config import Paths
     from training import score as sc
     paths = Paths.from_env()
@@ -54,25 +72,63 @@ def score_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
         fail(f"no warehouse at {paths.warehouse} and no --export: give the export the predictions were made on, "
              "or check --home")
     try:
-        qs = sc.load_split(dataset, split.value, export, con)
-        if plan is not None:
-            own = sc.write_plan(qs, plan)
-            typer.echo(f"wrote the context-ablation plan of {qs.n} {qs.split} questions of {qs.dataset_id} to {plan}"
-                       + (f" ({own} keep their own recipe: one recipe holds over half the split)" if own else ""))
-            return
-        pred = sc.read_predictions(predictions, qs)
-        ablated = sc.read_predictions(context_ablation, qs) if context_ablation else None
-        qo = sc.read_predictions(question_only, qs) if question_only else None
-        res = sc.score(qs, pred, ablated, qo, sc.recorded_figures(con, qs))
+        results = _run(sc, names, several, predictions, context_ablation, question_only, plan, split.value, export,
+                       con)
     except sc.ScoreError as e:
         fail(str(e))
     finally:
         if con is not None:
             con.close()
+    if results is None:
+        return
     if as_json:
-        echo_json(res)
+        echo_json(results[0] if len(results) == 1 and not several and not folder else
+                  {"datasets": results, "summary": sc.summarise(results)})
     else:
-        typer.echo(sc.format_score(res))
-    missing = res["model"]["missing"]
+        typer.echo("\n\n".join(sc.format_score(r) for r in results))
+        if len(results) > 1 or several or folder:
+            typer.echo("\n" + sc.format_summary(results))
+    for r in results:
+        if r["model"]["missing"]:
+            typer.secho(f"warning: {r['dataset_id']}: {r['model']['missing']} of {r['n_questions']} questions have "
+                        "no prediction and count as wrong", err=True)
+
+
+def _run(sc, names, several, predictions, ablation, question_only, plan, split, export, con):
+    """Write the plan(s) (returns None), or score every dataset asked for (returns the results)."""
+    if names == ["all"]:
+        names = sc.list_datasets(split, export, con)
+    if plan is not None:
+        for did in names:
+            qs = sc.load_split(did, split, export, con)
+            out = plan / f"{did}.csv" if several else plan
+            own = sc.write_plan(qs, out)
+            typer.echo(f"wrote the context-ablation plan of {qs.n} {qs.split} questions of {did} to {out}"
+                       + (f" ({own} keep their own recipe: one recipe holds over half the split)" if own else ""))
+        return None
+    if not predictions.is_dir():
+        qs = sc.load_split(names[0], split, export, con)
+        return [_score_one(sc, qs, predictions, ablation, question_only, con)]
+    files = sc.prediction_files(predictions)
+    known = set(sc.list_datasets(split, export, con))
+    strays = sorted(set(files) - known)
+    if strays:
+        raise sc.ScoreError(f"{files[strays[0]]}: no dataset {strays[0]!r} has {split} questions here; name the "
+                            "files <dataset_id>.json (`mrqa datasets`)")
+    todo = names or sorted(files)
+    if not todo:
+        raise sc.ScoreError(f"{predictions} holds no <dataset_id>.json, .jsonl or .csv predictions")
+    missing = [d for d in todo if d not in files]
     if missing:
-        typer.secho(f"warning: {missing} of {qs.n} questions have no prediction and count as wrong", err=True)
+        raise sc.ScoreError(f"{predictions} has no predictions for {missing[0]} ({len(missing)} dataset(s) in all)")
+    extra = {name: sc.prediction_files(folder) if folder else {} for name, folder in
+             (("ablation", ablation), ("question_only", question_only))}
+    return [_score_one(sc, sc.load_split(did, split, export, con), files[did], extra["ablation"].get(did),
+                       extra["question_only"].get(did), con) for did in todo]
+
+
+def _score_one(sc, qs, predictions, ablation, question_only, con) -> dict:
+    pred = sc.read_predictions(predictions, qs)
+    ablated = sc.read_predictions(ablation, qs) if ablation else None
+    qo = sc.read_predictions(question_only, qs) if question_only else None
+    return sc.score(qs, pred, ablated, qo, sc.recorded_figures(con, qs))

@@ -19,6 +19,7 @@ from training.score import (
     SplitQuestions,
     context_plan,
     difference_interval,
+    list_datasets,
     load_split,
     read_predictions,
     recorded_figures,
@@ -247,3 +248,57 @@ def test_the_cards_rule_for_the_other_recipe_is_the_plan(toy_home):
         for k, i in enumerate(order):
             said[i] = qs.recipe_ids[order[(k + g) % qs.n]]
         assert said == context_plan(qs)
+
+
+def test_a_folder_of_predictions_scores_each_dataset_as_alone_and_sums_up(toy_home, tmp_path):
+    """A benchmark at once: one <dataset_id> file per dataset (any format), ablations for some; each
+    dataset's figures are those it gets scored alone, and the summary counts the verdicts."""
+    a, b = _split(toy_home, "visual_cloze", "0-0-0"), _split(toy_home, "visual_coherence", "0-0-0")
+    preds, abl, qo = (tmp_path / n for n in ("preds", "abl", "qo"))
+    for d in (preds, abl, qo):
+        d.mkdir()
+    (preds / f"{a.dataset_id}.json").write_text(json.dumps({q: int(x) for q, x in zip(a.qids, a.answers)}))
+    (preds / f"{b.dataset_id}.jsonl").write_text("\n".join(json.dumps({"qid": q, "prediction": 0}) for q in b.qids))
+    (abl / f"{a.dataset_id}.json").write_text(json.dumps({q: int((x + 1) % 4) for q, x in zip(a.qids, a.answers)}))
+    (qo / f"{a.dataset_id}.json").write_text(json.dumps({q: int((x + 2) % 4) for q, x in zip(a.qids, a.answers)}))
+    r = CliRunner().invoke(app, ["score", "--predictions", str(preds), "--context-ablation", str(abl),
+                                 "--question-only", str(qo), "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert [d["dataset_id"] for d in res["datasets"]] == sorted([a.dataset_id, b.dataset_id])
+    assert res["summary"] == {"datasets": 2, "reads_the_recipe": 1, "not_shown": 0, "not_judged": 1}
+    alone = CliRunner().invoke(app, ["score", "--dataset", a.dataset_id, "--predictions",
+                                     str(preds / f"{a.dataset_id}.json"), "--context-ablation",
+                                     str(abl / f"{a.dataset_id}.json"), "--question-only",
+                                     str(qo / f"{a.dataset_id}.json"), "--json"])
+    assert json.loads(alone.output) == next(d for d in res["datasets"] if d["dataset_id"] == a.dataset_id)
+    r = CliRunner().invoke(app, ["score", "--predictions", str(preds)])
+    assert r.exit_code == 0 and "reads the recipe on 0 of 2 datasets (0 not shown, 2 not judged)" in r.output
+    # a file that names no dataset, several datasets with one file, a folder against a file: one line each
+    (preds / "vc-nope.json").write_text("{}")
+    for args, says in ((["--predictions", str(preds)], "no dataset 'vc-nope' has test questions"),
+                       (["--dataset", "all", "--predictions", str(preds / f"{a.dataset_id}.json")],
+                        "several datasets need a folder"),
+                       (["--predictions", str(preds), "--context-ablation", str(abl / f"{a.dataset_id}.json")],
+                        "--context-ablation must be a folder"),
+                       (["--predictions", str(abl), "--dataset", b.dataset_id], f"no predictions for {b.dataset_id}")):
+        r = CliRunner().invoke(app, ["score", *args])
+        assert r.exit_code == 2 and r.output.startswith("error: ") and says in r.output, (args, r.output)
+
+
+def test_plans_for_every_dataset_and_recipeqa_json_qids(toy_home, tmp_path):
+    """`--dataset all --plan FOLDER` writes one plan per dataset of the split; predictions keyed by the
+    RecipeQA JSON export's qids (<dataset_id>.<qid>) score as the export's own."""
+    r = CliRunner().invoke(app, ["score", "--export", str(toy_home["export"]), "--dataset", "all",
+                                 "--plan", str(tmp_path / "plans")])
+    assert r.exit_code == 0, r.output
+    ids = list_datasets("test", toy_home["export"])
+    assert sorted(p.stem for p in (tmp_path / "plans").iterdir()) == ids
+    assert len(ids) == len(set(toy_home["ids"].values()))
+    qs = _split(toy_home)
+    rows = list(csv.DictReader((tmp_path / "plans" / f"{qs.dataset_id}.csv").open()))
+    assert [r["context_recipe_id"] for r in rows] == context_plan(qs)
+    from features.datasets.export import QID_SEPARATOR
+    f = tmp_path / "rq.json"
+    f.write_text(json.dumps({f"{qs.dataset_id}{QID_SEPARATOR}{q}": int(x) for q, x in zip(qs.qids, qs.answers)}))
+    assert np.array_equal(read_predictions(f, qs), qs.answers)
