@@ -167,7 +167,7 @@ def _as_index(value, where: str) -> int:
 def _pairs(path: Path) -> tuple[list[tuple[str, object]] | None, list | None]:
     """(qid, value) pairs, or a positional list, as the file holds them."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")           # a byte-order mark (spreadsheets) is no qid
     except (OSError, UnicodeDecodeError) as e:
         raise ScoreError(f"cannot read predictions {path}: {e}") from None
     if path.suffix == ".csv":

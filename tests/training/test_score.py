@@ -109,6 +109,7 @@ def test_every_format_gives_the_same_figures_and_missing_questions_count_as_wron
         w = csv.writer(f)
         w.writerow(["qid", "prediction"])
         w.writerows(zip(qs.qids, guess.tolist()))
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "rows.csv").read_bytes())   # with a BOM
     got = {p.name: read_predictions(p, qs) for p in sorted(tmp_path.iterdir())}
     for name, arr in got.items():
         assert np.array_equal(arr, guess), name
@@ -189,12 +190,16 @@ def test_bad_input_is_one_line_with_what_to_do(toy_home, tmp_path):
            "empty.json": ("{}", "holds no predictions"),
            "noheader.csv": ("a,b\n1,2\n", "needs a header with qid and prediction"),
            "badline.jsonl": ('{"qid": "x", "prediction": 1}\nnot json\n', "line 2: not JSON"),
-           "scalar.json": ("3", "give {qid: index}")}
+           "scalar.json": ("3", "give {qid: index}"),
+           "latin1.json": (None, "cannot read predictions")}
     wh = toy_home["home"] / "warehouse.duckdb"
     before = _sha(wh)
     runner = CliRunner()
     for name, (text, says) in bad.items():
-        (tmp_path / name).write_text(text)
+        if text is None:
+            (tmp_path / name).write_bytes(b'{"caf\xe9": 1}')                   # not UTF-8
+        else:
+            (tmp_path / name).write_text(text)
         r = runner.invoke(app, ["score", "--dataset", did, "--predictions", str(tmp_path / name)])
         assert r.exit_code == 2, (name, r.output)
         assert r.output.count("\n") == 1 and r.output.startswith("error: ") and says in r.output, (name, r.output)
