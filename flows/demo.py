@@ -140,6 +140,8 @@ def format_digest(d: dict) -> str:
                    f"AF keeping 40%, GM3C question-only checked apart from AF, a reader that reads): "
                    f"{len(ro['datasets'])} datasets, {ro['left_out']} left out")
         out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
+        out.append("  score a model of your own on it: `mrqa export --all --reading-only --out DIR`, then `mrqa score "
+                   "--export DIR --predictions FOLDER --context-ablation FOLDER` (README, \"Scoring your own model\")")
     comp = d.get("competence") or {}
     if comp.get("results"):
         from features.competence.report import format_table

@@ -54,3 +54,17 @@ def test_pipeline_train_stage_without_datasets_is_skipped_with_its_reason(paths)
     stages = build_stages({**params, "train": True, "train_datasets": ["vc-0-1-1-s"]}, paths)
     train = next(s for s in stages if s.name == "train")
     assert train.skip_reason is None and train.params["datasets"] == ["vc-0-1-1-s"]
+
+
+def test_the_summary_names_the_reading_benchmark_and_how_to_score_a_model_on_it():
+    """The demo's summary lists the datasets the reading-only export holds, per task, and says how to score
+    a model of one's own on them (`mrqa score`)."""
+    ro = {"datasets": ["vc-0-1-1-af-s0-abc", "vc-1-1-1-af-s0-abc", "vcoh-0-0-0-matched-af-s0-abc"], "left_out": 77}
+    summary = {"stages": [{"stage": "train", "status": "completed", "seconds": 1.0, "cpu_s": 0.5,
+                           "summary": {"reading_only": ro}}], "total_s": 1.0}
+    lines = format_digest(demo_digest(summary)).splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("reading benchmark"))
+    assert "3 datasets, 77 left out" in lines[i]
+    assert lines[i + 1].split() == ["vc", "0-1-1-af", "1-1-1-af"]
+    assert lines[i + 2].split() == ["vcoh", "0-0-0-matched-af"]
+    assert "mrqa score --export DIR --predictions FOLDER --context-ablation FOLDER" in lines[i + 3]
