@@ -309,7 +309,10 @@ def score(qs: SplitQuestions, pred: np.ndarray, ablated: np.ndarray | None = Non
                                    "cost_ci": [round(ci[0], 4), round(ci[1], 4)]}
     refs = []
     if question_only is not None:
-        out["question_only"] = _accuracy(question_only, qs)
+        lead = right - (question_only == qs.answers)              # paired, question by question
+        ci = difference_interval(lead, groups)
+        out["question_only"] = {**_accuracy(question_only, qs), "lead": round(float(lead.mean()), 4),
+                                "lead_ci": [round(ci[0], 4), round(ci[1], 4)]}
         refs.append((out["question_only"]["accuracy"], "your question-only predictions"))
     rc = recorded.get("reading_check") or {}
     for value, name in ((rc.get("question_only"), "the reading check's question-only model"),
@@ -384,7 +387,9 @@ def format_score(res: dict) -> str:
         lines.append(f"  with another recipe's steps         {pct(ab)}  cost {100 * ab['cost']:.1f} points "
                      f"[{100 * lo:.1f}, {100 * hi:.1f}]")
     if res["question_only"]:
-        lines.append(f"  your question-only predictions      {pct(res['question_only'])}")
+        q = res["question_only"]
+        lines.append(f"  your question-only predictions      {pct(q)}  your model leads it by {100 * q['lead']:.1f} "
+                     f"points [{100 * q['lead_ci'][0]:.1f}, {100 * q['lead_ci'][1]:.1f}]")
     rec = res["recorded"]
     if rec.get("note"):
         lines.append(f"  recorded: {rec['note']}")
@@ -403,5 +408,9 @@ def format_score(res: dict) -> str:
     said = {True: "reads the recipe", False: "not shown to read the recipe", None: "not judged"}[v["reads_the_recipe"]]
     bounds = (f"(bounds: {100 * v['lead_bound']:.0f} points above question-only, {100 * v['ablation_bound']:.0f} "
               "lost with another recipe's steps)")
-    lines.append(f"  verdict: {said} {bounds}" + ("" if not v["why"] else ": " + "; ".join(v["why"])))
+    why = v["why"]
+    if v["reads_the_recipe"]:
+        why = [f"leads {v['question_only_from']} ({100 * v['question_only']:.1f}%) by {100 * v['lead']:.1f} points",
+               f"another recipe's steps cost it {100 * res['context_ablation']['cost']:.1f}"]
+    lines.append(f"  verdict: {said} {bounds}" + ("" if not why else ": " + "; ".join(why)))
     return "\n".join(lines)

@@ -136,8 +136,11 @@ def test_the_verdict_needs_the_lead_and_the_ablations_cost(toy_home):
     def at(share):                                    # right on about `share` of the questions
         return np.where(rng.random(qs.n) < share, right, wrong)
     strong, weak = at(0.9), at(0.3)
-    v = score(qs, strong, ablated=weak, question_only=weak)["verdict"]
+    res = score(qs, strong, ablated=weak, question_only=weak)
+    v, q = res["verdict"], res["question_only"]
     assert v["reads_the_recipe"] is True and v["question_only_from"] == "your question-only predictions"
+    assert q["lead"] == pytest.approx(res["model"]["accuracy"] - q["accuracy"], abs=2e-4) == v["lead"]
+    assert q["lead_ci"][0] <= q["lead"] <= q["lead_ci"][1]
     v = score(qs, strong, ablated=strong.copy(), question_only=weak)["verdict"]
     assert v["reads_the_recipe"] is False and "another recipe's steps cost it 0.0 points" in v["why"][0]
     v = score(qs, strong, ablated=weak, question_only=at(0.85))["verdict"]
@@ -307,3 +310,18 @@ def test_plans_for_every_dataset_and_recipeqa_json_qids(toy_home, tmp_path):
     f = tmp_path / "rq.json"
     f.write_text(json.dumps({f"{qs.dataset_id}{QID_SEPARATOR}{q}": int(x) for q, x in zip(qs.qids, qs.answers)}))
     assert np.array_equal(read_predictions(f, qs), qs.answers)
+
+
+def test_the_printed_table_says_each_figure_and_why_the_verdict(toy_home):
+    from training.score import format_score
+    qs = _split(toy_home)
+    wrong = (qs.answers + 1) % qs.n_choices
+    res = score(qs, qs.answers.copy(), ablated=wrong, question_only=wrong)
+    text = format_score(res).splitlines()
+    assert text[0] == (f"{qs.dataset_id} (visual_cloze 0-0-0), test split: {qs.n} questions, chance 25.0%")
+    assert text[1].split()[:3] == ["your", "model", "100.0%"]
+    assert "cost 100.0 points" in text[2] and "your model leads it by 100.0 points" in text[3]
+    assert text[-1].startswith("  verdict: reads the recipe") and text[-1].endswith(
+        "leads your question-only predictions (0.0%) by 100.0 points; another recipe's steps cost it 100.0")
+    text = format_score(score(qs, qs.answers.copy())).splitlines()
+    assert text[-1].startswith("  verdict: not judged") and "no question-only figure" in text[-1]
