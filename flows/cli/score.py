@@ -64,16 +64,24 @@ def score_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dat
     from etl.config import Paths
     from training import score as sc
     paths = Paths.from_env()
-    con = None
+    con, busy = None, None
     if paths.warehouse.exists():
-        from etl.warehouse import connect
-        con = connect(paths, read_only=True)
+        from etl.warehouse import WarehouseLocked, connect
+        try:
+            con = connect(paths, read_only=True)
+        except WarehouseLocked as e:
+            if export is None:
+                fail(str(e))
+            busy = str(e).split(";")[0]      # scored from the export alone: say why no figures are recorded
     elif export is None:
         fail(f"no warehouse at {paths.warehouse} and no --export: give the export the predictions were made on, "
              "or check --home")
     try:
         results = _run(sc, names, several, predictions, context_ablation, question_only, plan, split.value, export,
                        con)
+        for r in results or []:
+            if busy:
+                r["recorded"] = {"note": f"no recorded figures: {busy}"}
     except sc.ScoreError as e:
         fail(str(e))
     finally:

@@ -325,3 +325,42 @@ def test_the_printed_table_says_each_figure_and_why_the_verdict(toy_home):
         "leads your question-only predictions (0.0%) by 100.0 points; another recipe's steps cost it 100.0")
     text = format_score(score(qs, qs.answers.copy())).splitlines()
     assert text[-1].startswith("  verdict: not judged") and "no question-only figure" in text[-1]
+
+
+HOLDER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_busy_warehouse_scores_from_the_export_and_says_so(toy_home, tmp_path, monkeypatch):
+    """Another process writing the warehouse (a pipeline run): with --export the predictions are scored from
+    the export and the output says why no figures are recorded; without it, the lock's one-line error."""
+    import shutil
+    import subprocess
+    import sys
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(toy_home["home"] / "warehouse.duckdb", home / "warehouse.duckdb")
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    qs = _split(toy_home)
+    (tmp_path / "p.json").write_text(json.dumps({q: int(a) for q, a in zip(qs.qids, qs.answers)}))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(home / "warehouse.duckdb")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        args = ["score", "--dataset", qs.dataset_id, "--predictions", str(tmp_path / "p.json")]
+        r = CliRunner().invoke(app, args + ["--export", str(toy_home["export"]), "--json"])
+        assert r.exit_code == 0, r.output
+        res = json.loads(r.output)
+        assert res["model"]["accuracy"] == 1.0
+        note = res["recorded"]["note"]
+        assert note.startswith("no recorded figures: ") and f"PID {holder.pid}" in note
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2 and r.output.startswith("error: ") and "locked by another process" in r.output
+        assert r.output.count("\n") == 1
+    finally:
+        holder.kill()
+        holder.wait()
