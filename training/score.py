@@ -7,7 +7,7 @@ does not say the model reads the recipe: the benchmark's own test is a lead over
 
 - loads a split's questions from the warehouse (read-only) or from a Parquet export (`mrqa export`);
 - writes the split's ablation plan: for each question, the recipe whose steps replace its own
-  (`context_plan`: the rule of `training.data.foreign_context_rows`, which the reading check and
+  (`context_plan`: the rule of `training.ablation.foreign_context_rows`, which the reading check and
   `mrqa evaluate`'s context ablation use, so the figures are comparable);
 - reads predictions as JSON ({qid: index}, or a list / {task: list} in qid order, as `mrqa evaluate
   --predictions` writes), JSON Lines ({"qid", "prediction"}) or CSV (qid,prediction); a question without
@@ -30,7 +30,7 @@ import numpy as np
 
 from etl.config import sql_path
 from features.datasets.export import QID_SEPARATOR
-from training.ablation import foreign_context_rows
+from training.ablation import other_recipes
 
 PREDICTION_KEYS = ("prediction", "answer", "pred")        # the field of a JSON Lines record, in this order
 PREDICTION_SUFFIXES = (".json", ".jsonl", ".csv")          # a folder of predictions: <dataset_id><suffix>
@@ -125,12 +125,9 @@ def prediction_files(folder: Path) -> dict[str, Path]:
 
 def context_plan(qs: SplitQuestions) -> list[str]:
     """For each question, the recipe whose steps replace its own in the context ablation: the rule of
-    `training.data.foreign_context_rows` (questions sorted by recipe; each takes the recipe as many places
+    `training.ablation.foreign_context_rows` (questions sorted by recipe; each takes the recipe as many places
     further round as the largest recipe has questions), the one the reading check uses."""
-    used = sorted(set(qs.recipe_ids))
-    row = {rid: i for i, rid in enumerate(used)}
-    rows, _ = foreign_context_rows(np.array([row[r] for r in qs.recipe_ids], np.int64))
-    return [used[i] for i in rows]
+    return other_recipes(qs.recipe_ids)
 
 
 def write_plan(qs: SplitQuestions, out: Path) -> int:

@@ -501,9 +501,10 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
            f"another recipe's steps (it should lose at least {100 * READING_ABLATION:.0f} points). The other recipe, "
            "per split: sort the split's questions by `recipe_id` (ties in `qid` order); each question takes the "
            "recipe of the question g places further on, round the end, g being the most questions one recipe has "
-           "in the split. `mrqa score --export . --dataset ID --plan plan.csv` writes it (qid, recipe_id, "
-           "context_recipe_id); `mrqa score --export . --dataset ID --predictions p.json --context-ablation "
-           "a.json` prints the accuracy with its 95% interval, what the ablation cost and the verdict.", ""]
+           "in the split. `context_ablation.parquet` (config `context_ablation`) holds it for every question "
+           "here, and `mrqa score --export . --dataset ID --plan plan.csv` writes it for one dataset; `mrqa score "
+           "--export . --dataset ID --predictions p.json --context-ablation a.json` prints the accuracy with its "
+           "95% interval, what the ablation cost and the verdict.", ""]
     md += [
            "## Knob settings", "",
            "A setting's name is `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other than the coin "
@@ -529,6 +530,9 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
     side = {"recipes.parquet": "recipe_id, source, url, title, category, channel, split of every ok recipe of "
                                "the exported splits (distractors come from all of them)",
             "steps.parquet": "the recipes' steps: cleaned and raw title/body, word tokens per sentence, image_ids",
+            "context_ablation.parquet": "per question (dataset_id, split, qid, recipe_id), the recipe whose steps "
+                                        "replace its own in the context ablation: context_recipe_id (\"Scoring a "
+                                        "model\")",
             "image_vectors.parquet": "image vectors: item_id (= image_id, also kept as `image_id`), recipe_id, "
                                      "step_idx, split, encoder_id, vector",
             "text_vectors.parquet": "step-text vectors: item_id (`<recipe_id>_<step_idx>_<field>`), field (title, "

@@ -9,6 +9,8 @@ polars, pandas and DuckDB read as it is:
   columns (k1/k2/k3 int8, NULL for a preset, read by pandas as Int8 through the files' pandas metadata;
   k3_mode; adversarial; ordering choices as lists of image ids) and the provenance JSON;
 - OUT/recipes.parquet, OUT/steps.parquet: every ok recipe of the exported splits and its steps;
+- OUT/context_ablation.parquet: per question, the recipe whose steps replace its own in the context
+  ablation (training/ablation.py: the rule of the trainer, the reading check and `mrqa score`);
 - with vectors, OUT/image_vectors.parquet and OUT/text_vectors.parquet (title vectors), both keyed by
   `item_id` (image_vectors keeps `image_id`, the same value), so anyone can recompute the distances;
 - with images, OUT/images.parquet: the image files of those recipes in the Hugging Face Image layout
@@ -44,6 +46,7 @@ import pyarrow.parquet as pq
 from etl.config import sql_path
 from etl.warehouse import load_query
 from features.datasets.card import write_card
+from training.ablation import other_recipes
 
 ROW_GROUP = 100_000
 IMAGE_ROW_GROUP = 500                # images.parquet: rows of image bytes per row group
@@ -89,8 +92,9 @@ def _choose(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP VIEW export_datasets AS SELECT unnest({_in(dataset_ids)}) AS dataset_id")
 
 
-EXPORT_NAMES = frozenset({"README.md", "questions", "recipes.parquet", "steps.parquet", "image_vectors.parquet",
-                          "text_vectors.parquet", "images.parquet"})        # what export_parquet writes
+EXPORT_NAMES = frozenset({"README.md", "questions", "recipes.parquet", "steps.parquet",     # what export_parquet
+                          "context_ablation.parquet", "image_vectors.parquet", "text_vectors.parquet",  # writes
+                          "images.parquet"})
 RECIPEQA_NAMES = frozenset({"train.json", "val.json", "test.json", "images-qa"})   # what _recipeqa_folder writes
 
 
@@ -162,6 +166,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         parts = _write_questions(questions, out / "questions")
         _copy(con, load_query("export_recipes"), out / "recipes.parquet")
         _copy(con, load_query("export_steps"), out / "steps.parquet")
+        _write_context_ablation(questions, out / "context_ablation.parquet")
         counts = {"questions": questions.num_rows}
         if with_vectors:
             counts.update(_export_vectors(con, out, lance_uri))
@@ -173,6 +178,28 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     finally:
         con.execute(f"SET threads = {threads}")
     return {"out": str(out), **counts, "sha256": tree_sha256(out)}
+
+
+CONTEXT_ABLATION_SCHEMA = pa.schema([("dataset_id", pa.string()), ("split", pa.string()), ("qid", pa.string()),
+                                     ("recipe_id", pa.string()), ("context_recipe_id", pa.string())])
+
+
+def _write_context_ablation(tbl: pa.Table, dest: Path) -> None:
+    """context_ablation.parquet: per question (dataset, split, qid order), the recipe whose steps the context
+    ablation gives it instead of its own (`training.ablation.other_recipes`, per split)."""
+    cols = {c: tbl[c].to_pylist() for c in ("dataset_id", "split", "qid", "recipe_id")}
+    order = sorted(range(tbl.num_rows), key=lambda i: (cols["dataset_id"][i], cols["split"][i], cols["qid"][i]))
+    rows = {c: [v[i] for i in order] for c, v in cols.items()}
+    other: list[str] = []
+    start = 0
+    for i in range(1, len(order) + 1):
+        if i < len(order) and (rows["dataset_id"][i], rows["split"][i]) == (rows["dataset_id"][start],
+                                                                            rows["split"][start]):
+            continue
+        other += other_recipes(rows["recipe_id"][start:i])
+        start = i
+    pq.write_table(pa.table({**rows, "context_recipe_id": other}, schema=CONTEXT_ABLATION_SCHEMA), dest,
+                   row_group_size=ROW_GROUP, compression="zstd")
 
 
 def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:

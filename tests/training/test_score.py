@@ -364,3 +364,25 @@ def test_a_busy_warehouse_scores_from_the_export_and_says_so(toy_home, tmp_path,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_export_ships_the_context_ablation_of_every_question(toy_home):
+    """context_ablation.parquet (a config of the card, like recipes) holds, for every exported question, the
+    recipe `mrqa score --plan` names: the ablation comes with the benchmark, no `mrqa` needed to run it."""
+    export = toy_home["export"]
+    rows = duckdb.sql(f"SELECT dataset_id, split, qid, recipe_id, context_recipe_id FROM "
+                      f"read_parquet('{export / 'context_ablation.parquet'}')").fetchall()
+    n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{export / 'questions' / '**' / '*.parquet'}')").fetchall()[0][0]
+    assert len(rows) == n and rows == sorted(rows)
+    for did in sorted({r[0] for r in rows}):
+        for split in ("train", "val", "test"):
+            mine = [r for r in rows if r[0] == did and r[1] == split]
+            if not mine:
+                continue
+            qs = load_split(did, split, export)
+            assert [r[2] for r in mine] == qs.qids and [r[3] for r in mine] == qs.recipe_ids
+            assert [r[4] for r in mine] == context_plan(qs)
+            assert all(r[3] != r[4] for r in mine) or len(set(qs.recipe_ids)) == 1
+    card = (export / "README.md").read_text()
+    assert 'config_name: "context_ablation"' in card
+    assert "`context_ablation.parquet` (config `context_ablation`)" in card

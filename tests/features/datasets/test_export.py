@@ -102,6 +102,9 @@ def test_hf_datasets_loads_a_config_as_three_typed_splits(world, export):
     for r in order:
         assert r["choice_orderings"] == [json.loads(c) for c in r["choice_list"]]
         assert all(len(o) == 4 for o in r["choice_orderings"])
+    ab = datasets.load_dataset(str(out), "context_ablation")["train"]     # the context ablation's other recipes
+    assert ab.num_rows == export["res"]["questions"] and ab.column_names == [
+        "dataset_id", "split", "qid", "recipe_id", "context_recipe_id"]
 
 
 def test_polars_duckdb_and_pandas_read_the_hive_tree(world, export):
