@@ -60,32 +60,35 @@ class SplitQuestions:
 
 # ----------------------------------------------------------------------------- the questions
 
-def load_split(dataset_id: str, split: str, export: Path | None = None,
-               con: duckdb.DuckDBPyConnection | None = None) -> SplitQuestions:
-    """The split's questions from a Parquet export (`export`) or from the warehouse connection `con`."""
+def _source(export: Path | None, con: duckdb.DuckDBPyConnection | None) -> str:
+    """The table expression of the questions: the export's Parquet files, or the warehouse's table."""
     if export is not None:
         qdir = Path(export) / "questions"
         if not qdir.is_dir():
             raise ScoreError(f"{export} is not a Parquet export (no questions/ folder); give the folder "
                              "`mrqa export` wrote")
-        src = duckdb.connect()
-        sql = (f"SELECT qid, recipe_id, answer, len(choice_list), task, knobs FROM read_parquet("
-               f"{sql_path((qdir / '**' / '*.parquet').as_posix())}, hive_partitioning = true) "
-               "WHERE dataset_id = ? AND split = ? ORDER BY qid")
-        where = f"export {export}"
-    else:
-        if con is None:
-            raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
-        src = con
-        sql = ("SELECT q.qid, q.recipe_id, q.answer, len(q.choice_list), q.task, d.setting FROM questions q "
-               "JOIN datasets d USING (dataset_id) WHERE q.dataset_id = ? AND q.split = ? ORDER BY q.qid")
-        where = "the warehouse"
-    try:
-        rows = src.execute(sql, [dataset_id, split]).fetchall()
-    finally:
-        if src is not con:
-            src.close()
+        return f"read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, hive_partitioning = true)"
+    if con is None:
+        raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
+    return "(SELECT q.*, d.setting AS knobs FROM questions q JOIN datasets d USING (dataset_id))"
+
+
+def _fetch(sql: str, params: list, export: Path | None, con: duckdb.DuckDBPyConnection | None) -> list[tuple]:
+    """`sql` with {src} the questions' source, on the warehouse connection or a fresh one for the export."""
+    sql = sql.replace("{src}", _source(export, con))        # not format(): a path may hold braces
+    if export is None:
+        return con.execute(sql, params).fetchall()
+    with duckdb.connect() as src:
+        return src.execute(sql, params).fetchall()
+
+
+def load_split(dataset_id: str, split: str, export: Path | None = None,
+               con: duckdb.DuckDBPyConnection | None = None) -> SplitQuestions:
+    """The split's questions from a Parquet export (`export`) or from the warehouse connection `con`."""
+    rows = _fetch("SELECT qid, recipe_id, answer, len(choice_list), task, knobs FROM {src} "
+                  "WHERE dataset_id = ? AND split = ? ORDER BY qid", [dataset_id, split], export, con)
     if not rows:
+        where = "the warehouse" if export is None else f"export {export}"
         raise ScoreError(f"{where} holds no {split} questions of dataset {dataset_id!r}; `mrqa datasets` lists "
                          "the datasets, --split picks train, val or test")
     return SplitQuestions(dataset_id, rows[0][4], str(rows[0][5]), split, [r[0] for r in rows],
@@ -95,19 +98,8 @@ def load_split(dataset_id: str, split: str, export: Path | None = None,
 
 def list_datasets(split: str, export: Path | None = None, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
     """The datasets with questions in `split`, from the export or the warehouse, sorted."""
-    if export is not None:
-        qdir = Path(export) / "questions"
-        if not qdir.is_dir():
-            raise ScoreError(f"{export} is not a Parquet export (no questions/ folder); give the folder "
-                             "`mrqa export` wrote")
-        with duckdb.connect() as src:
-            return [r[0] for r in src.execute(
-                f"SELECT DISTINCT dataset_id FROM read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, "
-                "hive_partitioning = true) WHERE split = ? ORDER BY 1", [split]).fetchall()]
-    if con is None:
-        raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
-    return [r[0] for r in con.execute("SELECT DISTINCT dataset_id FROM questions WHERE split = ? ORDER BY 1",
-                                      [split]).fetchall()]
+    return [r[0] for r in _fetch("SELECT DISTINCT dataset_id FROM {src} WHERE split = ? ORDER BY 1", [split],
+                                 export, con)]
 
 
 def prediction_files(folder: Path) -> dict[str, Path]:
