@@ -106,6 +106,7 @@ KILLED_CRAWL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow      # a crawl killed and run again (~12 s)
 def test_killed_crawl_restarts_to_the_same_warehouse(tmp_path):
     build_site(tmp_path / "site", n_recipes=8)
     ref_paths = Paths.from_env(tmp_path / "ref").ensure()

@@ -58,6 +58,7 @@ def _rejects(paths: Paths) -> list:
         return c.execute("SELECT key, reason FROM rejects WHERE stage = 'embed' ORDER BY key").fetchall()
 
 
+@pytest.mark.slow      # a Dask cluster and a Prefect run (~16 s)
 def test_embed_on_dask_local_cluster_matches_the_local_run(tmp_path, monkeypatch, prefect_harness):
     from flows.embed import embed_flow, run_embed
     local, enc = _home_with_encoder(tmp_path)

@@ -288,7 +288,9 @@ def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path, run_mrqa):
     assert "no-such-encoder" in r.assert_refused()
 
 
-@pytest.mark.parametrize("mode", ["--prefect", "--no-prefect", "stalled"])
+# with a temporary Prefect server (~19 s and ~27 s) the two cases are slow; the direct run is not
+@pytest.mark.parametrize("mode", [pytest.param("--prefect", marks=pytest.mark.slow), "--no-prefect",
+                                  pytest.param("stalled", marks=pytest.mark.slow)])
 def test_sigterm_ends_the_cli_and_its_prefect_server(tmp_path, mode):
     """A long `mrqa ingest` gets SIGTERM: it exits 143 and no child process (with `--prefect` the
     temporary Prefect server, uvicorn; pool workers) outlives it. Run directly, it starts no server.

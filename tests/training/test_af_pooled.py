@@ -323,6 +323,7 @@ def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them
         out_of_fold_scores(tmp_path / "x", ids, recipe_of, fold_by="author", **kw)
 
 
+@pytest.mark.slow      # equivalence of processes and turns (~17 s)
 def test_runs_in_processes_give_what_runs_in_turn_give(home):
     """Several adversaries (or check seeds) go to a process each, or with more workers than runs each
     fold to a process: the same logits, to the digit, as the same runs one after the other in this
@@ -611,6 +612,7 @@ def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
     assert [[r[c] for c in cols] for r in kept] == [[r[c] for c in cols] for r in rows]
 
 
+@pytest.mark.slow      # a fallback path, 12 datasets (~12 s)
 def test_the_pipeline_makes_a_task_again_with_afs_own_drop_when_the_pooled_step_cannot(tmp_path_factory):
     """AF datasets generated for the pooled drop have none of their own; when the pipeline's pooled step
     cannot run on their task, `_linear_drop` makes them again with AF's own drop."""
@@ -691,6 +693,7 @@ def test_the_linear_adversary_scores_every_question_out_of_fold_on_folds_of_its_
     assert (recipe_folds(res.recipe_ids, 5, LINEAR_SEED) != recipe_folds(res.recipe_ids, 5, 0)).any()
 
 
+@pytest.mark.slow      # two more checks at other sizes (~13 s)
 def test_af_check_and_af_pool_take_the_models_size_from_the_command_line(home, monkeypatch):
     """`--size` reaches the check's models (paper is a GPU's work; tiny here): the command's figures are
     the flow's at that size, differ from the default size's, and a size that does not exist is refused
@@ -957,6 +960,7 @@ def test_swaps_for_never_gives_two_choices_one_title():
         [(0, 1)]
 
 
+@pytest.mark.slow      # four passes on two homes (~25 s)
 def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path):
     """`af-pool --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-pool --scores-from DIR/scores.json`:
     writing the jobs leaves the warehouse as it was; the datasets then are those af-pool makes with its
@@ -1074,6 +1078,7 @@ def _reseeded(doc: dict, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow      # the check twice on a home of its own (~6 s)
 def test_af_check_trained_on_another_machine_reads_the_same_figures(tmp_path_factory, tmp_path):
     """`af-check --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-check --scores-from DIR/scores.json`:
     the same figures as the check with its models trained in place; scores of other seeds are refused."""
@@ -1117,6 +1122,7 @@ def test_a_broken_jobs_folder_is_refused_with_what_to_do(tmp_path, capsys):
     assert not (jobs / "scores.json").exists()
 
 
+@pytest.mark.slow      # an opt-in step on a home of its own (~11 s)
 def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_factory, monkeypatch, prefect_harness):
     """`mrqa demo/pipeline --textual-cloze-pooled`: the generate stage ends with the pooled step on the
     textual cloze AF datasets (made with AF's own drop): swap rounds of titles, then the drop; its summary

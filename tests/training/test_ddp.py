@@ -16,6 +16,7 @@ def _held_out(run: str, export, dataset_id: str) -> tuple[float, int, list[int]]
     return sum(r["accuracy"] * r["n"] for r in res) / n, n, sum((r["predictions"] for r in res), [])
 
 
+@pytest.mark.slow      # two torch.distributed processes (~12 s)
 def test_two_process_ddp_matches_single_process(toy_home, tmp_path):
     did = toy_home["ids"][("visual_cloze", "recipeqa")]
     args = ["--export", str(toy_home["export"]), "--dataset", did, "--scorer", "transformer",

@@ -156,6 +156,7 @@ def test_the_card_reads_af_checks_recorded_before_the_tree_column():
     assert _bias(con, ["a", "b"])["a"] == {"qo_acc": 0.3, "gm3c_qo_acc": 0.31, "tree_qo_acc": 0.36}
 
 
+@pytest.mark.slow      # the trees fitted on 1 and 2 threads (~7 s)
 def test_the_trees_are_the_same_whatever_the_threads(monkeypatch):
     X, y, g = _interaction_world(400, seed=2)
     F = tree_features(X)
@@ -167,6 +168,7 @@ def test_the_trees_are_the_same_whatever_the_threads(monkeypatch):
     assert got[0] == got[1] == got[2]
 
 
+@pytest.mark.slow      # the trees fitted in turn and on processes (~3 s)
 def test_the_trees_are_the_same_whatever_the_processes():
     """The folds' fits of several seeds on spawned processes give the scores the same fits give in turn."""
     X, y, g = _interaction_world(400, seed=3)
