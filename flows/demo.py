@@ -125,11 +125,13 @@ def format_digest(d: dict) -> str:
     out.append(f"datasets ({len(d['datasets'])}; setting:questions):")
     out += [f"  {t:<16} " + " ".join(v) for t, v in by_task.items()]
     out.append("bias (setting: questions, Hasty Student and distance probe [95% Wilson], learned question-only "
-               "probe on the test split [95% CI]; chance 25%):")
+               "probe on the test split [95% CI], look probe on the photos' pixels [95% CI]; chance 25%):")
     for task, rows in d["bias"].items():
         out.append(f"  {task}")
         out += [f"    {r['setting']:<17} {r['questions']!s:>6}  hasty {r['Hasty Student']}  "
                 f"probe {r['distance probe']}  learned {r.get('learned probe, test split (95% CI)', '–')}"
+                + (f"  look {r['look probe, pixels (95% CI)']}" if r.get("look probe, pixels (95% CI)", "–") != "–"
+                   else "")
                 for r in rows]
     ro = d.get("reading_only")
     if ro:
@@ -140,6 +142,9 @@ def format_digest(d: dict) -> str:
                    f"AF keeping 40%, GM3C question-only checked apart from AF, a reader that reads): "
                    f"{len(ro['datasets'])} datasets, {ro['left_out']} left out")
         out += [f"  {t:<16} " + " ".join(v) for t, v in passing.items()]
+        if not ro["datasets"] and ro.get("reasons"):
+            out.append("  none passes; what holds them back first: " + ", ".join(
+                f"{why} ({n})" for why, n in sorted(ro["reasons"].items(), key=lambda x: (-x[1], x[0]))[:4]))
         out.append("  score a model of your own on it: `mrqa export --all --reading-only --out DIR`, then `mrqa score "
                    "--export DIR --predictions FOLDER --context-ablation FOLDER` (README, \"Scoring your own model\")")
     comp = d.get("competence") or {}

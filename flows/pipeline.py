@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import traceback
 from collections.abc import Callable
@@ -464,7 +465,11 @@ def _reading_only(paths: Paths) -> dict:
         ok, why = reading_gate(con, ids)
     finally:
         con.close()
-    return {"datasets": ok, "left_out": len(why)}
+    reasons: dict[str, int] = {}
+    for text in why.values():                   # "look probe (pixels) 95.9% > 35.0%" -> "look probe (pixels)"
+        kind = re.split(r" \d|:", text, maxsplit=1)[0].strip()
+        reasons[kind] = reasons.get(kind, 0) + 1
+    return {"datasets": ok, "left_out": len(why), "reasons": reasons}
 
 
 # ----------------------------------------------------------------------------- artifacts and reports

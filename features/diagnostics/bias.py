@@ -552,7 +552,8 @@ BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_question
                 "n_recipes", "chance", "hasty_student_acc", "probe_acc", "probe_model", "probe_folds",
                 "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
                 "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics",
-                "centre_rule_acc", "pair_rule_acc", "tree_acc", "tree_ci_low", "tree_ci_high", "tree_test_acc"]
+                "centre_rule_acc", "pair_rule_acc", "tree_acc", "tree_ci_low", "tree_ci_high", "tree_test_acc",
+                "look_acc", "look_ci_low", "look_ci_high", "look_test_acc"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:

@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 
 from features.datasets.knobs import TASKS
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
+from features.diagnostics.look_probe import look_rows
 from features.diagnostics.tree_probe import tree_rows
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id",
                  ("probe_acc", "distance probe"), ("centre_rule_acc", "centre of the choices"),
                  ("pair_rule_acc", "closest pair (coherence)"), ("qo_acc", "learned probe (95% CI)"),
                  ("qo_test_acc", "learned probe, test split (95% CI)"),
-                 ("tree_acc", "tree probe, AF datasets (95% CI)"), ("recipe_coverage", "recipe coverage"),
+                 ("tree_acc", "tree probe, AF datasets (95% CI)"),
+                 ("look_acc", "look probe, pixels (95% CI)"), ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
 
@@ -107,7 +109,7 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
     questions, narrower interval than the test split's)."""
     def key(r):
         qo, pr, cr, cp = r.get("qo_acc"), r.get("probe_acc"), r.get("centre_rule_acc"), r.get("pair_rule_acc")
-        best = max((v for v in (qo, pr, cr, cp, r.get("tree_acc")) if v is not None), default=None)
+        best = max((v for v in (qo, pr, cr, cp, r.get("tree_acc"), r.get("look_acc")) if v is not None), default=None)
         return (best is None, -(best or 0.0), -(pr or 0.0), r["dataset_id"])
     return sorted(rows, key=key)
 
@@ -118,7 +120,7 @@ def _fmt(v, col: str) -> str:
     if col in ("qo_acc", "qo_test_acc"):
         return f"{100 * v:.1f}%"
     if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "recipe_coverage", "tree_acc",
-               "tree_test_acc"):
+               "tree_test_acc", "look_acc"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"
@@ -146,7 +148,7 @@ def with_wilson(entry: dict, metric: str, with_n: bool = False) -> str:
 
 def with_interval(r: dict, col: str) -> str:
     """A learned-probe accuracy with its 95% interval, e.g. `76.7% [73.0, 80.1] n=300`."""
-    prefix = "qo_test" if col == "qo_test_acc" else "tree" if col == "tree_acc" else "qo"
+    prefix = {"qo_test_acc": "qo_test", "tree_acc": "tree", "look_acc": "look"}.get(col, "qo")
     lo, hi = r.get(f"{prefix}_ci_low"), r.get(f"{prefix}_ci_high")
     if r.get(col) is None or lo is None or hi is None:
         return _fmt(r.get(col), col)
@@ -157,7 +159,7 @@ def with_interval(r: dict, col: str) -> str:
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
     def cell(r, col):
-        if col in ("qo_acc", "qo_test_acc", "tree_acc"):
+        if col in ("qo_acc", "qo_test_acc", "tree_acc", "look_acc"):
             return with_interval(r, col)
         if col in ("hasty_student_acc", "probe_acc") and r.get("split_metrics"):
             return with_wilson(_split_entry(r), col.removesuffix("_acc"))
@@ -537,7 +539,7 @@ def check_out_dir(out_dir: Path) -> Path:
 def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: list[str] | None = None,
                  lance_uri: str | None = None, seed: int = 0, model: str = "logreg",
                  progress: bool = True, generated_at: str | None = None, commit: str | None = None,
-                 export_dir: Path | None = None) -> dict:
+                 export_dir: Path | None = None, home: Path | None = None) -> dict:
     """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
     `generated_at` (the header's date; default today, UTC), `commit` (default `git_commit()`),
     `export_dir` (the export to link; default `find_export(MRQA_HOME/exports)`).
@@ -550,6 +552,10 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True, keep_resolved=True)
     tree_rows(con, metrics, lance_uri, seed)      # the tree probe on the AF datasets
+    if home is None:
+        from etl.config import Paths
+        home = Paths.from_env().home
+    look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
     for m in metrics:
         m.pop("_resolved", None)
     if not metrics:
@@ -581,6 +587,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
                               "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
                               "pair_rule_acc": r.get("pair_rule_acc"), "tree_acc": r.get("tree_acc"),
+                              "look_acc": r.get("look_acc"),
                               **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
@@ -618,6 +625,7 @@ def format_ordering(tasks: dict[str, dict]) -> list[str]:
                       + (f"pair {_fmt(r.get('pair_rule_acc'), 'pair_rule_acc'):>6s}  " if task == "visual_coherence"
                          else "")
                       + (f"tree {_fmt(r.get('tree_acc'), 'tree_acc'):>6s}  " if r.get("tree_acc") is not None else "")
+                      + (f"look {_fmt(r.get('look_acc'), 'look_acc'):>6s}  " if r.get("look_acc") is not None else "")
                       + r["dataset_id"]
                       for r in ordering]
     return lines

@@ -140,3 +140,48 @@ def _score_one(sc, qs, predictions, ablation, question_only, con) -> dict:
     ablated = sc.read_predictions(ablation, qs) if ablation else None
     qo = sc.read_predictions(question_only, qs) if question_only else None
     return sc.score(qs, pred, ablated, qo, sc.recorded_figures(con, qs))
+
+
+@app.command("look-probe")
+def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
+                                                         "(`mrqa datasets`). Default: every dataset of a visual task."),
+                   adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
+                                                         "datasets."),
+                   seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
+                   as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+    """Question-only models on the photos' pixel statistics, outside the encoder's space: a thumbnail, a
+    colour histogram and the colours of the frame of every photo, a linear model and gradient-boosted
+    trees, each question scored by models that never saw its recipe. The knobs and AF filter in the
+    encoder's space; this says what a model that looks at the photos themselves reads without the
+    recipe. Read-only."""
+    from etl.config import Paths
+    from etl.warehouse import WarehouseLocked, connect
+    from features.diagnostics.look_probe import format_table, look_probe_rows
+    if seed < 0:
+        fail("--seed must be 0 or more")
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` or the pipeline first, or check --home")
+    names = [d.strip() for d in (dataset or "").split(",") if d.strip()]
+    if dataset is not None and not names:
+        fail("--dataset needs at least one dataset id")
+    try:
+        con = connect(paths, read_only=True)
+    except WarehouseLocked as e:
+        fail(str(e))
+    try:
+        if adversarial_only and not names:
+            names = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE adversarial AND task IN "
+                                               "('visual_cloze', 'visual_coherence', 'visual_ordering') "
+                                               "ORDER BY task, dataset_id").fetchall()]
+            if not names:
+                fail("no adversarially filtered visual datasets in the warehouse")
+        res = look_probe_rows(con, paths.home, names or None, seed=seed, progress=not as_json)
+    except ValueError as e:
+        fail(str(e))
+    finally:
+        con.close()
+    if as_json:
+        echo_json(res)
+    else:
+        typer.echo(format_table(res))

@@ -476,7 +476,11 @@ def test_demo_summary_names_the_reading_benchmark(report):
         rep = _report_summary(report["res"], report["paths"])
     finally:
         _uncheck(report)
-    assert rep["reading_only"] == {"datasets": ok, "left_out": len(why)} and ok and why
+    ro = rep["reading_only"]
+    assert ro["datasets"] == ok and ro["left_out"] == len(why) and ok and why
+    # each left-out dataset counted once, under the figure (or check) that holds it back
+    assert sum(ro["reasons"].values()) == len(why)
+    assert all(any(w.startswith(k) for w in why.values()) for k in ro["reasons"])
     text = format_digest(demo_digest({"stages": [{"stage": "report", "status": "completed", "seconds": 1.0,
                                                   "cpu_s": 0.5, "summary": rep}], "total_s": 1.0}))
     assert f"{len(ok)} datasets, {len(why)} left out" in text
@@ -484,6 +488,13 @@ def test_demo_summary_names_the_reading_benchmark(report):
     for did in ok:
         prefix, rest = did.split("-", 1)
         assert any(ln.split()[0] == prefix and rest.rsplit("-s", 1)[0] in ln.split()[1:] for ln in lines), did
+    # none passing: the summary says what holds them back, the most common first
+    none = {**rep, "reading_only": {"datasets": [], "left_out": 5,
+                                    "reasons": {"look probe (pixels)": 3, "distance probe": 2}}}
+    text = format_digest(demo_digest({"stages": [{"stage": "report", "status": "completed", "seconds": 1.0,
+                                                  "cpu_s": 0.5, "summary": none}], "total_s": 1.0}))
+    assert "0 datasets, 5 left out" in text
+    assert "none passes; what holds them back first: look probe (pixels) (3), distance probe (2)" in text
 
 
 # ----------------------------------------------------------------------------- the page, parsed

@@ -1,0 +1,226 @@
+"""The look probe: question-only models on the photos' own pixels, outside the encoder's space.
+
+The knobs, AF and the pooled adversary all measure and filter in one space: the default encoder's
+vectors. A reviewer's question-only model need not use that space; a small CNN on the photos would
+not. Every photo of a recipe is taken in one kitchen (counter, light, framing), and a distractor from
+another recipe is taken in another, so plain image statistics can tell which choice belongs with the
+question without any recipe text. This module measures that, as a diagnostic next to the probes of
+the encoder's space:
+
+- `image_statistics`: 124 numbers per photo, from the photo scaled to 64 x 64 RGB: a 4 x 4 thumbnail
+  (48), a 4 x 4 x 4 colour histogram (64), and the mean and spread of each colour in the outer 8-pixel
+  frame (the counter) and in the centre (12). Nothing is trained on the recipes. (An 8 x 8 thumbnail,
+  268 numbers, read the demo's AF visual cloze datasets within 1.5 points of these, at twice the cost.)
+- `LookSpace`: those statistics of every readable photo of the warehouse's `images` table (status ok),
+  each block standardised over the photos and the row scaled to unit length, in the shape of
+  bias.VectorLookup, so the probes of the encoder's space run on it unchanged. Photos that are missing
+  or cannot be decoded are counted with their reason; a question with such a photo is left out and
+  counted, never guessed.
+- `look_probe_rows`: per dataset, the learned question-only probe (linear, question_only.py) and the
+  tree probe (tree_probe.py) on those statistics: every question scored by models that never saw its
+  recipe (folds of recipes), with 95% intervals, over every question and on the test split. Visual
+  tasks only (textual cloze shows no photos).
+
+It is a measurement, not a filter: no dataset is changed. `mrqa look-probe` prints it."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SIDE = 64                      # photos are scaled to SIDE x SIDE before the statistics
+THUMB = 4                      # thumbnail side
+BINS = 4                       # histogram bins per colour channel
+FRAME = 8                      # width of the outer frame, in pixels of the scaled photo
+BLOCKS = ("thumb", "hist", "frame")
+N_STATISTICS = 3 * THUMB * THUMB + BINS ** 3 + 12
+VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
+
+
+def image_statistics(path: Path) -> dict[str, np.ndarray]:
+    """The three blocks of one photo (see the module's doc). Raises OSError / PIL errors on a file
+    that is missing or cannot be decoded."""
+    from PIL import Image
+    with Image.open(path) as im:
+        im.draft("RGB", (SIDE, SIDE))               # JPEG: decode at a reduced scale when it can
+        rgb = im.convert("RGB").resize((SIDE, SIDE), Image.BILINEAR)
+    a = np.asarray(rgb, dtype=np.float32) / 255.0
+    thumb = np.asarray(rgb.resize((THUMB, THUMB), Image.BILINEAR), dtype=np.float32).ravel() / 255.0
+    q = np.minimum((a * BINS).astype(np.int64), BINS - 1)
+    code = (q[..., 0] * BINS + q[..., 1]) * BINS + q[..., 2]
+    hist = np.bincount(code.ravel(), minlength=BINS ** 3).astype(np.float32) / code.size
+    outer = np.ones((SIDE, SIDE), dtype=bool)
+    outer[FRAME:-FRAME, FRAME:-FRAME] = False
+    frame = np.concatenate([a[outer].mean(0), a[outer].std(0), a[~outer].mean(0), a[~outer].std(0)])
+    return {"thumb": thumb, "hist": hist, "frame": frame.astype(np.float32)}
+
+
+@dataclass
+class LookSpace:
+    """Image statistics of the readable photos, one unit row per photo (bias.VectorLookup's shape)."""
+    ids: list[str]
+    mat: np.ndarray
+    index: dict[str, int] = field(repr=False)
+    missing: dict[str, str] = field(default_factory=dict)       # image_id -> why it has no row
+
+    def rows(self, ids) -> list[int] | None:
+        out = [self.index.get(i) for i in ids]
+        return None if any(o is None for o in out) else out
+
+
+def standardise(blocks: dict[str, np.ndarray]) -> np.ndarray:
+    """Each block z-scored over the photos (a constant column stays 0), the blocks side by side, each row
+    scaled to unit length (a photo whose statistics are all average stays the zero row)."""
+    parts = []
+    for name in BLOCKS:
+        b = blocks[name].astype(np.float64)
+        parts.append((b - b.mean(0)) / np.where(b.std(0) > 1e-9, b.std(0), 1.0))
+    m = np.concatenate(parts, axis=1)
+    norm = np.linalg.norm(m, axis=1, keepdims=True)
+    return (m / np.where(norm > 0, norm, 1.0)).astype(np.float32)
+
+
+def look_space(con: duckdb.DuckDBPyConnection, home: Path, image_ids: set[str] | None = None,
+               progress: bool = True) -> LookSpace:
+    """The statistics of the `images` rows with status ok (only `image_ids`, when given), read from
+    their files under `home`, in image_id order."""
+    from tqdm import tqdm
+    rows = con.execute("SELECT image_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
+    if image_ids is not None:
+        rows = [r for r in rows if r[0] in image_ids]
+    ids, blocks, missing = [], {b: [] for b in BLOCKS}, {}
+    for iid, rel in tqdm(rows, desc="image statistics", unit="photo", disable=not progress, mininterval=2):
+        if not rel:
+            missing[iid] = "no stored file"
+            continue
+        try:
+            st = image_statistics(Path(home) / rel)
+        except Exception as e:  # noqa: BLE001 - any unreadable photo is counted with its reason, not fatal
+            missing[iid] = f"{type(e).__name__}: {e}"[:200]
+            continue
+        ids.append(iid)
+        for b in BLOCKS:
+            blocks[b].append(st[b])
+    if missing:
+        log.warning("look probe: %d of %d photos could not be read (e.g. %s: %s); questions showing them are "
+                    "left out", len(missing), len(rows), *next(iter(missing.items())))
+    mat = standardise({b: np.array(v, dtype=np.float32).reshape(len(ids), -1) for b, v in blocks.items()}) \
+        if ids else np.zeros((0, N_STATISTICS), np.float32)
+    return LookSpace(ids, mat, {i: n for n, i in enumerate(ids)}, missing)
+
+
+def dataset_images(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> set[str]:
+    """Every image id the datasets' questions and choices name (ordering choices are lists of ids)."""
+    out: set[str] = set()
+    for q, ch in con.execute("SELECT question, choice_list FROM questions WHERE list_contains(?, dataset_id)",
+                             [list(dataset_ids)]).fetchall():
+        out.update(x for x in q if x)
+        for c in ch:                                   # an ordering's choice is the JSON list of its photos
+            out.update(json.loads(c) if c.startswith("[") else [c])
+    return out
+
+
+def _pct(x):
+    return None if x is None else round(float(x), 4)
+
+
+def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
+                    seed: int = 0, n_folds: int = 5, progress: bool = True) -> dict:
+    """The look probe on `dataset_ids` (default: every dataset of a visual task). Returns {"datasets":
+    [one row per dataset], "photos": readable photos, "photos_unreadable": {reason: count}}."""
+    from features.diagnostics.bias import learned_probe, list_datasets, resolve_dataset
+    from features.diagnostics.question_only import task_features
+    from features.diagnostics.tree_probe import tree_probe
+    rows = list_datasets(con, dataset_ids)
+    text = [r["dataset_id"] for r in rows if r["task"] not in VISUAL_TASKS]
+    if dataset_ids and text:
+        raise ValueError(f"{', '.join(text)}: the look probe reads photos; textual cloze shows none")
+    rows = [r for r in rows if r["task"] in VISUAL_TASKS]
+    space = look_space(con, home, dataset_images(con, [r["dataset_id"] for r in rows]), progress)
+    out = []
+    for r in rows:
+        res = resolve_dataset(con, r["dataset_id"], space, r["task"])
+        lin = learned_probe(res, space.mat, n_folds, seed)
+        tree = None
+        if res.qids:
+            X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
+            tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
+        row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r["setting"],
+               "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
+               "chance": 1.0 / 4}
+        for name, p in (("linear", lin), ("tree", tree)):
+            row[name] = {"accuracy": _pct(p.accuracy) if p else None,
+                         "ci": [_pct(x) for x in p.ci] if p and p.ci else None,
+                         "test_accuracy": _pct(p.test_accuracy) if p else None,
+                         "test_ci": [_pct(x) for x in p.test_ci] if p and p.test_ci else None,
+                         "n_test": p.n_test if p else 0}
+        out.append(row)
+    reasons: dict[str, int] = {}
+    for why in space.missing.values():
+        key = why.split(":")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed}
+
+
+def format_table(res: dict) -> str:
+    """The printed table: one line per dataset, linear and tree probe, every question and test split."""
+    def f(p: dict, key: str) -> str:
+        a, ci = p[key], p["ci" if key == "accuracy" else "test_ci"]
+        if a is None:
+            return "-"
+        return f"{100 * a:.1f}% [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else f"{100 * a:.1f}%"
+    head = (f"{'dataset':36s} {'scored':>6s}  {'linear, every question':>22s}  {'linear, test':>20s}  "
+            f"{'trees, every question':>22s}  {'trees, test':>20s}")
+    lines = [head]
+    for r in res["datasets"]:
+        lines.append(f"{r['dataset_id']:36s} {r['n_scored']:6d}  {f(r['linear'], 'accuracy'):>22s}  "
+                     f"{f(r['linear'], 'test_accuracy'):>20s}  {f(r['tree'], 'accuracy'):>22s}  "
+                     f"{f(r['tree'], 'test_accuracy'):>20s}")
+    bad = ", ".join(f"{k} {v}" for k, v in sorted(res["photos_unreadable"].items()))
+    lines.append(f"chance 25.0%; {res['photos']} photos read" + (f"; unreadable: {bad}" if bad else "")
+                 + "; question-only models on the photos' pixel statistics, outside the encoder's space")
+    return "\n".join(lines)
+
+
+def _linear(job):
+    res, mat, n_folds, seed = job
+    from features.diagnostics.bias import learned_probe
+    return learned_probe(res, mat, n_folds, seed)
+
+
+def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed: int = 0, n_folds: int = 5,
+              workers: int | None = None, progress: bool = True) -> None:
+    """The report's look probe: the linear model on the pixel statistics of every visual dataset of
+    `rows` (bias_metrics rows of `bias.compute_bias_metrics`), written into each row as look_acc,
+    look_ci_low, look_ci_high, look_test_acc (None where no photo could be read, e.g. a home whose
+    image files are gone, or a text task). The probes run on threads with one BLAS thread each, so the
+    figures are the same whatever `workers` is."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from features.diagnostics.bias import resolve_dataset
+    from features.diagnostics.question_only import one_blas_thread
+    for r in rows:
+        r.update(look_acc=None, look_ci_low=None, look_ci_high=None, look_test_acc=None)
+    visual = [r for r in rows if r["task"] in VISUAL_TASKS]
+    if not visual:
+        return
+    space = look_space(con, home, dataset_images(con, [r["dataset_id"] for r in visual]), progress)
+    if not space.ids:
+        log.warning("look probe: no photo of the datasets could be read under %s; no look figures", home)
+        return
+    jobs = [(resolve_dataset(con, r["dataset_id"], space, r["task"]), space.mat, n_folds, seed) for r in visual]
+    workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
+    with one_blas_thread(), ThreadPoolExecutor(workers, thread_name_prefix="look") as pool:
+        results = list(pool.map(_linear, jobs))
+    for r, p in zip(visual, results):
+        if p is None or p.accuracy is None:
+            continue
+        r.update(look_acc=_pct(p.accuracy), look_ci_low=_pct(p.ci[0]), look_ci_high=_pct(p.ci[1]),
+                 look_test_acc=_pct(p.test_accuracy))

@@ -1,0 +1,164 @@
+"""The look probe (features/diagnostics/look_probe.py): question-only models on the photos' own pixels.
+
+A synthetic world (features/datasets/synthetic.py) whose photos are written as real image files: with a
+planted giveaway (every photo of a recipe on its recipe's own background colour) the probe reads near
+100% of visual cloze and coherence, whose distractors and foreign photos come from other recipes; with
+the colours drawn per photo it stays near chance. Unreadable and missing photos are counted with their
+reason and their questions left out; the figures are deterministic; `mrqa report` stores them in
+bias_metrics, where the reading gate holds a dataset back on them; `mrqa look-probe` is read-only and
+refuses bad input in one line."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from PIL import Image
+from synthetic_home import synthetic_home
+from typer.testing import CliRunner
+
+from features.datasets.knobs import KnobParams
+from features.diagnostics.look_probe import N_STATISTICS, image_statistics, look_probe_rows, standardise
+
+ENC = "synthetic-enc-0001"
+SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
+            ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
+            ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
+
+
+def write_photos(con, home, planted: bool, seed: int = 0) -> int:
+    """Every `images` row with status ok gets a 32 x 32 JPEG at its path: a background colour (the
+    recipe's own when `planted`, else one drawn per photo) with a small noisy square in the middle."""
+    rng = np.random.default_rng(seed)
+    rows = con.execute("SELECT image_id, recipe_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
+    colour = {}
+    for _iid, rid, path in rows:
+        if planted:
+            key = int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16)
+            colour.setdefault(rid, np.random.default_rng(key).integers(30, 226, size=3))
+            bg = colour[rid]
+        else:
+            bg = rng.integers(30, 226, size=3)
+        a = np.empty((32, 32, 3), np.float64)
+        a[:] = bg
+        a[12:20, 12:20] = rng.integers(0, 256, size=(8, 8, 3))
+        a += rng.normal(0, 4, size=a.shape)
+        p = home / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(p, "JPEG", quality=90)
+    return len(rows)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from features.datasets.generate import generate_datasets
+    with synthetic_home(tmp_path_factory, "look_home", n_recipes=60, seed=2, dim=16, k=60) as (home, paths, con):
+        made = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        ids = {s["task"]: s["dataset_id"] for s in made}
+        yield {"home": home, "paths": paths, "con": con, "ids": ids}
+
+
+def _by_task(res: dict) -> dict:
+    return {r["task"]: r for r in res["datasets"]}
+
+
+def test_a_planted_look_is_read_and_photos_without_it_stay_near_chance(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    planted = _by_task(look_probe_rows(con, home, [ids["visual_cloze"], ids["visual_coherence"]], progress=False))
+    for task in ("visual_cloze", "visual_coherence"):
+        r = planted[task]
+        assert r["n_scored"] == r["n_questions"] > 40 and r["n_left_out"] == 0
+        assert r["linear"]["accuracy"] > 0.9, r
+        assert r["tree"]["accuracy"] > 0.7, r
+        lo, hi = r["linear"]["ci"]
+        assert lo <= r["linear"]["accuracy"] <= hi
+    write_photos(con, home, planted=False, seed=1)
+    plain = _by_task(look_probe_rows(con, home, [ids["visual_cloze"], ids["visual_coherence"]], progress=False))
+    for task in ("visual_cloze", "visual_coherence"):
+        assert 0.1 < plain[task]["linear"]["accuracy"] < 0.4, plain[task]
+        assert plain[task]["tree"]["accuracy"] < 0.45, plain[task]
+
+
+def test_unreadable_and_missing_photos_are_counted_and_their_questions_left_out(world, tmp_path):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    shown = con.execute("SELECT question FROM questions WHERE dataset_id = ? ORDER BY qid LIMIT 3",
+                        [ids["visual_cloze"]]).fetchall()
+    victims = sorted({q[0][0] for q in shown})
+    path = dict(con.execute("SELECT image_id, path FROM images").fetchall())
+    (home / path[victims[0]]).write_bytes(b"not a jpeg at all")
+    for v in victims[1:]:
+        (home / path[v]).unlink()
+    try:
+        res = look_probe_rows(con, home, [ids["visual_cloze"]], progress=False)
+    finally:
+        write_photos(con, home, planted=True)
+    r = res["datasets"][0]
+    assert sum(res["photos_unreadable"].values()) == len(victims)
+    assert set(res["photos_unreadable"]) <= {"UnidentifiedImageError", "FileNotFoundError"}
+    assert r["n_left_out"] >= len(shown) and r["n_scored"] + r["n_left_out"] == r["n_questions"]
+
+
+def test_the_figures_are_deterministic_and_the_statistics_have_their_shape(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    a = look_probe_rows(con, home, [ids["visual_cloze"]], seed=3, progress=False)
+    b = look_probe_rows(con, home, [ids["visual_cloze"]], seed=3, progress=False)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    some = con.execute("SELECT path FROM images WHERE status = 'ok' ORDER BY image_id LIMIT 5").fetchall()
+    blocks = [image_statistics(home / p) for (p,) in some]
+    m = standardise({k: np.stack([s[k] for s in blocks]) for k in blocks[0]})
+    assert m.shape == (5, N_STATISTICS) and np.allclose(np.linalg.norm(m, axis=1), 1.0, atol=1e-5)
+    assert abs(float(blocks[0]["hist"].sum()) - 1.0) < 1e-6
+
+
+def test_the_report_stores_the_look_figure_and_the_reading_gate_holds_back_on_it(world, tmp_path):
+    from features.datasets.card import reading_gate
+    from features.diagnostics.report import build_report
+    con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
+    write_photos(con, home, planted=True)
+    res = build_report(con, tmp_path / "report", list(ids.values()), lance_uri=paths.lance, progress=False,
+                       home=home)
+    look = dict(con.execute("SELECT dataset_id, look_acc FROM bias_metrics").fetchall())
+    assert look[ids["textual_cloze"]] is None
+    alone = _by_task(look_probe_rows(con, home, [ids["visual_cloze"], ids["visual_coherence"]], progress=False))
+    for task in ("visual_cloze", "visual_coherence"):
+        assert look[ids[task]] == alone[task]["linear"]["accuracy"] > 0.9
+        row = next(r for r in res["tasks"][task]["table"])
+        assert row["look probe, pixels (95% CI)"].startswith(f"{100 * look[ids[task]]:.1f}% [")
+    _, why = reading_gate(con, list(ids.values()))
+    for task in ("visual_cloze", "visual_coherence"):
+        assert why[ids[task]].startswith("look probe (pixels) "), why[ids[task]]
+    assert not why[ids["textual_cloze"]].startswith("look probe")
+
+
+def test_cli_is_read_only_and_refuses_bad_input_in_one_line(world, monkeypatch):
+    from flows.cli import app
+    con, home, ids, paths = world["con"], world["home"], world["ids"], world["paths"]
+    write_photos(con, home, planted=True)
+    con.execute("CHECKPOINT")
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    before = hashlib.sha256(paths.warehouse.read_bytes()).hexdigest()
+    con.close()
+    try:
+        r = CliRunner().invoke(app, ["--no-prefect", "look-probe", "--dataset", ids["visual_cloze"], "--json"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output[r.output.index("{"):])
+        assert out["datasets"][0]["dataset_id"] == ids["visual_cloze"] and out["datasets"][0]["linear"]["accuracy"]
+        r = CliRunner().invoke(app, ["--no-prefect", "look-probe", "--dataset", ids["visual_cloze"]])
+        assert r.exit_code == 0 and ids["visual_cloze"] in r.output and "chance 25.0%" in r.output, r.output
+        for args, msg in ((["--dataset", ids["textual_cloze"]], "textual cloze shows none"),
+                          (["--dataset", "nope-1"], "unknown dataset(s): nope-1"),
+                          (["--dataset", ","], "--dataset needs at least one"),
+                          (["--seed", "-1"], "--seed must be 0 or more")):
+            bad = CliRunner().invoke(app, ["--no-prefect", "look-probe", *args])
+            assert bad.exit_code == 2 and msg in bad.output and "Traceback" not in bad.output, bad.output
+        assert hashlib.sha256(paths.warehouse.read_bytes()).hexdigest() == before
+        monkeypatch.setenv("MRQA_HOME", str(home / "nowhere"))
+        bad = CliRunner().invoke(app, ["--no-prefect", "look-probe"])
+        assert bad.exit_code == 2 and "no warehouse" in bad.output, bad.output
+    finally:
+        world["con"] = duckdb.connect(str(paths.warehouse))
