@@ -394,7 +394,8 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
                          keep_resolved: bool = False) -> list[dict]:
     """One metrics dict per dataset (bias_metrics columns), in `list_datasets` order; with
     keep_distances the DatasetDistances are attached under "_distances" (for plots), with keep_resolved
-    (ResolvedQuestions, its vector matrix) under "_resolved" (for the tree probe, which pools them).
+    (ResolvedQuestions, its vector matrix) under "_resolved" (for the tree probe, which pools them) and
+    its VectorLookup under "_lookup" (the look probe maps its rows back to item ids).
 
     This thread reads each dataset from DuckDB; the probes run on `workers` threads (default: the CPU
     count, at most 4), all with one BLAS thread, so the figures are the same whatever `workers` is."""
@@ -431,6 +432,7 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
             overlap = dataset_overlap(con, d["dataset_id"])
             if keep_resolved:
                 row["_resolved"] = None if res is None else (res, mat)
+                row["_lookup"] = None if res is None else lookups[key]      # its rows' item ids (look probe)
             futures.append(pool.submit(_dataset_metrics, row, res, mat, overlap, n_folds, seed, model,
                                        keep_distances))
         out = [f.result() for f in tqdm(futures, desc="bias", disable=not progress)]

@@ -558,6 +558,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
     for m in metrics:
         m.pop("_resolved", None)
+        m.pop("_lookup", None)
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
