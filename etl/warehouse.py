@@ -173,8 +173,8 @@ def connect(paths: Paths | None = None, read_only: bool = False,
             raise WarehouseLocked(
                 f"the warehouse {database} is locked by another process"
                 + (f", {holder}" if holder else "") + f"{waited}; DuckDB allows one writer and no "
-                "reader beside it: wait for that process to finish (or pass --wait SECONDS to retry "
-                "until it does), or stop it") from None
+                "reader beside it: wait for that process to finish (a command that writes the warehouse "
+                "takes --wait SECONDS to retry until it does), or stop it") from None
     if not read_only:
         migrate(con)
     return con

@@ -122,19 +122,36 @@ def context_plan(qs: SplitQuestions) -> list[str]:
     return other_recipes(qs.recipe_ids)
 
 
+PLAN_COLUMNS = ["qid", "recipe_id", "context_recipe_id"]
+
+
+def _is_plan(path: Path) -> bool:
+    """Whether an existing file is a plan `write_plan` wrote (its columns), so writing it again is safe."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+            return pq.read_schema(path).names == PLAN_COLUMNS
+        with path.open(newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), None) == PLAN_COLUMNS
+    except Exception:  # noqa: BLE001 - unreadable or not a table: not a plan, so it is kept
+        return False
+
+
 def write_plan(qs: SplitQuestions, out: Path) -> int:
     """Write the ablation plan (qid, recipe_id, context_recipe_id) as CSV, or Parquet for a .parquet name;
     returns how many questions keep their own recipe (only when one recipe holds over half of them)."""
     other = context_plan(qs)
+    if out.is_file() and not _is_plan(out):          # never over a file of the user's, e.g. their predictions
+        raise ScoreError(f"{out} exists and is not a context-ablation plan: give --plan a new file name")
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
-        pq.write_table(pa.table({"qid": qs.qids, "recipe_id": qs.recipe_ids, "context_recipe_id": other}), out)
+        pq.write_table(pa.table(dict(zip(PLAN_COLUMNS, (qs.qids, qs.recipe_ids, other)))), out)
     else:
         with out.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["qid", "recipe_id", "context_recipe_id"])
+            w.writerow(PLAN_COLUMNS)
             w.writerows(zip(qs.qids, qs.recipe_ids, other))
     return sum(a == b for a, b in zip(qs.recipe_ids, other))
 

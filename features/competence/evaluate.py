@@ -150,7 +150,7 @@ class Reader:
             return NA
         counts = Counter(w for w in re.findall(r"[a-z]+", self.text) if w in MIXTURE_WORDS)
         if counts:
-            return counts.most_common(1)[0][0]
+            return counts.most_common(1)[0][0]         # ties: the first named in the text
         before = [n for f in self.frames if f.step_idx < fs[0].step_idx for n, e in f.participants if e]
         return before[-1] if before else NA
 
@@ -192,7 +192,7 @@ def _question_only(train: list[dict], test: list[dict]) -> list[str]:
     by_t: dict[str, list[dict]] = defaultdict(list)
     for r in train:
         by_t[r["template"]].append(r)
-    prior = Counter(r["answer"] for r in train).most_common(1)[0][0] if train else NA
+    prior = mode(Counter(r["answer"] for r in train)) if train else NA
     preds = []
     models = {}
     for r in test:
@@ -211,6 +211,12 @@ def _question_only(train: list[dict], test: list[dict]) -> list[str]:
         m = models[r["template"]]
         preds.append(m if isinstance(m, str) else str(m[1].predict(m[0].transform([r["question"]]))[0]))
     return preds
+
+
+def mode(counts: Counter) -> str:
+    """The most frequent value; a tie goes to the smallest value, so the answer does not depend on the
+    order the rows came in (Counter.most_common keeps the first seen, and a query's row order is not fixed)."""
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
 def evaluate(con: duckdb.DuckDBPyConnection, questions: dict[str, list[dict]], split: str = "test") -> dict:
@@ -238,13 +244,12 @@ def evaluate(con: duckdb.DuckDBPyConnection, questions: dict[str, list[dict]], s
         if not test:
             continue
         golds = [r["answer"] for r in test]
-        prior_of = {t: Counter(r["answer"] for r in train if r["template"] == t).most_common(1)
-                    for t in {r["template"] for r in test}}
-        fallback = Counter(r["answer"] for r in train).most_common(1)[0][0] if train else NA
+        prior_of = {t: Counter(r["answer"] for r in train if r["template"] == t) for t in {r["template"] for r in test}}
+        fallback = mode(Counter(r["answer"] for r in train)) if train else NA
         preds = {
-            "answer_prior": [prior_of[r["template"]][0][0] if prior_of[r["template"]] else fallback for r in test],
+            "answer_prior": [mode(prior_of[r["template"]]) if prior_of[r["template"]] else fallback for r in test],
             "question_only": _question_only(train, test),
-            "context_only": [entity[r["recipe_id"]].most_common(1)[0][0] if entity[r["recipe_id"]] else NA
+            "context_only": [mode(entity[r["recipe_id"]]) if entity[r["recipe_id"]] else NA
                              for r in test],
             "reader": [reader(r["recipe_id"]).answer(r["question"]) for r in test],
         }

@@ -32,6 +32,8 @@ def _vectors(lance_uri: str, encoder_id: str) -> tuple[dict, dict]:
     store = FeatureStore(lance_uri)
     out = []
     for ids, mat in (store.image_vectors(encoder_id), store.text_vectors(encoder_id, "title")):
+        if len(ids) == 0:
+            raise LookupError(f"no vectors of encoder {encoder_id} in {lance_uri}: run `mrqa embed` (or check --home)")
         out.append(dict(zip(ids, _unit_rows(mat))))
     return out[0], out[1]
 

@@ -156,6 +156,9 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         if not out.is_dir():
             raise ValueError(f"refusing to export to {out}: it is a file")
         check_replaceable([p.name for p in out.iterdir()], str(out))
+    if with_vectors:                    # before anything is replaced: no half export without its vectors
+        _check_vectors(con, dataset_ids, lance_uri)
+    if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
@@ -231,6 +234,18 @@ def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
     return parts
 
 
+def _check_vectors(con, dataset_ids: list[str], lance_uri: str | None) -> None:
+    """--with-vectors: every encoder of the datasets has image and step-text vectors in the feature store."""
+    from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
+    store = FeatureStore(lance_uri)
+    for (enc,) in con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id) "
+                              "AND encoder_id IS NOT NULL ORDER BY 1", [list(dataset_ids)]).fetchall():
+        for base, what in ((IMAGE_TABLE, "image vectors"), (TEXT_TABLE, "step-text vectors")):
+            if store.find_table(base, enc) is None:
+                raise LookupError(f"--with-vectors: no {what} of encoder {enc} in {store.uri}: run `mrqa embed` "
+                                  "(or check --home), or export without vectors")
+
+
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
     """image_vectors.parquet (item_id = image_id) and text_vectors.parquet (item_id =
     <recipe_id>_<step_idx>_<field>, field title or body) of the exported splits, with the same leading
@@ -252,8 +267,9 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
         parts = []
         for enc in encs:
             ids, mat = fetch(enc)
-            if not len(ids):
-                continue
+            if not len(ids):            # --with-vectors promised them: never an export without, silently
+                raise LookupError(f"--with-vectors: no {kind.replace('_', ' ')} of encoder {enc} in "
+                                  f"{store.uri}: run `mrqa embed` (or check --home), or export without vectors")
             if kind == "image_vectors":
                 recs = [img_meta.get(i, (None, None, None)) for i in ids]
             else:

@@ -170,6 +170,9 @@ class VectorLookup:
             ids, mat = store.image_vectors(encoder_id)
         else:
             ids, mat = store.text_vectors(encoder_id, "title")
+        if len(ids) == 0:       # a report on no vectors would store blank figures over the real ones
+            raise LookupError(f"no {'image' if space == 'image' else 'step-title'} vectors of encoder {encoder_id} "
+                              f"in {lance_uri}: run `mrqa embed` (or check --home) before measuring the datasets")
         self.mat = np.asarray(mat, dtype=np.float32)
         self.index = {i: n for n, i in enumerate(ids)}
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst
-from flows.cli.common import echo_json, fail, parse_seeds, run_flow, wait_option
+from flows.cli.common import echo_json, fail, parse_seeds, require_warehouse, run_flow, wait_option
 
 ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
                  "512 wide: a GPU's work, which reads a few points more) or tiny.")
@@ -24,10 +24,13 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.af_report import af_report, format_table
+    require_warehouse()
     paths = Paths.from_env()
     con = connect(paths, read_only=True)
     try:
         rows = af_report(con, paths.lance)
+    except LookupError as e:
+        fail(str(e))
     finally:
         con.close()
     if fmt == "json":
@@ -176,8 +179,8 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
     pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
     and the test split each a fold, the train split in folds of recipes); the mean over seeds with a 95%
-    interval, and split by split. Read-only unless --record. The test split of one export holds 90-200
-    questions per setting; this reads all."""
+    interval, and split by split. Read-only unless --record. The test split of one export holds 67-164
+    questions per setting on the demo; this reads all."""
     from flows.af_pool import af_check_flow
     ss = parse_seeds(seeds)
     try:
@@ -230,7 +233,7 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
     vectors) and a learned question-only model are trained once on the datasets' train questions together;
     each dataset's test split is scored by both, and by the reader given another recipe's steps. A dataset
     passes `mrqa export --reading-only` only when the reader leads question-only by 20 points or more and
-    another recipe's steps cost it 15 or more (docs/knobs.md, "The reading-only export")."""
+    another recipe's steps cost it 15 or more (docs/knobs.md, "The pooled adversary", `mrqa reading-check`)."""
     from etl.config import Paths
     from flows.train import reading_check
     paths = Paths.from_env().ensure()

@@ -81,6 +81,12 @@ class OneLineErrors(TyperGroup):
         except USAGE_ERROR as err:                   # an unknown option or command, an extra argument
             where = err.ctx.command_path if err.ctx is not None else "mrqa"
             fail(f"{err.format_message().rstrip('.')}; see `{where} --help`")
+        except OSError as err:
+            if err.filename is None:                     # not about a path: a bug's traceback, kept
+                raise
+            # a path that cannot be read or written (missing, a file where a folder is needed, no
+            # permission, a read-only or virtual file system): one line, not a traceback
+            fail(f"cannot use {err.filename}: {err.strerror or err}; check the path and its permissions")
         except Exception as err:
             warehouse = sys.modules.get("etl.warehouse")     # loaded whenever a warehouse was opened
             if warehouse is not None and isinstance(err, (warehouse.WarehouseLocked, warehouse.SchemaError)):

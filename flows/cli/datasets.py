@@ -194,7 +194,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                  with_images=with_images, home=paths.home, left_out=left_out or None)
         else:
             res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
-    except ValueError as e:
+    except (ValueError, LookupError) as e:
         fail(str(e))
     echo_json({**res, "left_out": left_out} if reading_only else res)
 

@@ -22,8 +22,9 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              seed: int = typer.Option(0, "--seed", help="Seed of the sample kitchen and datasets."),
              workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Build processes "
                                                    "(default: all cores)."),
-             train: bool = typer.Option(True, "--train/--no-train", help="End with a short tiny-model "
-                                        "training run next to Hasty Student."),
+             train: bool = typer.Option(True, "--train/--no-train", help="End with the train stage: an "
+                                        "independent GM3C question-only check of the AF datasets waiting for one "
+                                        "and the reading check (a reader against a learned question-only model)."),
              af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
                                           "adversary on the AF visual cloze datasets (`mrqa af-pool`, 1 swap "
                                           "round, tau 0.35, kept share >= 0.4), which are generated leaving "
@@ -34,7 +35,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                     "step: about 3 more minutes."),
              textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with "
                                                        "the pooled step on the textual cloze AF datasets too (2 "
-                                                       "swap rounds of titles, then the drop): about 3 more "
+                                                       "swap rounds of titles, then the drop): about 2-3 more "
                                                        "minutes."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),

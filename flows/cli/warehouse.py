@@ -35,6 +35,9 @@ def sql_test_cmd():
     typer.echo("all SQL data tests pass")
 
 
+MAX_TIMEOUT = 86_400 * 365           # a year: a larger timer overflows the platform's clock
+
+
 @app.command("query")
 def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against the warehouse."),
               fmt: QueryFormat = typer.Option(QueryFormat.table, "--format", help="Output format."),
@@ -44,9 +47,13 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
               wait: float = wait_option()):
     """Ad hoc analyst query: one SELECT/WITH/DESCRIBE/SHOW/EXPLAIN statement on a read-only,
     locked connection without file access (etl/analyst.py); anything else is refused (rc 2)."""
+    import math
+
     from etl.analyst import AnalystQueryError, connect_analyst
     from etl.config import Paths
     from etl.warehouse import SchemaError
+    if not math.isfinite(timeout) or timeout > MAX_TIMEOUT:
+        fail(f"--timeout: {timeout:g} is not a number of seconds up to {MAX_TIMEOUT:,}; 0 means no limit")
     paths = Paths.from_env()
     if not paths.warehouse.exists():
         fail(f"no warehouse at {paths.warehouse}; run `mrqa init` or `mrqa demo` first")

@@ -156,6 +156,14 @@ def test_a_runaway_query_is_stopped_by_its_timeout_and_frees_the_warehouse(home,
                           "SELECT n + 1 FROM r) SELECT count(*) FROM r", timeout=0.5)
 
 
+@pytest.mark.parametrize("value", ["inf", "1e308", "40000000"])
+def test_a_timeout_no_clock_can_hold_is_refused_before_the_query(home, run_mrqa, value):
+    """A timer past the platform's clock (inf, 1e308) used to kill the watchdog thread and run the query
+    unguarded: now one line, before the query."""
+    line = run_mrqa("query", "--timeout", value, "SELECT 1", home=home).assert_refused()
+    assert line.startswith("error: --timeout:") and "0 means no limit" in line, line
+
+
 def test_the_timeout_thread_has_ended_when_the_query_returns(home):
     """The --timeout timer holds the connection (to interrupt it). If its thread outlived the call, the
     connection could be freed on that thread while the interpreter exits, and DuckDB's destructor then

@@ -242,6 +242,19 @@ def test_the_plan_file_csv_and_parquet(toy_home, tmp_path):
     assert [r["qid"] for r in rows] == qs.qids and [r["context_recipe_id"] for r in rows] == context_plan(qs)
     pq = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / 'plan.parquet'}')").fetchall()
     assert [tuple(r.values()) for r in rows] == [tuple(map(str, r)) for r in pq]
+    # a plan is written again over itself; any other file (the user's predictions) is kept and refused
+    for name in ("plan.csv", "plan.parquet"):
+        r = CliRunner().invoke(app, ["score", "--dataset", qs.dataset_id, "--plan", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+    mine = tmp_path / "my-predictions.json"
+    mine.write_text('{"a": 1}')
+    for target in (mine, tmp_path / "notes.csv"):
+        if target.suffix == ".csv":
+            target.write_text("qid,prediction\nx,1\n")
+        before = target.read_bytes()
+        r = CliRunner().invoke(app, ["score", "--dataset", qs.dataset_id, "--plan", str(target)])
+        assert r.exit_code == 2 and "is not a context-ablation plan" in r.output, r.output
+        assert target.read_bytes() == before
 
 
 def test_the_cards_rule_for_the_other_recipe_is_the_plan(toy_home):

@@ -221,3 +221,16 @@ def test_stored_metrics_reach_the_bias_report(home):
         assert back[fam]["questions"] == m["questions"]
     page = render_html({}, None, html_rows(back))
     assert "id='competence'" in page and page.count("<tr>") == len(back) + 1
+
+
+def test_the_most_frequent_answer_breaks_ties_by_value_not_by_row_order():
+    """The answer prior and the context-only baseline take the most frequent value; the rows come from
+    queries without a fixed order, so a tie must not go to the first row seen (it did: the demo's
+    lifespan answer prior read 25.0 or 33.5 on two runs of `mrqa competence evaluate`)."""
+    import itertools
+    from collections import Counter
+
+    from features.competence.evaluate import mode
+    rows = ["bowl", "pan", "pan", "bowl", "oven"]
+    assert {mode(Counter(p)) for p in itertools.permutations(rows)} == {"bowl"}
+    assert mode(Counter(["pan", "pan", "bowl"])) == "pan"

@@ -171,6 +171,33 @@ def test_bias_metrics_are_the_same_on_one_or_several_threads(report):
     assert one == three
 
 
+def test_no_vectors_is_refused_and_the_stored_figures_stay(report, tmp_path, monkeypatch):
+    """A home whose feature store is gone (no vectors of the datasets' encoder): the report stops with what
+    to do instead of storing blank figures over the real ones; `--with-vectors` exports refuse before they
+    replace anything; and a path the CLI cannot write is one line, not a traceback."""
+    from typer.testing import CliRunner
+
+    from features.datasets.export import export_parquet
+    from features.diagnostics.report import build_report
+    from flows.cli import app
+    con = report["con"]
+    ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()][:3]
+    before = con.execute("SELECT * EXCLUDE (computed_at) FROM bias_metrics ORDER BY dataset_id").fetchall()
+    with pytest.raises(LookupError, match="run `mrqa embed`"):
+        build_report(con, tmp_path / "r", ids, lance_uri=str(tmp_path / "nolance"), progress=False)
+    assert con.execute("SELECT * EXCLUDE (computed_at) FROM bias_metrics ORDER BY dataset_id").fetchall() == before
+    old = tmp_path / "old-export"
+    export_parquet(con, ids[:1], old)
+    listing = sorted(p.relative_to(old) for p in old.rglob("*"))
+    with pytest.raises(LookupError, match="--with-vectors: no image vectors"):
+        export_parquet(con, ids[:1], old, with_vectors=True, lance_uri=str(tmp_path / "nolance"))
+    assert sorted(p.relative_to(old) for p in old.rglob("*")) == listing      # the old export is untouched
+    monkeypatch.setenv("MRQA_HOME", str(report["paths"].home))
+    con.execute("CHECKPOINT")
+    r = CliRunner().invoke(app, ["--no-prefect", "export", "--dataset", ids[0], "--out", "/proc/mrqa-x"])
+    assert r.exit_code == 2 and "cannot use /proc/" in r.output and "Traceback" not in r.output, r.output
+
+
 def test_unknown_dataset_or_foreign_out_folder_is_a_clear_error(report, tmp_path):
     from features.diagnostics.report import build_report
     with pytest.raises(ValueError, match="unknown dataset"):
