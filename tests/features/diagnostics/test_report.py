@@ -521,7 +521,7 @@ def test_demo_summary_names_the_reading_benchmark(report):
     text = format_digest(demo_digest({"stages": [{"stage": "report", "status": "completed", "seconds": 1.0,
                                                   "cpu_s": 0.5, "summary": none}], "total_s": 1.0}))
     assert "0 datasets, 5 left out" in text
-    assert "none passes; what holds them back first: look probe (pixels) (3), distance probe (2)" in text
+    assert "none passes; what holds them back first: look probe (pixels): 3, distance probe: 2" in text
 
 
 # ----------------------------------------------------------------------------- the page, parsed
