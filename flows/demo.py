@@ -145,8 +145,10 @@ def format_digest(d: dict) -> str:
         if not ro["datasets"] and ro.get("reasons"):
             out.append("  none passes; what holds them back first: " + ", ".join(
                 f"{why}: {n}" for why, n in sorted(ro["reasons"].items(), key=lambda x: (-x[1], x[0]))[:4]))
-        out.append("  score a model of your own on it: `mrqa export --all --reading-only --out DIR`, then `mrqa score "
-                   "--export DIR --predictions FOLDER --context-ablation FOLDER` (README, \"Scoring your own model\")")
+        if ro["datasets"]:
+            out.append("  score a model of your own on it: `mrqa export --all --reading-only --out DIR`, then "
+                       "`mrqa score --export DIR --predictions FOLDER --context-ablation FOLDER` (README, \"Scoring "
+                       "your own model\")")
     comp = d.get("competence") or {}
     if comp.get("results"):
         from features.competence.report import format_table

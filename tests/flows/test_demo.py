@@ -68,3 +68,9 @@ def test_the_summary_names_the_reading_benchmark_and_how_to_score_a_model_on_it(
     assert lines[i + 1].split() == ["vc", "0-1-1-af", "1-1-1-af"]
     assert lines[i + 2].split() == ["vcoh", "0-0-0-matched-af"]
     assert "mrqa score --export DIR --predictions FOLDER --context-ablation FOLDER" in lines[i + 3]
+    # an empty benchmark: why, and no advice to export it
+    ro = {"datasets": [], "left_out": 80, "reasons": {"look probe (pixels)": 48, "question-only probe": 32}}
+    text = format_digest(demo_digest({"stages": [{"stage": "train", "status": "completed", "seconds": 1.0,
+                                                  "cpu_s": 0.5, "summary": {"reading_only": ro}}], "total_s": 1.0}))
+    assert "0 datasets, 80 left out" in text and "look probe (pixels): 48, question-only probe: 32" in text
+    assert "mrqa score" not in text
