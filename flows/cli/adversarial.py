@@ -25,8 +25,7 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
     from etl.warehouse import connect
     from features.datasets.af_report import af_report, format_table
     require_warehouse()
-    paths = Paths.from_env()
-    con = connect(paths, read_only=True)
+    con = connect(paths := Paths.from_env(), read_only=True)
     try:
         rows = af_report(con, paths.lance)
     except LookupError as e:
@@ -151,8 +150,8 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                                              "titles' vectors)."),
                  seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated seeds of the check's "
                                            "models (each its own fold split, apart from the adversary's)."),
-                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
-                 seed: int = typer.Option(0, "--seed", help="The datasets' seed."),
+                 folds: int = typer.Option(4, "--folds", min=2, help="Folds of recipes."),
+                 seed: int = typer.Option(0, "--seed", min=0, max=2 ** 32 - 1, help="The datasets' seed."),
                  as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
                  distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                          "datasets: the knob settings' (ball) or coherence's "
@@ -179,8 +178,7 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
     """GM3C question-only accuracy on every question of the AF datasets, cross-fitted: per check seed, a
     pooled model per fold scores the questions it did not train on (--fold-by split, the default: the val
     and the test split each a fold, the train split in folds of recipes); the mean over seeds with a 95%
-    interval, and split by split. Read-only unless --record. The test split of one export holds 67-164
-    questions per setting on the demo; this reads all."""
+    interval, and split by split. Read-only unless --record. It reads every question, not a test split."""
     from flows.af_pool import af_check_flow
     ss = parse_seeds(seeds)
     try:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.common import echo_json, fail, run_flow, wait_option
+from flows.cli.common import echo_json, fail, require_warehouse, run_flow, wait_option
 
 app = typer.Typer()
 
@@ -21,6 +21,7 @@ def clean_cmd(workers: int = typer.Option(2, "--workers", min=1, help="Worker pr
     """Clean all steps from raw text, reject non-recipes (rejects, stage clean), store step_tokens."""
     from etl.clean import CleanWorkerDied
     from flows.clean import clean_flow
+    require_warehouse()                 # nothing to clean in a home that has none (a mistyped --home)
     try:
         summary = run_flow(clean_flow, workers=workers, retrain_punkt=retrain_punkt, repair=not no_repair)
     except CleanWorkerDied as e:

@@ -37,6 +37,11 @@ def parse_seeds(seeds: str) -> tuple[int, ...]:
         fail(f"--seeds must be comma-separated integers, got {seeds!r}")
     if not out:
         fail("--seeds needs at least one seed")
+    bad = [s for s in out if not 0 <= s < 2 ** 32]
+    if bad:
+        fail(f"--seeds: {bad[0]} is not a seed (0 to 2**32 - 1)")
+    if len(set(out)) < len(out):
+        fail(f"--seeds: {seeds!r} names a seed twice; each seed is one more model")
     return out
 
 
@@ -91,6 +96,10 @@ class OneLineErrors(TyperGroup):
             warehouse = sys.modules.get("etl.warehouse")     # loaded whenever a warehouse was opened
             if warehouse is not None and isinstance(err, (warehouse.WarehouseLocked, warehouse.SchemaError)):
                 fail(str(err))
+            duck = sys.modules.get("duckdb")
+            if duck is not None and isinstance(err, duck.IOException):     # e.g. a warehouse file cut short
+                fail(f"DuckDB could not read a file ({str(err).splitlines()[0][:200]}); if it is the warehouse, it "
+                     "is damaged or cut short: restore it from a copy, or rebuild the home (`mrqa demo`, the pipeline)")
             raise
 
 

@@ -161,6 +161,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri
     if out is not None and not storage_uri(out):    # a local folder, not a URI
         check_out_path("--out", out)
+    require_warehouse()                             # a mistyped --home is an error, not a new warehouse
     paths = Paths.from_env().ensure()
     con = connect(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
@@ -220,6 +221,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
         fail(f"--datasets: no dataset id in {','.join(datasets)!r}; leave the option out to report on every dataset")
     if out is not None:
         check_out_path("--out", out)
+    require_warehouse()
     paths = Paths.from_env().ensure()
     con = connect(paths)
     try:

@@ -60,6 +60,8 @@ def score_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dat
     if several and predictions is not None and not folder:
         fail("several datasets need a folder of predictions (<dataset_id>.json each), not one file")
     if plan is not None:
+        if several and plan.suffix in (".csv", ".parquet"):
+            fail(f"--plan: several datasets need a folder (one <dataset_id>.csv each), not the file name {plan}")
         plan = check_out_path("--plan", plan, want_dir=several)
     from etl.config import Paths
     from training import score as sc

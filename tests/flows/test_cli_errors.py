@@ -61,10 +61,39 @@ def test_a_home_that_is_a_file_or_holds_a_broken_warehouse(tmp_path, monkeypatch
 def test_reading_commands_do_not_create_a_warehouse(tmp_path, monkeypatch):
     home = tmp_path / "typo"
     monkeypatch.setenv("MRQA_HOME", str(home))
-    for args in (["status"], ["datasets"], ["sql-test"], ["query", "SELECT 1"]):
+    for args in (["status"], ["datasets"], ["sql-test"], ["query", "SELECT 1"], ["export", "--all"], ["report"],
+                 ["clean"], ["af-report"]):
         r, lines = _run(*args)
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: no warehouse at {home}"), r.output
     assert not home.exists()
+
+
+def test_a_warehouse_cut_short_is_one_line_with_what_to_do(tmp_path, monkeypatch):
+    """A warehouse file that opens but whose blocks are gone (a copy cut short): one line naming the file and
+    what to do, not DuckDB's traceback."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    assert _run("init")[0].exit_code == 0
+    db = home / "warehouse.duckdb"
+    with db.open("r+b") as f:
+        f.truncate(db.stat().st_size // 2)
+    for args in (["datasets"], ["status"]):
+        r, lines = _run(*args)
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        err = [ln for ln in lines if ln.startswith("error:")]
+        assert len(err) == 1 and str(db) in err[0] and "restore it from a copy" in err[0], r.output
+
+
+@pytest.mark.parametrize("args, want", [
+    (["af-check", "--seeds", "-1"], "--seeds: -1 is not a seed"),
+    (["af-check", "--seeds", "0,0"], "names a seed twice"),
+    (["af-check", "--folds", "1"], "--folds: Input should be greater than or equal to 2"),
+    (["af-check", "--seed", "-5"], "--seed: Input should be greater than or equal to 0"),
+])
+def test_af_check_refuses_bad_seeds_and_folds_before_any_model_trains(tmp_path, monkeypatch, args, want):
+    monkeypatch.setenv("MRQA_HOME", str(tmp_path / "none"))        # refused before the warehouse is even looked for
+    r, lines = _run(*args)
+    assert r.exit_code == 2 and len(lines) == 1 and want in lines[0], r.output
 
 
 def test_an_empty_mrqa_home_means_the_default(tmp_path, monkeypatch):

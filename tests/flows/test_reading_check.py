@@ -113,7 +113,8 @@ def test_named_datasets_are_checked_or_refused_with_the_reason(world):
     assert out["gm3c_check"] == {}        # no report yet: no AF dataset waits for an independent GM3C check
     assert [r["setting"] for r in out["reading"]["settings"]] == sorted(
         s for s in setting.values() if s.endswith("-af"))
-    assert out["reading_only"] == {"datasets": [], "left_out": len(setting)}
+    n = len(setting)
+    assert out["reading_only"] == {"datasets": [], "left_out": n, "reasons": {"no bias figures": n}}
     con = duckdb.connect(str(paths.warehouse), read_only=True)
     try:
         assert con.execute("SELECT count(*) FROM reading_checks").fetchall()[0][0] == len(out["reading"]["settings"])

@@ -255,6 +255,8 @@ def test_the_plan_file_csv_and_parquet(toy_home, tmp_path):
         r = CliRunner().invoke(app, ["score", "--dataset", qs.dataset_id, "--plan", str(target)])
         assert r.exit_code == 2 and "is not a context-ablation plan" in r.output, r.output
         assert target.read_bytes() == before
+    r = CliRunner().invoke(app, ["score", "--dataset", "all", "--plan", str(tmp_path / "plans.csv")])
+    assert r.exit_code == 2 and "several datasets need a folder" in r.output and not (tmp_path / "plans.csv").exists()
 
 
 def test_the_cards_rule_for_the_other_recipe_is_the_plan(toy_home):
