@@ -13,7 +13,8 @@ the encoder's space:
   268 numbers, read the demo's AF visual cloze datasets within 1.5 points of these, at twice the cost.)
 - `LookSpace`: those statistics of every readable photo of the warehouse's `images` table (status ok),
   each block standardised over the photos, projected on their 32 principal axes (`principal`) and each
-  row scaled to unit length, in the shape of
+  row scaled to unit length (over every readable photo, so a dataset's figure does not depend on which
+  others are measured with it), in the shape of
   bias.VectorLookup, so the probes of the encoder's space run on it unchanged. Photos that are missing
   or cannot be decoded are counted with their reason; a question with such a photo is left out and
   counted, never guessed.
@@ -25,7 +26,6 @@ the encoder's space:
 It is a measurement, not a filter: no dataset is changed. `mrqa look-probe` prints it."""
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,17 +143,6 @@ def look_space(con: duckdb.DuckDBPyConnection, home: Path, image_ids: set[str] |
     return LookSpace(ids, mat, {i: n for n, i in enumerate(ids)}, missing)
 
 
-def dataset_images(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> set[str]:
-    """Every image id the datasets' questions and choices name (ordering choices are lists of ids)."""
-    out: set[str] = set()
-    for q, ch in con.execute("SELECT question, choice_list FROM questions WHERE list_contains(?, dataset_id)",
-                             [list(dataset_ids)]).fetchall():
-        out.update(x for x in q if x)
-        for c in ch:                                   # an ordering's choice is the JSON list of its photos
-            out.update(json.loads(c) if c.startswith("[") else [c])
-    return out
-
-
 def _pct(x):
     return None if x is None else round(float(x), 4)
 
@@ -170,7 +159,7 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
     if dataset_ids and text:
         raise ValueError(f"{', '.join(text)}: the look probe reads photos; textual cloze shows none")
     rows = [r for r in rows if r["task"] in VISUAL_TASKS]
-    space = look_space(con, home, dataset_images(con, [r["dataset_id"] for r in rows]), progress)
+    space = look_space(con, home, progress=progress)     # every photo: the axes do not depend on the datasets
     out = []
     for r in rows:
         res = resolve_dataset(con, r["dataset_id"], space, r["task"])
@@ -262,7 +251,7 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
     visual = [r for r in rows if r["task"] in VISUAL_TASKS]
     if not visual:
         return
-    space = look_space(con, home, dataset_images(con, [r["dataset_id"] for r in visual]), progress)
+    space = look_space(con, home, progress=progress)     # the same space as `mrqa look-probe`: the same figures
     if not space.ids:
         log.warning("look probe: no photo of the datasets could be read under %s; no look figures", home)
         return

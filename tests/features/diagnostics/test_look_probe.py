@@ -108,6 +108,9 @@ def test_the_figures_are_deterministic_and_the_statistics_have_their_shape(world
     a = look_probe_rows(con, home, [ids["visual_cloze"]], seed=3, progress=False)
     b = look_probe_rows(con, home, [ids["visual_cloze"]], seed=3, progress=False)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    # a dataset's figure does not depend on the others measured with it (one space of every photo)
+    both = look_probe_rows(con, home, [ids["visual_coherence"], ids["visual_cloze"]], seed=3, progress=False)
+    assert next(r for r in both["datasets"] if r["dataset_id"] == ids["visual_cloze"]) == a["datasets"][0]
     some = con.execute("SELECT path FROM images WHERE status = 'ok' ORDER BY image_id LIMIT 5").fetchall()
     blocks = [image_statistics(home / p) for (p,) in some]
     m = standardise({k: np.stack([s[k] for s in blocks]) for k in blocks[0]})
