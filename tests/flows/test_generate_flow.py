@@ -40,7 +40,8 @@ def test_generate_flow_and_cli(paths, con, prefect_harness, tmp_path):
     assert json.loads(r.output)["records"]
 
 
-def test_cli_bad_input_is_a_clear_error(paths):
+def test_cli_bad_input_is_a_clear_error(paths, con):
+    con.close()                     # the warehouse exists (export refuses a home without one first)
     runner = CliRunner()
     for args, needle in ((["generate", "--task", "nope", "--knobs", "0,0,0"], "--task must be"),
                          (["generate", "--task", "visual_cloze", "--knobs", "0,2"], "not a knob setting"),
