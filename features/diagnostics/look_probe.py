@@ -106,14 +106,11 @@ def principal(m: np.ndarray, k: int = COMPONENTS) -> np.ndarray:
     return (z / np.where(norm > 0, norm, 1.0)).astype(np.float32)
 
 
-def look_space(con: duckdb.DuckDBPyConnection, home: Path, image_ids: set[str] | None = None,
-               progress: bool = True) -> LookSpace:
-    """The statistics of the `images` rows with status ok (only `image_ids`, when given), read from
-    their files under `home`, in image_id order."""
+def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True) -> LookSpace:
+    """The statistics of every `images` row with status ok, read from their files under `home`, in
+    image_id order (one space for all datasets, so a dataset's figure does not depend on the others)."""
     from tqdm import tqdm
     rows = con.execute("SELECT image_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
-    if image_ids is not None:
-        rows = [r for r in rows if r[0] in image_ids]
     ids, blocks, missing = [], {b: [] for b in BLOCKS}, {}
 
     def read(row):
