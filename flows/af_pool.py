@@ -189,8 +189,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
 
 def _example(task: str, distractors: str) -> str:
     """The generate command that makes AF datasets of a kind (for an error message)."""
-    if distractors == "matched":
-        return f"`mrqa generate --task {task} --knobs 0-0-0-matched-af`"
+    if distractors in ("matched", "kitchen"):
+        return f"`mrqa generate --task {task} --knobs 0-0-0-{distractors}-af`"
     return f"`mrqa generate --task {task} --knobs 0-1-1-af` (or `mrqa generate --all`)"
 
 

@@ -115,6 +115,8 @@ def config(ds) -> dict:
         pools = ORDERING_POOLS
     if ds.params.distractors == "matched":       # beyond the knobs: one pool (features/datasets/matched.py)
         pools = ("matched",)
+    if ds.params.distractors == "kitchen":       # beyond the knobs: the question's own recipe (kitchen_candidates)
+        pools = ("recipe",)
     out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
            "ensemble": [dict(m) for m in members(ds.task)], "probe": dict(PROBE), "twin_jaccard": TWIN_JACCARD,
            "read_margin": READ_MARGIN, "read_text": "body"}
@@ -389,6 +391,45 @@ def extra_pools(sp, pools: tuple, anchor: np.ndarray, shown_steps: np.ndarray, q
     return out
 
 
+def _off_gap(sp, b, keep: np.ndarray, rc: np.ndarray) -> np.ndarray:
+    """The `recipe` pool rc (K, M) without the steps between the placeholder's shown neighbours: such a
+    step could fill the placeholder as well as the answer's step, for a reader of the recipe."""
+    K = len(keep)
+    steps_q, col_a, n_cols = b.sk.steps[keep], b.answer_col[keep], b.sk.steps.shape[1]
+    gap_lo = np.where(col_a > 0, steps_q[np.arange(K), np.maximum(col_a - 1, 0)], -1)
+    gap_hi = np.where(col_a < n_cols - 1, steps_q[np.arange(K), np.minimum(col_a + 1, n_cols - 1)],
+                      np.iinfo(np.int64).max)
+    rs = sp.step_idx[np.maximum(rc, 0)]
+    return np.where((rc >= 0) & (rs > gap_lo[:, None]) & (rs < gap_hi[:, None]), -1, rc)
+
+
+def answerable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """cand (K, M) without what a reader could not tell from answer ans[k]: a text twin of the answer's
+    step (the same step in another recipe, said the same way, is as right an answer: twins.py) and a
+    photo the answer step's text cannot tell from the answer's (READ_MARGIN)."""
+    a_row = sp.word_row[ans][:, None]
+    cand = np.where((cand >= 0) & sp.step_words.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
+    return np.where((cand >= 0) & readable(sp, ans, np.maximum(cand, 0)), cand, -1)
+
+
+def kitchen_candidates(sp, b, rows: np.ndarray, ans: np.ndarray) -> np.ndarray:
+    """Visual cloze beyond the knobs (`distractors = "kitchen"`): per question of batch rows `rows`, the
+    photos of its own recipe -- its kitchen, counter, light and framing -- from steps it neither shows
+    nor could fill the placeholder with (between the placeholder's shown neighbours), that the answer
+    step's text tells from the answer and that are no text twin of it; (K, <=POOL_CAP) in the seeded
+    pick order of the question (-1 padding). A photo of the answer's own step is never one."""
+    rc = extra_pools(sp, ("recipe",), ans, b.sk.steps[rows], b.qkeys[rows])["recipe"]
+    return _compact(answerable(sp, ans, _off_gap(sp, b, rows, rc)))
+
+
+def _compact(cand: np.ndarray) -> np.ndarray:
+    """Valid cells first in each row, their order kept (-1 padding)."""
+    order = np.argsort(cand < 0, axis=1, kind="stable")
+    out = np.take_along_axis(cand, order, 1)
+    width = max(int((out >= 0).sum(1).max()) if len(out) else 0, 1)
+    return out[:, :width]
+
+
 def _pool_label(sp, cand: np.ndarray, anchor: np.ndarray) -> np.ndarray:
     """What a candidate is, whichever pool listed it first: 0 ball (another author's recipe, or no
     author recorded), 1 author (another recipe by the question's author), 2 recipe (the question's recipe)."""
@@ -510,9 +551,11 @@ def _single_blas_thread(fn):
 
 @_single_blas_thread
 def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: np.ndarray, exact: bool,
-                 lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+                 lo: np.ndarray | None, hi: np.ndarray | None, kitchen: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """AF of the cloze questions `keep` (batch rows) with knob-selected distractors `picks` (K, 3).
     need (K,): closer-to-the-question distractors required (exactly, when `exact`); lo/hi (K,): the ball.
+    kitchen (K, M): beyond the knobs, the candidates instead of the ball and its pools (`kitchen_candidates`).
     Returns (rows of `keep` kept, their distractors, provenance columns)."""
     K, R, seed = len(keep), ds.params.af_rounds, ds.seed
     if K == 0:
@@ -522,37 +565,29 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     d_ans_q = P["d_ans_q"][keep]
     rkeys = recipe_keys(b.recipe_ids[keep])
     title = sp.name == "title"
-    # candidates: the ball pool as the setting, then the extra pools; every one inside the ball
-    ball = np.where((P["C"][keep] >= 0) & (P["D"][keep] > lo[:, None]) & (P["D"][keep] < hi[:, None]),
-                    P["C"][keep], -1)
-    extra = extra_pools(sp, CLOZE_POOLS, ans, b.sk.steps[keep], qkeys)
-    # a step of the recipe between the placeholder's shown neighbours could fill the placeholder as well
-    # as the answer's step, for a reader of the recipe: never a distractor
-    steps_q, col_a, n_cols = b.sk.steps[keep], b.answer_col[keep], b.sk.steps.shape[1]
-    gap_lo = np.where(col_a > 0, steps_q[np.arange(K), np.maximum(col_a - 1, 0)], -1)
-    gap_hi = np.where(col_a < n_cols - 1, steps_q[np.arange(K), np.minimum(col_a + 1, n_cols - 1)],
-                      np.iinfo(np.int64).max)
-    rc = extra["recipe"]
-    rs = sp.step_idx[np.maximum(rc, 0)]
-    extra["recipe"] = np.where((rc >= 0) & (rs > gap_lo[:, None]) & (rs < gap_hi[:, None]), -1, rc)
-    parts = [ball]
-    for name in CLOZE_POOLS[1:]:
-        c = extra[name]
-        d = _dist(sp, c, ans)
-        ok = (c >= 0) & (d > lo[:, None]) & (d < hi[:, None])
-        if title:                                 # never the answer's own text
-            ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
-        parts.append(np.where(ok, c, -1))
-    cand = _dedupe(np.concatenate(parts, axis=1))
-    # a text twin of the answer step (the same step in another recipe, said the same way) is as right an
-    # answer as the answer: never a distractor (twins.py); knob picks that are twins must be replaced
+    if kitchen is None:
+        # candidates: the ball pool as the setting, then the extra pools; every one inside the ball
+        ball = np.where((P["C"][keep] >= 0) & (P["D"][keep] > lo[:, None]) & (P["D"][keep] < hi[:, None]),
+                        P["C"][keep], -1)
+        extra = extra_pools(sp, CLOZE_POOLS, ans, b.sk.steps[keep], qkeys)
+        extra["recipe"] = _off_gap(sp, b, keep, extra["recipe"])
+        parts = [ball]
+        for name in CLOZE_POOLS[1:]:
+            c = extra[name]
+            d = _dist(sp, c, ans)
+            ok = (c >= 0) & (d > lo[:, None]) & (d < hi[:, None])
+            if title:                                 # never the answer's own text
+                ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
+            parts.append(np.where(ok, c, -1))
+        cand = _dedupe(np.concatenate(parts, axis=1))
+    else:                                         # beyond the knobs: the question's own recipe (kitchen_candidates)
+        cand = kitchen
+    cand = answerable(sp, ans, cand)
+    # a text twin of the answer step, or a photo its text cannot tell from the answer's: knob picks that
+    # are must be replaced
     a_row = sp.word_row[ans][:, None]
-    cand = np.where((cand >= 0) & sp.step_words.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
     cur_twin = sp.step_words.twins(a_row, sp.word_row[picks])
     n_twin_picks = int(cur_twin.sum())
-    # and the answer's step text must tell each distractor from the answer (READ_MARGIN); knob picks
-    # it cannot tell must be replaced
-    cand = np.where((cand >= 0) & readable(sp, ans, np.maximum(cand, 0)), cand, -1)
     cur_unread = ~readable(sp, ans, picks)
     n_unread_picks = int(cur_unread.sum())
     pool = _pool_label(sp, cand, ans)

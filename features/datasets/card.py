@@ -66,7 +66,8 @@ PROVENANCE_KEYS = {
     "preset": "The preset name, or null.",
     "k3_mode": "off | coin | all | balanced.",
     "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), matched "
-            "(coherence beyond the paper: matched to reference_item), uniform or weighted_by_summed_distance "
+            "(coherence beyond the paper: matched to reference_item), kitchen (visual cloze beyond the paper: "
+            "photos of the question's own recipe), uniform or weighted_by_summed_distance "
             "(ordering).",
     "reference_item": "Coherence, --distractors matched: the held-out photo of the question's recipe whose cosines "
                       "to the shown photos the foreign image's match.",
@@ -89,6 +90,9 @@ PROVENANCE_KEYS = {
     "ball_sd": "Knob 2: the interval's bounds in units of s_d around m_d (null lower bound = distance 0).",
     "k": "Neighbours used for m_d, s_d and as candidates.",
     "n_ball_candidates": "Candidates inside the ball.",
+    "n_kitchen_candidates": "Visual cloze, --distractors kitchen: the photos of the question's recipe that could be "
+                            "its distractors (no step it shows or could fill the blank with, told from the answer "
+                            "by its step's text, no text twin of it).",
     "d_k": "RecipeQA-style preset: distance of the k-th neighbour; random distractors lie beyond it.",
     "anchor_item": "Coherence: the coherent image the foreign image was found next to.",
     "foreign_item": "Coherence: the foreign (incoherent) image, the answer.",
@@ -143,6 +147,8 @@ KNOB_LEGEND = "\n".join((
     '0..3 |',
     "| `-matched` | visual coherence, knobs 2 and 3 = 0: the foreign image's cosines to the shown images "
     "match a held-out photo of the recipe's own (beyond the paper) |",
+    "| `-kitchen` | visual cloze, knobs 2 and 3 = 0: the distractors are photos of the question's own recipe, "
+    "from steps it neither shows nor could fill the blank with (beyond the paper) |",
     '| `-af` | adversarially filtered: distractors a learned question-only ensemble cannot reject |',
     '| `recipeqa` | the RecipeQA-style reference preset (steps reused, random far distractors) |',
     "| `recipeqa-original` | RecipeQA's own questions, imported |",

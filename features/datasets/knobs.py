@@ -28,6 +28,9 @@ N_CHOICES = 4
 AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze", "visual_ordering")
 AF_ALL_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")     # the AF variants `--all` makes
 AF_DEFAULT_ROUNDS = 3
+BEYOND = ("matched", "kitchen")         # distractor rules beyond the paper, each its own setting name
+KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
+                "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class KnobParams:
     extra_step_removal: bool = False     # k1=1: one random other step of the question leaves too
     # knob 2 -- distance of distractors from the correct answer (ball in units of s_d around m_d)
     distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset) | matched
-                                         # (coherence, beyond the paper: features/datasets/matched.py)
+                                         # (coherence, beyond the paper: features/datasets/matched.py) |
+                                         # kitchen (visual cloze, beyond the paper: the recipe's own photos)
     k: int = 100                         # neighbours used for m_d, s_d and as candidates
     ball_lo_sd: float | None = None      # None: lower bound is distance 0
     ball_hi_sd: float = -1.0
@@ -97,12 +101,15 @@ class KnobParams:
             raise ValueError("knob 3 is not defined for visual_ordering (no question to be close to)")
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
-        if self.distractors not in ("ball", "random_far", "matched"):
-            raise ValueError("distractors must be ball, random_far or matched")
+        if self.distractors not in ("ball", "random_far") + BEYOND:
+            raise ValueError("distractors must be ball, random_far, matched or kitchen")
         if self.distractors == "matched" and (task != "visual_coherence" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                              "(it replaces their distances: e.g. --task visual_coherence --knobs 0-0-0-af)")
+        if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
+                                              or self.knob2 or self.knob3 or self.k3_mode != "off"):
+            raise ValueError(KITCHEN_RULE)
         if self.k < 3:
             raise ValueError("k must be at least 3 (three distractors)")
         for name, option, v in (("ball_lo_sd", "--ball-lo-sd", self.ball_lo_sd),
@@ -131,7 +138,7 @@ class KnobParams:
         if self.preset:
             return Setting(None, None, None, "off", False, self.preset)
         return Setting(self.knob1, self.knob2, self.knob3, self.k3_mode, self.af_rounds > 0,
-                       distractors="matched" if self.distractors == "matched" else "ball")
+                       distractors=self.distractors if self.distractors in BEYOND else "ball")
 
     @property
     def knobs_label(self) -> str:
@@ -207,7 +214,7 @@ PRESETS = ("recipeqa",)
 NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
 _SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
                              (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
-                             (?P<matched>-matched)?
+                             (?P<beyond>-matched|-kitchen)?
                              (?P<af>-af)?$""", re.VERBOSE)
 
 
@@ -221,7 +228,8 @@ class Setting:
     k3_mode: str = "off"                 # off (k3=0) | coin (the paper's) | all | balanced
     adversarial: bool = False
     preset: str | None = None
-    distractors: str = "ball"            # ball (knob 2) | matched (coherence at knobs 2 and 3 = 0, beyond the paper)
+    distractors: str = "ball"            # ball (knob 2) | matched (coherence) | kitchen (visual cloze): knobs 2
+                                         # and 3 = 0, beyond the paper
 
     @property
     def name(self) -> str:
@@ -244,9 +252,10 @@ class Setting:
 def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False,
                  distractors: str = "ball") -> str:
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
-    than the paper's coin flip, then `-matched` for coherence's matched foreign images (knobs 2 and 3 = 0
-    only, beyond the paper), then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`, `0-1-1-af`,
-    `0-1-1-balanced-af`, `1-0-0-matched-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
+    than the paper's coin flip, then `-matched` for coherence's matched foreign images or `-kitchen` for
+    visual cloze's distractors from the question's own recipe (knobs 2 and 3 = 0 only, beyond the paper),
+    then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`, `0-1-1-af`, `0-1-1-balanced-af`,
+    `1-0-0-matched-af`, `0-0-0-kitchen-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
     for label, v in (("k1", k1), ("k2", k2), ("k3", k3)):
         if v not in (0, 1):
             raise ValueError(f"{label} must be 0 or 1, got {v!r}")
@@ -257,13 +266,15 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
         raise ValueError(f"knob-3 mode {mode!r} needs k3=1 (with k3=0 knob 3 is off)")
     if k3 == 1 and mode == "off":
         mode = "coin"
-    if distractors not in ("ball", "matched"):
-        raise ValueError(f"a setting's distractors are ball or matched, got {distractors!r}")
+    if distractors not in ("ball",) + BEYOND:
+        raise ValueError(f"a setting's distractors are ball, matched or kitchen, got {distractors!r}")
     if distractors == "matched" and (k2 or k3):
         raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                          "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
+    if distractors == "kitchen" and (k2 or k3):
+        raise ValueError(KITCHEN_RULE)
     return (f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "")
-            + ("-matched" if distractors == "matched" else "") + ("-af" if adversarial else ""))
+            + (f"-{distractors}" if distractors in BEYOND else "") + ("-af" if adversarial else ""))
 
 
 def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | None = None,
@@ -272,9 +283,9 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
 
     Accepted: `0-0-1-balanced` (the name), `0,0,1` with `k3_mode="balanced"` (`--knobs 0,0,1
     --k3-mode balanced`), `0-0-1:balanced` (the old knob label), `0-0-1balanced` (the old partition),
-    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, `K1-0-0-matched[-af]` (or
-    `K1-0-0[-af]` with `distractors="matched"`), and `recipeqa`. `k3_mode` / `adversarial` /
-    `distractors` given beside the text must agree with it. Raises ValueError otherwise."""
+    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, `K1-0-0-matched[-af]` and
+    `K1-0-0-kitchen[-af]` (or `K1-0-0[-af]` with `distractors="matched"` / `"kitchen"`), and `recipeqa`.
+    `k3_mode` / `adversarial` / `distractors` given beside the text must agree with it. Raises ValueError otherwise."""
     raw = str(text)
     s = raw.strip().lower()
     if s in PRESETS:
@@ -296,9 +307,10 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     af = bool(m["af"])
     if adversarial is False and af:
         raise ValueError(f"{raw!r} names an adversarially filtered setting but --no-adversarial was given")
-    if m["matched"] and distractors not in (None, "matched"):
-        raise ValueError(f"{raw!r} names matched foreign images but --distractors is {distractors!r}")
-    dist = "matched" if m["matched"] or distractors == "matched" else "ball"
+    named = m["beyond"][1:] if m["beyond"] else None
+    if named and distractors not in (None, named):
+        raise ValueError(f"{raw!r} names {named} distractors but --distractors is {distractors!r}")
+    dist = named or (distractors if distractors in BEYOND else "ball")
     setting_name(k1, k2, k3, mode, af, dist)          # validates values, mode and distractors
     return Setting(k1, k2, k3, (mode if mode in NAMED_MODES else "coin") if k3 else "off",
                    af or bool(adversarial), distractors=dist)

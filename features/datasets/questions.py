@@ -143,8 +143,11 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
     p = ds.params
     if not len(b.qids):
         return
-    P = _cloze_pool(b, sp, knn, candidates=p.distractors != "random_far")
+    P = _cloze_pool(b, sp, knn, candidates=p.distractors not in ("random_far", "kitchen"))
     need, heads, drawn = _k3(ds, b)
+    if p.distractors == "kitchen":
+        _cloze_kitchen(ds, b, sp, P, need, heads)
+        return
     if p.distractors == "random_far":
         sel, ok = _random_far(b, sp, knn, [P["ans"]], 3)
         ds.skip("no_far_random_candidate", (~ok).sum())
@@ -215,6 +218,31 @@ def cloze(ds, b, sp, knn: DenseKnn) -> None:
                   # of the picks, and those other settings of the same run asked for): not counted
                   "n_closer_candidates": pa.array(n_close[keep]) if p.k3_mode != "off" else None})
     _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, closer, extra, need, heads)
+
+
+def _cloze_kitchen(ds, b, sp, P, need, heads) -> None:
+    """Visual cloze beyond the paper: the distractors are photos of the question's own recipe (its
+    kitchen: counter, light, framing) from steps it neither shows nor could fill the placeholder with,
+    that the answer step's text tells from the answer (adversarial.kitchen_candidates). The ball of
+    knob 2 and the rule of knob 3 are not applied (the recipe replaces them); knob 1 is. The first 3
+    candidates in the question's seeded order, or with AF those its adversary finds most plausible."""
+    from features.datasets.adversarial import kitchen_candidates
+    cand = kitchen_candidates(sp, b, np.arange(len(b.qids)), P["ans"])
+    n_c = (cand >= 0).sum(1)
+    ok = n_c >= 3
+    ds.skip("too_few_kitchen_candidates", (~ok).sum())
+    keep = np.flatnonzero(ok)
+    picks = cand[keep, :3]
+    extra = {}
+    if ds.params.af_rounds:
+        from features.datasets.adversarial import config, refine_cloze
+        sub, picks, extra = refine_cloze(ds, b, sp, P, keep, picks, need[keep], False, None, None, kitchen=cand[keep])
+        keep = keep[sub]
+        extra["adversarial"] = config(ds)
+    dist = 1.0 - np.einsum("qmd,qd->qm", sp.vecs[picks], sp.vecs[P["ans"][keep]]).astype(np.float64)
+    dq = sp.cos_to(picks, P["qmean"][keep])
+    extra.update({"rule": "kitchen", "n_kitchen_candidates": pa.array(n_c[keep])})
+    _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, dq < P["d_ans_q"][keep][:, None], extra, need, heads)
 
 
 def _emit_cloze(ds, b, sp, P, keep, picks, dist, dq, closer, extra, need, heads) -> None:

@@ -82,11 +82,11 @@ def setting_sort_key(row: dict) -> tuple:
 
 def is_paper_setting(row: dict) -> bool:
     """A binary knob setting with the paper's parameters: knob 3 off or the paper's coin flip, not
-    adversarially filtered, the knob-2 ball (not coherence's `-matched` foreign images), and no
+    adversarially filtered, the knob-2 ball (not `-matched` foreign images nor `-kitchen` distractors), and no
     `-p<hash>` suffix on the id (parameters overridden)."""
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
             and row.get("knob3") is not None and row.get("k3_mode") in ("off", "coin")
-            and not row.get("adversarial") and "-matched" not in str(row.get("setting") or "")
+            and not row.get("adversarial") and not re.search(r"-(matched|kitchen)\b", str(row.get("setting") or ""))
             and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
 
 

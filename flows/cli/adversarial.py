@@ -76,8 +76,9 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                           "cross-fitted on folds of its own), a third list in turn."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
-                                                        "datasets: the knob settings' (ball) or coherence's "
-                                                        "matched variants (matched); never pooled together."),
+                                                        "datasets: the knob settings' (ball), coherence's matched "
+                                                        "variants (matched) or visual cloze's kitchen variants "
+                                                        "(kitchen); never pooled together."),
                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                       "--adversaries models (default: one per CPU core, at most one "
                                                       "per model); more than the models: their folds side by side."),
@@ -154,8 +155,8 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                  seed: int = typer.Option(0, "--seed", min=0, max=2 ** 32 - 1, help="The datasets' seed."),
                  as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
                  distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
-                                                         "datasets: the knob settings' (ball) or coherence's "
-                                                         "matched variants (matched)."),
+                                                         "datasets: the knob settings' (ball), coherence's matched "
+                                                         "variants (matched), visual cloze's kitchen ones (kitchen)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core, at most one per "
                                                        "seed, or with more cores than seeds and 4,000 questions or "

@@ -1,0 +1,166 @@
+"""Visual cloze with distractors from the question's own kitchen (`--distractors kitchen`, beyond the paper),
+on a synthetic world whose vectors carry a planted per-recipe style (features/datasets/synthetic.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import duckdb
+import numpy as np
+import pytest
+from synthetic_home import synthetic_home
+
+from features.datasets.card import PROVENANCE_KEYS
+from features.datasets.export import export_parquet
+from features.datasets.generate import generate_datasets
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, dataset_id, parse_setting
+
+ENC = "synthetic-enc-0001"
+TASK = "visual_cloze"
+
+
+def _kitchen(k1: int, af: bool) -> tuple[str, KnobParams]:
+    p = KnobParams.preset_for(TASK, k1, 0, 0, distractors="kitchen")
+    return TASK, replace(p, af_rounds=AF_DEFAULT_ROUNDS) if af else p
+
+
+SETTINGS = [_kitchen(0, False), _kitchen(1, False), _kitchen(0, True),
+            (TASK, KnobParams.preset_for(TASK, 0, 0, 0)),                 # the paper's 0-0-0, to compare
+            (TASK, replace(KnobParams.preset_for(TASK, 0, 0, 0), af_rounds=AF_DEFAULT_ROUNDS))]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with synthetic_home(tmp_path_factory, "kitchen_home", n_recipes=120, seed=5, dim=24, k=100) as (home, paths, con):
+        con.execute("""UPDATE recipes SET author = 'author-' ||
+                       CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % 12 AS VARCHAR)""")
+        summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        ids = [s["dataset_id"] for s in summaries]
+        out = paths.exports / "k"
+        export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
+        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
+        rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
+        for r in rows:
+            r["prov"] = json.loads(r["provenance"])
+        unit = lambda v: np.asarray(v, np.float64) / np.linalg.norm(v)
+        vec = {i: unit(v) for i, v in duckdb.sql(f"SELECT image_id, vector FROM '{out}/image_vectors.parquet'")
+               .fetchall()}
+        body = {(r, s): unit(v) for r, s, v in duckdb.sql(
+            f"SELECT recipe_id, step_idx, vector FROM '{out}/text_vectors.parquet' WHERE field = 'body'").fetchall()}
+        yield {"con": con, "paths": paths, "summaries": summaries, "ids": ids, "rows": rows, "vec": vec,
+               "body": body}
+
+
+def _rows(world, did):
+    return [r for r in world["rows"] if r["dataset_id"] == did]
+
+
+def _step(item: str) -> tuple[str, int]:
+    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
+    return rid, int(step)
+
+
+def test_names_ids_params_and_refusals(world):
+    for (task, p), did in zip(SETTINGS, world["ids"]):
+        assert did == dataset_id(task, p, 0, ENC)
+        setting, params = world["con"].execute("SELECT setting, params FROM datasets WHERE dataset_id = ?",
+                                               [did]).fetchone()
+        params = json.loads(params)
+        if p.distractors == "kitchen":          # its own setting name: never a paper setting's id or partition
+            name = f"{p.knob1}-0-0-kitchen" + ("-af" if p.af_rounds else "")
+            assert setting == name and did == f"vc-{name}-s0-{did.rsplit('-', 1)[-1]}"
+            assert params["distractors"] == "kitchen"
+            if p.af_rounds:
+                assert params["adversarial"]["pools"] == ["recipe"]
+        else:
+            assert "kitchen" not in setting and "kitchen" not in did
+    assert parse_setting("1-0-0-kitchen-af").params(TASK) == _kitchen(1, True)[1]
+    assert parse_setting("0-0-0-af", distractors="kitchen").name == "0-0-0-kitchen-af"
+    for text, kw in (("0-1-0-kitchen", {}), ("0-0-1-kitchen", {}), ("0-0-0-kitchen", {"distractors": "matched"})):
+        with pytest.raises(ValueError, match="kitchen"):
+            parse_setting(text, **kw)
+    for task, kw in (("visual_coherence", {}), ("textual_cloze", {}), ("visual_ordering", {}),
+                     (TASK, {"k2": 1}), (TASK, {"k3": 1})):
+        p = KnobParams.preset_for(task, 0, kw.get("k2", 0), kw.get("k3", 0), distractors="kitchen")
+        with pytest.raises(ValueError, match="--distractors kitchen is defined for visual cloze"):
+            p.validate(task)
+    with pytest.raises(ValueError, match="--distractors kitchen"):
+        KnobParams.recipeqa_preset(distractors="kitchen").validate(TASK)
+
+
+def test_every_distractor_is_a_photo_of_the_recipe_no_reader_could_take_for_the_answer(world):
+    """On every question of the kitchen datasets, plain and AF: the 3 distractors are distinct photos of the
+    question's own recipe; none is of a step the question shows (the answer's own step included) nor of a
+    step between the placeholder's shown neighbours (it could fill the blank as well); the answer step's
+    text is nearer the answer photo than each distractor (recomputed from the exported vectors)."""
+    n = 0
+    for did in world["ids"][:3]:
+        rows = _rows(world, did)
+        assert rows
+        for r in rows:
+            p, choices = r["prov"], list(r["choice_list"])
+            assert set(p) <= set(PROVENANCE_KEYS), set(p) - set(PROVENANCE_KEYS)          # on the card
+            assert p["rule"] == "kitchen" and p["n_kitchen_candidates"] >= 3
+            answer = choices[r["answer"]]
+            distractors = [c for i, c in enumerate(choices) if i != r["answer"]]
+            assert len(set(distractors)) == 3 and answer not in distractors
+            shown = list(p["question_items"])
+            blank = p["placeholder_index"]
+            assert shown[blank] == answer and p["answer_step"] == _step(answer)[1]
+            shown_steps = [_step(x)[1] for x in shown]
+            lo = shown_steps[blank - 1] if blank > 0 else -1
+            hi = shown_steps[blank + 1] if blank < len(shown) - 1 else 10 ** 9
+            t = world["body"][(r["recipe_id"], p["answer_step"])]
+            for d in distractors:
+                rid, step = _step(d)
+                assert rid == r["recipe_id"]
+                assert step not in shown_steps and not lo < step < hi
+                assert t @ world["vec"][d] < t @ world["vec"][answer]
+            assert [x["item"] for x in p["distractors"]] == distractors
+            if "af_pools" in p:
+                assert [x for i, x in enumerate(p["af_pools"]) if i != r["answer"]] == ["recipe"] * 3
+            n += 1
+    assert n > 200
+
+
+def test_the_recipes_own_photos_hide_the_planted_kitchen(world):
+    """The synthetic photos of a recipe share a planted style, as a kitchen's do. The paper's 0-0-0 draws its
+    distractors from other recipes, so the learned question-only probe reads it well (AF in the same space
+    removes that only partly); with the recipe's own photos the same probe falls to about chance."""
+    from features.diagnostics.bias import learned_probe_rows
+    con, paths = world["con"], world["paths"]
+    qo = {d: r["qo_acc"] for d, r in learned_probe_rows(con, world["ids"], paths.lance).items()}
+    kitchen, kitchen_af, paper = qo[world["ids"][0]], qo[world["ids"][2]], qo[world["ids"][3]]
+    assert paper > 0.6, qo
+    assert kitchen < paper - 0.2 and kitchen_af < 0.4, qo
+    n = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
+    assert n[world["ids"][2]] >= 0.4 * n[world["ids"][0]]          # AF keeps 40% of the kitchen setting
+
+
+def test_kitchen_generation_is_deterministic(world):
+    con, paths = world["con"], world["paths"]
+    again = generate_datasets(con, SETTINGS[:3], seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                              workers=1)
+    assert [a["content_sha256"] for a in again] == [s["content_sha256"] for s in world["summaries"][:3]]
+    other = generate_datasets(con, SETTINGS[:1], seed=1, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    assert other[0]["content_sha256"] != world["summaries"][0]["content_sha256"]
+
+
+def test_cli_distractors_kitchen_and_its_bad_input(paths, con, prefect_harness):
+    from typer.testing import CliRunner
+
+    from features.datasets.synthetic import build_world
+    from flows.cli import app
+    build_world(con, paths.lance, n_recipes=40, seed=2, dim=16, k=50)
+    con.close()
+    runner = CliRunner()
+    for args in (["--task", "visual_coherence", "--knobs", "0-0-0"], ["--task", TASK, "--knobs", "0-1-0-af"],
+                 ["--task", TASK, "--knobs", "0-0-1"]):
+        r = runner.invoke(app, ["generate", *args, "--distractors", "kitchen"])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
+        assert "--distractors kitchen is defined for visual cloze" in r.output, r.output
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-kitchen-af"])
+    assert r.exit_code == 0, r.output
+    assert r.output.split()[0].startswith("vc-0-0-0-kitchen-af-s0-")
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-kitchen", "--distractors", "matched"])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "kitchen" in r.output, r.output
