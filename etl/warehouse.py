@@ -163,6 +163,10 @@ def connect(paths: Paths | None = None, read_only: bool = False,
         except duckdb.IOException as e:
             if "lock" not in str(e).lower():
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                if _not_writable(str(e)) and Path(database).exists():
+                    raise SchemaError(f"cannot open the warehouse {database} for writing ({first}): this command "
+                                      "writes it; give your user write access to it and its folder, or copy the "
+                                      "home elsewhere and point --home (MRQA_HOME) at the copy") from None
                 raise SchemaError(f"{database} is not a usable DuckDB warehouse ({first}); move it aside or "
                                   "point --home (MRQA_HOME) at another folder") from None
             if time.monotonic() < deadline:
@@ -177,6 +181,41 @@ def connect(paths: Paths | None = None, read_only: bool = False,
                 "takes --wait SECONDS to retry until it does), or stop it") from None
     if not read_only:
         migrate(con)
+    return con
+
+
+def _not_writable(message: str) -> bool:
+    m = message.lower()
+    return any(x in m for x in ("permission denied", "operation not permitted", "read-only file system",
+                                "read only file system"))
+
+
+def pending_migrations(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
+    """The schema files `migrate` would apply on this connection (read-only: nothing is written)."""
+    try:
+        applied = {v: (name, sha) for v, name, sha in
+                   con.execute("SELECT version, file_name, sha256 FROM schema_version").fetchall()}
+    except duckdb.CatalogException:
+        return [f.name for f in migration_files(sql_dir)]
+    out = []
+    for version, path in enumerate(migration_files(sql_dir), start=1):
+        sha, whole = schema_checksums(path.read_text())
+        if applied.get(version, (None, None))[0] != path.name or applied[version][1] not in (sha, whole):
+            out.append(path.name)
+    return out
+
+
+def connect_reader(paths: Paths | None = None, wait: float | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the warehouse of MRQA_HOME, for the commands that only read it (status,
+    datasets, export): no write lock is taken, and a home the user cannot write is read. A warehouse
+    with schema files still to apply (made by an older version) is migrated first, which writes it once,
+    as any command that writes would; where it cannot be written, the error says so."""
+    paths = paths or Paths.from_env()
+    con = connect(paths, read_only=True, wait=wait)
+    if pending_migrations(con):
+        con.close()
+        connect(paths, wait=wait).close()           # applies them
+        con = connect(paths, read_only=True, wait=wait)
     return con
 
 

@@ -159,9 +159,12 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     for cand in (paths.exports / "all", paths.exports / dataset_id):
         if (cand / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(cand)):
             return cand
-    from etl.warehouse import connect
+    from etl.warehouse import connect_reader
     from features.datasets.export import export_parquet
-    con = connect(paths)
+    if not paths.warehouse.exists():            # never a new empty warehouse for a mistyped --home
+        raise DatasetError(f"no dataset {dataset_id!r}: no export holds it and there is no warehouse at "
+                           f"{paths.warehouse}; give --export, or run `mrqa demo` (or check --home)")
+    con = connect_reader(paths)
     try:
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
             raise DatasetError(f"no dataset {dataset_id!r} in the warehouse or exports; `mrqa datasets` lists them")

@@ -115,9 +115,9 @@ def generate_cmd(
 @app.command("datasets")
 def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
     """List generated datasets with question/recipe counts and skips."""
-    from etl.warehouse import connect, load_query
+    from etl.warehouse import connect_reader, load_query
     require_warehouse()
-    cur = connect().execute(load_query("datasets_listing"))
+    cur = connect_reader().execute(load_query("datasets_listing"))
     columns = [d[0] for d in cur.description]
     rows = cur.fetchall()
     if fmt == "json":
@@ -158,13 +158,13 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
     config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
     from etl.config import Paths
-    from etl.warehouse import connect
+    from etl.warehouse import connect_reader
     from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri
     if out is not None and not storage_uri(out):    # a local folder, not a URI
         check_out_path("--out", out)
     require_warehouse()                             # a mistyped --home is an error, not a new warehouse
     paths = Paths.from_env().ensure()
-    con = connect(paths)
+    con = connect_reader(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
     wanted = [d.strip() for x in dataset or [] for d in x.split(",") if d.strip()]
     if all_ == bool(wanted):

@@ -78,26 +78,40 @@ def _query(con, sql: str, fmt: str, timeout: float) -> None:
     if fmt == "json" and repeated:      # a JSON object keeps one value per key: the others would be lost
         fail(f"--format json needs distinct column names; repeated: {', '.join(map(repr, repeated))} "
              "(give each column its own alias, `AS name`, or use --format csv or table)")
-    rows = list(zip(*(c.to_pylist() for c in result.columns)))
-    if fmt == "json":                   # strict JSON: a NaN or infinite double is null
-        import math
-        echo_json([{c: None if isinstance(v, float) and not math.isfinite(v) else v
+    if fmt == "json":
+        import json
+        rows = _as_text(con, result, "to_json")
+        # DuckDB's own JSON of each value (structs as objects, maps as objects, blobs and intervals as its
+        # text); strict JSON: a NaN or infinite double, which it writes as NaN / Infinity, is null
+        echo_json([{c: None if v is None else json.loads(v, parse_constant=lambda _: None)
                     for c, v in zip(result.column_names, r)} for r in rows])
     elif fmt == "csv":
         import csv
         w = csv.writer(sys.stdout)
         w.writerow(result.column_names)
-        w.writerows(rows)
+        w.writerows(_as_text(con, result, "varchar"))     # DuckDB's text of each value, as COPY ... (FORMAT csv)
     else:
         con.from_arrow(result).show(max_rows=50)
+
+
+def _as_text(con, result, how: str) -> list[tuple]:
+    """The rows of an Arrow result with every value as DuckDB writes it: `varchar` (its cast to text, as
+    its CSV writer does) or `to_json` (its JSON text), so nested values, blobs and intervals are never
+    Python reprs. Columns are taken by position (a query may repeat a name)."""
+    tbl = result.rename_columns([f"c{i}" for i in range(result.num_columns)])
+    rel = con.from_arrow(tbl)
+    if not tbl.num_columns:
+        return [() for _ in range(tbl.num_rows)]
+    cast = "{}::VARCHAR" if how == "varchar" else "to_json({})::VARCHAR"
+    return rel.project(", ".join(cast.format(f"c{i}") + f" AS c{i}" for i in range(tbl.num_columns))).fetchall()
 
 
 @app.command("status")
 def status_cmd(wait: float = wait_option()):
     """Row counts of the warehouse tables and rejects by stage and reason."""
-    from etl.warehouse import connect, load_query
+    from etl.warehouse import connect_reader, load_query
     require_warehouse()
-    con = connect()
+    con = connect_reader()
     for table, n in con.execute(load_query("table_counts")).fetchall():
         typer.echo(f"{table:12s} {n:>10,d}")
     for stage, reason, n, *_ in con.execute("SELECT * FROM v_reject_summary").fetchall():

@@ -92,3 +92,69 @@ def test_vocab_report_waits_too(paths, hold):
     r = _mrqa(paths, "vocab-report", "--wait", "1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "after waiting 1 s" in r.stderr and "Traceback" not in r.stderr
+
+
+READER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("reading", flush=True)
+time.sleep(60)
+"""
+
+
+def test_commands_that_only_read_open_the_warehouse_read_only(paths, con):
+    """status, datasets and export take no write lock: they run beside another process that reads the
+    warehouse (DuckDB lets readers share a file, never with a writer), where a writing command is refused."""
+    from features.datasets.synthetic import build_world
+    from features.datasets.generate import generate_datasets
+    from features.datasets.knobs import KnobParams
+    build_world(con, paths.lance, n_recipes=20, seed=1, dim=16, k=30)
+    generate_datasets(con, [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0))], seed=0,
+                      encoder_id="synthetic-enc-0001", lance_uri=paths.lance, progress=False)
+    did = con.execute("SELECT dataset_id FROM datasets").fetchone()[0]
+    con.close()
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(paths.warehouse)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "reading"
+        r = _mrqa(paths, "status")
+        assert r.returncode == 0 and "datasets" in r.stdout, r.stderr
+        r = _mrqa(paths, "datasets")
+        assert r.returncode == 0 and did in r.stdout, r.stderr
+        out = paths.home / "exp"
+        r = _mrqa(paths, "export", "--dataset", did, "--out", str(out))
+        assert r.returncode == 0 and (out / "README.md").exists(), r.stderr
+        r = _mrqa(paths, "--no-prefect", "generate", "--task", "visual_cloze", "--knobs", "0-0-0")
+        assert r.returncode == 2 and "locked by another process" in r.stderr, r.stderr
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+def test_a_home_the_user_cannot_write(paths, con):
+    """A warehouse the user may read but not write: the commands that only read it work, and one that
+    writes it says so (not "not a usable warehouse; move it aside"). The file is made read-only for the
+    user, or immutable (`chattr +i`) where the user is root, whom file modes do not stop."""
+    import shutil
+    con.close()
+    wh = paths.warehouse
+    root = os.geteuid() == 0
+    if root:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(wh)], capture_output=True).returncode:
+            pytest.skip("running as root, and this file system cannot make the warehouse immutable (chattr +i)")
+    else:
+        os.chmod(wh, 0o444)
+        os.chmod(wh.parent, 0o555)
+    try:
+        r = _mrqa(paths, "status")
+        assert r.returncode == 0 and "datasets" in r.stdout, r.stderr
+        r = _mrqa(paths, "datasets")
+        assert r.returncode == 0 and "no datasets" in r.stdout, r.stderr
+        r = _mrqa(paths, "--no-prefect", "generate", "--task", "visual_cloze", "--knobs", "0-0-0")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"cannot open the warehouse {wh} for writing" in r.stderr and "move it aside" not in r.stderr, r.stderr
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(wh)], check=True)
+        else:
+            os.chmod(wh.parent, 0o755)
+            os.chmod(wh, 0o644)

@@ -187,3 +187,23 @@ def test_json_output_is_strict_json(home, run_mrqa):
     assert res.rc == 0, res.stderr
     assert json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}")) == [
         {"a": None, "b": None, "c": 1.5}]
+
+
+def test_nested_blob_and_interval_values_are_written_as_duckdb_writes_them(home, run_mrqa):
+    """CSV holds DuckDB's text of each value (as its own CSV writer), JSON its JSON: structs and maps as
+    objects, lists as arrays, blobs and intervals as DuckDB's text; never a Python repr (b'..', Decimal(..),
+    MonthDayNano(..)). Repeated column names are kept in CSV."""
+    sql = ("SELECT '\\xAA'::BLOB AS b, {'x': 1, 'y': [1.5, 'nan'::DOUBLE]} AS s, INTERVAL 3 DAY AS i, "
+           "[1.5, 2] AS l, MAP {'k': 1} AS m, 1.25::DECIMAL(5, 2) AS d, 'é' AS e")
+    res = run_mrqa("query", sql, "--format", "json", home=home)
+    assert res.rc == 0, res.stderr
+    assert json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}")) == [
+        {"b": "\\xAA", "s": {"x": 1, "y": [1.5, None]}, "i": "3 days", "l": [1.5, 2.0], "m": {"k": 1},
+         "d": 1.25, "e": "é"}]
+    res = run_mrqa("query", sql + ", 2 AS b", "--format", "csv", home=home)
+    assert res.rc == 0, res.stderr
+    head, row = res.stdout.replace("\r", "").splitlines()
+    assert head == "b,s,i,l,m,d,e,b"
+    assert row == "\\xAA,\"{'x': 1, 'y': [1.5, nan]}\",3 days,\"[1.5, 2.0]\",{k=1},1.25,é,2"
+    for repr_ in ("b'", "Decimal(", "MonthDayNano", "[('k'"):
+        assert repr_ not in res.stdout

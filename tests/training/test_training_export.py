@@ -91,3 +91,9 @@ def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch)
     with pytest.raises(DatasetError, match="no dataset 'nope'"):
         training_export("nope")
     assert not (home / "exports" / "nope").exists()
+    # a home without a warehouse (a mistyped --home): an error, never a new empty warehouse
+    empty = tmp_path / "empty"
+    monkeypatch.setenv("MRQA_HOME", str(empty))
+    with pytest.raises(DatasetError, match="there is no warehouse at .*give --export, or run `mrqa demo`"):
+        training_export(did)
+    assert not (empty / "warehouse.duckdb").exists()
