@@ -105,9 +105,9 @@ time.sleep(60)
 def test_commands_that_only_read_open_the_warehouse_read_only(paths, con):
     """status, datasets and export take no write lock: they run beside another process that reads the
     warehouse (DuckDB lets readers share a file, never with a writer), where a writing command is refused."""
-    from features.datasets.synthetic import build_world
     from features.datasets.generate import generate_datasets
     from features.datasets.knobs import KnobParams
+    from features.datasets.synthetic import build_world
     build_world(con, paths.lance, n_recipes=20, seed=1, dim=16, k=30)
     generate_datasets(con, [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 0))], seed=0,
                       encoder_id="synthetic-enc-0001", lance_uri=paths.lance, progress=False)
