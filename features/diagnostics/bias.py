@@ -543,10 +543,13 @@ def learned_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], l
     return out
 
 
+def r4(x) -> float | None:
+    """A share as bias_metrics stores it: 4 decimals (None stays None)."""
+    return None if x is None else round(float(x), 4)
+
+
 def question_only_row(qo: QuestionOnlyResult | None) -> dict:
     """The learned probe's bias_metrics columns (qo_*), rounded; all None when it did not run."""
-    def r4(x):
-        return None if x is None else round(float(x), 4)
     ci, tci = (qo.ci, qo.test_ci) if qo else (None, None)
     return {"qo_acc": r4(qo and qo.accuracy), "qo_ci_low": r4(ci and ci[0]), "qo_ci_high": r4(ci and ci[1]),
             "qo_n_test": qo.n_test if qo else None, "qo_test_acc": r4(qo and qo.test_accuracy),

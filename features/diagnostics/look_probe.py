@@ -140,15 +140,11 @@ def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True
     return LookSpace(ids, mat, {i: n for n, i in enumerate(ids)}, missing)
 
 
-def _pct(x):
-    return None if x is None else round(float(x), 4)
-
-
 def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
                     seed: int = 0, n_folds: int = 5, progress: bool = True) -> dict:
     """The look probe on `dataset_ids` (default: every dataset of a visual task). Returns {"datasets":
     [one row per dataset], "photos": readable photos, "photos_unreadable": {reason: count}}."""
-    from features.diagnostics.bias import learned_probe, list_datasets, resolve_dataset
+    from features.diagnostics.bias import learned_probe, list_datasets, r4, resolve_dataset
     from features.diagnostics.question_only import task_features
     from features.diagnostics.tree_probe import tree_probe
     rows = list_datasets(con, dataset_ids)
@@ -169,10 +165,10 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
                "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
                "chance": 1.0 / 4}
         for name, p in (("linear", lin), ("tree", tree)):
-            row[name] = {"accuracy": _pct(p.accuracy) if p else None,
-                         "ci": [_pct(x) for x in p.ci] if p and p.ci else None,
-                         "test_accuracy": _pct(p.test_accuracy) if p else None,
-                         "test_ci": [_pct(x) for x in p.test_ci] if p and p.test_ci else None,
+            row[name] = {"accuracy": r4(p.accuracy) if p else None,
+                         "ci": [r4(x) for x in p.ci] if p and p.ci else None,
+                         "test_accuracy": r4(p.test_accuracy) if p else None,
+                         "test_ci": [r4(x) for x in p.test_ci] if p and p.test_ci else None,
                          "n_test": p.n_test if p else 0}
         out.append(row)
     reasons: dict[str, int] = {}
@@ -241,7 +237,7 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from features.diagnostics.bias import resolve_dataset
+    from features.diagnostics.bias import r4, resolve_dataset
     from features.diagnostics.question_only import one_blas_thread
     for r in rows:
         r.update(look_acc=None, look_ci_low=None, look_ci_high=None, look_test_acc=None)
@@ -260,5 +256,5 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
     for r, p in zip(visual, results):
         if p is None or p.accuracy is None:
             continue
-        r.update(look_acc=_pct(p.accuracy), look_ci_low=_pct(p.ci[0]), look_ci_high=_pct(p.ci[1]),
-                 look_test_acc=_pct(p.test_accuracy))
+        r.update(look_acc=r4(p.accuracy), look_ci_low=r4(p.ci[0]), look_ci_high=r4(p.ci[1]),
+                 look_test_acc=r4(p.test_accuracy))
