@@ -150,10 +150,14 @@ def connect(paths: Paths | None = None, read_only: bool = False,
     When another process holds the file's lock, retry for `wait` seconds (default: MRQA_LOCK_WAIT,
     set by the commands' `--wait`), then raise WarehouseLocked with a one-line message."""
     if database is None:
-        paths = (paths or Paths.from_env()).ensure()
-        database = paths.warehouse
+        paths = paths or Paths.from_env()
+        database = (paths if read_only else paths.ensure()).warehouse     # reading makes no folder
     if str(database) != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        if read_only and not Path(database).exists():
+            raise SchemaError(f"no warehouse at {database}; run `mrqa init` (an empty one) or `mrqa demo` first, "
+                              "or check --home (MRQA_HOME)")
+        if not read_only:
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
     wait = lock_wait_seconds() if wait is None else max(0.0, wait)
     deadline = time.monotonic() + wait
     while True:

@@ -84,7 +84,11 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     over the task's AF datasets), a third list in turn. `jobs_out` / `scores_from`: the pass's GM3C models
     trained on another machine (training/af_jobs.py): write their jobs to that folder and stop before
     anything is written, or go on from the logits in that scores file; one GM3C pass only."""
-    paths = Paths.from_env().ensure()
+    check_kind(task, distractors)
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():     # never a new empty warehouse (nor its folders) for a mistyped --home
+        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
+    paths = paths.ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     offload = _offload(task, rounds, fresh_drop, jobs_out, scores_from)
     if floor_by not in FLOOR_BY:
@@ -185,6 +189,17 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
     return {"task": task, "datasets": res, **info}
+
+
+KIND_TASKS = {"matched": "visual_coherence", "kitchen": "visual_cloze"}   # the one task each kind beyond the paper has
+
+
+def check_kind(task: str, distractors: str) -> None:
+    """Refuse a kind of AF dataset the task has none of (before any work): --distractors matched is visual
+    coherence's, kitchen visual cloze's."""
+    if distractors in KIND_TASKS and task != KIND_TASKS[distractors]:
+        raise ValueError(f"--distractors {distractors} names {KIND_TASKS[distractors].replace('_', ' ')}'s AF "
+                         f"datasets; {task} has none (use --distractors ball, the default)")
 
 
 def _example(task: str, distractors: str) -> str:
@@ -447,10 +462,12 @@ def af_check_flow(task: str = "visual_cloze", seeds: tuple[int, ...] = (0, 1, 2)
     these instead (any datasets of one task, adversarial or not, e.g. a RecipeQA-style preset, whose
     report figures alone cannot clear it for `mrqa export --reading-only`; every one is reported, the
     balanced variants too); `task` is then theirs."""
-    paths = Paths.from_env().ensure()
+    paths = Paths.from_env()             # read-only: no folder is made on a home without a warehouse
     if not seeds:
         raise ValueError("--seeds needs at least one seed")
     check_fold_by(fold_by, "--fold-by")
+    if not datasets:
+        check_kind(task, distractors)
     con = _read_warehouse(paths)
     try:
         if datasets:

@@ -151,7 +151,7 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     Raises DatasetError when `export` is not an export or the warehouse has no such dataset, or one
     without questions."""
     from etl.config import Paths
-    paths = (paths or Paths.from_env()).ensure()
+    paths = paths or Paths.from_env()             # no folder is made before there is something to write
     if export is not None:
         if not (Path(export) / "questions").is_dir():
             raise DatasetError(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")

@@ -110,6 +110,15 @@ class KnobParams:
         if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(KITCHEN_RULE)
+        if self.distractors == "kitchen":       # options of the ball and knob 3, which the recipe replaces
+            unused = [opt for opt, v, d in (("--k", self.k, 100), ("--ball-lo-sd", self.ball_lo_sd, None),
+                                            ("--ball-hi-sd", self.ball_hi_sd, -1.0),
+                                            ("--k3-constrained", self.k3_n_constrained, 1),
+                                            ("--k3-prob", self.k3_prob, 0.5),
+                                            ("--ordering-weight-power", self.ordering_weight_power, 0.0)) if v != d]
+            if unused:
+                raise ValueError(f"{', '.join(unused)}: kitchen distractors use no knob-2 ball and no knob 3 (the "
+                                 "question's own recipe replaces them); leave these out")
         if self.k < 3:
             raise ValueError("k must be at least 3 (three distractors)")
         for name, option, v in (("ball_lo_sd", "--ball-lo-sd", self.ball_lo_sd),
@@ -295,7 +304,8 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     m = _SETTING_RE.match(s)
     if not m:
         raise ValueError(f"not a knob setting: {raw!r}; expected K1-K2-K3 with each 0 or 1, optionally "
-                         f"-all or -balanced (k3=1) and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af; or "
+                         f"-all or -balanced (k3=1), -matched (visual coherence) or -kitchen (visual cloze) at "
+                         f"K2 = K3 = 0, and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af, 0-0-0-kitchen-af; or "
                          f"{', '.join(PRESETS)}")
     k1, k2, k3 = (int(m[g]) for g in ("k1", "k2", "k3"))
     mode = m["mode"]

@@ -86,7 +86,8 @@ def is_paper_setting(row: dict) -> bool:
     `-p<hash>` suffix on the id (parameters overridden)."""
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
             and row.get("knob3") is not None and row.get("k3_mode") in ("off", "coin")
-            and not row.get("adversarial") and not re.search(r"-(matched|kitchen)\b", str(row.get("setting") or ""))
+            and not row.get("adversarial")
+            and not re.search(r"-(matched|kitchen)\b", str(row.get("setting") or row.get("knobs") or ""))
             and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
 
 
@@ -108,10 +109,24 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
     closest pair of the four in about 9 questions in 10). The figure over all questions ranks (more
     questions, narrower interval than the test split's)."""
     def key(r):
-        qo, pr, cr, cp = r.get("qo_acc"), r.get("probe_acc"), r.get("centre_rule_acc"), r.get("pair_rule_acc")
-        best = max((v for v in (qo, pr, cr, cp, r.get("tree_acc"), r.get("look_acc")) if v is not None), default=None)
-        return (best is None, -(best or 0.0), -(pr or 0.0), r["dataset_id"])
+        best = best_adversary(r)[0]
+        return (best is None, -(best or 0.0), -(r.get("probe_acc") or 0.0), r["dataset_id"])
     return sorted(rows, key=key)
+
+
+ADVERSARIES = (("qo_acc", "learned probe"), ("probe_acc", "distance probe"), ("centre_rule_acc", "centre rule"),
+               ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe"), ("look_acc", "look probe"))
+
+
+def best_adversary(r: dict) -> tuple[float | None, str | None]:
+    """(figure, name) of the context-free adversary that reads row r best (`ordering_by_probe`'s key);
+    the first in ADVERSARIES order on a tie; (None, None) when none ran."""
+    best = (None, None)
+    for col, name in ADVERSARIES:
+        v = r.get(col)
+        if v is not None and (best[0] is None or v > best[0]):
+            best = (v, name)
+    return best
 
 
 def _fmt(v, col: str) -> str:
@@ -503,10 +518,11 @@ def render_html(tasks: dict[str, dict], header: dict | None = None, competence: 
         parts.append(f"<h3>{task}: per split</h3>")
         parts.append(_html_table(info.get("split_table") or [], "splits"))
         for enc, ordering in info["ordering"].items():
-            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(r['qo_acc'], 'qo_acc')})"
-                                  for r in ordering)
-            parts.append(f"<p class='note'>Settings by learned-probe accuracy, or the distance probe's "
-                         f"where higher (most biased first), encoder "
+            order = " &gt; ".join(f"{html.escape(str(r['knobs']))} ({_fmt(v, 'qo_acc')}{', ' + name if name else ''})"
+                                  for r in ordering for v, name in [best_adversary(r)])
+            parts.append(f"<p class='note'>Settings by the context-free adversary that reads them best (the "
+                         f"learned, distance, tree or look probe, the centre or closest-pair rule; most biased "
+                         f"first), encoder "
                          f"<b title='{html.escape(str(enc))}'>{html.escape(short_encoder(enc))}</b>: {order}</p>")
         for name in info["plots"]:
             alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting",

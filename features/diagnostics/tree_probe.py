@@ -26,6 +26,7 @@ that model:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -266,16 +267,18 @@ def tree_rows(con, rows: list[dict], lance_uri: str, seed: int = 0) -> None:
     """Put the tree probe's figures (tree_acc, its interval, tree_test_acc) into the metrics rows of the AF
     datasets (the report calls this on `bias.compute_bias_metrics`' rows, whose resolved questions it
     reuses when they carry them under "_resolved"): trees fitted on each task's AF datasets of one encoder
-    and seed together, each question scored out of fold with the val and the test split held out whole
-    (as af-check's tree). Other datasets get None: the plain ones are read by the learned probe well above
-    chance already, and one pooled fit per task keeps the report's time (for the demo's AF datasets of
-    three tasks 24.2 s on 2 processes, 35.5 s in turn)."""
+    and seed together (the knob settings', coherence's `-matched` and visual cloze's `-kitchen` ones
+    apart, as af-pool and af-check keep them), each question scored out of fold with the val and the test
+    split held out whole (as af-check's tree). Other datasets get None: the plain ones are read by the learned
+    probe well above chance already, and one pooled fit per task keeps the report's time (for the demo's AF
+    datasets of three tasks 24.2 s on 2 processes, 35.5 s in turn)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         r.update(tree_acc=None, tree_ci_low=None, tree_ci_high=None, tree_test_acc=None)
         if r.get("adversarial") and r.get("encoder_id") and r.get("n_scored"):
-            groups.setdefault((r["task"], r["encoder_id"], r["seed"]), []).append(r)
-    for (task, _enc, _seed), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+            kind = re.search(r"-(matched|kitchen)\b", str(r.get("setting") or r.get("knobs") or ""))
+            groups.setdefault((r["task"], r["encoder_id"], r["seed"], kind[1] if kind else "ball"), []).append(r)
+    for (task, _enc, _seed, _kind), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ids = [r["dataset_id"] for r in group]
         have = {r["dataset_id"]: r["_resolved"] for r in group if r.get("_resolved") is not None}
         pool = _resolved_pool(con, lance_uri, ids, task, have)

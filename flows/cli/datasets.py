@@ -17,9 +17,10 @@ app = typer.Typer()
 def generate_cmd(
         task: Optional[Task] = typer.Option(None, "--task", help="The question family (one task)."),
         knobs: Optional[str] = typer.Option(None, "--knobs", "--setting", help="The knob setting by name: "
-                                            "K1-K2-K3 (each 0 or 1), then -all/-balanced, then -af, e.g. 0-1-0, "
-                                            "0-0-1-balanced, 0-1-1-af (docs/knobs.md); 0,1,0 and 0-0-1:balanced "
-                                            "are read too."),
+                                            "K1-K2-K3 (each 0 or 1), then -all/-balanced, then -matched (visual "
+                                            "coherence) or -kitchen (visual cloze) at K2 = K3 = 0, then -af, e.g. "
+                                            "0-1-0, 0-0-1-balanced, 0-1-1-af, 0-0-0-kitchen-af (docs/knobs.md); "
+                                            "0,1,0 and 0-0-1:balanced are read too."),
         preset: Optional[Preset] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style "
                                                 "reference."),
         all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced "
@@ -113,7 +114,8 @@ def generate_cmd(
 
 
 @app.command("datasets")
-def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format.")):
+def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", help="Output format."),
+                 wait: float = wait_option()):
     """List generated datasets with question/recipe counts and skips."""
     from etl.warehouse import connect_reader, load_query
     require_warehouse()
@@ -163,7 +165,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     if out is not None and not storage_uri(out):    # a local folder, not a URI
         check_out_path("--out", out)
     require_warehouse()                             # a mistyped --home is an error, not a new warehouse
-    paths = Paths.from_env().ensure()
+    paths = Paths.from_env()                        # read-only: the export makes its own folder
     con = connect_reader(paths)
     known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
     wanted = [d.strip() for x in dataset or [] for d in x.split(",") if d.strip()]

@@ -1,12 +1,14 @@
 """`mrqa init`, `sql-test`, `query`, `status`: create, test, query and count the warehouse."""
 from __future__ import annotations
 
+import json
+import re
 import sys
 
 import typer
 
 from flows.cli.choices import QueryFormat
-from flows.cli.common import echo_json, fail, require_warehouse, wait_option
+from flows.cli.common import fail, require_warehouse, wait_option
 
 app = typer.Typer()
 
@@ -23,11 +25,11 @@ def init_cmd(wait: float = wait_option()):
 
 
 @app.command("sql-test")
-def sql_test_cmd():
+def sql_test_cmd(wait: float = wait_option()):
     """Run the warehouse data tests (sql/tests/*.sql must return zero rows)."""
-    from etl.warehouse import connect, run_sql_tests
+    from etl.warehouse import connect_reader, run_sql_tests
     require_warehouse()
-    failures = {k: v for k, v in run_sql_tests(connect()).items() if v}
+    failures = {k: v for k, v in run_sql_tests(connect_reader()).items() if v}
     for name, n in failures.items():
         typer.secho(f"FAIL {name}: {n} row(s)", fg="red")
     if failures:
@@ -70,7 +72,8 @@ def query_cmd(sql: str = typer.Argument(..., help="SQL to run read-only against 
 def _query(con, sql: str, fmt: str, timeout: float) -> None:
     from etl.analyst import AnalystQueryError, run_analyst_query
     try:
-        result = run_analyst_query(con, sql, timeout=timeout)
+        result = run_analyst_query(con, sql, timeout=timeout,
+                                   render={"json": "to_json", "csv": "varchar"}.get(fmt))
     except AnalystQueryError as e:
         fail(str(e))
     names = result.column_names
@@ -78,32 +81,37 @@ def _query(con, sql: str, fmt: str, timeout: float) -> None:
     if fmt == "json" and repeated:      # a JSON object keeps one value per key: the others would be lost
         fail(f"--format json needs distinct column names; repeated: {', '.join(map(repr, repeated))} "
              "(give each column its own alias, `AS name`, or use --format csv or table)")
-    if fmt == "json":
-        import json
-        rows = _as_text(con, result, "to_json")
-        # DuckDB's own JSON of each value (structs as objects, maps as objects, blobs and intervals as its
-        # text); strict JSON: a NaN or infinite double, which it writes as NaN / Infinity, is null
-        echo_json([{c: None if v is None else json.loads(v, parse_constant=lambda _: None)
-                    for c, v in zip(result.column_names, r)} for r in rows])
-    elif fmt == "csv":
-        import csv
-        w = csv.writer(sys.stdout)
-        w.writerow(result.column_names)
-        w.writerows(_as_text(con, result, "varchar"))     # DuckDB's text of each value, as COPY ... (FORMAT csv)
-    else:
+    if fmt == "table":
         con.from_arrow(result).show(max_rows=50)
+        return
+    rows = list(zip(*(c.to_pylist() for c in result.columns)))
+    sys.stdout.write(json_text(names, rows) if fmt == "json" else csv_text(names, rows))
 
 
-def _as_text(con, result, how: str) -> list[tuple]:
-    """The rows of an Arrow result with every value as DuckDB writes it: `varchar` (its cast to text, as
-    its CSV writer does) or `to_json` (its JSON text), so nested values, blobs and intervals are never
-    Python reprs. Columns are taken by position (a query may repeat a name)."""
-    tbl = result.rename_columns([f"c{i}" for i in range(result.num_columns)])
-    rel = con.from_arrow(tbl)
-    if not tbl.num_columns:
-        return [() for _ in range(tbl.num_rows)]
-    cast = "{}::VARCHAR" if how == "varchar" else "to_json({})::VARCHAR"
-    return rel.project(", ".join(cast.format(f"c{i}") + f" AS c{i}" for i in range(tbl.num_columns))).fetchall()
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|-?NaN')
+
+
+def json_text(names: list[str], rows: list[tuple]) -> str:
+    """A JSON array of one object per row from DuckDB's JSON text of each value (to_json): structs and maps
+    as objects, JSON columns as their JSON, wide decimals and huge integers exact. Strict JSON: a NaN or
+    infinite double, which DuckDB writes as NaN / Infinity, is null."""
+    def value(v):
+        return "null" if v is None else _JSON_TOKEN.sub(lambda m: m[0] if m[0].startswith('"') else "null", v)
+    lines = ["  {" + ", ".join(f"{json.dumps(n, ensure_ascii=False)}: {value(v)}" for n, v in zip(names, r)) + "}"
+             for r in rows]
+    return "[\n" + ",\n".join(lines) + "\n]\n" if lines else "[]\n"
+
+
+def csv_text(names: list[str], rows: list[tuple]) -> str:
+    """CSV as DuckDB's COPY ... (FORMAT csv) writes it: its text of each value, lines ending in LF, NULL an
+    empty field and the empty string "" (so the two stay apart), quotes only where a field needs them."""
+    def field(v):
+        if v is None:
+            return ""
+        if v == "" or v != v.strip() or any(c in v for c in ',"\n\r'):
+            return '"' + v.replace('"', '""') + '"'
+        return v
+    return "".join(",".join(field(v) for v in r) + "\n" for r in [tuple(names), *rows])
 
 
 @app.command("status")

@@ -164,3 +164,33 @@ def test_cli_distractors_kitchen_and_its_bad_input(paths, con, prefect_harness):
     assert r.output.split()[0].startswith("vc-0-0-0-kitchen-af-s0-")
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-kitchen", "--distractors", "matched"])
     assert r.exit_code == 2 and "Traceback" not in r.output and "kitchen" in r.output, r.output
+    # the ball's and knob 3's options mean nothing here: refused, never a `-p` twin of the same questions
+    for opt in (["--k", "5"], ["--ball-lo-sd", "1"], ["--ball-hi-sd", "2"], ["--k3-constrained", "2"],
+                ["--k3-prob", "1"]):
+        r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-kitchen", *opt])
+        assert r.exit_code == 2 and f"{opt[0]}: kitchen distractors use no knob-2 ball" in r.output, (opt, r.output)
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-kichen"])
+    assert r.exit_code == 2 and "-kitchen (visual cloze)" in r.output, r.output
+
+
+def test_the_reports_tree_probe_and_af_pool_keep_the_kitchen_datasets_apart(world):
+    """The report's tree probe pools the AF datasets of one kind only (as af-pool and af-check do): the
+    paper's AF figures are the same with the kitchen AF dataset beside them; and af-pool / af-check refuse a
+    kind the task has none of before any work."""
+    from features.diagnostics.bias import compute_bias_metrics
+    from features.diagnostics.tree_probe import tree_rows
+    from flows.af_pool import af_check_flow, af_pool_flow
+    con, lance = world["con"], world["paths"].lance
+    paper_af, kitchen_af = world["ids"][4], world["ids"][2]
+
+    def trees(ids):
+        rows = compute_bias_metrics(con, ids, lance_uri=lance, progress=False, keep_resolved=True)
+        tree_rows(con, rows, lance)
+        return {r["dataset_id"]: r["tree_acc"] for r in rows}
+    alone, beside = trees([paper_af]), trees([paper_af, kitchen_af])
+    assert alone[paper_af] is not None and beside[paper_af] == alone[paper_af]
+    assert beside[kitchen_af] is not None
+    for flow, kw in ((af_pool_flow, {}), (af_check_flow, {"seeds": (0,)})):
+        for task, kind in (("visual_coherence", "kitchen"), ("textual_cloze", "kitchen"), ("visual_cloze", "matched")):
+            with pytest.raises(ValueError, match=f"--distractors {kind} names .* {task} has none"):
+                flow.fn(task=task, distractors=kind, **kw)

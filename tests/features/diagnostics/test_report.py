@@ -142,6 +142,12 @@ def test_ordering_by_the_best_adversary():
             {"dataset_id": "e", "qo_acc": 0.7, "probe_acc": 0.2},
             {"dataset_id": "f", "qo_acc": 0.3, "probe_acc": 0.3, "centre_rule_acc": 0.75}]
     assert [r["dataset_id"] for r in ordering_by_probe(rows)] == ["b", "f", "e", "a", "c", "d"]
+    # the look probe counts too, and the figure shown is the one that ranks, with its adversary's name
+    from features.diagnostics.report import best_adversary
+    rows.append({"dataset_id": "g", "qo_acc": 0.25, "probe_acc": 0.2, "look_acc": 0.9})
+    assert [r["dataset_id"] for r in ordering_by_probe(rows)][:2] == ["g", "b"]
+    assert best_adversary(rows[-1]) == (0.9, "look probe") and best_adversary(rows[3]) == (None, None)
+    assert best_adversary(rows[5]) == (0.75, "centre rule")
 
 
 def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
