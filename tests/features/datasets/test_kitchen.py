@@ -8,11 +8,9 @@ from dataclasses import replace
 import duckdb
 import numpy as np
 import pytest
-from synthetic_home import synthetic_home
+from synthetic_home import assert_deterministic, dataset_rows, exported_world, item_step
 
 from features.datasets.card import PROVENANCE_KEYS
-from features.datasets.export import export_parquet
-from features.datasets.generate import generate_datasets
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, dataset_id, parse_setting
 
 ENC = "synthetic-enc-0001"
@@ -31,33 +29,14 @@ SETTINGS = [_kitchen(0, False), _kitchen(1, False), _kitchen(0, True),
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with synthetic_home(tmp_path_factory, "kitchen_home", n_recipes=120, seed=5, dim=24, k=100) as (home, paths, con):
-        con.execute("""UPDATE recipes SET author = 'author-' ||
-                       CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % 12 AS VARCHAR)""")
-        summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-        ids = [s["dataset_id"] for s in summaries]
-        out = paths.exports / "k"
-        export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
-        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
-        rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-        for r in rows:
-            r["prov"] = json.loads(r["provenance"])
+    with exported_world(tmp_path_factory, "kitchen_home", SETTINGS, n_recipes=120, seed=5, dim=24, k=100) as w:
+        out = w["out"]
         unit = lambda v: np.asarray(v, np.float64) / np.linalg.norm(v)
-        vec = {i: unit(v) for i, v in duckdb.sql(f"SELECT image_id, vector FROM '{out}/image_vectors.parquet'")
-               .fetchall()}
-        body = {(r, s): unit(v) for r, s, v in duckdb.sql(
+        w["vec"] = {i: unit(v) for i, v in duckdb.sql(f"SELECT image_id, vector FROM '{out}/image_vectors.parquet'")
+                    .fetchall()}
+        w["body"] = {(r, s): unit(v) for r, s, v in duckdb.sql(
             f"SELECT recipe_id, step_idx, vector FROM '{out}/text_vectors.parquet' WHERE field = 'body'").fetchall()}
-        yield {"con": con, "paths": paths, "summaries": summaries, "ids": ids, "rows": rows, "vec": vec,
-               "body": body}
-
-
-def _rows(world, did):
-    return [r for r in world["rows"] if r["dataset_id"] == did]
-
-
-def _step(item: str) -> tuple[str, int]:
-    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
-    return rid, int(step)
+        yield w
 
 
 def test_names_ids_params_and_refusals(world):
@@ -95,7 +74,7 @@ def test_every_distractor_is_a_photo_of_the_recipe_no_reader_could_take_for_the_
     text is nearer the answer photo than each distractor (recomputed from the exported vectors)."""
     n = 0
     for did in world["ids"][:3]:
-        rows = _rows(world, did)
+        rows = dataset_rows(world, did)
         assert rows
         for r in rows:
             p, choices = r["prov"], list(r["choice_list"])
@@ -106,13 +85,13 @@ def test_every_distractor_is_a_photo_of_the_recipe_no_reader_could_take_for_the_
             assert len(set(distractors)) == 3 and answer not in distractors
             shown = list(p["question_items"])
             blank = p["placeholder_index"]
-            assert shown[blank] == answer and p["answer_step"] == _step(answer)[1]
-            shown_steps = [_step(x)[1] for x in shown]
+            assert shown[blank] == answer and p["answer_step"] == item_step(answer)[1]
+            shown_steps = [item_step(x)[1] for x in shown]
             lo = shown_steps[blank - 1] if blank > 0 else -1
             hi = shown_steps[blank + 1] if blank < len(shown) - 1 else 10 ** 9
             t = world["body"][(r["recipe_id"], p["answer_step"])]
             for d in distractors:
-                rid, step = _step(d)
+                rid, step = item_step(d)
                 assert rid == r["recipe_id"]
                 assert step not in shown_steps and not lo < step < hi
                 assert t @ world["vec"][d] < t @ world["vec"][answer]
@@ -138,12 +117,7 @@ def test_the_recipes_own_photos_hide_the_planted_kitchen(world):
 
 
 def test_kitchen_generation_is_deterministic(world):
-    con, paths = world["con"], world["paths"]
-    again = generate_datasets(con, SETTINGS[:3], seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
-                              workers=1)
-    assert [a["content_sha256"] for a in again] == [s["content_sha256"] for s in world["summaries"][:3]]
-    other = generate_datasets(con, SETTINGS[:1], seed=1, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-    assert other[0]["content_sha256"] != world["summaries"][0]["content_sha256"]
+    assert_deterministic(world, SETTINGS[:3])
 
 
 def test_cli_distractors_kitchen_and_its_bad_input(paths, con, prefect_harness):

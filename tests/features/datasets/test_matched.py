@@ -10,10 +10,9 @@ from dataclasses import replace
 import duckdb
 import numpy as np
 import pytest
-from synthetic_home import synthetic_home
+from synthetic_home import assert_deterministic, dataset_rows, exported_world, item_step, synthetic_home
 
 from features.datasets.card import PROVENANCE_KEYS
-from features.datasets.export import export_parquet
 from features.datasets.generate import generate_datasets
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, dataset_id
 from features.datasets.matched import MATCHED_POOL
@@ -33,32 +32,13 @@ SETTINGS = [_matched(0, False), _matched(1, False), _matched(0, True),
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with synthetic_home(tmp_path_factory, "matched_home", n_recipes=90, seed=3, dim=24, k=100) as (home, paths, con):
-        con.execute("""UPDATE recipes SET author = 'author-' ||
-                       CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % 12 AS VARCHAR)""")
-        summaries = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-        ids = [s["dataset_id"] for s in summaries]
-        out = paths.exports / "m"
-        export_parquet(con, ids, out, with_vectors=True, lance_uri=paths.lance)
-        q = duckdb.sql(f"SELECT * FROM read_parquet('{out}/questions/**/*.parquet', hive_partitioning=true)")
-        rows = [dict(zip(q.columns, r)) for r in q.fetchall()]
-        for r in rows:
-            r["prov"] = json.loads(r["provenance"])
+    with exported_world(tmp_path_factory, "matched_home", SETTINGS, n_recipes=90, seed=3, dim=24, k=100) as w:
+        out = w["out"]
         iv = duckdb.sql(f"SELECT image_id, recipe_id, vector FROM '{out}/image_vectors.parquet'").fetchall()
-        vec = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, _, v in iv}
-        images = [(i, r) for i, r, _ in iv]
-        split = dict(duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall())
-        yield {"con": con, "paths": paths, "summaries": summaries, "ids": ids, "rows": rows, "vec": vec,
-               "images": images, "split": split}
-
-
-def _rows(world, did):
-    return [r for r in world["rows"] if r["dataset_id"] == did]
-
-
-def _step(item: str) -> tuple[str, int]:
-    rid, step, _ = item.removesuffix(".jpg").rsplit("_", 2)
-    return rid, int(step)
+        w["vec"] = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, _, v in iv}
+        w["images"] = [(i, r) for i, r, _ in iv]
+        w["split"] = dict(duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall())
+        yield w
 
 
 def test_ids_params_and_refusals(world):
@@ -91,7 +71,7 @@ def test_every_foreign_image_is_matched_to_a_held_out_photo_of_the_recipe(world)
     reference's (recomputed here from the exported vectors over every photo of the split)."""
     n = 0
     for did in world["ids"][:3]:
-        rows = _rows(world, did)
+        rows = dataset_rows(world, did)
         assert rows
         for r in rows:
             assert set(r["prov"]) <= set(PROVENANCE_KEYS), set(r["prov"]) - set(PROVENANCE_KEYS)   # on the card
@@ -112,15 +92,15 @@ def _check_matched(world, r) -> None:
     foreign = choices[r["answer"]]
     shown = [c for i, c in enumerate(choices) if i != r["answer"]]
     assert p["rule"] == "matched" and p["foreign_item"] == foreign
-    frid, rid = _step(foreign)[0], r["recipe_id"]
+    frid, rid = item_step(foreign)[0], r["recipe_id"]
     assert frid != rid and split[frid] == split[rid] == r["split"]
-    ref_rid, ref_step = _step(p["reference_item"])
+    ref_rid, ref_step = item_step(p["reference_item"])
     assert ref_rid == rid and p["reference_item"] not in shown
-    assert ref_step not in {_step(c)[1] for c in shown}
+    assert ref_step not in {item_step(c)[1] for c in shown}
     S = np.stack([vec[c] for c in shown])
     prof = lambda x: -np.sort(-(S @ vec[x]))
     target = prof(p["reference_item"])
-    pool = [i for i in world["by_split"][r["split"]] if _step(i)[0] != rid]
+    pool = [i for i in world["by_split"][r["split"]] if item_step(i)[0] != rid]
     costs = np.array([np.abs(prof(i) - target).sum() for i in pool])
     assert (costs < np.abs(prof(foreign) - target).sum() - 1e-5).sum() < MATCHED_POOL
 
@@ -132,7 +112,7 @@ def test_the_distance_rules_lose_the_foreign_image(world):
     vec = world["vec"]
 
     def rules(did):
-        rows = _rows(world, did)
+        rows = dataset_rows(world, did)
         items = sorted({c for r in rows for c in r["choice_list"]})
         ix = {c: i for i, c in enumerate(items)}
         mat = np.stack([vec[c] for c in items])
@@ -152,12 +132,7 @@ def test_the_distance_rules_lose_the_foreign_image(world):
 
 
 def test_matched_generation_is_deterministic(world):
-    con, paths = world["con"], world["paths"]
-    again = generate_datasets(con, SETTINGS[:3], seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
-                              workers=1)
-    assert [a["content_sha256"] for a in again] == [s["content_sha256"] for s in world["summaries"][:3]]
-    other = generate_datasets(con, SETTINGS[:1], seed=1, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-    assert other[0]["content_sha256"] != world["summaries"][0]["content_sha256"]
+    assert_deterministic(world, SETTINGS[:3])
 
 
 def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
