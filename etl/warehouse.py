@@ -164,6 +164,15 @@ def connect(paths: Paths | None = None, read_only: bool = False,
         try:
             con = duckdb.connect(str(database), read_only=read_only)
             break
+        except duckdb.ConnectionException as e:
+            # this process holds the file for writing already (a library user's open connection, or a
+            # command run in-process): DuckDB shares one database per process and file, so read through
+            # it; there is no other lock to take
+            if not read_only or "different configuration" not in str(e):
+                raise
+            con = duckdb.connect(str(database))
+            read_only = True                    # no migration: the open connection has run them
+            break
         except duckdb.IOException as e:
             if "lock" not in str(e).lower():
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -73,7 +73,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
     drop also takes what the linear question-only probe solves (`_linear_oof`). `distractors`: the AF
-    datasets of the knob settings (ball) or of coherence's matched variants (matched), pooled apart.
+    datasets of the knob settings (ball), of coherence's matched variants (matched) or of visual cloze's
+    kitchen ones (kitchen), each pooled apart.
     `floor_by`: the `min_kept` floor holds per dataset, or in each of its splits (`drop_plan_by_split`).
     `fold_by`: the adversary's folds, of recipes or with the val and test splits held out whole
     (`out_of_fold_scores`). `swap_first`: which solved questions the rounds move first, the most
@@ -86,9 +87,6 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     anything is written, or go on from the logits in that scores file; one GM3C pass only."""
     check_kind(task, distractors)
     paths = Paths.from_env()
-    if not paths.warehouse.exists():     # never a new empty warehouse (nor its folders) for a mistyped --home
-        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
-    paths = paths.ensure()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     offload = _offload(task, rounds, fresh_drop, jobs_out, scores_from)
     if floor_by not in FLOOR_BY:
@@ -97,7 +95,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     first = ("movable" if task == "visual_ordering" else "confident") if swap_first == "auto" else swap_first
     if first not in SWAP_FIRST:
         raise ValueError(f"--swap-first must be one of auto, {', '.join(SWAP_FIRST)}, got {swap_first!r}")
-    con = connect(paths)
+    if not paths.warehouse.exists():     # never a new empty warehouse (nor its folders) for a mistyped --home
+        raise ValueError(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all`, first")
+    con = connect(paths.ensure())
     try:
         rows = af_datasets(con, task, seed, distractors)
         if not rows:

@@ -119,9 +119,13 @@ def datasets_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", he
     """List generated datasets with question/recipe counts and skips."""
     from etl.warehouse import connect_reader, load_query
     require_warehouse()
-    cur = connect_reader().execute(load_query("datasets_listing"))
-    columns = [d[0] for d in cur.description]
-    rows = cur.fetchall()
+    con = connect_reader()
+    try:
+        cur = con.execute(load_query("datasets_listing"))
+        columns = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    finally:
+        con.close()
     if fmt == "json":
         echo_json([dict(zip(columns, r)) for r in rows])
         return
@@ -166,41 +170,42 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
         check_out_path("--out", out)
     require_warehouse()                             # a mistyped --home is an error, not a new warehouse
     paths = Paths.from_env()                        # read-only: the export makes its own folder
-    con = connect_reader(paths)
-    known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-    wanted = [d.strip() for x in dataset or [] for d in x.split(",") if d.strip()]
-    if all_ == bool(wanted):
-        fail("give exactly one of --dataset ID (repeat, or comma-separated) or --all")
-    for d in wanted:
-        if d not in known:
-            fail(f"no dataset {d!r}; `mrqa datasets` lists them")
-    ids = known if all_ else list(dict.fromkeys(wanted))
-    if not ids:
-        fail("no datasets to export; run `mrqa generate --all` first")
-    left_out: dict[str, str] = {}
-    if reading_only:
-        from features.datasets.card import reading_gate
-        ids, left_out = reading_gate(con, ids)
-        for did, why in left_out.items():
-            typer.echo(f"left out {did}: {why}", err=True)
+    from contextlib import closing
+    with closing(connect_reader(paths)) as con:          # closed whichever way the command ends
+        known = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        wanted = [d.strip() for x in dataset or [] for d in x.split(",") if d.strip()]
+        if all_ == bool(wanted):
+            fail("give exactly one of --dataset ID (repeat, or comma-separated) or --all")
+        for d in wanted:
+            if d not in known:
+                fail(f"no dataset {d!r}; `mrqa datasets` lists them")
+        ids = known if all_ else list(dict.fromkeys(wanted))
         if not ids:
-            fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
-                 "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa "
-                 "reading-check --dataset ID --record` with a reader, `mrqa af-pool` filters the AF ones further")
-    if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
-        import hashlib
-        digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
-        out = paths.exports / (("all-reading" if reading_only else "all") if all_
-                               else ids[0] if len(ids) == 1 else f"datasets-{digest}")
-    try:
-        if fmt == "parquet":
-            res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
-                                 with_images=with_images, home=paths.home, left_out=left_out or None)
-        else:
-            res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
-    except (ValueError, LookupError) as e:
-        fail(str(e))
-    echo_json({**res, "left_out": left_out} if reading_only else res)
+            fail("no datasets to export; run `mrqa generate --all` first")
+        left_out: dict[str, str] = {}
+        if reading_only:
+            from features.datasets.card import reading_gate
+            ids, left_out = reading_gate(con, ids)
+            for did, why in left_out.items():
+                typer.echo(f"left out {did}: {why}", err=True)
+            if not ids:
+                fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
+                     "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa "
+                     "reading-check --dataset ID --record` with a reader, `mrqa af-pool` filters the AF ones further")
+        if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
+            import hashlib
+            digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
+            out = paths.exports / (("all-reading" if reading_only else "all") if all_
+                                   else ids[0] if len(ids) == 1 else f"datasets-{digest}")
+        try:
+            if fmt == "parquet":
+                res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
+                                     with_images=with_images, home=paths.home, left_out=left_out or None)
+            else:
+                res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
+        except (ValueError, LookupError) as e:
+            fail(str(e))
+        echo_json({**res, "left_out": left_out} if reading_only else res)
 
 
 @app.command("report")

@@ -29,7 +29,11 @@ def sql_test_cmd(wait: float = wait_option()):
     """Run the warehouse data tests (sql/tests/*.sql must return zero rows)."""
     from etl.warehouse import connect_reader, run_sql_tests
     require_warehouse()
-    failures = {k: v for k, v in run_sql_tests(connect_reader()).items() if v}
+    con = connect_reader()
+    try:
+        failures = {k: v for k, v in run_sql_tests(con).items() if v}
+    finally:
+        con.close()
     for name, n in failures.items():
         typer.secho(f"FAIL {name}: {n} row(s)", fg="red")
     if failures:
@@ -120,7 +124,12 @@ def status_cmd(wait: float = wait_option()):
     from etl.warehouse import connect_reader, load_query
     require_warehouse()
     con = connect_reader()
-    for table, n in con.execute(load_query("table_counts")).fetchall():
+    try:
+        counts = con.execute(load_query("table_counts")).fetchall()
+        rejects = con.execute("SELECT * FROM v_reject_summary").fetchall()
+    finally:
+        con.close()
+    for table, n in counts:
         typer.echo(f"{table:12s} {n:>10,d}")
-    for stage, reason, n, *_ in con.execute("SELECT * FROM v_reject_summary").fetchall():
+    for stage, reason, n, *_ in rejects:
         typer.echo(f"  reject {stage}/{reason}: {n}")

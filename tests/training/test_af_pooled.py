@@ -396,7 +396,8 @@ def test_cli_refuses_in_one_line(paths):
 
     from flows.cli import app
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--task", "visual_cloze"])
-    assert r.exit_code == 2 and "no AF datasets of visual_cloze" in r.output
+    assert r.exit_code == 2 and "no warehouse at" in r.output       # a home without one: never a new one
+    assert not paths.warehouse.exists()
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--tau", "0"])
     assert r.exit_code == 2 and "--tau must be in (0, 1]" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--keep-solved", "1"])
