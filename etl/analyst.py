@@ -119,6 +119,9 @@ def _check_explained(con: duckdb.DuckDBPyConnection, query: str) -> None:
         raise AnalystQueryRefused(f"refused: EXPLAIN of {what}; only a SELECT may be explained")
 
 
+ARROW_LOSSY = frozenset({"UHUGEINT", "TIME WITH TIME ZONE", "BIT"})   # types Arrow gets wrong (-1, no offset, bytes)
+
+
 def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float | None = None,
                       render: str | None = None) -> pa.Table:
     """Check `sql` (see check_analyst_sql) and run it on a connection from connect_analyst.
@@ -126,7 +129,7 @@ def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float |
     `render` "varchar" or "to_json": every column comes back as DuckDB's own text of its values (its cast
     to VARCHAR, as its CSV writer writes them, or its JSON), made inside DuckDB, so no value goes through a
     type Arrow or Python cannot hold (UHUGEINT, TIMETZ, BIT, wide DECIMAL, JSON); columns are taken by
-    position, so a repeated name is kept.
+    position, so a repeated name is kept. `table`: only the columns of those types become DuckDB's text.
 
     The whole result is materialised here, so run-time errors surface as AnalystQueryFailed
     (not later, while printing). A file access that slips past the statement check is still
@@ -145,8 +148,11 @@ def run_analyst_query(con: duckdb.DuckDBPyConnection, sql: str, timeout: float |
         if render is None:
             return rel.to_arrow_table()
         names = rel.columns
-        cast = "#{}::VARCHAR" if render == "varchar" else "to_json(#{})::VARCHAR"
-        out = rel.project(", ".join(cast.format(i + 1) + f" AS c{i}" for i in range(len(names)))).to_arrow_table()
+        if render == "table":
+            casts = ["#{}::VARCHAR" if str(t) in ARROW_LOSSY else "#{}" for t in rel.types]
+        else:
+            casts = ["#{}::VARCHAR" if render == "varchar" else "to_json(#{})::VARCHAR"] * len(names)
+        out = rel.project(", ".join(c.format(i + 1) + f" AS c{i}" for i, c in enumerate(casts))).to_arrow_table()
         return out.rename_columns(names)
     except duckdb.InterruptException:
         raise AnalystQueryFailed(f"query stopped after {timeout:g} s (--timeout); narrow it, or give it more "

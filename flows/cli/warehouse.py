@@ -77,7 +77,7 @@ def _query(con, sql: str, fmt: str, timeout: float) -> None:
     from etl.analyst import AnalystQueryError, run_analyst_query
     try:
         result = run_analyst_query(con, sql, timeout=timeout,
-                                   render={"json": "to_json", "csv": "varchar"}.get(fmt))
+                                   render={"json": "to_json", "csv": "varchar", "table": "table"}.get(fmt))
     except AnalystQueryError as e:
         fail(str(e))
     names = result.column_names

@@ -227,3 +227,8 @@ def test_types_arrow_or_python_cannot_hold_keep_their_value(home, run_mrqa):
     assert res.rc == 0, res.stderr
     assert res.stdout.splitlines()[1] == ('340282366920938463463374607431768211455,12:00:00+02,0101,'
                                           '123456789012345678901234567890.123,"{""a"": [1]}","",')
+    res = run_mrqa("query", "SELECT 340282366920938463463374607431768211455::UHUGEINT AS u, TIMETZ '12:00:00+02' AS t, "
+                   "BIT '0101' AS b", home=home)           # the table too: those types as DuckDB's text
+    assert res.rc == 0, res.stderr
+    for text in ("340282366920938463463374607431768211455", "12:00:00+02", "0101"):
+        assert text in res.stdout, (text, res.stdout)
