@@ -579,10 +579,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             if title:                                 # never the answer's own text
                 ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
             parts.append(np.where(ok, c, -1))
-        cand = _dedupe(np.concatenate(parts, axis=1))
-    else:                                         # beyond the knobs: the question's own recipe (kitchen_candidates)
+        cand = answerable(sp, ans, _dedupe(np.concatenate(parts, axis=1)))
+    else:                               # beyond the knobs: the recipe's own photos, answerable already
         cand = kitchen
-    cand = answerable(sp, ans, cand)
     # a text twin of the answer step, or a photo its text cannot tell from the answer's: knob picks that
     # are must be replaced
     a_row = sp.word_row[ans][:, None]

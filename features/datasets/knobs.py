@@ -258,6 +258,12 @@ class Setting:
         return replace(p, af_rounds=af_rounds) if self.adversarial else p
 
 
+def setting_kind(name: str) -> str:
+    """Which distractors a setting's name says: `matched`, `kitchen` (beyond the paper) or `ball`."""
+    m = re.search(r"-(matched|kitchen)\b", str(name or ""))
+    return m[1] if m else "ball"
+
+
 def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False,
                  distractors: str = "ball") -> str:
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other

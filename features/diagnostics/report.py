@@ -34,7 +34,7 @@ import duckdb
 import numpy as np
 from matplotlib.figure import Figure
 
-from features.datasets.knobs import TASKS
+from features.datasets.knobs import TASKS, setting_kind
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
 from features.diagnostics.look_probe import look_rows
 from features.diagnostics.tree_probe import tree_rows
@@ -87,7 +87,7 @@ def is_paper_setting(row: dict) -> bool:
     return (not row.get("preset") and row.get("knob1") is not None and row.get("knob2") is not None
             and row.get("knob3") is not None and row.get("k3_mode") in ("off", "coin")
             and not row.get("adversarial")
-            and not re.search(r"-(matched|kitchen)\b", str(row.get("setting") or row.get("knobs") or ""))
+            and setting_kind(row.get("setting") or row.get("knobs")) == "ball"
             and re.search(r"-p[0-9a-f]{6}$", row["dataset_id"]) is None)
 
 

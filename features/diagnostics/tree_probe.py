@@ -26,11 +26,11 @@ that model:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from features.datasets.knobs import setting_kind
 from features.diagnostics.question_only import N_SET_FEATURES, QuestionOnlyResult, accuracy_interval, recipe_folds
 
 TREE_FOLDS = 4
@@ -276,8 +276,8 @@ def tree_rows(con, rows: list[dict], lance_uri: str, seed: int = 0) -> None:
     for r in rows:
         r.update(tree_acc=None, tree_ci_low=None, tree_ci_high=None, tree_test_acc=None)
         if r.get("adversarial") and r.get("encoder_id") and r.get("n_scored"):
-            kind = re.search(r"-(matched|kitchen)\b", str(r.get("setting") or r.get("knobs") or ""))
-            groups.setdefault((r["task"], r["encoder_id"], r["seed"], kind[1] if kind else "ball"), []).append(r)
+            kind = setting_kind(r.get("setting") or r.get("knobs"))
+            groups.setdefault((r["task"], r["encoder_id"], r["seed"], kind), []).append(r)
     for (task, _enc, _seed, _kind), group in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ids = [r["dataset_id"] for r in group]
         have = {r["dataset_id"]: r["_resolved"] for r in group if r.get("_resolved") is not None}
