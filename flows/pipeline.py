@@ -27,7 +27,7 @@ from prefect import flow
 from etl.config import Paths
 from etl.sample.kitchen import sample_dir_for, served_sample
 from etl.warehouse import connect, utcnow
-from features.datasets.export import export_parquet
+from features.datasets.export import current_export
 from flows.clean import clean_flow
 from flows.competence import competence_flow, ground_truth_if_planned
 from flows.embed import embed_flow
@@ -220,14 +220,15 @@ def _ingest(params: dict, paths: Paths) -> dict:
 
 
 def _sweep(paths: Paths, params: dict) -> dict:
+    """The sweep over MRQA_HOME/exports/all, written again first unless it holds every dataset of the
+    warehouse as the warehouse has it (`current_export`: none generated or filtered again since)."""
     export_dir = paths.exports / "all"
-    if not (export_dir / "questions").exists():
-        con = connect(paths)
-        try:
-            ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-            export_parquet(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
-        finally:
-            con.close()
+    con = connect(paths)
+    try:
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        current_export(con, ids, export_dir, with_vectors=True, lance_uri=paths.lance)
+    finally:
+        con.close()
     return sweep_flow(str(export_dir), str(paths.reports / "sweep"), params["sweep_scorers"],
                       params["sweep_tasks"], None, tiny=params["sweep_tiny"],
                       overrides={"seed": params["seed"]})

@@ -114,13 +114,13 @@ def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
     glob = (qdir / "**" / "*.parquet").as_posix()
     cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
                       f"question_step_ids, encoder_id, CASE WHEN task = 'textual_cloze' THEN provenance END "
-                      f"AS provenance FROM read_parquet({sql_path(glob)}, hive_partitioning = true) "
+                      f"AS provenance FROM read_parquet({sql_path(glob)}, hive_partitioning = false) "
                       f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
     if not rows:
         known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({sql_path(glob)}, "
-                                           "hive_partitioning = true) ORDER BY 1").fetchall()]
+                                           "hive_partitioning = false) ORDER BY 1").fetchall()]
         raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: {', '.join(known) or 'none'})")
     return rows
 
@@ -134,19 +134,28 @@ def dataset_hash(rows: list[dict]) -> str:
     return h.hexdigest()
 
 
+def setting_of(knobs: str) -> str:
+    """The setting's name of an export's knobs= value: the value itself, or, where the export held several
+    datasets of one setting, the value without the rest of the dataset's id (`0-1-1-s1-1a2b3c4d` -> `0-1-1`)."""
+    return re.sub(r"-s[0-9]+-[0-9a-f]{8}(-p[0-9a-f]{6})?$", "", knobs)
+
+
 def list_datasets(export_dir: Path) -> list[dict]:
     """Datasets of an export: dataset_id, task, knobs, n_questions."""
     glob = (Path(export_dir) / "questions" / "**" / "*.parquet").as_posix()
     con = duckdb.connect()
     cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
-                      f"read_parquet({sql_path(glob)}, hive_partitioning = true) GROUP BY 1 ORDER BY 2, 3, 1")
+                      f"read_parquet({sql_path(glob)}, hive_partitioning = false) GROUP BY 1 ORDER BY 2, 3, 1")
     return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
 
 
 def training_export(dataset_id: str, export: Path | None = None, paths=None) -> Path:
     """The Parquet export to train or score `dataset_id` on: `export` when given (it must be an
-    export), else MRQA_HOME/exports/all when it holds the dataset, else MRQA_HOME/exports/<dataset_id>,
-    which is written now (with vectors) from the warehouse when it does not hold the dataset yet.
+    export), else MRQA_HOME/exports/all when it holds the dataset as the warehouse has it, else
+    MRQA_HOME/exports/<dataset_id>, which is written now (with vectors) from the warehouse when it does not
+    hold the dataset yet, or holds an older generation of it (the content hashes differ: the dataset was
+    generated or filtered again, e.g. by `mrqa af-pool`, after the export). Without a warehouse an export
+    that holds the dataset is taken as it is.
 
     Raises DatasetError when `export` is not an export or the warehouse has no such dataset, or one
     without questions."""
@@ -156,16 +165,24 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
         if not (Path(export) / "questions").is_dir():
             raise DatasetError(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")
         return Path(export)
-    for cand in (paths.exports / "all", paths.exports / dataset_id):
-        if (cand / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(cand)):
-            return cand
+    held = [c for c in (paths.exports / "all", paths.exports / dataset_id)
+            if (c / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(c))]
     from etl.warehouse import connect_reader
-    from features.datasets.export import export_parquet
+    from features.datasets.export import export_freshness, export_parquet
     if not paths.warehouse.exists():            # never a new empty warehouse for a mistyped --home
+        if held:
+            return held[0]
         raise DatasetError(f"no dataset {dataset_id!r}: no export holds it and there is no warehouse at "
                            f"{paths.warehouse}; give --export, or run `mrqa demo` (or check --home)")
     con = connect_reader(paths)
     try:
+        for cand in held:
+            try:
+                if export_freshness(con, cand, [dataset_id])["current"] == [dataset_id]:
+                    return cand
+            except ValueError as e:
+                log.warning("%s", e)
+            log.info("%s holds an older generation of %s than the warehouse: not used", cand, dataset_id)
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
             raise DatasetError(f"no dataset {dataset_id!r} in the warehouse or exports; `mrqa datasets` lists them")
         if not con.execute("SELECT 1 FROM questions WHERE dataset_id = ? LIMIT 1", [dataset_id]).fetchall():

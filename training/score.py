@@ -67,7 +67,7 @@ def _source(export: Path | None, con: duckdb.DuckDBPyConnection | None) -> str:
         if not qdir.is_dir():
             raise ScoreError(f"{export} is not a Parquet export (no questions/ folder); give the folder "
                              "`mrqa export` wrote")
-        return f"read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, hive_partitioning = true)"
+        return f"read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, hive_partitioning = false)"
     if con is None:
         raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
     return "(SELECT q.*, d.setting AS knobs FROM questions q JOIN datasets d USING (dataset_id))"

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from training.config import VISUAL_TASKS, ModelConfig, TrainConfig, align_for
-from training.data import list_datasets, load_for_training
+from training.data import list_datasets, load_for_training, setting_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
     knobs = [_setting_name(k) for k in knobs] if knobs else None
     listed = list_datasets(export_dir)
-    datasets = [d for d in listed if d["task"] in tasks and (not knobs or d["knobs"] in knobs)]
+    datasets = [d for d in listed if d["task"] in tasks and (not knobs or setting_of(d["knobs"]) in knobs)]
     if not datasets:
         there = sorted({d["knobs"] for d in listed if d["task"] in tasks})
         if knobs and there:

@@ -20,7 +20,8 @@ QUESTION_COLUMNS = (
      'visual_cloze | visual_coherence | visual_ordering | textual_cloze; also the `task=` folder.'),
     ('knobs', 'string (dictionary)',
      "The setting's name (knob legend below), e.g. `0-1-1`, `0-0-1-balanced`, `0-1-1-af`, `recipeqa`; "
-     'also the `knobs=` folder.'),
+     'also the `knobs=` folder. Where the export holds several datasets of one task and setting, each one '
+     'adds the rest of its id: `0-1-1-s1-1a2b3c4d`, `0-1-1-s0-1a2b3c4d-p5e6f7a` (other parameters).'),
     ('split', 'string (dictionary)',
      "train | val | test (the recipe's split); also the `split=` folder. The card's configs call val "
      '`validation`.'),
@@ -452,7 +453,8 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           'q = pl.read_parquet("questions/**/*.parquet", hive_partitioning=True)', "",
           "import duckdb",
           "duckdb.sql(\"SELECT task, knobs, split, count(*) FROM read_parquet('questions/**/*.parquet', "
-          "hive_partitioning = true) GROUP BY ALL\")", "",
+          "hive_partitioning = false) GROUP BY ALL\")   # the columns in the files: DuckDB's hive reading "
+          "would take a lone knobs=0-1-1 or 1-1-1 for a date", "",
           "import pandas as pd",
           'q = pd.read_parquet("questions")          # k1/k2/k3 come back as nullable Int8', "```", "",
           "The partition columns (`task`, `knobs`, `split`) are inside the files too, so a single file or a "

@@ -355,6 +355,50 @@ def tree_sha256(root: Path) -> str:
 
 # ----------------------------------------------------------------------------- RecipeQA JSON
 
+def export_freshness(con: duckdb.DuckDBPyConnection, export_dir: Path,
+                     dataset_ids: list[str] | None = None) -> dict[str, list[str]]:
+    """What a Parquet export holds against the warehouse, per dataset by its content hash
+    (sql/queries/export_content_hashes.sql, the warehouse's `questions_content_hash` recomputed from the
+    files): {"current": ids whose questions are the warehouse's, "changed": ids generated or filtered again
+    since the export was written (`mrqa af-pool` rewrites a dataset under its id), "gone": ids no longer in
+    the warehouse}; with `dataset_ids`, of those only. A folder that is no export, or whose files cannot be
+    read, raises ValueError."""
+    qdir = Path(export_dir) / "questions"
+    if not qdir.is_dir():
+        raise ValueError(f"{export_dir} is not a Parquet export (no questions/ folder)")
+    glob = sql_path((qdir / "**" / "*.parquet").as_posix())
+    try:
+        only = "" if dataset_ids is None else f" WHERE list_contains({_in(dataset_ids)}, dataset_id)"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW export_read AS SELECT * FROM read_parquet({glob}, "
+                    f"hive_partitioning = false){only}")
+        hashes = con.execute(load_query("export_content_hashes")).fetchall()
+    except duckdb.Error as e:
+        raise ValueError(f"{export_dir}: its questions cannot be read ({str(e).splitlines()[0]})") from None
+    finally:
+        con.execute("DROP VIEW IF EXISTS export_read")
+    known = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
+                             [[d for d, _ in hashes]]).fetchall())
+    out: dict[str, list[str]] = {"current": [], "changed": [], "gone": []}
+    for did, sha in hashes:
+        out["gone" if did not in known else "current" if known[did] == sha else "changed"].append(did)
+    return out
+
+
+def current_export(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path, **kw) -> bool:
+    """Write the Parquet export of `dataset_ids` (those with questions) into `out` (`export_parquet`, options
+    `kw`) unless it holds exactly them as the warehouse has them (`export_freshness`); True when written."""
+    have = [r[0] for r in con.execute("SELECT dataset_id FROM datasets WHERE list_contains(?, dataset_id) "
+                                      "AND n_questions > 0 ORDER BY 1", [dataset_ids]).fetchall()]
+    try:
+        if (Path(out) / "questions").is_dir() and export_freshness(con, out) == {"current": have, "changed": [],
+                                                                                 "gone": []}:
+            return False
+    except ValueError:
+        pass
+    export_parquet(con, have, out, **kw)
+    return True
+
+
 def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                          home: Path | None = None, with_images: bool = True) -> dict:
     """RecipeQA-format files OUT/{train,val,test}.json for one dataset; for several, one such folder per

@@ -425,20 +425,49 @@ def corpus_counts(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dic
             "datasets": len(dataset_ids)}
 
 
-def find_export(exports: Path) -> Path | None:
-    """The Parquet export the report links: `exports/all` when it exists, else the newest export folder
-    (one holding questions/)."""
-    if not exports.is_dir():
-        return None
-    found = [p for p in exports.iterdir() if (p / "questions").is_dir()]
-    if not found:
-        return None
-    return next((p for p in found if p.name == "all"), None) or max(found, key=lambda p: (p.stat().st_mtime, p.name))
+def find_export(con: duckdb.DuckDBPyConnection, exports: Path, dataset_ids: list[str],
+                given: Path | None = None) -> tuple[Path | None, str | None]:
+    """The Parquet export the report links and what to say of it, each export checked against the warehouse
+    by its datasets' content hashes (features/datasets/export.py export_freshness): `given` as it is, else
+    of the folders of `exports` holding questions/ (`all` first, then the newest) the first that holds no
+    older generation of a dataset (generated or filtered again since it was written) and no dataset the
+    warehouse lost. The note says how many of the reported `dataset_ids` it holds, and names what it passed
+    over as stale; (None, why) when no export is current."""
+    from features.datasets.export import export_freshness
+    if given is not None:
+        found = [Path(given)] if Path(given).is_dir() else []
+    elif exports.is_dir():
+        found = sorted((p for p in exports.iterdir() if (p / "questions").is_dir()),
+                       key=lambda p: (p.name != "all", -p.stat().st_mtime, p.name))
+    else:
+        found = []
+    stale = []
+    for cand in found:
+        try:
+            fr = export_freshness(con, cand)
+        except ValueError as e:
+            stale.append(f"{cand.name}: {e}")
+            continue
+        old = [f"{len(fr[k])} {w}" for k, w in (("changed", "generated or filtered again since"),
+                                                 ("gone", "no longer in the warehouse")) if fr[k]]
+        if old and given is None:
+            stale.append(f"{cand.name} is stale ({'; '.join(old)})")
+            continue
+        holds = len(set(fr["current"]) & set(dataset_ids))
+        note = f"holds {holds:,d} of the {len(dataset_ids):,d} datasets reported as they are"
+        if old:
+            note += f"; stale: {'; '.join(old)} (`mrqa export` writes it again)"
+        if stale:
+            note += f"; passed over: {'; '.join(stale)}"
+        return cand, note
+    if not stale:
+        return None, None
+    return None, f"none current: {'; '.join(stale)} (`mrqa export --all` writes it again)"
 
 
 def report_header(con: duckdb.DuckDBPyConnection, metrics: list[dict], out_dir: Path, model: str, seed: int,
                   generated_at: str | None = None, commit: str | None = None,
-                  export_dir: Path | None = None) -> dict:
+                  export_dir: Path | None = None, export_note: str | None = None) -> dict:
     """The header's facts: date (UTC, `generated_at` or today), commit (`git_commit`), encoders (short
     name and id), corpus counts, the export folder and its dataset card (README.md) as links relative to
     the report folder, and what was measured."""
@@ -448,7 +477,10 @@ def report_header(con: duckdb.DuckDBPyConnection, metrics: list[dict], out_dir: 
         export_dir = Path(export_dir).resolve()
         card = export_dir / "README.md"
         export = {"path": str(export_dir), "href": os.path.relpath(export_dir, Path(out_dir).resolve()) + "/",
-                  "card": os.path.relpath(card, Path(out_dir).resolve()) if card.is_file() else None}
+                  "card": os.path.relpath(card, Path(out_dir).resolve()) if card.is_file() else None,
+                  "note": export_note}
+    elif export_note:
+        export = {"path": None, "note": export_note}
     return {"date": generated_at or datetime.now(UTC).date().isoformat(),
             "commit": commit or git_commit(),
             "encoders": [{"short": short_encoder(e), "id": e} for e in encoders],
@@ -462,11 +494,14 @@ def report_header(con: duckdb.DuckDBPyConnection, metrics: list[dict], out_dir: 
 def render_header(h: dict) -> str:
     c = h["corpus"]
     enc = "; ".join(f"<b>{html.escape(e['short'])}</b> (<code>{html.escape(e['id'])}</code>)" for e in h["encoders"])
-    if h["export"]:
+    if h["export"] and h["export"]["path"]:
         e = h["export"]
         export = f"<a href='{html.escape(e['href'])}'>{html.escape(e['path'])}</a>"
         export += (f"; dataset card <a href='{html.escape(e['card'])}'>README.md</a>" if e["card"]
                    else "; no dataset card (README.md) in it")
+        export += f"; {html.escape(e['note'])}" if e.get("note") else ""
+    elif h["export"]:
+        export = html.escape(h["export"]["note"])
     else:
         export = "none found (write one with <code>mrqa export --all</code>)"
     rows = [("date", html.escape(h["date"])), ("code", f"git commit <code>{html.escape(h['commit'])}</code>"),
@@ -558,7 +593,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
                  export_dir: Path | None = None, home: Path | None = None) -> dict:
     """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
     `generated_at` (the header's date; default today, UTC), `commit` (default `git_commit()`),
-    `export_dir` (the export to link; default `find_export(MRQA_HOME/exports)`).
+    `export_dir` (the export to link, checked against the warehouse; default `find_export`'s pick of
+    MRQA_HOME/exports: the first export holding no dataset older than the warehouse's).
     Returns {out, index, images, n_datasets, header, tasks: {task: {rows, table, split_table, ordering,
     plots, axes}}}."""
     out_dir = check_out_dir(Path(out_dir))
@@ -578,10 +614,10 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
-    if export_dir is None:
-        from etl.config import Paths
-        export_dir = find_export(Paths.from_env().exports)
-    header = report_header(con, metrics, out_dir, model, seed, generated_at, commit, export_dir)
+    from etl.config import Paths
+    export_dir, export_note = find_export(con, Paths.from_env().exports, [m["dataset_id"] for m in metrics],
+                                          export_dir)
+    header = report_header(con, metrics, out_dir, model, seed, generated_at, commit, export_dir, export_note)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)

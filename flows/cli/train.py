@@ -51,7 +51,8 @@ def train_cmd(dataset: str = typer.Option(..., "--dataset", help="dataset_id (se
               tiny: bool = typer.Option(False, "--tiny", help="Tiny model + short training (CPU demo)."),
               size: Optional[Size] = typer.Option(None, "--size", help=SIZE_HELP),
               export: Optional[Path] = typer.Option(None, "--export", help="Parquet export directory "
-                                                    "(default MRQA_HOME/exports/all or exported now)."),
+                                                    "(default MRQA_HOME/exports/all if it holds the dataset as "
+                                                    "the warehouse has it, else exported now)."),
               max_epochs: Optional[int] = typer.Option(None, "--max-epochs", help="Epoch cap (default 30, tiny 3)."),
               patience: Optional[int] = typer.Option(None, "--patience", help="Early stopping patience in epochs."),
               batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per (global) batch."),
@@ -197,6 +198,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     exp = export or paths.exports / "all"
     if not (exp / "questions").is_dir():
         fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
+    _say_if_stale(paths, exp)
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, task_list,
                     [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value,
@@ -205,3 +207,25 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
         fail(str(e))
     typer.echo(Path(res["out"], "accuracy.md").read_text())
     typer.echo(f"wrote {res['out']}/accuracy.parquet, accuracy.md, accuracy.png")
+
+
+def _say_if_stale(paths, exp: Path) -> None:
+    """A warning on stderr when the export holds datasets the warehouse has generated or filtered again since
+    (features/datasets/export.py export_freshness); the sweep runs on the export as it is."""
+    if not paths.warehouse.exists():
+        return
+    from contextlib import closing
+
+    from etl.warehouse import connect_reader
+    from features.datasets.export import export_freshness
+    with closing(connect_reader(paths)) as con:
+        try:
+            fr = export_freshness(con, exp)
+        except ValueError:
+            return
+    old = fr["changed"] + fr["gone"]
+    if old:
+        typer.echo(f"warning: {exp} is stale: {len(fr['changed'])} of its datasets were generated or filtered "
+                   f"again since it was written and {len(fr['gone'])} are no longer in the warehouse "
+                   f"({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); the sweep reads it as it is: `mrqa "
+                   "export --all --with-vectors` writes it again", err=True)

@@ -88,6 +88,22 @@ def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch)
     stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")}
     assert stamp and training_export(did) == out                                    # found, not rewritten
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == stamp
+    # an older generation of the dataset (generated or filtered again after the export): written again
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    f = sorted((out / "questions").rglob("*.parquet"))[0]
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("answer"), "answer",
+                                pa.array([(a + 1) % 4 for a in t["answer"].to_pylist()], pa.int32())), f)
+    assert training_export(did) == out
+    assert pq.read_table(f)["answer"].to_pylist() == t["answer"].to_pylist()      # the warehouse's answers again
+    from etl.warehouse import connect_reader
+    from features.datasets.export import export_freshness
+    con = connect_reader(Paths.from_env())
+    try:
+        assert export_freshness(con, out) == {"current": [did], "changed": [], "gone": []}
+    finally:
+        con.close()
     with pytest.raises(DatasetError, match="no dataset 'nope'"):
         training_export("nope")
     assert not (home / "exports" / "nope").exists()

@@ -603,6 +603,44 @@ def test_header_says_what_when_which_code_encoder_corpus_and_links_the_export(re
     assert "Hasty Student" in page.header["measured"] and "Wilson" in page.header["measured"]
 
 
+def _older_generation(export: Path) -> None:
+    """Make `export` hold an older generation of its first dataset: the answers of one of its files moved."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    f = sorted((export / "questions").rglob("*.parquet"))[0]
+    t = pq.read_table(f)
+    moved = pa.array([(a + 1) % 4 for a in t["answer"].to_pylist()], t.schema.field("answer").type)
+    pq.write_table(t.set_column(t.schema.get_field_index("answer"), "answer", moved), f)
+
+
+def test_the_header_passes_over_a_stale_export_and_says_so(report, tmp_path):
+    """An export whose questions are no longer the warehouse's (the dataset was generated or filtered again
+    after it: here its answers moved) is not linked as the report's export: the next current one is, with
+    how many of the reported datasets it holds; with none current the header says which are stale."""
+    from features.datasets.export import export_freshness, export_parquet
+    from features.diagnostics.report import find_export, render_header
+    con, ids = report["con"], [s["dataset_id"] for s in report["summaries"]]
+    exports = tmp_path / "exports"
+    export_parquet(con, ids, exports / "all")
+    export_parquet(con, ids[:1], exports / "one")
+    assert find_export(con, exports, ids) == (exports / "all", f"holds {len(ids)} of the {len(ids)} datasets "
+                                                                "reported as they are")
+    _older_generation(exports / "all")
+    fr = export_freshness(con, exports / "all")
+    assert len(fr["changed"]) == 1 and not fr["gone"] and len(fr["current"]) == len(ids) - 1
+    got, note = find_export(con, exports, ids)
+    assert got == exports / "one" and note.startswith(f"holds 1 of the {len(ids)} datasets")
+    assert "passed over: all is stale (1 generated or filtered again since)" in note
+    _older_generation(exports / "one")
+    got, note = find_export(con, exports, ids)
+    assert got is None and note.startswith("none current: all is stale") and "one is stale" in note
+    header = {"date": "d", "commit": "c", "encoders": [], "measured": "m", "export": {"path": None, "note": note},
+              "corpus": {"recipes": 1, "steps": 1, "images": 1, "questions": 1, "datasets": 1}}
+    assert "none current: all is stale" in render_header(header) and "<a href" not in render_header(header)
+    given, note = find_export(con, exports, ids, given=exports / "all")      # asked for: linked, said stale
+    assert given == exports / "all" and "stale: 1 generated or filtered again since" in note
+
+
 def test_every_plot_has_axis_labels(report):
     """Every figure of the page lists its panels' axis labels, taken from the matplotlib axes when the
     PNG was written (save_plot refuses a panel without both); the histogram grids included."""
