@@ -140,6 +140,20 @@ class KnobParams:
         if self.af_rounds and (self.preset or task not in AF_TASKS):
             raise ValueError(f"adversarial filtering is defined for the knob settings of {', '.join(AF_TASKS)}, "
                              "not for a preset")
+        unused = [f"{opt} ({why})" for opt, v, d, why in (
+            ("--k3-prob", self.k3_prob, 0.5, "knob 3's coin mode only"),
+            ("--k3-constrained", self.k3_n_constrained, 1, "knob 3's coin and all modes only"))
+            if v != d and not (opt == "--k3-prob" and self.k3_mode == "coin")
+            and not (opt == "--k3-constrained" and self.k3_mode in ("coin", "all"))]
+        if task != "visual_ordering" and self.ordering_weight_power != self._preset_weight_power():
+            unused.append("--ordering-weight-power (visual ordering only)")
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: this setting does not use it, so it would only make a `-p` "
+                             "dataset with the same questions under another id; leave it out")
+
+    def _preset_weight_power(self) -> float:
+        """ordering_weight_power as the preset of these knobs sets it (`preset_for`: knob 2; a preset: 0)."""
+        return 0.0 if self.preset or self.knob2 is None else float(self.knob2)
 
     @property
     def setting(self) -> Setting:

@@ -57,6 +57,34 @@ def test_non_finite_and_out_of_range_parameters_are_refused(field, value, match)
         replace(KnobParams.preset_for("visual_cloze", 0, 1, 0), **{field: value}).validate("visual_cloze")
 
 
+@pytest.mark.parametrize("task, name, field, value, option", [
+    ("visual_cloze", "0-1-0", "k3_prob", 0.7, "--k3-prob"),                 # knob 3 off
+    ("visual_cloze", "0-1-1-balanced", "k3_prob", 0.7, "--k3-prob"),         # balanced draws no coin
+    ("visual_cloze", "0-1-1-all", "k3_prob", 0.7, "--k3-prob"),
+    ("visual_coherence", "0-1-0", "k3_n_constrained", 2, "--k3-constrained"),
+    ("visual_cloze", "0-1-1-balanced", "k3_n_constrained", 2, "--k3-constrained"),
+    ("textual_cloze", "0-1-0", "ordering_weight_power", 2.0, "--ordering-weight-power"),
+    ("visual_cloze", "recipeqa", "k3_prob", 0.2, "--k3-prob"),
+])
+def test_an_option_the_setting_does_not_use_is_refused(task, name, field, value, option):
+    """It would only make a `-p` dataset, the same questions under another id."""
+    from features.datasets.generate import settings_for
+    preset = name if name == "recipeqa" else None
+    with pytest.raises(ValueError, match=f"{option} .*this setting does not use it"):
+        settings_for(task, None if preset else name, preset, None, {field: value})
+
+
+@pytest.mark.parametrize("task, name, field, value", [
+    ("visual_cloze", "0-1-1", "k3_prob", 0.7), ("visual_cloze", "0-1-1", "k3_n_constrained", 2),
+    ("visual_cloze", "0-1-1-all", "k3_n_constrained", 2), ("visual_ordering", "0-1-0", "ordering_weight_power", 2.0),
+])
+def test_an_option_the_setting_uses_makes_a_p_dataset(task, name, field, value):
+    from features.datasets.generate import settings_for
+    from features.datasets.knobs import dataset_id
+    (_, params), = settings_for(task, name, None, None, {field: value})
+    assert getattr(params, field) == value and "-p" in dataset_id(task, params, 0, "enc")
+
+
 @pytest.mark.parametrize("seed", [-1, 2**32, 1.5, True])
 def test_a_seed_numpy_cannot_take_is_refused(seed):
     from features.datasets.knobs import check_seed
