@@ -110,29 +110,44 @@ def schema_checksums(text: str) -> tuple[str, str]:
     return hashlib.sha256(sql.encode()).hexdigest(), hashlib.sha256(text.encode()).hexdigest()
 
 
-def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
-    """Apply pending schema files in declared order; returns the names applied now."""
-    files = migration_files(sql_dir)
-    con.execute((sql_dir / "schema" / files[0].name).read_text())  # schema_version itself
-    applied = {v: (name, sha) for v, name, sha in
-               con.execute("SELECT version, file_name, sha256 FROM schema_version").fetchall()}
-    done: list[str] = []
-    for version, path in enumerate(files, start=1):
+def _plan(applied: dict[int, tuple[str, str]], sql_dir: Path) -> list[tuple[int, Path, str, str, str]]:
+    """(version, path, text, sha256, action) per schema file against `applied` (schema_version: version ->
+    (file name, sha256)): action `skip` (applied as it is), `record` (applied, its checksum recorded by an
+    older runner over the whole text: to upgrade) or `apply`. A file reordered, or a changed file that is
+    not a view (`_v_`), raises SchemaError."""
+    out = []
+    for version, path in enumerate(migration_files(sql_dir), start=1):
         text = path.read_text()
         sha, whole_text_sha = schema_checksums(text)
+        action = "apply"
         if version in applied:
             name, old_sha = applied[version]
             if name != path.name:
                 raise SchemaError(f"schema version {version} was {name}, now {path.name}: "
                                   "append new files to sql/migrations.txt instead of reordering")
-            if old_sha == whole_text_sha != sha:       # recorded by an older runner: upgrade it
-                con.execute("UPDATE schema_version SET sha256 = ? WHERE version = ?", [sha, version])
-                old_sha = sha
-            if old_sha == sha:
-                continue
-            if "_v_" not in path.name:
+            if old_sha in (sha, whole_text_sha):
+                action = "skip" if old_sha == sha else "record"
+            elif "_v_" not in path.name:
                 raise SchemaError(f"{path.name} changed after it was applied; add a new migration "
                                   "file instead (or rebuild the warehouse)")
+        out.append((version, path, text, sha, action))
+    return out
+
+
+def _applied(con: duckdb.DuckDBPyConnection) -> dict[int, tuple[str, str]]:
+    return {v: (name, sha) for v, name, sha in
+            con.execute("SELECT version, file_name, sha256 FROM schema_version").fetchall()}
+
+
+def migrate(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
+    """Apply pending schema files in declared order (`_plan`); returns the names applied now."""
+    con.execute((sql_dir / "schema" / migration_files(sql_dir)[0].name).read_text())  # schema_version itself
+    done: list[str] = []
+    for version, path, text, sha, action in _plan(_applied(con), sql_dir):
+        if action == "record":
+            con.execute("UPDATE schema_version SET sha256 = ? WHERE version = ?", [sha, version])
+        if action != "apply":
+            continue
         with transaction(con):
             con.execute(text)
             con.execute("INSERT OR REPLACE INTO schema_version VALUES (?, ?, ?, ?)",
@@ -204,18 +219,13 @@ def _not_writable(message: str) -> bool:
 
 
 def pending_migrations(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> list[str]:
-    """The schema files `migrate` would apply on this connection (read-only: nothing is written)."""
+    """The schema files `migrate` would apply on this connection (read-only: nothing is written; the same
+    `_plan`, so a reordered or changed file raises SchemaError here too)."""
     try:
-        applied = {v: (name, sha) for v, name, sha in
-                   con.execute("SELECT version, file_name, sha256 FROM schema_version").fetchall()}
+        applied = _applied(con)
     except duckdb.CatalogException:
         return [f.name for f in migration_files(sql_dir)]
-    out = []
-    for version, path in enumerate(migration_files(sql_dir), start=1):
-        sha, whole = schema_checksums(path.read_text())
-        if applied.get(version, (None, None))[0] != path.name or applied[version][1] not in (sha, whole):
-            out.append(path.name)
-    return out
+    return [path.name for _, path, _, _, action in _plan(applied, sql_dir) if action == "apply"]
 
 
 def connect_reader(paths: Paths | None = None, wait: float | None = None) -> duckdb.DuckDBPyConnection:

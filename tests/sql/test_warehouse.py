@@ -35,6 +35,34 @@ def test_changed_applied_migration_is_refused(tmp_path):
         migrate(c, sql_dir)
 
 
+def test_pending_migrations_says_what_migrate_would_apply(tmp_path):
+    """`pending_migrations` (read-only) names exactly what `migrate` then applies; a view file (`_v_`) changed
+    since is pending, a changed table file is refused by both."""
+    import shutil
+
+    import duckdb
+
+    from etl.config import SQL_DIR
+    from etl.warehouse import migration_files, pending_migrations
+    sql_dir = tmp_path / "sql"
+    shutil.copytree(SQL_DIR, sql_dir)
+    c = duckdb.connect(str(tmp_path / "w.duckdb"))
+    assert pending_migrations(c, sql_dir) == [p.name for p in migration_files(sql_dir)]    # a new warehouse
+    migrate(c, sql_dir)
+    assert pending_migrations(c, sql_dir) == []
+    (sql_dir / "schema" / "999_extra.sql").write_text("CREATE TABLE extra (a INT);")
+    with open(sql_dir / "migrations.txt", "a") as f:
+        f.write("999_extra.sql\n")
+    view = next(p for p in sorted((sql_dir / "schema").glob("*_v_*.sql")))
+    view.write_text(view.read_text() + "\n-- a comment that changes nothing\nSELECT 1;\n")
+    pending = pending_migrations(c, sql_dir)
+    assert pending == [view.name, "999_extra.sql"]
+    assert migrate(c, sql_dir) == pending and pending_migrations(c, sql_dir) == []
+    (sql_dir / "schema" / "002_recipes.sql").write_text("CREATE TABLE x (a INT);")
+    with pytest.raises(SchemaError, match="changed after it was applied"):
+        pending_migrations(c, sql_dir)
+
+
 def test_sql_data_tests_pass_on_good_data_and_catch_bad(con):
     rec = RecipeRecord("easy-soup", "http://x/easy-soup/", "Easy Soup", steps=[
         StepRecord(0, "Intro", "Soup.", ["http://x/a.jpg"]),
