@@ -129,13 +129,15 @@ def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], mod
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Per (task, scorer): preset accuracy vs mean over knob settings, and Hasty Student likewise."""
+    """Per (task, scorer): preset accuracy vs mean over knob settings, and Hasty Student likewise. A row's
+    knobs is its export config's (`recipeqa-s0-1a2b3c4d` where the export held several preset datasets):
+    its setting (`setting_of`) says whether it is the preset."""
     out = []
     for task in sorted({r["task"] for r in rows}):
         for scorer in sorted({r["scorer"] for r in rows}):
             rs = [r for r in rows if r["task"] == task and r["scorer"] == scorer]
-            pre = [r for r in rs if r["knobs"] == "recipeqa"]
-            kn = [r for r in rs if r["knobs"] != "recipeqa"]
+            pre = [r for r in rs if setting_of(r["knobs"]) == "recipeqa"]
+            kn = [r for r in rs if setting_of(r["knobs"]) != "recipeqa"]
             mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None
             out.append({"task": task, "scorer": scorer, "recipeqa_preset": mean(pre, "test_acc"),
                         "knob_mean": mean(kn, "test_acc"), "n_knob_settings": len(kn),

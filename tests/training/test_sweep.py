@@ -78,6 +78,18 @@ def test_the_summary_names_the_datasets_read_from_step_titles():
     assert checks(rows[1:2], []) == []
 
 
+def test_the_summary_knows_the_preset_by_its_setting_when_the_export_named_it_apart():
+    """Where an export holds several RecipeQA-style preset datasets of a task (another seed, a `-p` one), their
+    knobs= value adds the rest of the id; the summary still counts them as the preset, not as knob settings."""
+    from training.sweep import summarize
+    rows = [{"task": "visual_ordering", "scorer": "question_only", "knobs": k, "test_acc": a, "hasty_student_acc": h}
+            for k, a, h in (("1-0-0", 0.6, 0.3), ("recipeqa-s0-3ff43695", 0.8, 0.5),
+                            ("recipeqa-s0-3ff43695-p30bd61", 0.7, 0.4))]
+    (s,) = summarize(rows)
+    assert s["recipeqa_preset"] == 0.75 and s["hasty_preset"] == 0.45
+    assert s["knob_mean"] == 0.6 and s["n_knob_settings"] == 1
+
+
 def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
     r = CliRunner().invoke(app, ["sweep", "--scorers", "nope", "--tasks", "visual_cloze", "--tiny",
                                  "--out", str(tmp_path)])
