@@ -145,11 +145,29 @@ class KnobParams:
             ("--k3-constrained", self.k3_n_constrained, 1, "knob 3's coin and all modes only"))
             if v != d and not (opt == "--k3-prob" and self.k3_mode == "coin")
             and not (opt == "--k3-constrained" and self.k3_mode in ("coin", "all"))]
+        if task == "visual_coherence" and self.k3_n_constrained != 1 and self.k3_mode in ("coin", "all"):
+            unused.append("--k3-constrained (visual coherence has one foreign image: knob 3 tests only it)")
         if task != "visual_ordering" and self.ordering_weight_power != self._preset_weight_power():
             unused.append("--ordering-weight-power (visual ordering only)")
+        ball = (task != "visual_ordering" and self.distractors == "ball")
+        if not ball:
+            lo, hi = self._preset_ball()
+            unused += [f"{opt} (the knob-2 ball: {why})" for opt, v, d in (("--ball-lo-sd", self.ball_lo_sd, lo),
+                                                                          ("--ball-hi-sd", self.ball_hi_sd, hi))
+                       if v != d for why in ["visual ordering draws wrong orders, no distractors from a ball"
+                                             if task == "visual_ordering" else
+                                             {"random_far": "the preset's random far distractors replace it",
+                                              "matched": "the matched foreign image replaces it"}.get(
+                                                 self.distractors, f"{self.distractors} distractors replace it")]]
+        if task == "visual_ordering" and self.k != 100:
+            unused.append("--k (visual ordering uses no neighbours)")
         if unused:
             raise ValueError(f"{', '.join(unused)}: this setting does not use it, so it would only make a `-p` "
                              "dataset with the same questions under another id; leave it out")
+
+    def _preset_ball(self) -> tuple[float | None, float]:
+        """(ball_lo_sd, ball_hi_sd) as the preset of these knobs sets them (`preset_for`: knob 2)."""
+        return (-1.0, 1.0) if self.knob2 == 1 and not self.preset else (None, -1.0)
 
     def _preset_weight_power(self) -> float:
         """ordering_weight_power as the preset of these knobs sets it (`preset_for`: knob 2; a preset: 0)."""

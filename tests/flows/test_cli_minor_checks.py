@@ -71,10 +71,15 @@ def _nothing_generated(paths) -> None:
     assert _sql(paths, ("SELECT (SELECT count(*) FROM datasets), (SELECT count(*) FROM questions)", [])) == [(0, 0)]
 
 
-@pytest.mark.parametrize("task", ["visual_cloze", "visual_ordering"])
+@pytest.mark.parametrize("task", ["visual_cloze", "visual_coherence"])
 def test_generate_refuses_a_k_above_the_stored_neighbour_lists(k3_home, task):
     line, _ = refused(["generate", "--task", task, "--k", "5"], "--k 5 is more than the 3 neighbours per image")
     assert ENC in line and "give --k 3 or less" in line
+    _nothing_generated(k3_home)
+
+
+def test_generate_refuses_a_k_for_visual_ordering_which_uses_no_neighbours(k3_home):
+    refused(["generate", "--task", "visual_ordering", "--k", "5"], "--k (visual ordering uses no neighbours)")
     _nothing_generated(k3_home)
 
 

@@ -65,6 +65,15 @@ def test_non_finite_and_out_of_range_parameters_are_refused(field, value, match)
     ("visual_cloze", "0-1-1-balanced", "k3_n_constrained", 2, "--k3-constrained"),
     ("textual_cloze", "0-1-0", "ordering_weight_power", 2.0, "--ordering-weight-power"),
     ("visual_cloze", "recipeqa", "k3_prob", 0.2, "--k3-prob"),
+    ("visual_coherence", "0-1-1", "k3_n_constrained", 2, "--k3-constrained"),    # one foreign image: no count
+    ("visual_coherence", "0-1-1-all", "k3_n_constrained", 0, "--k3-constrained"),
+    ("visual_ordering", "0-1-0", "ball_hi_sd", 2.0, "--ball-hi-sd"),           # ordering draws no ball
+    ("visual_ordering", "0-0-0", "ball_lo_sd", -3.0, "--ball-lo-sd"),
+    ("visual_ordering", "0-0-0", "k", 60, "--k"),                              # nor neighbours
+    ("visual_ordering", "0-1-0-af", "k", 60, "--k"),
+    ("visual_cloze", "recipeqa", "ball_hi_sd", 0.5, "--ball-hi-sd"),           # random far distractors
+    ("visual_coherence", "recipeqa", "ball_lo_sd", -2.0, "--ball-lo-sd"),
+    ("visual_coherence", "0-0-0-matched", "ball_hi_sd", 0.5, "--ball-hi-sd"),  # the matched image replaces it
 ])
 def test_an_option_the_setting_does_not_use_is_refused(task, name, field, value, option):
     """It would only make a `-p` dataset, the same questions under another id."""
@@ -77,11 +86,15 @@ def test_an_option_the_setting_does_not_use_is_refused(task, name, field, value,
 @pytest.mark.parametrize("task, name, field, value", [
     ("visual_cloze", "0-1-1", "k3_prob", 0.7), ("visual_cloze", "0-1-1", "k3_n_constrained", 2),
     ("visual_cloze", "0-1-1-all", "k3_n_constrained", 2), ("visual_ordering", "0-1-0", "ordering_weight_power", 2.0),
+    ("visual_coherence", "0-1-1", "k3_prob", 0.3), ("visual_cloze", "0-1-0", "ball_hi_sd", 2.0),
+    ("visual_coherence", "0-1-0", "ball_lo_sd", -2.0), ("textual_cloze", "0-0-0", "k", 60),
+    ("visual_cloze", "recipeqa", "k", 60), ("visual_ordering", "recipeqa", "ordering_weight_power", 1.0),
 ])
 def test_an_option_the_setting_uses_makes_a_p_dataset(task, name, field, value):
     from features.datasets.generate import settings_for
     from features.datasets.knobs import dataset_id
-    (_, params), = settings_for(task, name, None, None, {field: value})
+    preset = name if name == "recipeqa" else None
+    (_, params), = settings_for(task, None if preset else name, preset, None, {field: value})
     assert getattr(params, field) == value and "-p" in dataset_id(task, params, 0, "enc")
 
 
