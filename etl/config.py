@@ -6,6 +6,7 @@ exports/, models/, reports/.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,14 @@ def sql_path(path: str | os.PathLike) -> str:
     doubled: a folder named "Bob's data" is a path like any other."""
     text = path.as_posix() if isinstance(path, Path) else os.fspath(path)
     return "'" + text.replace("'", "''") + "'"
+
+
+def sql_glob(folder: str | os.PathLike, pattern: str) -> str:
+    """`folder`/`pattern` as a SQL string literal for DuckDB's read_parquet, the folder's own glob characters
+    (`[`, `*`, `?`) each in brackets so they match only themselves: an export in a folder named "res [old]"
+    is read like any other (DuckDB took `[old]` for a character class and found no files)."""
+    text = folder.as_posix() if isinstance(folder, Path) else os.fspath(folder)
+    return sql_path(re.sub(r"([\[*?])", r"[\1]", text).rstrip("/") + "/" + pattern)
 
 
 def file_in_path(path: str | os.PathLike) -> Path | None:

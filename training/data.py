@@ -34,7 +34,7 @@ import duckdb
 import numpy as np
 import torch
 
-from etl.config import sql_path
+from etl.config import sql_glob, sql_path
 from training.config import CLOZE_TASKS, READER_TASKS
 
 log = logging.getLogger(__name__)
@@ -111,15 +111,15 @@ def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
     if not qdir.is_dir():
         raise DatasetError(f"{export_dir} is not a Parquet export (no questions/); run "
                            "`mrqa export --all --with-vectors`")
-    glob = (qdir / "**" / "*.parquet").as_posix()
+    glob = sql_glob(qdir, "**/*.parquet")
     cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
                       f"question_step_ids, encoder_id, CASE WHEN task = 'textual_cloze' THEN provenance END "
-                      f"AS provenance FROM read_parquet({sql_path(glob)}, hive_partitioning = false) "
+                      f"AS provenance FROM read_parquet({glob}, hive_partitioning = false) "
                       f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
     cols = [d[0] for d in cur.description]
     rows = [dict(zip(cols, r)) for r in cur.fetchall()]
     if not rows:
-        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({sql_path(glob)}, "
+        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({glob}, "
                                            "hive_partitioning = false) ORDER BY 1").fetchall()]
         raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: {', '.join(known) or 'none'})")
     return rows
@@ -142,10 +142,10 @@ def setting_of(knobs: str) -> str:
 
 def list_datasets(export_dir: Path) -> list[dict]:
     """Datasets of an export: dataset_id, task, knobs, n_questions."""
-    glob = (Path(export_dir) / "questions" / "**" / "*.parquet").as_posix()
+    glob = sql_glob(Path(export_dir) / "questions", "**/*.parquet")
     con = duckdb.connect()
     cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
-                      f"read_parquet({sql_path(glob)}, hive_partitioning = false) GROUP BY 1 ORDER BY 2, 3, 1")
+                      f"read_parquet({glob}, hive_partitioning = false) GROUP BY 1 ORDER BY 2, 3, 1")
     return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
 
 

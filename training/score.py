@@ -28,7 +28,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from etl.config import sql_path
+from etl.config import sql_glob
 from features.datasets.export import QID_SEPARATOR
 from training.ablation import other_recipes
 
@@ -67,7 +67,7 @@ def _source(export: Path | None, con: duckdb.DuckDBPyConnection | None) -> str:
         if not qdir.is_dir():
             raise ScoreError(f"{export} is not a Parquet export (no questions/ folder); give the folder "
                              "`mrqa export` wrote")
-        return f"read_parquet({sql_path((qdir / '**' / '*.parquet').as_posix())}, hive_partitioning = false)"
+        return f"read_parquet({sql_glob(qdir, '**/*.parquet')}, hive_partitioning = false)"
     if con is None:
         raise ScoreError("no warehouse and no --export: give the export the predictions were made on")
     return "(SELECT q.*, d.setting AS knobs FROM questions q JOIN datasets d USING (dataset_id))"

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from etl.config import sql_path
+from etl.config import sql_glob, sql_path
 from etl.warehouse import load_query
 from features.datasets.card import write_card
 from training.ablation import other_recipes
@@ -366,7 +366,7 @@ def export_freshness(con: duckdb.DuckDBPyConnection, export_dir: Path,
     qdir = Path(export_dir) / "questions"
     if not qdir.is_dir():
         raise ValueError(f"{export_dir} is not a Parquet export (no questions/ folder)")
-    glob = sql_path((qdir / "**" / "*.parquet").as_posix())
+    glob = sql_glob(qdir, "**/*.parquet")
     try:
         only = "" if dataset_ids is None else f" WHERE list_contains({_in(dataset_ids)}, dataset_id)"
         con.execute(f"CREATE OR REPLACE TEMP VIEW export_read AS SELECT * FROM read_parquet({glob}, "

@@ -113,3 +113,24 @@ def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch)
     with pytest.raises(DatasetError, match="there is no warehouse at .*give --export, or run `mrqa demo`"):
         training_export(did)
     assert not (empty / "warehouse.duckdb").exists()
+
+
+@pytest.mark.parametrize("name", ["res [old]", "w*[x]?y", "Bob's {data}"])
+def test_an_export_in_a_folder_with_glob_characters_is_read(toy_home, tmp_path, name):
+    """DuckDB globs the questions' path: a folder's own `[`, `*` or `?` match only themselves (before, "res [old]"
+    was a character class and no file was found)."""
+    from etl.config import Paths
+    from etl.warehouse import connect_reader
+    from features.datasets.export import export_freshness
+    from training.score import load_split
+    exp = tmp_path / name / "out"
+    shutil.copytree(toy_home["export"], exp)
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    assert list_datasets(exp) == list_datasets(toy_home["export"])
+    assert load_split(did, "test", exp).qids == load_split(did, "test", toy_home["export"]).qids
+    con = connect_reader(Paths.from_env())
+    try:
+        assert export_freshness(con, exp) == export_freshness(con, toy_home["export"])
+        assert did in export_freshness(con, exp)["current"]
+    finally:
+        con.close()
