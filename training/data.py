@@ -27,6 +27,7 @@ import json
 import logging
 import re
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,17 +113,30 @@ def _questions(con, export_dir: Path, dataset_id: str) -> list[dict]:
         raise DatasetError(f"{export_dir} is not a Parquet export (no questions/); run "
                            "`mrqa export --all --with-vectors`")
     glob = sql_glob(qdir, "**/*.parquet")
-    cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
-                      f"question_step_ids, encoder_id, CASE WHEN task = 'textual_cloze' THEN provenance END "
-                      f"AS provenance FROM read_parquet({glob}, hive_partitioning = false) "
-                      f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
-    cols = [d[0] for d in cur.description]
-    rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    if not rows:
-        known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({glob}, "
-                                           "hive_partitioning = false) ORDER BY 1").fetchall()]
-        raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: {', '.join(known) or 'none'})")
+    with unreadable_export(export_dir):
+        cur = con.execute(f"SELECT qid, recipe_id, split, task, knobs, question, choice_list, answer, "
+                          f"question_step_ids, encoder_id, CASE WHEN task = 'textual_cloze' THEN provenance END "
+                          f"AS provenance FROM read_parquet({glob}, hive_partitioning = false) "
+                          f"WHERE dataset_id = ? ORDER BY qid", [dataset_id])
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+        if not rows:
+            known = [r[0] for r in con.execute(f"SELECT DISTINCT dataset_id FROM read_parquet({glob}, "
+                                               "hive_partitioning = false) ORDER BY 1").fetchall()]
+            raise DatasetError(f"dataset {dataset_id!r} is not in {export_dir} (it has: "
+                               f"{', '.join(known) or 'none'})")
     return rows
+
+
+@contextmanager
+def unreadable_export(export_dir: Path):
+    """A DuckDB error reading an export's questions (a file cut short or damaged, one an export still
+    writing has removed) as a DatasetError naming the export, not a traceback."""
+    try:
+        yield
+    except duckdb.Error as e:
+        raise DatasetError(f"{export_dir}: its questions cannot be read ({str(e).splitlines()[0]}); write it "
+                           "again with `mrqa export`") from None
 
 
 def dataset_hash(rows: list[dict]) -> str:
@@ -143,10 +157,10 @@ def setting_of(knobs: str) -> str:
 def list_datasets(export_dir: Path) -> list[dict]:
     """Datasets of an export: dataset_id, task, knobs, n_questions."""
     glob = sql_glob(Path(export_dir) / "questions", "**/*.parquet")
-    con = duckdb.connect()
-    cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
-                      f"read_parquet({glob}, hive_partitioning = false) GROUP BY 1 ORDER BY 2, 3, 1")
-    return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
+    with duckdb.connect() as con, unreadable_export(export_dir):
+        cur = con.execute(f"SELECT dataset_id, any_value(task), any_value(knobs), count(*) FROM "
+                          f"read_parquet({glob}, hive_partitioning = false) GROUP BY 1 ORDER BY 2, 3, 1")
+        return [dict(zip(["dataset_id", "task", "knobs", "n_questions"], r)) for r in cur.fetchall()]
 
 
 def training_export(dataset_id: str, export: Path | None = None, paths=None) -> Path:
@@ -165,8 +179,13 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
         if not (Path(export) / "questions").is_dir():
             raise DatasetError(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")
         return Path(export)
-    held = [c for c in (paths.exports / "all", paths.exports / dataset_id)
-            if (c / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(c))]
+    held = []
+    for c in (paths.exports / "all", paths.exports / dataset_id):
+        try:
+            if (c / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(c)):
+                held.append(c)
+        except DatasetError as e:           # a damaged exports/all is passed over; exports/<id> is written again
+            log.warning("%s", e)
     from etl.warehouse import connect_reader
     from features.datasets.export import export_freshness, export_parquet
     if not paths.warehouse.exists():            # never a new empty warehouse for a mistyped --home

@@ -79,7 +79,11 @@ def _fetch(sql: str, params: list, export: Path | None, con: duckdb.DuckDBPyConn
     if export is None:
         return con.execute(sql, params).fetchall()
     with duckdb.connect() as src:
-        return src.execute(sql, params).fetchall()
+        try:
+            return src.execute(sql, params).fetchall()
+        except duckdb.Error as e:
+            raise ScoreError(f"{export}: its questions cannot be read ({str(e).splitlines()[0]}); write it again "
+                             "with `mrqa export`") from None
 
 
 def load_split(dataset_id: str, split: str, export: Path | None = None,

@@ -134,3 +134,31 @@ def test_an_export_in_a_folder_with_glob_characters_is_read(toy_home, tmp_path, 
         assert did in export_freshness(con, exp)["current"]
     finally:
         con.close()
+
+
+def test_a_damaged_export_is_a_clear_error_and_train_passes_it_over(toy_home, tmp_path, monkeypatch):
+    """A questions file cut short (an interrupted copy, an export still being written): list_datasets, the
+    loader and `mrqa score` name the export instead of a DuckDB traceback, and training_export passes over a
+    damaged exports/all and writes exports/<id> from the warehouse."""
+    from etl.config import Paths
+    from training.data import load_qa_dataset
+    from training.score import ScoreError, load_split
+    did = toy_home["ids"][("visual_cloze", "0-0-0")]
+    src = Paths.from_env()
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(src.warehouse, home / src.warehouse.name)
+    shutil.copytree(src.lance, home / "lance")
+    shutil.copytree(toy_home["export"], home / "exports" / "all")
+    f = next(p for p in sorted((home / "exports" / "all" / "questions").rglob("*.parquet")) if did not in str(p))
+    f.write_bytes(f.read_bytes()[:100])
+    damaged = home / "exports" / "all"
+    with pytest.raises(DatasetError, match="its questions cannot be read"):
+        list_datasets(damaged)
+    with pytest.raises(ScoreError, match="its questions cannot be read"):
+        load_split(did, "test", damaged)
+    with pytest.raises(DatasetError, match="its questions cannot be read"):
+        load_qa_dataset(damaged, did)
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    assert training_export(did) == home / "exports" / did
+    assert [d["dataset_id"] for d in list_datasets(home / "exports" / did)] == [did]
