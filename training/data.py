@@ -148,12 +148,6 @@ def dataset_hash(rows: list[dict]) -> str:
     return h.hexdigest()
 
 
-def setting_of(knobs: str) -> str:
-    """The setting's name of an export's knobs= value: the value itself, or, where the export held several
-    datasets of one setting, the value without the rest of the dataset's id (`0-1-1-s1-1a2b3c4d` -> `0-1-1`)."""
-    return re.sub(r"-s[0-9]+-[0-9a-f]{8}(-p[0-9a-f]{6})?$", "", knobs)
-
-
 def list_datasets(export_dir: Path) -> list[dict]:
     """Datasets of an export: dataset_id, task, knobs, n_questions."""
     glob = sql_glob(Path(export_dir) / "questions", "**/*.parquet")
@@ -197,12 +191,18 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
     try:
         for cand in held:
             try:
-                if export_freshness(con, cand, [dataset_id])["current"] == [dataset_id]:
+                fr = export_freshness(con, cand, [dataset_id])
+                if fr["current"] == [dataset_id] and not fr["missing"]:
                     return cand
+                why = (f"lacks {', '.join(fr['missing'])}" if fr["current"] else
+                       "holds an older generation of it than the warehouse")
+                log.info("%s %s (%s): not used", cand, why, dataset_id)
             except ValueError as e:
                 log.warning("%s", e)
-            log.info("%s holds an older generation of %s than the warehouse: not used", cand, dataset_id)
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
+            if held:
+                raise DatasetError(f"dataset {dataset_id!r} is no longer in the warehouse; {held[0]} holds an older "
+                                   f"generation of it: give --export {held[0]} to use that one, or generate it again")
             raise DatasetError(f"no dataset {dataset_id!r} in the warehouse or exports; `mrqa datasets` lists them")
         if not con.execute("SELECT 1 FROM questions WHERE dataset_id = ? LIMIT 1", [dataset_id]).fetchall():
             # its export would hold no questions/ folder: say why instead of "not a Parquet export"

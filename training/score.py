@@ -30,6 +30,7 @@ import numpy as np
 
 from etl.config import sql_glob
 from features.datasets.export import QID_SEPARATOR
+from features.datasets.knobs import setting_of
 from training.ablation import other_recipes
 
 PREDICTION_KEYS = ("prediction", "answer", "pred")        # the field of a JSON Lines record, in this order
@@ -95,7 +96,8 @@ def load_split(dataset_id: str, split: str, export: Path | None = None,
         where = "the warehouse" if export is None else f"export {export}"
         raise ScoreError(f"{where} holds no {split} questions of dataset {dataset_id!r}; `mrqa datasets` lists "
                          "the datasets, --split picks train, val or test")
-    return SplitQuestions(dataset_id, rows[0][4], str(rows[0][5]), split, [r[0] for r in rows],
+    # an export names a setting's twins apart (`0-1-1-s1-<enc8>`): the setting itself, as the warehouse says
+    return SplitQuestions(dataset_id, rows[0][4], setting_of(str(rows[0][5])), split, [r[0] for r in rows],
                           [r[1] for r in rows], np.array([r[2] for r in rows], np.int64),
                           np.array([r[3] for r in rows], np.int64))
 

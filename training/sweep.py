@@ -14,8 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from features.datasets.knobs import setting_of
 from training.config import VISUAL_TASKS, ModelConfig, TrainConfig, align_for
-from training.data import list_datasets, load_for_training, setting_of
+from training.data import list_datasets, load_for_training
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ def _setting_name(text: str) -> str:
         return text
 
 
+def selected(listed: list[dict], tasks: list[str], knobs: list[str] | None) -> list[dict]:
+    """The datasets of an export's listing (`list_datasets`) that a sweep of `tasks` [and `knobs` labels,
+    matched by setting: an export's twins of one setting all match it] trains on."""
+    names = [_setting_name(k) for k in knobs] if knobs else None
+    return [d for d in listed if d["task"] in tasks and (not names or setting_of(d["knobs"]) in names)]
+
+
 def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,
           knobs: list[str] | None = None, model_cfg: ModelConfig | None = None,
           train_cfg: TrainConfig | None = None, text_features: str = "tokens", record: bool = True,
@@ -50,9 +58,9 @@ def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] 
     from training.baselines import hasty_student_accuracy
     from training.train import train_run
     model_cfg, train_cfg = model_cfg or ModelConfig(), train_cfg or TrainConfig()
-    knobs = [_setting_name(k) for k in knobs] if knobs else None
     listed = list_datasets(export_dir)
-    datasets = [d for d in listed if d["task"] in tasks and (not knobs or setting_of(d["knobs"]) in knobs)]
+    datasets = selected(listed, tasks, knobs)
+    knobs = [_setting_name(k) for k in knobs] if knobs else None
     if not datasets:
         there = sorted({d["knobs"] for d in listed if d["task"] in tasks})
         if knobs and there:

@@ -1,6 +1,6 @@
 """The dataset card (README.md) of a Parquet export: Hugging Face `configs:` front matter, one config per
-task x setting with its train/validation/test files, then the columns, the knob legend, the provenance
-schema per task, the encoders, the counts and the bias figures of every config."""
+dataset (named by task x setting) with its train/validation/test files, then the columns, the knob legend,
+the provenance schema per task, the encoders, the counts and the bias figures of every config."""
 from __future__ import annotations
 
 import json
@@ -20,8 +20,9 @@ QUESTION_COLUMNS = (
      'visual_cloze | visual_coherence | visual_ordering | textual_cloze; also the `task=` folder.'),
     ('knobs', 'string (dictionary)',
      "The setting's name (knob legend below), e.g. `0-1-1`, `0-0-1-balanced`, `0-1-1-af`, `recipeqa`; "
-     'also the `knobs=` folder. Where the export holds several datasets of one task and setting, each one '
-     'adds the rest of its id: `0-1-1-s1-1a2b3c4d`, `0-1-1-s0-1a2b3c4d-p5e6f7a` (other parameters).'),
+     'also the `knobs=` folder. Where the export holds several datasets of one task and setting, the one '
+     "with the setting's own parameters and the lowest seed keeps the name and each other one adds the rest "
+     'of its id: `0-1-1-s1-1a2b3c4d`, `0-1-1-s0-1a2b3c4d-p5e6f7a` (other parameters).'),
     ('split', 'string (dictionary)',
      "train | val | test (the recipe's split); also the `split=` folder. The card's configs call val "
      '`validation`.'),
@@ -444,8 +445,8 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
     first = configs[0][0] if n_q_configs else "visual_cloze-0-1-1"
     md = ["", "# Meta-RecipeQA", "",
           "De-biased multimodal question answering over cooking recipes (visual cloze, visual coherence, visual "
-          "ordering, textual cloze), generated at several knob settings. One config per task x setting; each "
-          "has the splits its questions fall in (train, validation = the `val` folder, test).", "",
+          "ordering, textual cloze), generated at several knob settings. One config per dataset, named by task and "
+          "setting; each has the splits its questions fall in (train, validation = the `val` folder, test).", "",
           "## Loading", "", "```python",
           "import datasets",
           f'ds = datasets.load_dataset("path/to/this/folder", "{first}")   # DatasetDict: train / validation / test',

@@ -15,7 +15,7 @@ polars, pandas and DuckDB read as it is:
   `item_id` (image_vectors keeps `image_id`, the same value), so anyone can recompute the distances;
 - with images, OUT/images.parquet: the image files of those recipes in the Hugging Face Image layout
   (struct of bytes + path, declared in the schema's `huggingface` metadata);
-- OUT/README.md, the dataset card (features/datasets/card.py): one `configs:` entry per task x setting
+- OUT/README.md, the dataset card (features/datasets/card.py): one `configs:` entry per dataset, named by task x setting
   with its train/validation/test files, column descriptions, knob legend, provenance schema, encoders,
   counts and bias figures.
 
@@ -95,6 +95,7 @@ def _choose(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> None:
 EXPORT_NAMES = frozenset({"README.md", "questions", "recipes.parquet", "steps.parquet",     # what export_parquet
                           "context_ablation.parquet", "image_vectors.parquet", "text_vectors.parquet",  # writes
                           "images.parquet"})
+EXPORT_CORE = ("README.md", "recipes.parquet", "steps.parquet", "context_ablation.parquet")   # in every export
 RECIPEQA_NAMES = frozenset({"train.json", "val.json", "test.json", "images-qa"})   # what _recipeqa_folder writes
 
 
@@ -158,29 +159,58 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         check_replaceable([p.name for p in out.iterdir()], str(out))
     if with_vectors:                    # before anything is replaced: no half export without its vectors
         _check_vectors(con, dataset_ids, lance_uri)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    # written beside `out` first, then swapped in: a reader of an earlier export never sees half of one,
+    # and an export that fails leaves the earlier one as it was
+    new = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}"
+    try:
+        if new.exists():
+            shutil.rmtree(new)
+        new.mkdir(parents=True)
+    except OSError as e:
+        raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
     con.execute("SET threads = 1")            # deterministic file layout and row order
     try:
         _choose(con, dataset_ids)
         questions = con.sql(load_query("export_questions")).to_arrow_table()
-        parts = _write_questions(questions, out / "questions")
-        _copy(con, load_query("export_recipes"), out / "recipes.parquet")
-        _copy(con, load_query("export_steps"), out / "steps.parquet")
-        _write_context_ablation(questions, out / "context_ablation.parquet")
+        parts = _write_questions(questions, new / "questions")
+        _copy(con, load_query("export_recipes"), new / "recipes.parquet")
+        _copy(con, load_query("export_steps"), new / "steps.parquet")
+        _write_context_ablation(questions, new / "context_ablation.parquet")
         counts = {"questions": questions.num_rows}
         if with_vectors:
-            counts.update(_export_vectors(con, out, lance_uri))
+            counts.update(_export_vectors(con, new, lance_uri))
         if with_images:
-            counts.update(_export_images(con, out, home))
-        card = write_card(con, out, questions, parts, files=sorted(p.name for p in out.glob("*.parquet")),
+            counts.update(_export_images(con, new, home))
+        card = write_card(con, new, questions, parts, files=sorted(p.name for p in new.glob("*.parquet")),
                           left_out=left_out)
         counts["configs"] = card["configs"]
+        _swap_in(new, out)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     finally:
         con.execute(f"SET threads = {threads}")
     return {"out": str(out), **counts, "sha256": tree_sha256(out)}
+
+
+WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Replace the folder `out` (an earlier export, or nothing) by `new`: two renames in one folder, so a
+    reader sees the earlier export or the new one, each whole (only between the renames, microseconds, no
+    folder at all); the earlier one is deleted after."""
+    old = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}.old"
+    try:
+        if out.exists():
+            out.rename(old)
+        new.rename(out)
+    except OSError as e:
+        if old.exists() and not out.exists():
+            old.rename(out)
+        raise ValueError(f"cannot replace the export {out}: {e.strerror or e} (it is left as it was)") from None
+    shutil.rmtree(old, ignore_errors=True)
 
 
 CONTEXT_ABLATION_SCHEMA = pa.schema([("dataset_id", pa.string()), ("split", pa.string()), ("qid", pa.string()),
@@ -361,8 +391,9 @@ def export_freshness(con: duckdb.DuckDBPyConnection, export_dir: Path,
     (sql/queries/export_content_hashes.sql, the warehouse's `questions_content_hash` recomputed from the
     files): {"current": ids whose questions are the warehouse's, "changed": ids generated or filtered again
     since the export was written (`mrqa af-pool` rewrites a dataset under its id), "gone": ids no longer in
-    the warehouse}; with `dataset_ids`, of those only. A folder that is no export, or whose files cannot be
-    read, raises ValueError."""
+    the warehouse, "missing": the side files every export has (EXPORT_CORE) that this one lacks, e.g. one
+    whose writing stopped half way}; with `dataset_ids`, of those only. A folder that is no export, or
+    whose questions cannot be read, raises ValueError."""
     qdir = Path(export_dir) / "questions"
     if not qdir.is_dir():
         raise ValueError(f"{export_dir} is not a Parquet export (no questions/ folder)")
@@ -378,7 +409,8 @@ def export_freshness(con: duckdb.DuckDBPyConnection, export_dir: Path,
         con.execute("DROP VIEW IF EXISTS export_read")
     known = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
                              [[d for d, _ in hashes]]).fetchall())
-    out: dict[str, list[str]] = {"current": [], "changed": [], "gone": []}
+    out: dict[str, list[str]] = {"current": [], "changed": [], "gone": [],
+                                 "missing": [f for f in EXPORT_CORE if not (Path(export_dir) / f).is_file()]}
     for did, sha in hashes:
         out["gone" if did not in known else "current" if known[did] == sha else "changed"].append(did)
     return out
@@ -391,7 +423,7 @@ def current_export(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
                                       "AND n_questions > 0 ORDER BY 1", [dataset_ids]).fetchall()]
     try:
         if (Path(out) / "questions").is_dir() and export_freshness(con, out) == {"current": have, "changed": [],
-                                                                                 "gone": []}:
+                                                                                 "gone": [], "missing": []}:
             return False
     except ValueError:
         pass

@@ -290,6 +290,12 @@ class Setting:
         return replace(p, af_rounds=af_rounds) if self.adversarial else p
 
 
+def setting_of(knobs: str) -> str:
+    """The setting's name of an export's knobs= value: the value itself, or, where the export held several
+    datasets of one setting, the value without the rest of the dataset's id (`0-1-1-s1-1a2b3c4d` -> `0-1-1`)."""
+    return re.sub(r"-s[0-9]+-[0-9a-f]{8}(-p[0-9a-f]{6})?$", "", knobs)
+
+
 def setting_kind(name: str) -> str:
     """Which distractors a setting's name says: `matched`, `kitchen` (beyond the paper) or `ball`."""
     m = re.search(r"-(matched|kitchen)\b", str(name or ""))

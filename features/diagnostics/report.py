@@ -429,40 +429,47 @@ def find_export(con: duckdb.DuckDBPyConnection, exports: Path, dataset_ids: list
                 given: Path | None = None) -> tuple[Path | None, str | None]:
     """The Parquet export the report links and what to say of it, each export checked against the warehouse
     by its datasets' content hashes (features/datasets/export.py export_freshness): `given` as it is, else
-    of the folders of `exports` holding questions/ (`all` first, then the newest) the first that holds no
-    older generation of a dataset (generated or filtered again since it was written) and no dataset the
-    warehouse lost. The note says how many of the reported `dataset_ids` it holds, and names what it passed
-    over as stale; (None, why) when no export is current."""
-    from features.datasets.export import export_freshness
+    of the folders of `exports` holding questions/ (not one being written) the one holding the most of the
+    reported `dataset_ids` as the warehouse has them (`all` first, then the newest, on a tie), and none
+    lacking a side file. The note says how many it holds, what of it is stale (datasets generated or
+    filtered again since it was written, or gone from the warehouse), and which exports it passed over;
+    (None, why) when no export holds a reported dataset as it is."""
+    from features.datasets.export import WRITING_PREFIX, export_freshness
     if given is not None:
         found = [Path(given)] if Path(given).is_dir() else []
     elif exports.is_dir():
-        found = sorted((p for p in exports.iterdir() if (p / "questions").is_dir()),
+        found = sorted((p for p in exports.iterdir()
+                        if not p.name.startswith(WRITING_PREFIX) and (p / "questions").is_dir()),
                        key=lambda p: (p.name != "all", -p.stat().st_mtime, p.name))
     else:
         found = []
-    stale = []
+    wanted, seen, skipped = set(dataset_ids), [], []
     for cand in found:
         try:
             fr = export_freshness(con, cand)
         except ValueError as e:
-            stale.append(f"{cand.name}: {e}")
+            skipped.append(f"{cand.name}: {e}")
             continue
-        old = [f"{len(fr[k])} {w}" for k, w in (("changed", "generated or filtered again since"),
-                                                 ("gone", "no longer in the warehouse")) if fr[k]]
-        if old and given is None:
-            stale.append(f"{cand.name} is stale ({'; '.join(old)})")
-            continue
-        holds = len(set(fr["current"]) & set(dataset_ids))
-        note = f"holds {holds:,d} of the {len(dataset_ids):,d} datasets reported as they are"
-        if old:
-            note += f"; stale: {'; '.join(old)} (`mrqa export` writes it again)"
-        if stale:
-            note += f"; passed over: {'; '.join(stale)}"
-        return cand, note
-    if not stale:
-        return None, None
-    return None, f"none current: {'; '.join(stale)} (`mrqa export --all` writes it again)"
+        stale = [f"{len(fr[k])} {w}" for k, w in (("changed", "generated or filtered again since"),
+                                                   ("gone", "no longer in the warehouse")) if fr[k]]
+        if fr["missing"]:
+            stale.append(f"no {', '.join(fr['missing'])}")
+            if given is None:
+                skipped.append(f"{cand.name} is incomplete ({'; '.join(stale)})")
+                continue
+        seen.append((cand, len(set(fr["current"]) & wanted), stale))
+    usable = [x for x in seen if x[1] or given is not None]
+    if not usable:
+        why = skipped + [f"{c.name} is stale ({'; '.join(st)})" for c, _, st in seen]
+        return None, (f"none current: {'; '.join(why)} (`mrqa export --all` writes it again)" if why else None)
+    cand, holds, stale = max(usable, key=lambda x: x[1])          # the first of the most: all, then the newest
+    note = f"holds {holds:,d} of the {len(dataset_ids):,d} datasets reported as they are"
+    if stale:
+        note += f"; stale: {'; '.join(stale)} (`mrqa export` writes it again)"
+    passed = skipped + [f"{c.name} ({h:,d})" for c, h, _ in seen if c != cand]
+    if passed:
+        note += f"; passed over: {'; '.join(passed)}"
+    return cand, note
 
 
 def report_header(con: duckdb.DuckDBPyConnection, metrics: list[dict], out_dir: Path, model: str, seed: int,
@@ -617,6 +624,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     from etl.config import Paths
     export_dir, export_note = find_export(con, Paths.from_env().exports, [m["dataset_id"] for m in metrics],
                                           export_dir)
+    if export_note:
+        log.info("report: export %s: %s", export_dir or "none", export_note)
     header = report_header(con, metrics, out_dir, model, seed, generated_at, commit, export_dir, export_note)
     if out_dir.exists():
         shutil.rmtree(out_dir)

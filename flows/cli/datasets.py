@@ -162,7 +162,7 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                                  "another recipe's steps); the others are named."),
                wait: float = wait_option()):
     """Export datasets as a Parquet dataset (hive folders + README.md card: one `datasets.load_dataset`
-    config per task x setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
+    config per dataset, named by task and setting) or as RecipeQA JSON (with --all, one folder per dataset)."""
     from etl.config import Paths
     from etl.warehouse import connect_reader
     from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri

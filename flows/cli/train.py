@@ -198,7 +198,7 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     exp = export or paths.exports / "all"
     if not (exp / "questions").is_dir():
         fail(f"no Parquet export at {exp}; run `mrqa export --all --with-vectors` first")
-    _say_if_stale(paths, exp)
+    _say_if_stale(paths, exp, task_list, [k.strip() for k in knobs.split(",")] if knobs else None)
     try:
         res = sweep(exp, out or paths.reports / "sweep", sc, task_list,
                     [k.strip() for k in knobs.split(",")] if knobs else None, mc, tc, text_features.value,
@@ -209,23 +209,34 @@ def sweep_cmd(scorers: str = typer.Option("transformer,bidaf,impatient", "--scor
     typer.echo(f"wrote {res['out']}/accuracy.parquet, accuracy.md, accuracy.png")
 
 
-def _say_if_stale(paths, exp: Path) -> None:
-    """A warning on stderr when the export holds datasets the warehouse has generated or filtered again since
-    (features/datasets/export.py export_freshness); the sweep runs on the export as it is."""
+def _say_if_stale(paths, exp: Path, tasks: list[str], knobs: list[str] | None) -> None:
+    """A warning on stderr when the datasets the sweep selects from the export are not the warehouse's: generated
+    or filtered again since it was written, or gone from it (features/datasets/export.py export_freshness);
+    the sweep runs on the export as it is."""
     if not paths.warehouse.exists():
         return
     from contextlib import closing
 
     from etl.warehouse import connect_reader
     from features.datasets.export import export_freshness
+    from training.data import DatasetError, list_datasets
+    from training.sweep import selected
+    try:
+        ids = [d["dataset_id"] for d in selected(list_datasets(exp), tasks, knobs)]
+    except DatasetError:
+        return                                  # the sweep says why it cannot read the export
+    if not ids:
+        return
     with closing(connect_reader(paths)) as con:
         try:
-            fr = export_freshness(con, exp)
+            fr = export_freshness(con, exp, ids)
         except ValueError:
             return
     old = fr["changed"] + fr["gone"]
     if old:
-        typer.echo(f"warning: {exp} is stale: {len(fr['changed'])} of its datasets were generated or filtered "
-                   f"again since it was written and {len(fr['gone'])} are no longer in the warehouse "
-                   f"({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); the sweep reads it as it is: `mrqa "
-                   "export --all --with-vectors` writes it again", err=True)
+        said = "; ".join(f"{len(fr[k])} {w}" for k, w in (("changed", "generated or filtered again since it was "
+                                                                      "written"),
+                                                           ("gone", "no longer in the warehouse")) if fr[k])
+        typer.echo(f"warning: {exp} is stale for this sweep: of the {len(ids)} datasets it selects, {said} "
+                   f"({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); the sweep reads them as they are: "
+                   "`mrqa export --all --with-vectors` writes the export again", err=True)

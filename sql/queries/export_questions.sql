@@ -5,14 +5,20 @@
 -- adversarial say the knob-3 mode and adversarial filtering; visual ordering's choices are also given as
 -- lists of image ids (choice_orderings; choice_list keeps the JSON text of each ordering).
 -- One knobs= value holds one dataset: where the export holds several datasets of one task and setting
--- (another seed, another encoder, or other parameters: a `-p` dataset), each one's value is the setting's
--- name followed by the rest of its id, `s<seed>-<enc8>[-p<hash6>]` (0-1-1-s0-1a2b3c4d-p5e6f7a).
+-- (another seed, another encoder, or other parameters: a `-p` dataset), the one with the setting's own
+-- parameters and the lowest seed (then the smallest id) keeps the setting's name, so adding a twin does
+-- not rename it, and each other one's value is the setting's name followed by the rest of its id,
+-- `s<seed>-<enc8>[-p<hash6>]` (0-1-1-s0-1a2b3c4d-p5e6f7a).
 WITH chosen AS (
     SELECT dataset_id FROM export_datasets
 ),
 config AS (
     SELECT d.dataset_id,
-           CASE WHEN count(*) OVER (PARTITION BY d.task, d.setting) = 1 THEN d.setting
+           CASE WHEN count(*) OVER (PARTITION BY d.task, d.setting) = 1
+                  OR (NOT regexp_matches(d.dataset_id, '-p[0-9a-f]{6}$')
+                      AND row_number() OVER (PARTITION BY d.task, d.setting
+                                             ORDER BY regexp_matches(d.dataset_id, '-p[0-9a-f]{6}$'), d.seed,
+                                                      d.dataset_id) = 1) THEN d.setting
                 ELSE d.setting || '-' || coalesce(nullif(regexp_extract(d.dataset_id, '-(s[0-9]+-[0-9a-f]{8}.*)$', 1),
                                                          ''), d.dataset_id) END AS knobs
     FROM datasets d JOIN chosen c USING (dataset_id)

@@ -101,7 +101,7 @@ def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch)
     from features.datasets.export import export_freshness
     con = connect_reader(Paths.from_env())
     try:
-        assert export_freshness(con, out) == {"current": [did], "changed": [], "gone": []}
+        assert export_freshness(con, out) == {"current": [did], "changed": [], "gone": [], "missing": []}
     finally:
         con.close()
     with pytest.raises(DatasetError, match="no dataset 'nope'"):

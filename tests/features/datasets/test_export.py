@@ -1,6 +1,6 @@
 """The exports as their users read them: the Parquet export loaded with Hugging Face `datasets` (a config
-per task x setting, three splits), polars, DuckDB and pandas, with typed columns and the dataset card; the
-RecipeQA JSON scored by a re-implementation of RecipeQA's evaluate.py and re-imported by `mrqa ingest
+per dataset, named by task x setting, three splits), polars, DuckDB and pandas, with typed columns and the
+dataset card; the RecipeQA JSON scored by a re-implementation of RecipeQA's evaluate.py and re-imported by `mrqa ingest
 recipeqa` (the strict importer). One synthetic world with real image files per module."""
 from __future__ import annotations
 
@@ -204,12 +204,14 @@ def test_card_documents_every_config_and_provenance_key(world, export):
 
 def test_each_config_holds_one_dataset_when_a_setting_has_several(world, tmp_path):
     """Another seed and a `-p` dataset (other parameters) of visual cloze 0-1-1 beside the plain one: each gets
-    a config of its own, named by the rest of its id, holding its questions only, and the card lists all
-    three; an export of one of them keeps the setting's name."""
+    a config of its own holding its questions only, the plain seed-0 one under the setting's name (adding a
+    twin renames nothing), the others named by the rest of their id, and the card lists all three; an
+    export of one of them keeps the setting's name, and so does the lower seed of two plain ones."""
     import datasets
     import yaml
 
-    from training.data import list_datasets, setting_of
+    from features.datasets.knobs import setting_of
+    from training.data import list_datasets
     con, lance, plain = world["con"], world["paths"].lance, world["ids"][("visual_cloze", "0-1-1")]
     st = ("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1))
     made = [generate_datasets(con, [st], seed=1, encoder_id=ENC, lance_uri=lance, progress=False)[0],
@@ -221,9 +223,11 @@ def test_each_config_holds_one_dataset_when_a_setting_has_several(world, tmp_pat
         ids = [plain, *extra]
         res = export_parquet(con, ids, tmp_path / "three")
         names = {d["dataset_id"]: d["knobs"] for d in list_datasets(tmp_path / "three")}
-        assert names == {did: "0-1-1-" + did.split("-0-1-1-", 1)[1] for did in ids}
+        assert names == {plain: "0-1-1", **{did: "0-1-1-" + did.split("-0-1-1-", 1)[1] for did in extra}}
         assert len(set(names.values())) == 3 and res["configs"] == 3
         assert {setting_of(k) for k in names.values()} == {"0-1-1"}
+        from training.score import load_split  # `mrqa score` says the setting, as the warehouse
+        assert {load_split(did, "train", tmp_path / "three").setting for did in ids} == {"0-1-1"}
         card = (tmp_path / "three" / "README.md").read_text()
         front = yaml.safe_load(card.split("---\n")[1])
         assert sorted(c["config_name"] for c in front["configs"] if c["config_name"].startswith("visual")) == \
@@ -235,6 +239,9 @@ def test_each_config_holds_one_dataset_when_a_setting_has_several(world, tmp_pat
             assert sum(ds[s].num_rows for s in ds) == _n_questions(con, did)
         one = export_parquet(con, [extra[1]], tmp_path / "one")
         assert [d["knobs"] for d in list_datasets(tmp_path / "one")] == ["0-1-1"] and one["configs"] == 1
+        export_parquet(con, extra, tmp_path / "twins")          # seed 1 (plain) and a -p of seed 0
+        assert {d["dataset_id"]: d["knobs"] for d in list_datasets(tmp_path / "twins")} == {
+            extra[0]: "0-1-1", extra[1]: "0-1-1-" + extra[1].split("-0-1-1-", 1)[1]}
         # DuckDB's own hive reading (duckdb 2.0) took a lone knobs=0-1-1 for a date: the card reads the files' columns
         glob = (tmp_path / "one" / "questions" / "**" / "*.parquet").as_posix()
         line = next(ln for ln in card.splitlines() if ln.startswith("duckdb.sql("))
@@ -316,6 +323,27 @@ def test_an_export_replaces_an_earlier_export_and_nothing_else(world, tmp_path, 
     with pytest.raises(ValueError, match="not a folder or a storage URI"):
         export_parquet(con, [did], "bogus:/x/y")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "exp", "mine"]
+
+
+def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
+    """The new export is written beside the earlier one and swapped in by renames: while it is written the
+    earlier one stays whole, and when the swap cannot happen (here the earlier folder is immutable) the
+    earlier one is left as it was, with nothing half-written beside it."""
+    import shutil
+    import subprocess
+    con, ids = world["con"], sorted(world["ids"].values())
+    out = tmp_path / "exp"
+    first = export_parquet(con, ids[:1], out)
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("this file system cannot make a folder immutable (chattr +i), or not running as root")
+    try:
+        with pytest.raises(ValueError, match=rf"cannot replace the export {out}: .* \(it is left as it was\)"):
+            export_parquet(con, ids[:2], out)
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=True)
+    assert tree_sha256(out) == first["sha256"] and sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+    second = export_parquet(con, ids[:2], out)
+    assert second["sha256"] != first["sha256"] and sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
 def test_paths_with_a_quote_export_and_load(world, tmp_path):

@@ -619,32 +619,39 @@ def _older_generation(export: Path) -> None:
     pq.write_table(t.set_column(t.schema.get_field_index("answer"), "answer", moved), f)
 
 
-def test_the_header_passes_over_a_stale_export_and_says_so(report, tmp_path):
-    """An export whose questions are no longer the warehouse's (the dataset was generated or filtered again
-    after it: here its answers moved) is not linked as the report's export: the next current one is, with
-    how many of the reported datasets it holds; with none current the header says which are stale."""
-    from features.datasets.export import export_freshness, export_parquet
+def test_the_header_links_the_export_holding_most_and_says_what_is_stale(report, tmp_path):
+    """Each export is checked against the warehouse (its questions' content hashes): the report links the one
+    holding the most reported datasets as they are (`all` first on a tie), says how many and what of it is
+    stale (here a dataset whose answers moved, as one generated or filtered again after the export), passes
+    over an incomplete one and one being written, and with none holding a dataset as it is says so."""
+    from features.datasets.export import WRITING_PREFIX, export_freshness, export_parquet
     from features.diagnostics.report import find_export, render_header
     con, ids = report["con"], [s["dataset_id"] for s in report["summaries"]]
+    n = len(ids)
     exports = tmp_path / "exports"
     export_parquet(con, ids, exports / "all")
     export_parquet(con, ids[:1], exports / "one")
-    assert find_export(con, exports, ids) == (exports / "all", f"holds {len(ids)} of the {len(ids)} datasets "
-                                                                "reported as they are")
+    shutil.copytree(exports / "all", exports / f"{WRITING_PREFIX}all.123")
+    assert find_export(con, exports, ids) == (exports / "all", f"holds {n} of the {n} datasets reported as they "
+                                                                "are; passed over: one (1)")
     _older_generation(exports / "all")
     fr = export_freshness(con, exports / "all")
-    assert len(fr["changed"]) == 1 and not fr["gone"] and len(fr["current"]) == len(ids) - 1
+    assert len(fr["changed"]) == 1 and not fr["gone"] and not fr["missing"] and len(fr["current"]) == n - 1
     got, note = find_export(con, exports, ids)
-    assert got == exports / "one" and note.startswith(f"holds 1 of the {len(ids)} datasets")
-    assert "passed over: all is stale (1 generated or filtered again since)" in note
+    assert got == exports / "all" and note.startswith(f"holds {n - 1} of the {n} datasets")
+    assert "stale: 1 generated or filtered again since" in note and "passed over: one (1)" in note
+    (exports / "all" / "steps.parquet").unlink()                    # incomplete: never linked
+    got, note = find_export(con, exports, ids)
+    assert got == exports / "one" and "all is incomplete (1 generated or filtered again since; no steps.parquet)" \
+        in note
     _older_generation(exports / "one")
     got, note = find_export(con, exports, ids)
-    assert got is None and note.startswith("none current: all is stale") and "one is stale" in note
+    assert got is None and note.startswith("none current: all is incomplete") and "one is stale (1 generated" in note
     header = {"date": "d", "commit": "c", "encoders": [], "measured": "m", "export": {"path": None, "note": note},
               "corpus": {"recipes": 1, "steps": 1, "images": 1, "questions": 1, "datasets": 1}}
-    assert "none current: all is stale" in render_header(header) and "<a href" not in render_header(header)
-    given, note = find_export(con, exports, ids, given=exports / "all")      # asked for: linked, said stale
-    assert given == exports / "all" and "stale: 1 generated or filtered again since" in note
+    assert "none current: all is incomplete" in render_header(header) and "<a href" not in render_header(header)
+    given, note = find_export(con, exports, ids, given=exports / "one")      # asked for: linked, said stale
+    assert given == exports / "one" and note.startswith(f"holds 0 of the {n}") and "stale: 1 generated" in note
 
 
 def test_every_plot_has_axis_labels(report):
