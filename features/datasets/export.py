@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+from glob import escape as glob_escape
 from pathlib import Path
 
 import duckdb
@@ -47,6 +49,8 @@ from etl.config import sql_glob, sql_path
 from etl.warehouse import load_query
 from features.datasets.card import write_card
 from training.ablation import other_recipes
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP = 100_000
 IMAGE_ROW_GROUP = 500                # images.parquet: rows of image bytes per row group
@@ -163,6 +167,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     # and an export that fails leaves the earlier one as it was
     new = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}"
     try:
+        _clear_dead_writers(out)
         if new.exists():
             shutil.rmtree(new)
         new.mkdir(parents=True)
@@ -197,6 +202,23 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)
 
 
+def _clear_dead_writers(out: Path) -> None:
+    """Delete what an export of `out` stopped half way (killed) left beside it: `.writing-<name>.<pid>[.old]`
+    folders whose process is gone."""
+    if not out.parent.is_dir():
+        return
+    for p in out.parent.glob(f"{WRITING_PREFIX}{glob_escape(out.name)}.*"):
+        pid = p.name[len(WRITING_PREFIX) + len(out.name) + 1:].removesuffix(".old")
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)              # still running: another export of the same folder
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
 def _swap_in(new: Path, out: Path) -> None:
     """Replace the folder `out` (an earlier export, or nothing) by `new`: two renames in one folder, so a
     reader sees the earlier export or the new one, each whole (only between the renames, microseconds, no
@@ -210,7 +232,11 @@ def _swap_in(new: Path, out: Path) -> None:
         if old.exists() and not out.exists():
             old.rename(out)
         raise ValueError(f"cannot replace the export {out}: {e.strerror or e} (it is left as it was)") from None
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        shutil.rmtree(old)
+    except OSError as e:                # the new export is in place; only the earlier one's files are left
+        log.warning("export: the earlier export, moved to %s, could not be deleted (%s); delete it by hand", old,
+                    e.strerror or e)
 
 
 CONTEXT_ABLATION_SCHEMA = pa.schema([("dataset_id", pa.string()), ("split", pa.string()), ("qid", pa.string()),

@@ -328,7 +328,8 @@ def test_an_export_replaces_an_earlier_export_and_nothing_else(world, tmp_path, 
 def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     """The new export is written beside the earlier one and swapped in by renames: while it is written the
     earlier one stays whole, and when the swap cannot happen (here the earlier folder is immutable) the
-    earlier one is left as it was, with nothing half-written beside it."""
+    earlier one is left as it was, with nothing half-written beside it; what a killed export left beside
+    it is cleared by the next one."""
     import shutil
     import subprocess
     con, ids = world["con"], sorted(world["ids"].values())
@@ -342,8 +343,15 @@ def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     finally:
         subprocess.run(["chattr", "-i", str(out)], check=True)
     assert tree_sha256(out) == first["sha256"] and sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+    import os
+
+    from features.datasets.export import WRITING_PREFIX
+    dead, live = tmp_path / f"{WRITING_PREFIX}exp.999999999", tmp_path / f"{WRITING_PREFIX}exp.{os.getppid()}.old"
+    dead.mkdir()                    # left by an export killed half way; the other one's process still runs
+    live.mkdir()
     second = export_parquet(con, ids[:2], out)
-    assert second["sha256"] != first["sha256"] and sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+    assert second["sha256"] != first["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name])
 
 
 def test_paths_with_a_quote_export_and_load(world, tmp_path):
