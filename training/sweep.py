@@ -136,21 +136,30 @@ def _pooled_rows(export_dir: Path, datasets: list[dict], scorers: list[str], mod
     return rows
 
 
+def _avg(xs: list[dict], k: str) -> float:
+    return sum(x[k] for x in xs) / len(xs)
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     """Per (task, scorer): preset accuracy vs mean over knob settings, and Hasty Student likewise. A row's
     knobs is its export config's (`recipeqa-s0-1a2b3c4d` where the export held several preset datasets):
-    its setting (`setting_of`) says whether it is the preset."""
+    its setting (`setting_of`) says whether it is the preset, and twins of one knob setting are averaged
+    first, so each setting counts once."""
     out = []
     for task in sorted({r["task"] for r in rows}):
         for scorer in sorted({r["scorer"] for r in rows}):
             rs = [r for r in rows if r["task"] == task and r["scorer"] == scorer]
             pre = [r for r in rs if setting_of(r["knobs"]) == "recipeqa"]
-            kn = [r for r in rs if setting_of(r["knobs"]) != "recipeqa"]
-            mean = lambda xs, k: round(sum(x[k] for x in xs) / len(xs), 4) if xs else None
+            kn: dict[str, list[dict]] = {}              # per knob setting: its datasets (twins of one setting)
+            for r in rs:
+                if setting_of(r["knobs"]) != "recipeqa":
+                    kn.setdefault(setting_of(r["knobs"]), []).append(r)
+            per = [{k: _avg(v, k) for k in ("test_acc", "hasty_student_acc")} for v in kn.values()]
+            mean = lambda xs, k: round(_avg(xs, k), 4) if xs else None
             out.append({"task": task, "scorer": scorer, "recipeqa_preset": mean(pre, "test_acc"),
-                        "knob_mean": mean(kn, "test_acc"), "n_knob_settings": len(kn),
+                        "knob_mean": mean(per, "test_acc"), "n_knob_settings": len(per),
                         "hasty_preset": mean(pre, "hasty_student_acc"),
-                        "hasty_knob_mean": mean(kn, "hasty_student_acc")})
+                        "hasty_knob_mean": mean(per, "hasty_student_acc")})
     return out
 
 

@@ -88,6 +88,12 @@ def test_the_summary_knows_the_preset_by_its_setting_when_the_export_named_it_ap
     (s,) = summarize(rows)
     assert s["recipeqa_preset"] == 0.75 and s["hasty_preset"] == 0.45
     assert s["knob_mean"] == 0.6 and s["n_knob_settings"] == 1
+    # twins of one knob setting count once: the mean over settings, each the mean of its datasets
+    more = rows + [{"task": "visual_ordering", "scorer": "question_only", "knobs": k, "test_acc": a,
+                    "hasty_student_acc": h} for k, a, h in (("1-0-0-s1-3ff43695", 0.4, 0.1), ("0-0-0", 0.9, 0.2))]
+    (s,) = summarize(more)
+    assert s["n_knob_settings"] == 2 and s["knob_mean"] == round((0.5 + 0.9) / 2, 4)
+    assert s["hasty_knob_mean"] == round((0.2 + 0.2) / 2, 4)
 
 
 def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
