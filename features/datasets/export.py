@@ -224,14 +224,22 @@ def _swap_in(new: Path, out: Path) -> None:
     reader sees the earlier export or the new one, each whole (only between the renames, microseconds, no
     folder at all); the earlier one is deleted after."""
     old = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}.old"
+    moved = False                       # the earlier export was moved aside (there was one)
     try:
         if out.exists():
             out.rename(old)
+            moved = True
         new.rename(out)
     except OSError as e:
-        if old.exists() and not out.exists():
+        if moved and not out.exists():
             old.rename(out)
+        elif moved:                     # another export of the same folder swapped its own in meanwhile
+            shutil.rmtree(old, ignore_errors=True)
+            raise ValueError(f"cannot replace the export {out}: another export of it was swapped in meanwhile "
+                             "(that one is left)") from None
         raise ValueError(f"cannot replace the export {out}: {e.strerror or e} (it is left as it was)") from None
+    if not moved:
+        return
     try:
         shutil.rmtree(old)
     except OSError as e:                # the new export is in place; only the earlier one's files are left

@@ -354,6 +354,38 @@ def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name])
 
 
+def test_a_first_export_warns_of_nothing(world, tmp_path, caplog):
+    """With no earlier export there is nothing to delete after the swap: no warning that "the earlier export
+    could not be deleted" (it was logged on every first export, and on every export to a storage URI)."""
+    import logging
+    con, ids = world["con"], sorted(world["ids"].values())
+    with caplog.at_level(logging.WARNING, logger="features.datasets.export"):
+        export_parquet(con, ids[:1], tmp_path / "new" / "exp")
+        export_parquet(con, ids[:1], f"file://{tmp_path}/uri")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_concurrent_export_that_swaps_in_first_leaves_nothing_beside(world, tmp_path, monkeypatch):
+    """Two exports of one folder: when the other one's swap lands between this one's two renames, this one
+    fails saying so, and the earlier export it had moved aside is deleted, not left as `.writing-*.old`."""
+    from pathlib import Path
+
+    from features.datasets.export import WRITING_PREFIX
+    con, ids = world["con"], sorted(world["ids"].values())
+    out = tmp_path / "exp"
+    export_parquet(con, ids[:1], out)
+    rename = Path.rename
+
+    def racing(self, target):
+        if self.name.startswith(WRITING_PREFIX) and not self.name.endswith(".old") and Path(target) == out:
+            (out / "questions").mkdir(parents=True)         # the other export's swap lands first
+        return rename(self, target)
+    monkeypatch.setattr(Path, "rename", racing)
+    with pytest.raises(ValueError, match="another export of it was swapped in meanwhile"):
+        export_parquet(con, ids[:2], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
 def test_paths_with_a_quote_export_and_load(world, tmp_path):
     from training.data import list_datasets, load_qa_dataset
     con, did = world["con"], world["ids"][("visual_cloze", "0-1-1")]
