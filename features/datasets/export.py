@@ -157,6 +157,9 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     out = Path(out)
     if str(out).strip() in ("", "."):
         raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    given = out
+    if out.is_symlink():                # the folder it points to is replaced; the link stays a link
+        out = Path(os.path.realpath(out))
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"refusing to export to {out}: it is a file")
@@ -196,7 +199,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         raise
     finally:
         con.execute(f"SET threads = {threads}")
-    return {"out": str(out), **counts, "sha256": tree_sha256(out)}
+    return {"out": str(given), **counts, "sha256": tree_sha256(out)}
 
 
 WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)

@@ -386,6 +386,20 @@ def test_a_concurrent_export_that_swaps_in_first_leaves_nothing_beside(world, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
+def test_an_out_that_is_a_symlink_is_written_where_it_points(world, tmp_path):
+    """`--out link` (a symlink to a folder, e.g. on a bigger disk): the export replaces the folder it points
+    to; the link stays a link, and nothing is left beside either."""
+    con, ids = world["con"], sorted(world["ids"].values())
+    target, link = tmp_path / "disk" / "exp", tmp_path / "link"
+    export_parquet(con, ids[:1], target)
+    link.symlink_to(target, target_is_directory=True)
+    res = export_parquet(con, ids[:2], link)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert res["sha256"] == tree_sha256(target) == export_parquet(con, ids[:2], tmp_path / "plain")["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "link", "plain"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["exp"]
+
+
 def test_paths_with_a_quote_export_and_load(world, tmp_path):
     from training.data import list_datasets, load_qa_dataset
     con, did = world["con"], world["ids"][("visual_cloze", "0-1-1")]
