@@ -126,7 +126,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 
     `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
     makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
-    usual AWS_* / GOOGLE_* environment), replacing what is at the destination. `home` (MRQA_HOME)
+    usual AWS_* / GOOGLE_* environment), replacing what is at the destination (not swapped in whole: an
+    object store has no rename); file:///x is the local folder /x, written and swapped in as one. `home` (MRQA_HOME)
     resolves the relative image paths for `with_images`. `left_out` ({dataset_id: why}, `mrqa export
     --reading-only`): the datasets the card says were left out, and why.
     """
@@ -142,6 +143,10 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             dest_fs, dest = pafs.FileSystem.from_uri(uri)
         except (pa.ArrowException, ValueError) as e:
             raise ValueError(f"--out {out}: not a folder or a storage URI pyarrow can write to ({e})") from None
+        if isinstance(dest_fs, pafs.LocalFileSystem):     # file:///x is the folder /x: written beside it and
+            res = export_parquet(con, dataset_ids, Path(dest), with_vectors, lance_uri,   # swapped in whole
+                                 with_images, home, left_out)
+            return {**res, "out": uri}
         info = dest_fs.get_file_info(dest)
         if info.type == pafs.FileType.File:
             raise ValueError(f"refusing to export to {uri}: it is a file")

@@ -386,6 +386,29 @@ def test_a_concurrent_export_that_swaps_in_first_leaves_nothing_beside(world, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
+def test_a_file_uri_is_swapped_in_as_its_folder_is(world, tmp_path):
+    """`--out file:///x` is the local folder /x: written beside it and swapped in, so an export that cannot
+    replace the earlier one (its folder is immutable) leaves it whole and says why; it was emptied file by
+    file first, as far as it could be, and pyarrow's PermissionError came out as a traceback."""
+    import shutil
+    import subprocess
+    con, ids = world["con"], sorted(world["ids"].values())
+    out = tmp_path / "exp"
+    first = export_parquet(con, ids[:1], f"file://{out.as_posix()}")
+    assert first["out"] == f"file://{out.as_posix()}" and first["sha256"] == tree_sha256(out)
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("this file system cannot make a folder immutable (chattr +i), or not running as root")
+    try:
+        with pytest.raises(ValueError, match="cannot replace the export"):
+            export_parquet(con, ids[:2], f"file://{out.as_posix()}")
+        assert tree_sha256(out) == first["sha256"]
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=True)
+    second = export_parquet(con, ids[:2], f"file://{out.as_posix()}")
+    assert second["sha256"] == tree_sha256(out) != first["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
 def test_an_out_that_is_a_symlink_is_written_where_it_points(world, tmp_path):
     """`--out link` (a symlink to a folder, e.g. on a bigger disk): the export replaces the folder it points
     to; the link stays a link, and nothing is left beside either."""
