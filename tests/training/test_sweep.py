@@ -96,6 +96,19 @@ def test_the_summary_knows_the_preset_by_its_setting_when_the_export_named_it_ap
     assert s["hasty_knob_mean"] == round((0.2 + 0.2) / 2, 4)
 
 
+def test_the_knob_mean_weighs_each_setting_once_however_many_twins_it_has():
+    """An export holding a seed-1 twin and a `-p` twin of 0-1-1 besides 0-1-0: the knob mean is over the two
+    settings (0-1-1 as its three datasets' mean), not over four datasets, and n says 2 settings; it was
+    (0.2 + 0.4 + 0.4 + 0.4) / 4 = 0.35 over "4" settings."""
+    from training.sweep import summarize
+    rows = [{"task": "visual_cloze", "scorer": "question_only", "knobs": k, "test_acc": a, "hasty_student_acc": h}
+            for k, a, h in (("0-1-0", 0.2, 0.3), ("0-1-1", 0.4, 0.5), ("0-1-1-s1-3ff43695", 0.4, 0.5),
+                            ("0-1-1-s0-3ff43695-p7bbae2", 0.4, 0.5))]
+    (s,) = summarize(rows)
+    assert s["knob_mean"] == 0.3 and s["hasty_knob_mean"] == 0.4 and s["n_knob_settings"] == 2
+    assert s["recipeqa_preset"] is None and s["hasty_preset"] is None
+
+
 def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
     r = CliRunner().invoke(app, ["sweep", "--scorers", "nope", "--tasks", "visual_cloze", "--tiny",
                                  "--out", str(tmp_path)])
