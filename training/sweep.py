@@ -42,9 +42,11 @@ def _setting_name(text: str) -> str:
 
 def selected(listed: list[dict], tasks: list[str], knobs: list[str] | None) -> list[dict]:
     """The datasets of an export's listing (`list_datasets`) that a sweep of `tasks` [and `knobs` labels,
-    matched by setting: an export's twins of one setting all match it] trains on."""
+    matched by setting: an export's twins of one setting all match it; or one twin's own knobs= value,
+    `0-1-1-s1-1a2b3c4d`, as the error below lists them] trains on."""
     names = [_setting_name(k) for k in knobs] if knobs else None
-    return [d for d in listed if d["task"] in tasks and (not names or setting_of(d["knobs"]) in names)]
+    return [d for d in listed if d["task"] in tasks
+            and (not names or setting_of(d["knobs"]) in names or d["knobs"] in names)]
 
 
 def sweep(export_dir: Path, out_dir: Path, scorers: list[str], tasks: list[str] = VISUAL_TASKS,

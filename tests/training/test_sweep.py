@@ -109,6 +109,19 @@ def test_the_knob_mean_weighs_each_setting_once_however_many_twins_it_has():
     assert s["recipeqa_preset"] is None and s["hasty_preset"] is None
 
 
+def test_knobs_select_a_setting_with_its_twins_or_one_twin_by_its_own_name():
+    """`--knobs 0-1-1` takes every twin of the setting; `--knobs 0-1-1-s1-3ff43695`, a name the sweep's own
+    error lists as what the export has, takes that twin alone (it matched nothing)."""
+    from training.sweep import selected
+    listed = [{"dataset_id": f"vc-{k}", "task": "visual_cloze", "knobs": k}
+              for k in ("0-1-0", "0-1-1", "0-1-1-s1-3ff43695", "0-1-1-s0-3ff43695-p7bbae2")]
+    pick = lambda knobs: [d["knobs"] for d in selected(listed, ["visual_cloze"], knobs)]
+    assert pick(["0-1-1"]) == ["0-1-1", "0-1-1-s1-3ff43695", "0-1-1-s0-3ff43695-p7bbae2"]
+    assert pick(["0-1-1-s1-3ff43695"]) == ["0-1-1-s1-3ff43695"]
+    assert pick(["0,1,0", "0-1-1-s0-3ff43695-p7bbae2"]) == ["0-1-0", "0-1-1-s0-3ff43695-p7bbae2"]
+    assert pick(["1-1-1"]) == []
+
+
 def test_sweep_refuses_unknown_scorer_and_missing_knobs(toy_home, tmp_path):
     r = CliRunner().invoke(app, ["sweep", "--scorers", "nope", "--tasks", "visual_cloze", "--tiny",
                                  "--out", str(tmp_path)])
