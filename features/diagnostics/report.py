@@ -450,8 +450,9 @@ def find_export(con: duckdb.DuckDBPyConnection, exports: Path, dataset_ids: list
         except ValueError as e:
             skipped.append(f"{cand.name}: {e}")
             continue
-        stale = [f"{len(fr[k])} {w}" for k, w in (("changed", "generated or filtered again since"),
-                                                   ("gone", "no longer in the warehouse")) if fr[k]]
+        stale = [f"{len(fr[k])} {w} ({', '.join(fr[k][:3])}{', ...' if len(fr[k]) > 3 else ''})"
+                 for k, w in (("changed", "generated or filtered again since"),
+                              ("gone", "no longer in the warehouse")) if fr[k]]
         if fr["missing"]:
             stale.append(f"no {', '.join(fr['missing'])}")
             if given is None:

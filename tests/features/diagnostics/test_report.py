@@ -640,11 +640,12 @@ def test_the_header_links_the_export_holding_most_and_says_what_is_stale(report,
     assert len(fr["changed"]) == 1 and not fr["gone"] and not fr["missing"] and len(fr["current"]) == n - 1
     got, note = find_export(con, exports, ids)
     assert got == exports / "all" and note.startswith(f"holds {n - 1} of the {n} datasets")
-    assert "stale: 1 generated or filtered again since" in note and "passed over: one (1)" in note
+    assert f"stale: 1 generated or filtered again since ({fr['changed'][0]})" in note   # named: which to re-export
+    assert "passed over: one (1)" in note
     (exports / "all" / "steps.parquet").unlink()                    # incomplete: never linked
     got, note = find_export(con, exports, ids)
-    assert got == exports / "one" and "all is incomplete (1 generated or filtered again since; no steps.parquet)" \
-        in note
+    assert got == exports / "one" and ("all is incomplete (1 generated or filtered again since "
+                                       f"({fr['changed'][0]}); no steps.parquet)") in note
     _older_generation(exports / "one")
     got, note = find_export(con, exports, ids)
     assert got is None and note.startswith("none current: all is incomplete") and "one is stale (1 generated" in note
