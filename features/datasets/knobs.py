@@ -161,6 +161,8 @@ class KnobParams:
                                                  self.distractors, f"{self.distractors} distractors replace it")]]
         if task == "visual_ordering" and self.k != 100:
             unused.append("--k (visual ordering uses no neighbours)")
+        elif self.distractors == "matched" and self.k != 100:
+            unused.append("--k (the matched foreign image is drawn from no neighbours)")
         if unused:
             raise ValueError(f"{', '.join(unused)}: this setting does not use it, so it would only make a `-p` "
                              "dataset with the same questions under another id; leave it out")

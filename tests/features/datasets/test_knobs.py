@@ -74,6 +74,8 @@ def test_non_finite_and_out_of_range_parameters_are_refused(field, value, match)
     ("visual_cloze", "recipeqa", "ball_hi_sd", 0.5, "--ball-hi-sd"),           # random far distractors
     ("visual_coherence", "recipeqa", "ball_lo_sd", -2.0, "--ball-lo-sd"),
     ("visual_coherence", "0-0-0-matched", "ball_hi_sd", 0.5, "--ball-hi-sd"),  # the matched image replaces it
+    ("visual_coherence", "0-0-0-matched", "k", 60, "--k"),      # nor neighbours: the same questions and provenance
+    ("visual_coherence", "1-0-0-matched-af", "k", 40, "--k"),   # on a 120-recipe home, AF included
 ])
 def test_an_option_the_setting_does_not_use_is_refused(task, name, field, value, option):
     """It would only make a `-p` dataset, the same questions under another id."""
