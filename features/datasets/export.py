@@ -246,6 +246,10 @@ def _swap_in(new: Path, out: Path) -> None:
             raise ValueError(f"cannot replace the export {out}: another export of it was swapped in meanwhile "
                              "(that one is left)") from None
         raise ValueError(f"cannot replace the export {out}: {e.strerror or e} (it is left as it was)") from None
+    except BaseException:               # interrupted (Ctrl-C) between the renames: the earlier one back
+        if moved and not out.exists():
+            old.rename(out)
+        raise
     if not moved:
         return
     try:
