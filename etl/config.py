@@ -5,8 +5,8 @@ exports/, models/, reports/.
 """
 from __future__ import annotations
 
+import glob
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ def sql_glob(folder: str | os.PathLike, pattern: str) -> str:
     (`[`, `*`, `?`) each in brackets so they match only themselves: an export in a folder named "res [old]"
     is read like any other (DuckDB took `[old]` for a character class and found no files)."""
     text = folder.as_posix() if isinstance(folder, Path) else os.fspath(folder)
-    return sql_path(re.sub(r"([\[*?])", r"[\1]", text).rstrip("/") + "/" + pattern)
+    return sql_path(glob.escape(text).rstrip("/") + "/" + pattern)
 
 
 def file_in_path(path: str | os.PathLike) -> Path | None:

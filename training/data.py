@@ -173,32 +173,34 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
         if not (Path(export) / "questions").is_dir():
             raise DatasetError(f"{export} is not a Parquet export; run `mrqa export --all --with-vectors`")
         return Path(export)
-    held = []
-    for c in (paths.exports / "all", paths.exports / dataset_id):
-        try:
-            if (c / "questions").is_dir() and any(d["dataset_id"] == dataset_id for d in list_datasets(c)):
-                held.append(c)
-        except DatasetError as e:           # a damaged exports/all is passed over; exports/<id> is written again
-            log.warning("%s", e)
+    cands = [c for c in (paths.exports / "all", paths.exports / dataset_id) if (c / "questions").is_dir()]
     from etl.warehouse import connect_reader
     from features.datasets.export import export_freshness, export_parquet
     if not paths.warehouse.exists():            # never a new empty warehouse for a mistyped --home
-        if held:
-            return held[0]
+        for c in cands:                         # an export that holds it is taken as it is
+            try:
+                if any(d["dataset_id"] == dataset_id for d in list_datasets(c)):
+                    return c
+            except DatasetError as e:           # a damaged export is passed over
+                log.warning("%s", e)
         raise DatasetError(f"no dataset {dataset_id!r}: no export holds it and there is no warehouse at "
                            f"{paths.warehouse}; give --export, or run `mrqa demo` (or check --home)")
     con = connect_reader(paths)
     try:
-        for cand in held:
+        held = []                               # the exports holding it, as the warehouse has it or not
+        for cand in cands:
             try:
                 fr = export_freshness(con, cand, [dataset_id])
-                if fr["current"] == [dataset_id] and not fr["missing"]:
-                    return cand
+            except ValueError as e:             # a damaged exports/all is passed over; exports/<id> written again
+                log.warning("%s", e)
+                continue
+            if fr["current"] == [dataset_id] and not fr["missing"]:
+                return cand
+            if fr["current"] or fr["changed"] or fr["gone"]:
+                held.append(cand)
                 why = (f"lacks {', '.join(fr['missing'])}" if fr["current"] else
                        "holds an older generation of it than the warehouse")
                 log.info("%s %s (%s): not used", cand, why, dataset_id)
-            except ValueError as e:
-                log.warning("%s", e)
         if not con.execute("SELECT 1 FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall():
             if held:
                 raise DatasetError(f"dataset {dataset_id!r} is no longer in the warehouse; {held[0]} holds an older "

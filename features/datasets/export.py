@@ -429,7 +429,7 @@ def tree_sha256(root: Path) -> str:
     return h.hexdigest()
 
 
-# ----------------------------------------------------------------------------- RecipeQA JSON
+# ----------------------------------------------------------------------------- freshness
 
 def export_freshness(con: duckdb.DuckDBPyConnection, export_dir: Path,
                      dataset_ids: list[str] | None = None) -> dict[str, list[str]]:
@@ -476,6 +476,8 @@ def current_export(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     export_parquet(con, have, out, **kw)
     return True
 
+
+# ----------------------------------------------------------------------------- RecipeQA JSON
 
 def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                          home: Path | None = None, with_images: bool = True) -> dict:

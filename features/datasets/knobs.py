@@ -140,29 +140,27 @@ class KnobParams:
         if self.af_rounds and (self.preset or task not in AF_TASKS):
             raise ValueError(f"adversarial filtering is defined for the knob settings of {', '.join(AF_TASKS)}, "
                              "not for a preset")
-        unused = [f"{opt} ({why})" for opt, v, d, why in (
-            ("--k3-prob", self.k3_prob, 0.5, "knob 3's coin mode only"),
-            ("--k3-constrained", self.k3_n_constrained, 1, "knob 3's coin and all modes only"))
-            if v != d and not (opt == "--k3-prob" and self.k3_mode == "coin")
-            and not (opt == "--k3-constrained" and self.k3_mode in ("coin", "all"))]
-        if task == "visual_coherence" and self.k3_n_constrained != 1 and self.k3_mode in ("coin", "all"):
-            unused.append("--k3-constrained (visual coherence has one foreign image: knob 3 tests only it)")
-        if task != "visual_ordering" and self.ordering_weight_power != self._preset_weight_power():
-            unused.append("--ordering-weight-power (visual ordering only)")
-        ball = (task != "visual_ordering" and self.distractors == "ball")
-        if not ball:
-            lo, hi = self._preset_ball()
-            unused += [f"{opt} (the knob-2 ball: {why})" for opt, v, d in (("--ball-lo-sd", self.ball_lo_sd, lo),
-                                                                          ("--ball-hi-sd", self.ball_hi_sd, hi))
-                       if v != d for why in ["visual ordering draws wrong orders, no distractors from a ball"
-                                             if task == "visual_ordering" else
-                                             {"random_far": "the preset's random far distractors replace it",
-                                              "matched": "the matched foreign image replaces it"}.get(
-                                                 self.distractors, f"{self.distractors} distractors replace it")]]
-        if task == "visual_ordering" and self.k != 100:
-            unused.append("--k (visual ordering uses no neighbours)")
-        elif self.distractors == "matched" and self.k != 100:
-            unused.append("--k (the matched foreign image is drawn from no neighbours)")
+        ordering, coin_or_all = task == "visual_ordering", self.k3_mode in ("coin", "all")
+        ball_lo, ball_hi = self._preset_ball()
+        no_ball = ("visual ordering draws wrong orders, no distractors from a ball" if ordering else
+                   {"random_far": "the preset's random far distractors replace it",
+                    "matched": "the matched foreign image replaces it"}.get(
+                       self.distractors, f"{self.distractors} distractors replace it"))
+        # (option, set away from the preset, used by this setting, why not)
+        rules = (("--k3-prob", self.k3_prob != 0.5, self.k3_mode == "coin", "knob 3's coin mode only"),
+                 ("--k3-constrained", self.k3_n_constrained != 1, coin_or_all and task != "visual_coherence",
+                  "visual coherence has one foreign image: knob 3 tests only it" if coin_or_all
+                  else "knob 3's coin and all modes only"),
+                 ("--ordering-weight-power", self.ordering_weight_power != self._preset_weight_power(), ordering,
+                  "visual ordering only"),
+                 ("--ball-lo-sd", self.ball_lo_sd != ball_lo, not ordering and self.distractors == "ball",
+                  f"the knob-2 ball: {no_ball}"),
+                 ("--ball-hi-sd", self.ball_hi_sd != ball_hi, not ordering and self.distractors == "ball",
+                  f"the knob-2 ball: {no_ball}"),
+                 ("--k", self.k != 100, not ordering and self.distractors != "matched",
+                  "visual ordering uses no neighbours" if ordering
+                  else "the matched foreign image is drawn from no neighbours"))
+        unused = [f"{opt} ({why})" for opt, changed, used, why in rules if changed and not used]
         if unused:
             raise ValueError(f"{', '.join(unused)}: this setting does not use it, so it would only make a `-p` "
                              "dataset with the same questions under another id; leave it out")
