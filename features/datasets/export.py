@@ -31,7 +31,10 @@ OUT/images-qa/<split>/images-qa/ (RecipeQA's layout).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -173,14 +176,14 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         _check_vectors(con, dataset_ids, lance_uri)
     # written beside `out` first, then swapped in: a reader of an earlier export never sees half of one,
     # and an export that fails leaves the earlier one as it was
-    new = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}"
-    try:
-        _clear_dead_writers(out)
-        if new.exists():
-            shutil.rmtree(new)
-        new.mkdir(parents=True)
-    except OSError as e:
-        raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
+    with _writing(out) as new:
+        return _write_parquet(con, dataset_ids, out, new, given, with_vectors, lance_uri, with_images, home,
+                              left_out)
+
+
+def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vectors: bool, lance_uri: str | None,
+                   with_images: bool, home: Path | None, left_out: dict[str, str] | None) -> dict:
+    """export_parquet's files, written into `new` (beside `out`) and swapped in as `out`."""
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
     con.execute("SET threads = 1")            # deterministic file layout and row order
     try:
@@ -199,39 +202,110 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
                           left_out=left_out)
         counts["configs"] = card["configs"]
         _swap_in(new, out)
-    except BaseException:
-        shutil.rmtree(new, ignore_errors=True)
-        raise
     finally:
         con.execute(f"SET threads = {threads}")
     return {"out": str(given), **counts, "sha256": tree_sha256(out)}
 
 
 WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)
+_writer_ids = itertools.count()
+
+
+@contextlib.contextmanager
+def _writing(out: Path):
+    """The folder to write an export of `out` into, `.writing-<name>.<pid>-<n>` beside it (empty), for the
+    length of the block; its lock file `.writing-<name>.<pid>-<n>.lock` is held (flock) meanwhile, so the
+    next export can tell what a killed one left (its lock is free) from one still running, whatever the pids
+    do since. What the block leaves of the folder is deleted."""
+    token = f"{os.getpid()}-{next(_writer_ids)}"
+    new, lock = (out.parent / f"{WRITING_PREFIX}{out.name}.{token}{end}" for end in ("", ".lock"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, held = _locked_file(out.parent)
+        os.rename(held, lock)           # appears under its name already held
+    except OSError as e:
+        raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
+    try:
+        try:
+            _clear_dead_writers(out)
+            if new.exists():
+                shutil.rmtree(new)
+            new.mkdir()
+        except OSError as e:
+            raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
+        try:
+            yield new
+        finally:
+            shutil.rmtree(new, ignore_errors=True)
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
+
+
+def _locked_file(folder: Path) -> tuple[int, str]:
+    """A new empty file in `folder` under a passing name, locked (flock) by this process: (fd, path)."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix=".mrqa-lock-", dir=folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd, path
 
 
 def _clear_dead_writers(out: Path) -> None:
-    """Delete what an export of `out` stopped half way (killed) left beside it: `.writing-<name>.<pid>[.old]`
-    folders whose process is gone."""
+    """Delete what an export of `out` stopped half way (killed) left beside it: `.writing-<name>.<token>`
+    folders (and their `.old`) whose lock file no process holds. A folder without a lock file (left by an
+    older version, which named it by pid alone) goes when its process is gone."""
     if not out.parent.is_dir():
         return
-    for p in out.parent.glob(f"{WRITING_PREFIX}{glob_escape(out.name)}.*"):
-        pid = p.name[len(WRITING_PREFIX) + len(out.name) + 1:].removesuffix(".old")
-        if not pid.isdigit() or int(pid) == os.getpid():
+    stem = f"{WRITING_PREFIX}{out.name}."
+    tokens = {p.name[len(stem):].removesuffix(".old").removesuffix(".lock")
+              for p in out.parent.glob(f"{glob_escape(stem)}*")}
+    for token in sorted(tokens):
+        lock = out.parent / f"{stem}{token}.lock"
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:       # its writer is done (a leftover it could not delete), or the folder
+            if token.isdigit() and _running(int(token)):    # is an older version's, named by its pid
+                continue
+            fd = None
+        except OSError:
             continue
         try:
-            os.kill(int(pid), 0)              # still running: another export of the same folder
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-        except PermissionError:
-            pass
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:           # held: another export of the same folder is writing
+                    continue
+            for end in ("", ".old"):
+                shutil.rmtree(out.parent / f"{stem}{token}{end}", ignore_errors=True)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:             # another user's process
+        return True
+    return True
 
 
 def _swap_in(new: Path, out: Path) -> None:
     """Replace the folder `out` (an earlier export, or nothing) by `new`: two renames in one folder, so a
     reader sees the earlier export or the new one, each whole (only between the renames, microseconds, no
     folder at all); the earlier one is deleted after."""
-    old = out.parent / f"{WRITING_PREFIX}{out.name}.{os.getpid()}.old"
+    old = new.with_name(f"{new.name}.old")
     moved = False                       # the earlier export was moved aside (there was one)
     try:
         if out.exists():
@@ -484,6 +558,8 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     """RecipeQA-format files OUT/{train,val,test}.json for one dataset; for several, one such folder per
     dataset (OUT/<dataset_id>/), so RecipeQA's tools score each knob setting on its own."""
     out = Path(out)
+    if str(out).strip() in ("", "."):
+        raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
     records = recipeqa_records(con, dataset_ids)
     sources: dict[str, str | None] = {}
     if with_images:
@@ -551,30 +627,33 @@ def recipeqa_records(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> 
 def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[str, str | None],
                      with_images: bool) -> dict:
     """One dataset's OUT/<split>.json (+ OUT/images-qa/<split>/images-qa/), replacing what an earlier
-    export wrote there (and nothing else: a folder with other files is refused)."""
+    export wrote there (and nothing else: a folder with other files is refused). Written beside OUT and
+    swapped in whole, as the Parquet export is: a reader sees the earlier files or the new ones."""
+    given = out
+    if out.is_symlink():                # the folder it points to is replaced; the link stays a link
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"refusing to export to {out}: it is a file")
     if out.is_dir():
         check_replaceable([p.name for p in out.iterdir()], str(out), RECIPEQA_NAMES, "a RecipeQA export")
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.json"):
-        old.unlink()
-    if (out / "images-qa").is_dir():
-        shutil.rmtree(out / "images-qa")
     written, copied, missing = {}, 0, 0
-    for split, recs in sorted(by_split.items()):
-        (out / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
-        written[split] = len(recs)
-        if not with_images:
-            continue
-        dest = out / "images-qa" / split / "images-qa"
-        dest.mkdir(parents=True)
-        for iid in sorted({i for rec in recs for i in record_images(rec)}):
-            src = sources.get(iid)
-            if src is None:
-                missing += 1
+    with _writing(out) as new:
+        for split, recs in sorted(by_split.items()):
+            (new / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
+            written[split] = len(recs)
+            if not with_images:
                 continue
-            _link_or_copy(src, os.path.join(dest, iid))
-            copied += 1
-    return {"out": str(out), "records": written, "images_copied": copied, "images_missing": missing}
+            dest = new / "images-qa" / split / "images-qa"
+            dest.mkdir(parents=True)
+            for iid in sorted({i for rec in recs for i in record_images(rec)}):
+                src = sources.get(iid)
+                if src is None:
+                    missing += 1
+                    continue
+                _link_or_copy(src, os.path.join(dest, iid))
+                copied += 1
+        _swap_in(new, out)
+    return {"out": str(given), "records": written, "images_copied": copied, "images_missing": missing}
 
 
 def _link_or_copy(src: str, dest: str) -> None:

@@ -25,18 +25,21 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              train: bool = typer.Option(True, "--train/--no-train", help="End with the train stage: an "
                                         "independent GM3C question-only check of the AF datasets waiting for one "
                                         "and the reading check (a reader against a learned question-only model)."),
-             af_pool: bool = typer.Option(True, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
-                                          "adversary on the AF visual cloze datasets (`mrqa af-pool`, 1 swap "
+             af_pool: bool = typer.Option(False, "--af-pool/--no-af-pool", help="Generate ends with the pooled "
+                                          "adversary on the AF visual cloze datasets too (`mrqa af-pool`, 1 swap "
                                           "round, tau 0.35, kept share >= 0.4), which are generated leaving "
-                                          "AF's own drop to it."),
+                                          "AF's own drop to it: about 4 more minutes. Off by default: the look "
+                                          "probe reads the sample kitchen's visual datasets from their pixels "
+                                          "either way."),
              matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes "
                                                     "visual coherence with matched foreign images (K1-0-0-matched"
                                                     "[-af], beyond the paper) and filters it with its own pooled "
                                                     "step: about 3 more minutes."),
-             textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with "
-                                                       "the pooled step on the textual cloze AF datasets too (2 "
-                                                       "swap rounds of titles, then the drop): about 2-3 more "
-                                                       "minutes."),
+             textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
+                                                       help="Generate ends with the pooled step on the textual "
+                                                       "cloze AF datasets (2 swap rounds of titles, then the "
+                                                       "drop): the sample kitchen's reading benchmark; about 4 "
+                                                       "minutes with its checks in the train stage."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",

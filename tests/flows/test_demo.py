@@ -74,3 +74,25 @@ def test_the_summary_names_the_reading_benchmark_and_how_to_score_a_model_on_it(
                                                   "cpu_s": 0.5, "summary": {"reading_only": ro}}], "total_s": 1.0}))
     assert "0 datasets, 80 left out" in text and "look probe (pixels): 48, question-only probe: 32" in text
     assert "mrqa score" not in text
+
+
+def test_the_demo_makes_its_reading_benchmark_by_default(paths):
+    """`make demo` runs the pooled step on the textual cloze AF datasets (the sample kitchen's reading
+    benchmark) and not the one on the visual cloze AF datasets (the look probe reads those from their
+    pixels either way): the CLI's defaults and demo_flow's agree, and the generate stage they build
+    carries the textual step's options and no visual one."""
+    import typer
+
+    from flows.cli import app
+    from flows.demo import demo_flow
+    from flows.pipeline import TEXTUAL_POOL
+    cli = {p.name: p.default for p in typer.main.get_command(app).commands["demo"].params}
+    flow = {k: v.default for k, v in inspect.signature(demo_flow.fn).parameters.items()}
+    assert (cli["af_pool"], cli["textual_cloze_pooled"]) == (flow["af_pool"], flow["textual_cloze_pooled"]) \
+        == (False, True)
+    params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+    for af_pool, textual in ((False, True), (True, False)):
+        gen = next(s for s in build_stages({**params, "af_pool": af_pool, "textual_cloze_pooled": textual}, paths)
+                   if s.name == "generate")
+        assert (gen.params["af_pool"] is not None) == af_pool
+        assert gen.params.get("textual_cloze_pooled") == (TEXTUAL_POOL if textual else None)

@@ -9,6 +9,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -352,6 +353,64 @@ def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     second = export_parquet(con, ids[:2], out)
     assert second["sha256"] != first["sha256"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name])
+
+
+def test_a_killed_writer_is_told_by_its_lock_not_its_pid(world, tmp_path):
+    """What an export killed half way left beside the folder is cleared by the next export when its lock file
+    is free, even where its pid now belongs to a running process (pids are reused); a writer that still
+    holds its lock (another process) is left alone, and a finished export leaves no lock behind."""
+    import os
+    import subprocess
+    import sys
+
+    from features.datasets.export import WRITING_PREFIX
+    con, ids = world["con"], sorted(world["ids"].values())
+    out = tmp_path / "exp"
+    first = export_parquet(con, ids[:1], out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]          # no lock, nothing beside
+    dead = tmp_path / f"{WRITING_PREFIX}exp.{os.getppid()}-0"            # a running pid, a free lock
+    dead.mkdir()
+    (dead / "questions").mkdir()
+    Path(f"{dead}.old").mkdir()
+    Path(f"{dead}.lock").touch()
+    live = tmp_path / f"{WRITING_PREFIX}exp.4242-7"                      # its lock held by another process
+    live.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
+        "sys.stdin.read()"), f"{live}.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = export_parquet(con, ids[:2], out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name, f"{live.name}.lock"])
+    finally:
+        holder.communicate("")
+    assert second["sha256"] != first["sha256"] and tree_sha256(out) == second["sha256"]
+    export_parquet(con, ids[:1], out)                                   # its writer is gone now: cleared
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+def test_a_recipeqa_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
+    """The RecipeQA JSON export replaces an earlier one as the Parquet export does: written beside it and
+    swapped in, so when the swap cannot happen (the earlier folder is immutable) the earlier files are left
+    as they were, with nothing half-written beside them (it used to delete them first, then write)."""
+    import shutil
+    import subprocess
+    con, ids = world["con"], sorted(world["ids"].values())
+    out = tmp_path / "rq"
+    first = export_recipeqa_json(con, ids[:1], out, home=world["home"], with_images=False)
+    before = tree_sha256(out)
+    assert first["records"] and sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("this file system cannot make a folder immutable (chattr +i), or not running as root")
+    try:
+        with pytest.raises(ValueError, match=rf"cannot replace the export {out}: .* \(it is left as it was\)"):
+            export_recipeqa_json(con, ids[1:2], out, home=world["home"])
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=True)
+    assert tree_sha256(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
+    again = export_recipeqa_json(con, ids[1:2], out, home=world["home"])
+    assert again["images_copied"] > 0 and (out / "images-qa").is_dir() and tree_sha256(out) != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
 
 
 def test_a_first_export_warns_of_nothing(world, tmp_path, caplog):

@@ -529,12 +529,12 @@ def test_demo_summary_names_the_reading_benchmark(report):
                                                   "cpu_s": 0.5, "summary": none}], "total_s": 1.0}))
     assert "0 datasets, 5 left out" in text
     assert "none passes; what holds them back first: look probe (pixels): 3, distance probe: 2" in text
-    assert "DEMO_ARGS=--textual-cloze-pooled" in text          # where the benchmark that needs reading comes from
+    assert "(`--no-textual-cloze-pooled`): a plain `make demo` makes it" in text   # where the benchmark comes from
     gen = {"stage": "generate", "status": "completed", "seconds": 1.0, "cpu_s": 0.5,
            "summary": {"textual_cloze_pooled": {"tc-0-1-0-af-s0-x": {"dropped": 1, "kept": 3}}}}
     text = format_digest(demo_digest({"stages": [gen, {"stage": "report", "status": "completed", "seconds": 1.0,
                                                        "cpu_s": 0.5, "summary": none}], "total_s": 1.0}))
-    assert "none passes" in text and "DEMO_ARGS=--textual-cloze-pooled" not in text   # it ran: no hint
+    assert "none passes" in text and "--no-textual-cloze-pooled" not in text   # it ran: no hint
 
 
 # ----------------------------------------------------------------------------- the page, parsed
