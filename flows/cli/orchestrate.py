@@ -77,9 +77,10 @@ def pipeline_cmd(
                                                "coherence with matched foreign images and their pooled step."),
         textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with the "
                                                   "pooled step on the textual cloze AF datasets too."),
-        train: bool = typer.Option(False, "--train", help="End with the reading check: a reader of the recipe "
-                                   "against a learned question-only model on the AF visual cloze settings "
-                                   "(about a minute)."),
+        train: bool = typer.Option(False, "--train", help="End with the independent GM3C question-only check "
+                                   "of the AF datasets waiting for one, then the reading check: a reader of the "
+                                   "recipe against a learned question-only model on the AF visual cloze "
+                                   "settings and the datasets the reading-only export holds back for it."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
                                         "'all' for every stage)."),
