@@ -32,6 +32,7 @@ OUT/images-qa/<split>/images-qa/ (RecipeQA's layout).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -209,6 +210,7 @@ def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vec
 
 WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)
 _writer_ids = itertools.count()
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)   # flock's "this file system cannot"
 
 
 @contextlib.contextmanager
@@ -249,7 +251,10 @@ def _locked_file(folder: Path) -> tuple[int, str]:
     fd, path = tempfile.mkstemp(prefix=".mrqa-lock-", dir=folder)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
+    except OSError as e:
+        if e.errno in NO_LOCKS:         # a file system without locks (some network ones): the pid tells
+            log.info("export: %s has no file locks; a killed export is told by its pid", folder)
+            return fd, path
         os.close(fd)
         os.unlink(path)
         raise
@@ -281,6 +286,10 @@ def _clear_dead_writers(out: Path) -> None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:           # held: another export of the same folder is writing
                     continue
+                except OSError as e:              # no locks here: its pid tells
+                    pid = token.split("-", 1)[0]
+                    if e.errno not in NO_LOCKS or not pid.isdigit() or _running(int(pid)):
+                        continue
             for end in ("", ".old"):
                 shutil.rmtree(out.parent / f"{stem}{token}{end}", ignore_errors=True)
             if fd is not None:
