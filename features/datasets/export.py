@@ -224,8 +224,14 @@ def _writing(out: Path):
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, held = _locked_file(out.parent)
-        os.rename(held, lock)           # appears under its name already held
     except OSError as e:
+        raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
+    try:
+        os.rename(held, lock)           # appears under its name already held
+    except OSError as e:                # e.g. a name too long for the lock's: no `.mrqa-lock-*` left behind
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(held)
         raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
     try:
         try:

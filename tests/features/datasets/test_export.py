@@ -599,3 +599,18 @@ def test_recipeqa_json_reimports_with_mrqa_ingest(world, rq_all, tmp_path, monke
     c2 = duckdb.connect(str(home2 / "warehouse.duckdb"), read_only=True)
     assert dict(c2.execute("SELECT task, count(*) FROM questions GROUP BY 1").fetchall()) == _expected_by_task(world)
     c2.close()
+
+
+def test_an_export_that_cannot_name_its_lock_leaves_nothing_beside(world, tmp_path):
+    """A folder name the file system takes but the lock's longer name `.writing-<name>.<pid>-<n>.lock` does not
+    (over NAME_MAX): the export fails saying why, and leaves no `.mrqa-lock-*` file beside the folder (one was
+    left on every such try, for good: nothing clears them)."""
+    con, ids = world["con"], sorted(world["ids"].values())
+    name = "x" * 235                    # a valid folder name; its lock's name is over 255 bytes
+    (tmp_path / name).mkdir()
+    (tmp_path / name).rmdir()
+    for export in (lambda out: export_parquet(con, ids[:1], out),
+                   lambda out: export_recipeqa_json(con, ids[:1], out, with_images=False)):
+        with pytest.raises(ValueError, match="cannot write an export next to .*File name too long"):
+            export(tmp_path / name)
+        assert list(tmp_path.iterdir()) == []
