@@ -202,10 +202,11 @@ def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vec
         card = write_card(con, new, questions, parts, files=sorted(p.name for p in new.glob("*.parquet")),
                           left_out=left_out)
         counts["configs"] = card["configs"]
+        sha = tree_sha256(new)            # of what this export wrote: once swapped in, `out` may be another's
         _swap_in(new, out)
     finally:
         con.execute(f"SET threads = {threads}")
-    return {"out": str(given), **counts, "sha256": tree_sha256(out)}
+    return {"out": str(given), **counts, "sha256": sha}
 
 
 WRITING_PREFIX = ".writing-"          # an export being written, beside its folder (readers pass it over)

@@ -614,3 +614,27 @@ def test_an_export_that_cannot_name_its_lock_leaves_nothing_beside(world, tmp_pa
         with pytest.raises(ValueError, match="cannot write an export next to .*File name too long"):
             export(tmp_path / name)
         assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sha256_is_of_what_this_export_wrote_when_another_replaces_it(world, tmp_path, monkeypatch):
+    """Two exports of one folder at once: the other one may swap its own in just after this one's swap. This
+    one still succeeds and reports the sha256 of the files it wrote; it hashed `out` after the swap, so it
+    reported the other's, or failed ("cannot use ...: No such file or directory") on a file the other lacks."""
+    import shutil
+
+    from features.datasets.export import WRITING_PREFIX
+    con, ids = world["con"], sorted(world["ids"].values())
+    mine = export_parquet(con, ids[:2], tmp_path / "mine")["sha256"]
+    other = tmp_path / "other"
+    export_parquet(con, ids[2:3], other)
+    out = tmp_path / "exp"
+    rename = Path.rename
+
+    def other_swaps_in_after(self, target):
+        res = rename(self, target)
+        if self.name.startswith(WRITING_PREFIX) and Path(target) == out:
+            shutil.rmtree(out)                  # the other export's swap, just after this one's
+            shutil.copytree(other, out)
+        return res
+    monkeypatch.setattr(Path, "rename", other_swaps_in_after)
+    assert export_parquet(con, ids[:2], out)["sha256"] == mine
