@@ -576,6 +576,9 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     out = Path(out)
     if str(out).strip() in ("", "."):
         raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    # every folder checked before any is written: a refused one must not leave the others half replaced
+    for folder in [out] if len(dataset_ids) == 1 else [out / did for did in dataset_ids]:
+        _recipeqa_target(folder)
     records = recipeqa_records(con, dataset_ids)
     sources: dict[str, str | None] = {}
     if with_images:
@@ -645,13 +648,7 @@ def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[s
     """One dataset's OUT/<split>.json (+ OUT/images-qa/<split>/images-qa/), replacing what an earlier
     export wrote there (and nothing else: a folder with other files is refused). Written beside OUT and
     swapped in whole, as the Parquet export is: a reader sees the earlier files or the new ones."""
-    given = out
-    if out.is_symlink():                # the folder it points to is replaced; the link stays a link
-        out = Path(os.path.realpath(out))
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"refusing to export to {out}: it is a file")
-    if out.is_dir():
-        check_replaceable([p.name for p in out.iterdir()], str(out), RECIPEQA_NAMES, "a RecipeQA export")
+    given, out = out, _recipeqa_target(out)
     written, copied, missing = {}, 0, 0
     with _writing(out) as new:
         for split, recs in sorted(by_split.items()):
@@ -670,6 +667,18 @@ def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[s
                 copied += 1
         _swap_in(new, out)
     return {"out": str(given), "records": written, "images_copied": copied, "images_missing": missing}
+
+
+def _recipeqa_target(out: Path) -> Path:
+    """The folder a RecipeQA export of `out` replaces (where a symlink points: the link stays a link); raises
+    ValueError when it is a file or holds more than a RecipeQA export."""
+    if out.is_symlink():
+        out = Path(os.path.realpath(out))
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"refusing to export to {out}: it is a file")
+    if out.is_dir():
+        check_replaceable([p.name for p in out.iterdir()], str(out), RECIPEQA_NAMES, "a RecipeQA export")
+    return out
 
 
 def _link_or_copy(src: str, dest: str) -> None:

@@ -638,3 +638,18 @@ def test_the_sha256_is_of_what_this_export_wrote_when_another_replaces_it(world,
         return res
     monkeypatch.setattr(Path, "rename", other_swaps_in_after)
     assert export_parquet(con, ids[:2], out)["sha256"] == mine
+
+
+def test_a_recipeqa_export_of_several_refuses_before_it_replaces_any(world, tmp_path):
+    """Several datasets, one folder each: when one of those folders holds foreign files, the export refuses
+    before it writes any, so the folders of the datasets before it keep the earlier export (they were replaced,
+    here without their images, and then the export refused)."""
+    con, ids = world["con"], sorted(world["ids"].values())[:3]
+    out = tmp_path / "rq"
+    export_recipeqa_json(con, ids, out, home=world["home"])
+    before = {did: tree_sha256(out / did) for did in ids}
+    (out / ids[1] / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=f"refusing to replace {out / ids[1]}: .*notes.txt"):
+        export_recipeqa_json(con, ids, out, home=world["home"], with_images=False)
+    assert (out / ids[0] / "images-qa").is_dir() and tree_sha256(out / ids[0]) == before[ids[0]]
+    assert sorted(p.name for p in out.iterdir()) == ids and sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
