@@ -41,6 +41,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import threading
 from glob import escape as glob_escape
 from pathlib import Path
 
@@ -219,7 +221,50 @@ def _writing(out: Path):
     """The folder to write an export of `out` into, `.writing-<name>.<pid>-<n>` beside it (empty), for the
     length of the block; its lock file `.writing-<name>.<pid>-<n>.lock` is held (flock) meanwhile, so the
     next export can tell what a killed one left (its lock is free) from one still running, whatever the pids
-    do since. What the block leaves of the folder is deleted."""
+    do since. What the block leaves of the folder is deleted, also on Ctrl-C or SIGTERM (`_clean_up_first`)."""
+    with _clean_up_first():
+        with _writing_beside(out) as new:
+            yield new
+
+
+class _Stopped(BaseException):
+    """SIGINT or SIGTERM inside `_clean_up_first`'s block."""
+
+
+@contextlib.contextmanager
+def _clean_up_first():
+    """In the main thread, SIGINT and SIGTERM raise `_Stopped` inside the block, so the export deletes what it
+    wrote beside its folder and puts the earlier export back (`_swap_in`); then the handler that was there
+    acts: `mrqa`'s ends the process (flows/signals.py, os._exit: it would have skipped all of that), Python's
+    raises KeyboardInterrupt. A second signal meanwhile is held back until then."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    got: list[int] = []
+
+    def stop(signum, _frame):
+        got.append(signum)
+        if len(got) == 1:
+            raise _Stopped(signum)
+    caught = [s for s, h in before.items() if h is not signal.SIG_IGN and h is not None]
+    for s in caught:
+        signal.signal(s, stop)
+    try:
+        yield
+    except _Stopped:
+        pass
+    finally:
+        for s in caught:
+            signal.signal(s, before[s])
+        if got:                         # whatever the block ended with (DuckDB says "Query interrupted")
+            signal.raise_signal(got[0])
+            raise KeyboardInterrupt    # its handler did not end the process (it returned)
+
+
+@contextlib.contextmanager
+def _writing_beside(out: Path):
+    """`_writing` without its signal handling."""
     token = f"{os.getpid()}-{next(_writer_ids)}"
     new, lock = (out.parent / f"{WRITING_PREFIX}{out.name}.{token}{end}" for end in ("", ".lock"))
     try:
@@ -336,9 +381,11 @@ def _swap_in(new: Path, out: Path) -> None:
             raise ValueError(f"cannot replace the export {out}: another export of it was swapped in meanwhile "
                              "(that one is left)") from None
         raise ValueError(f"cannot replace the export {out}: {e.strerror or e} (it is left as it was)") from None
-    except BaseException:               # interrupted (Ctrl-C) between the renames: the earlier one back
-        if moved and not out.exists():
+    except BaseException:               # interrupted (Ctrl-C) in the renames, maybe just after one of them
+        if not out.exists() and old.exists():           # between them: the earlier one back
             old.rename(out)
+        else:                                           # after both: the earlier one goes, as it would
+            shutil.rmtree(old, ignore_errors=True)
         raise
     if not moved:
         return

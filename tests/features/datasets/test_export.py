@@ -653,3 +653,54 @@ def test_a_recipeqa_export_of_several_refuses_before_it_replaces_any(world, tmp_
         export_recipeqa_json(con, ids, out, home=world["home"], with_images=False)
     assert (out / ids[0] / "images-qa").is_dir() and tree_sha256(out / ids[0]) == before[ids[0]]
     assert sorted(p.name for p in out.iterdir()) == ids and sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
+
+
+_CTRL_C = """
+import os, signal, sys
+from pathlib import Path
+from features.datasets.export import _swap_in, _writing
+from flows.signals import stop_children_on_signals
+stop_children_on_signals(grace_s=0.1)           # `mrqa`'s own handler: ends the process (os._exit(130))
+out, when = Path(sys.argv[1]), sys.argv[2]
+rename = Path.rename
+def ctrl_c_between(self, target):               # Ctrl-C just after the earlier export is moved aside
+    res = rename(self, target)
+    if (self == out and when == "between-renames") or (Path(target) == out and when == "after-renames"):
+        os.kill(os.getpid(), signal.SIGINT)
+    return res
+Path.rename = ctrl_c_between
+with _writing(out) as new:
+    (new / "README.md").write_text("new")
+    if when == "writing":
+        os.kill(os.getpid(), signal.SIGINT)
+    if when == "query":                         # turned into another error, as DuckDB's "Query interrupted"
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:
+            raise RuntimeError("Query interrupted") from None
+    _swap_in(new, out)
+"""
+
+
+@pytest.mark.parametrize("when, left", [("writing", "earlier"), ("query", "earlier"), ("between-renames", "earlier"),
+                                        ("after-renames", "new")])
+def test_ctrl_c_of_mrqa_during_an_export_leaves_one_export_and_nothing_beside(tmp_path, when, left):
+    """Ctrl-C (SIGINT) with `mrqa`'s signal handler (flows/signals.py), which ends the process at once: the
+    export still deletes what it wrote beside the folder and its lock, and, when it came between the two
+    renames, puts the earlier export back (just after both: the new one stays, the earlier one is deleted),
+    before the process ends with 130. The handler's os._exit skipped all of that: a half-written `.writing-*`
+    folder and its lock were left, or no export at all (the earlier one left as `.writing-*.old`)."""
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "exp"
+    out.mkdir()
+    (out / "README.md").write_text("earlier")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[3]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", _CTRL_C, str(out), when], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert run.returncode == 130, run.stderr
+    assert "stopped by SIGINT" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+    assert (out / "README.md").read_text() == left
