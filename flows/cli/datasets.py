@@ -166,8 +166,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     from etl.config import Paths
     from etl.warehouse import connect_reader
     from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri
-    if out is not None and not storage_uri(out):    # a local folder, not a URI
-        check_out_path("--out", out)
+    if out is not None and not storage_uri(out):    # a local folder, not a URI; ~ expanded (--out=~/x)
+        out = check_out_path("--out", out)
     require_warehouse()                             # a mistyped --home is an error, not a new warehouse
     paths = Paths.from_env()                        # read-only: the export makes its own folder
     from contextlib import closing
@@ -228,7 +228,7 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
     if datasets is not None and ids is None:
         fail(f"--datasets: no dataset id in {','.join(datasets)!r}; leave the option out to report on every dataset")
     if out is not None:
-        check_out_path("--out", out)
+        out = check_out_path("--out", out)
     require_warehouse()
     paths = Paths.from_env().ensure()
     con = connect(paths)

@@ -116,3 +116,28 @@ def test_af_report_command_lists_what_af_did(paths, con):
         ro.close()
     r = runner.invoke(app, ["af-report"])
     assert r.exit_code == 0 and "0-1-1-af" in r.output and "oracle before" in r.output, r.output
+
+
+def test_export_out_with_a_tilde_is_the_home_folder(paths, con, tmp_path, monkeypatch):
+    """`mrqa export --out=~/x` (the shell leaves a ~ after `=` as it is): the export goes to ~/x, as the check
+    of --out took it; the check's expanded path was dropped, so the Parquet export made a folder named `~` in
+    the working directory and then failed with a traceback (pyarrow expands ~ itself), and the RecipeQA export
+    was written under ./~/x."""
+    from features.datasets.generate import generate_datasets, settings_for
+    _world(con, paths)
+    did = generate_datasets(con, settings_for("visual_cloze", (0, 1, 0)), seed=0, encoder_id=ENC,
+                            lance_uri=paths.lance, progress=False)[0]["dataset_id"]
+    con.close()
+    home, cwd = tmp_path / "user", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    runner = CliRunner()
+    r = runner.invoke(app, ["export", "--dataset", did, "--out=~/exp"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["export", "--dataset", did, "--format", "recipeqa-json", "--no-images", "--out=~/rq"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["out"] == str(home / "rq")
+    assert list((home / "exp" / "questions").rglob("*.parquet")) and (home / "rq" / "train.json").is_file()
+    assert list(cwd.iterdir()) == [] and sorted(p.name for p in home.iterdir()) == ["exp", "rq"]
