@@ -623,6 +623,9 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     out = Path(out)
     if str(out).strip() in ("", "."):
         raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    if len(dataset_ids) > 1 and (out / "questions").is_dir():     # its folders would go into a Parquet export
+        raise ValueError(f"refusing to write RecipeQA JSON folders into {out}: it is a Parquet export; choose "
+                         "another --out")
     # every folder checked before any is written: a refused one must not leave the others half replaced
     for folder in [out] if len(dataset_ids) == 1 else [out / did for did in dataset_ids]:
         _recipeqa_target(folder)

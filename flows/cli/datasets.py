@@ -142,7 +142,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                all_: bool = typer.Option(False, "--all", help="Export every dataset."),
                fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", help="Export format."),
                out: Optional[Path] = typer.Option(None, "--out", help="Output directory "
-                                                  "(default MRQA_HOME/exports/<dataset or all>)."),
+                                                  "(default MRQA_HOME/exports/<dataset or all>, recipeqa-json: "
+                                                  "<dataset or all>-recipeqa)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
                                                  "and step-text (title and body) vectors of the exported splits."),
                with_images: bool = typer.Option(False, "--with-images", help="Parquet: add images.parquet, "
@@ -192,11 +193,11 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                 fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
                      "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa "
                      "reading-check --dataset ID --record` with a reader, `mrqa af-pool` filters the AF ones further")
-        if out is None:                     # exports/all, exports/<id>, or one folder per set of ids
-            import hashlib
+        if out is None:                     # exports/all, exports/<id>, or one folder per set of ids; RecipeQA
+            import hashlib                  # JSON's end in -recipeqa: those are the Parquet exports training reads
             digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
-            out = paths.exports / (("all-reading" if reading_only else "all") if all_
-                                   else ids[0] if len(ids) == 1 else f"datasets-{digest}")
+            out = paths.exports / ((("all-reading" if reading_only else "all") if all_ else ids[0] if len(ids) == 1
+                                    else f"datasets-{digest}") + ("" if fmt == "parquet" else "-recipeqa"))
         try:
             if fmt == "parquet":
                 res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,

@@ -141,3 +141,33 @@ def test_export_out_with_a_tilde_is_the_home_folder(paths, con, tmp_path, monkey
     assert json.loads(r.output)["out"] == str(home / "rq")
     assert list((home / "exp" / "questions").rglob("*.parquet")) and (home / "rq" / "train.json").is_file()
     assert list(cwd.iterdir()) == [] and sorted(p.name for p in home.iterdir()) == ["exp", "rq"]
+
+
+def test_the_recipeqa_json_export_has_its_own_default_folder(paths, con, tmp_path):
+    """`mrqa export --format recipeqa-json` without --out wrote to the Parquet export's default folder:
+    with --all its 80 dataset folders went into MRQA_HOME/exports/all, and every later Parquet export of it
+    (`mrqa export --all`, the pipeline's sweep stage) was refused; with one dataset, `mrqa train --dataset ID`
+    could not write MRQA_HOME/exports/ID any more. The RecipeQA folders end in -recipeqa, and RecipeQA JSON
+    folders are never written into a Parquet export."""
+    from features.datasets.generate import generate_datasets, settings_for
+    from training.data import training_export
+    _world(con, paths)
+    made = generate_datasets(con, settings_for("visual_cloze", (0, 1, 0)) + settings_for("visual_cloze", (0, 0, 0)),
+                             seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+    con.close()
+    ids = sorted(d["dataset_id"] for d in made)
+    runner = CliRunner()
+    for args in (["--all"], ["--all", "--format", "recipeqa-json", "--no-images"], ["--all"],
+                 ["--dataset", ids[0], "--format", "recipeqa-json", "--no-images"]):
+        r = runner.invoke(app, ["export", *args])
+        assert r.exit_code == 0, (args, r.output)
+    exports = paths.home / "exports"
+    assert sorted(p.name for p in exports.iterdir()) == ["all", "all-recipeqa", f"{ids[0]}-recipeqa"]
+    assert sorted(p.name for p in (exports / "all-recipeqa").iterdir()) == ids
+    assert "questions" in {p.name for p in (exports / "all").iterdir()} and not set(ids) & {
+        p.name for p in (exports / "all").iterdir()}
+    import shutil
+    shutil.rmtree(exports / "all")                      # training writes exports/<id> (a Parquet export) now
+    assert training_export(ids[0], paths=paths) == exports / ids[0] and (exports / ids[0] / "questions").is_dir()
+    r = runner.invoke(app, ["export", "--all", "--format", "recipeqa-json", "--out", str(exports / ids[0])])
+    assert r.exit_code == 2 and "it is a Parquet export" in r.output, r.output
