@@ -543,7 +543,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
-                  textual_cloze_pooled: bool = False, report: bool = True, train: bool = False,
+                  textual_cloze_pooled: bool = True, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
@@ -563,8 +563,10 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     of `af_pool_tasks` (`af_pool_rounds` rounds, never below `af_pool_min_kept` of a plain setting).
     `matched_coherence`: generate also makes visual coherence with matched foreign images (MATCHED_SETTINGS,
     beyond the paper) and filters its AF datasets with their own pooled step (MATCHED_POOL).
-    `textual_cloze_pooled`: generate ends with the pooled step on the textual cloze AF datasets too
-    (TEXTUAL_POOL: swap rounds of titles, then the drop).
+    `textual_cloze_pooled` (default on, as in `mrqa demo`, whose reading benchmark it makes: a pipeline run
+    on a demo home keeps it): generate ends with the pooled step on the textual cloze AF datasets too
+    (TEXTUAL_POOL: swap rounds of titles, then the drop). The demo leaves `af_pool` off to stay within 15
+    minutes; the pipeline keeps both.
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

@@ -75,8 +75,9 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
-        textual_cloze_pooled: bool = typer.Option(False, "--textual-cloze-pooled", help="Generate ends with the "
-                                                  "pooled step on the textual cloze AF datasets too."),
+        textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
+                                                  help="Generate ends with the pooled step on the textual cloze "
+                                                  "AF datasets too (the reading benchmark `make demo` makes)."),
         train: bool = typer.Option(False, "--train", help="End with the independent GM3C question-only check "
                                    "of the AF datasets waiting for one, then the reading check: a reader of the "
                                    "recipe against a learned question-only model on the AF visual cloze "

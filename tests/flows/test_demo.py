@@ -80,7 +80,7 @@ def test_the_demo_makes_its_reading_benchmark_by_default(paths):
     """`make demo` runs the pooled step on the textual cloze AF datasets (the sample kitchen's reading
     benchmark) and not the one on the visual cloze AF datasets (the look probe reads those from their
     pixels either way): the CLI's defaults and demo_flow's agree, and the generate stage they build
-    carries the textual step's options and no visual one."""
+    carries the textual step's options and no visual one. `mrqa pipeline` runs both by default."""
     import typer
 
     from flows.cli import app
@@ -91,6 +91,10 @@ def test_the_demo_makes_its_reading_benchmark_by_default(paths):
     assert (cli["af_pool"], cli["textual_cloze_pooled"]) == (flow["af_pool"], flow["textual_cloze_pooled"]) \
         == (False, True)
     params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+    # the pipeline (no time bound) runs both, so a scheduled run on a demo home keeps the reading benchmark
+    pipe = {p.name: p.default for p in typer.main.get_command(app).commands["pipeline"].params}
+    assert (pipe["af_pool"], pipe["textual_cloze_pooled"]) == (params["af_pool"], params["textual_cloze_pooled"]) \
+        == (True, True)
     for af_pool, textual in ((False, True), (True, False)):
         gen = next(s for s in build_stages({**params, "af_pool": af_pool, "textual_cloze_pooled": textual}, paths)
                    if s.name == "generate")
