@@ -210,7 +210,11 @@ def training_export(dataset_id: str, export: Path | None = None, paths=None) -> 
             # its export would hold no questions/ folder: say why instead of "not a Parquet export"
             raise DatasetError(f"dataset {dataset_id!r} has no questions (its setting left none; `mrqa datasets` "
                                "shows its skips): nothing to train or score")
-        export_parquet(con, [dataset_id], paths.exports / dataset_id, with_vectors=True, lance_uri=paths.lance)
+        try:
+            export_parquet(con, [dataset_id], paths.exports / dataset_id, with_vectors=True, lance_uri=paths.lance)
+        except ValueError as e:             # e.g. exports/<id> holds files of a user's: train has no --out
+            raise DatasetError(f"cannot write the training export: {str(e).removesuffix('; choose another --out')}"
+                               f"; move them away, or give --export DIR") from None
     finally:
         con.close()
     return paths.exports / dataset_id

@@ -180,8 +180,12 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     # written beside `out` first, then swapped in: a reader of an earlier export never sees half of one,
     # and an export that fails leaves the earlier one as it was
     with _writing(out) as new:
-        return _write_parquet(con, dataset_ids, out, new, given, with_vectors, lance_uri, with_images, home,
-                              left_out)
+        try:
+            return _write_parquet(con, dataset_ids, out, new, given, with_vectors, lance_uri, with_images, home,
+                                  left_out)
+        except (OSError, duckdb.IOException) as e:     # e.g. the disk is full
+            raise ValueError(f"cannot write the export {out}: {getattr(e, 'strerror', None) or e} (an earlier "
+                             "export is left as it was)") from None
 
 
 def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vectors: bool, lance_uri: str | None,
@@ -626,6 +630,9 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     if len(dataset_ids) > 1 and (out / "questions").is_dir():     # its folders would go into a Parquet export
         raise ValueError(f"refusing to write RecipeQA JSON folders into {out}: it is a Parquet export; choose "
                          "another --out")
+    if len(dataset_ids) > 1 and out.is_dir() and RECIPEQA_NAMES & {p.name for p in out.iterdir()}:
+        raise ValueError(f"refusing to write RecipeQA JSON folders into {out}: it holds one dataset's RecipeQA "
+                         "export (its split files); choose another --out")
     # every folder checked before any is written: a refused one must not leave the others half replaced
     for folder in [out] if len(dataset_ids) == 1 else [out / did for did in dataset_ids]:
         _recipeqa_target(folder)

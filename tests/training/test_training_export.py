@@ -104,6 +104,14 @@ def test_training_export_given_found_or_written(toy_home, tmp_path, monkeypatch)
         assert export_freshness(con, out) == {"current": [did], "changed": [], "gone": [], "missing": []}
     finally:
         con.close()
+    # exports/<id> holding a user's files: refused, saying what train can do (it has no --out)
+    shutil.rmtree(out)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetError, match=r"cannot write the training export: refusing to replace .* \(notes.txt\); "
+                                           r"move them away, or give --export DIR$"):
+        training_export(did)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
     with pytest.raises(DatasetError, match="no dataset 'nope'"):
         training_export("nope")
     assert not (home / "exports" / "nope").exists()

@@ -413,6 +413,47 @@ def test_a_recipeqa_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rq"]
 
 
+def test_a_recipeqa_export_of_several_datasets_refuses_one_datasets_folder(world, tmp_path):
+    """One dataset's RecipeQA export writes its split files into OUT; several datasets' export writes a folder
+    per dataset: into a folder holding the first, the second is refused (it mixed train.json with dataset
+    folders), and the other way round too."""
+    con, ids = world["con"], sorted(world["ids"].values())
+    one, several = tmp_path / "one", tmp_path / "several"
+    export_recipeqa_json(con, ids[:1], one, with_images=False)
+    before = tree_sha256(one)
+    with pytest.raises(ValueError, match=r"it holds one dataset's RecipeQA export \(its split files\)"):
+        export_recipeqa_json(con, ids[:2], one, with_images=False)
+    assert tree_sha256(one) == before
+    export_recipeqa_json(con, ids[:2], several, with_images=False)
+    with pytest.raises(ValueError, match="holds more than a RecipeQA export"):
+        export_recipeqa_json(con, ids[:1], several, with_images=False)
+    assert sorted(p.name for p in several.iterdir()) == sorted(ids[:2])
+
+
+def test_a_full_disk_is_a_clear_error_and_keeps_the_earlier_export(world, tmp_path):
+    """An export to a file system that fills up (a 2 MB tmpfs) fails with one line naming the folder and the
+    cause, and leaves the earlier export as it was, with nothing beside it (it ended in a pyarrow traceback)."""
+    import os
+    import subprocess
+    con, ids = world["con"], sorted(world["ids"].values())
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root in a system that allows mounts)")
+    try:
+        out = disk / "exp"
+        first = export_parquet(con, ids[:1], out)
+        st = os.statvfs(disk)                   # the disk full but for 64 KB
+        (disk / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - (64 << 10)))
+        with pytest.raises(ValueError, match=rf"^cannot write the export {out}: .*(No space left on device|"
+                                             r"[Nn]o space).* \(an earlier export is left as it was\)$"):
+            export_parquet(con, ids, out, with_vectors=True, lance_uri=world["paths"].lance, with_images=True,
+                           home=world["home"])
+        assert tree_sha256(out) == first["sha256"] and sorted(p.name for p in disk.iterdir()) == ["exp", "filler"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def test_a_first_export_warns_of_nothing(world, tmp_path, caplog):
     """With no earlier export there is nothing to delete after the swap: no warning that "the earlier export
     could not be deleted" (it was logged on every first export, and on every export to a storage URI)."""
