@@ -285,7 +285,7 @@ def _writing_beside(out: Path):
         raise ValueError(f"cannot write an export next to {out}: {e.strerror or e}") from None
     try:
         try:
-            _clear_dead_writers(out)
+            _clear_dead_writers_beside(out.parent)
             if new.exists():
                 shutil.rmtree(new)
             new.mkdir()
@@ -315,6 +315,38 @@ def _locked_file(folder: Path) -> tuple[int, str]:
         os.unlink(path)
         raise
     return fd, path
+
+
+WRITER_NAME = re.compile(r"^\.writing-(?P<name>.+)\.(?P<token>\d+(?:-\d+)?)(?:\.old|\.lock)?$")
+ORPHAN_LOCK_S = 60                    # a `.mrqa-lock-*` file this old, unlocked, was left by a killed writer
+
+
+def _clear_dead_writers_beside(folder: Path) -> None:
+    """What killed exports left in `folder`, whatever folder they were writing (`_clear_dead_writers` for
+    each), and the temporary lock files of writers killed before naming theirs."""
+    import time
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for name in sorted({m["name"] for p in entries if (m := WRITER_NAME.match(p.name))}):
+        _clear_dead_writers(folder / name)
+    for p in entries:
+        if not p.name.startswith(".mrqa-lock-"):
+            continue
+        try:
+            if time.time() - p.stat().st_mtime < ORPHAN_LOCK_S:     # a writer may be about to name it
+                continue
+            fd = os.open(p, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            p.unlink()
+        except OSError:                 # held, or no locks here: left
+            pass
+        finally:
+            os.close(fd)
 
 
 def _clear_dead_writers(out: Path) -> None:

@@ -389,6 +389,40 @@ def test_a_killed_writer_is_told_by_its_lock_not_its_pid(world, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
 
 
+def test_an_export_clears_what_killed_exports_of_other_folders_left_beside_it(world, tmp_path):
+    """Leftovers of a killed export are cleared by the next export into the same parent folder, whatever
+    folder it was writing (they stayed until that folder was exported again), and so is the temporary lock
+    file of a writer killed before it named it, once a minute old; a fresh one, and a writer still holding its
+    lock, are left alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from features.datasets.export import WRITING_PREFIX
+    con, ids = world["con"], sorted(world["ids"].values())
+    dead = tmp_path / f"{WRITING_PREFIX}other.v1.{os.getppid()}-3"        # another folder's, its lock free
+    dead.mkdir()
+    Path(f"{dead}.lock").touch()
+    legacy = tmp_path / f"{WRITING_PREFIX}old.999999999"                  # an older version's, its pid gone
+    legacy.mkdir()
+    stale, fresh = tmp_path / ".mrqa-lock-abc", tmp_path / ".mrqa-lock-def"
+    stale.touch()
+    fresh.touch()
+    os.utime(stale, (time.time() - 3600,) * 2)
+    live = tmp_path / f"{WRITING_PREFIX}third.4242-1"
+    live.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
+        "sys.stdin.read()"), f"{live}.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        export_parquet(con, ids[:1], tmp_path / "exp")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", fresh.name, live.name, f"{live.name}.lock"])
+    finally:
+        holder.communicate("")
+
+
 def test_a_recipeqa_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     """The RecipeQA JSON export replaces an earlier one as the Parquet export does: written beside it and
     swapped in, so when the swap cannot happen (the earlier folder is immutable) the earlier files are left
