@@ -4,9 +4,12 @@ dataset card; the RecipeQA JSON scored by a re-implementation of RecipeQA's eval
 recipeqa` (the strict importer). One synthetic world with real image files per module."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -355,13 +358,24 @@ def test_an_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name])
 
 
+@contextlib.contextmanager
+def _locked_by_another_process(lock: Path):
+    """`lock` held (flock) by a second Python process for the length of the block, as a running export holds its."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
+        "sys.stdin.read()"), str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.communicate("")
+
+
 def test_a_killed_writer_is_told_by_its_lock_not_its_pid(world, tmp_path):
     """What an export killed half way left beside the folder is cleared by the next export when its lock file
     is free, even where its pid now belongs to a running process (pids are reused); a writer that still
     holds its lock (another process) is left alone, and a finished export leaves no lock behind."""
     import os
-    import subprocess
-    import sys
 
     from features.datasets.export import WRITING_PREFIX
     con, ids = world["con"], sorted(world["ids"].values())
@@ -375,15 +389,9 @@ def test_a_killed_writer_is_told_by_its_lock_not_its_pid(world, tmp_path):
     Path(f"{dead}.lock").touch()
     live = tmp_path / f"{WRITING_PREFIX}exp.4242-7"                      # its lock held by another process
     live.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
-        "sys.stdin.read()"), f"{live}.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _locked_by_another_process(Path(f"{live}.lock")):
         second = export_parquet(con, ids[:2], out)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", live.name, f"{live.name}.lock"])
-    finally:
-        holder.communicate("")
     assert second["sha256"] != first["sha256"] and tree_sha256(out) == second["sha256"]
     export_parquet(con, ids[:1], out)                                   # its writer is gone now: cleared
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
@@ -395,8 +403,6 @@ def test_an_export_clears_what_killed_exports_of_other_folders_left_beside_it(wo
     file of a writer killed before it named it, once a minute old; a fresh one, and a writer still holding its
     lock, are left alone."""
     import os
-    import subprocess
-    import sys
     import time
 
     from features.datasets.export import WRITING_PREFIX
@@ -412,15 +418,9 @@ def test_an_export_clears_what_killed_exports_of_other_folders_left_beside_it(wo
     os.utime(stale, (time.time() - 3600,) * 2)
     live = tmp_path / f"{WRITING_PREFIX}third.4242-1"
     live.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
-        "sys.stdin.read()"), f"{live}.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _locked_by_another_process(Path(f"{live}.lock")):
         export_parquet(con, ids[:1], tmp_path / "exp")
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["exp", fresh.name, live.name, f"{live.name}.lock"])
-    finally:
-        holder.communicate("")
 
 
 def test_a_recipeqa_export_is_swapped_in_whole_or_not_at_all(world, tmp_path):
