@@ -115,6 +115,15 @@ def storage_uri(out) -> re.Match | None:
     return re.match(r"^([a-z][a-z0-9+.-]+):/+(.*)$", str(out))
 
 
+def _check_out_name(out: Path) -> None:
+    """An export is swapped in beside its folder, so `out` must name one: not the working directory, the
+    root, or a `..` (`newdir/..` was written whole, then failed)."""
+    if str(out).strip() in ("", "."):
+        raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    if out.name in ("", ".."):
+        raise ValueError(f"refusing to export to {out}: give the folder by its own name, not the root or '..'")
+
+
 def check_replaceable(names, where: str, allowed: frozenset = EXPORT_NAMES, what: str = "an export") -> None:
     """An export replaces only an earlier export: raise ValueError naming `where` when the folder holds
     anything else (`names`: its entries), so a user's folder is never emptied by a mistyped --out."""
@@ -166,8 +175,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
         return {**res, "out": uri}
     out = Path(out)
-    if str(out).strip() in ("", "."):
-        raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    _check_out_name(out)
     given = out
     if out.is_symlink():                # the folder it points to is replaced; the link stays a link
         out = Path(os.path.realpath(out))
@@ -657,8 +665,7 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
     """RecipeQA-format files OUT/{train,val,test}.json for one dataset; for several, one such folder per
     dataset (OUT/<dataset_id>/), so RecipeQA's tools score each knob setting on its own."""
     out = Path(out)
-    if str(out).strip() in ("", "."):
-        raise ValueError("refusing to export into the working directory: give a folder (--out DIR)")
+    _check_out_name(out)
     if len(dataset_ids) > 1 and (out / "questions").is_dir():     # its folders would go into a Parquet export
         raise ValueError(f"refusing to write RecipeQA JSON folders into {out}: it is a Parquet export; choose "
                          "another --out")
@@ -738,24 +745,35 @@ def _recipeqa_folder(by_split: dict[str, list[dict]], out: Path, sources: dict[s
     export wrote there (and nothing else: a folder with other files is refused). Written beside OUT and
     swapped in whole, as the Parquet export is: a reader sees the earlier files or the new ones."""
     given, out = out, _recipeqa_target(out)
-    written, copied, missing = {}, 0, 0
     with _writing(out) as new:
-        for split, recs in sorted(by_split.items()):
-            (new / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
-            written[split] = len(recs)
-            if not with_images:
-                continue
-            dest = new / "images-qa" / split / "images-qa"
-            dest.mkdir(parents=True)
-            for iid in sorted({i for rec in recs for i in record_images(rec)}):
-                src = sources.get(iid)
-                if src is None:
-                    missing += 1
-                    continue
-                _link_or_copy(src, os.path.join(dest, iid))
-                copied += 1
+        try:
+            written, copied, missing = _write_recipeqa(by_split, new, sources, with_images)
+        except OSError as e:                # e.g. the disk is full (it blamed the image it was copying)
+            raise ValueError(f"cannot write the export {out}: {e.strerror or e} (an earlier export is left as it "
+                             "was)") from None
         _swap_in(new, out)
     return {"out": str(given), "records": written, "images_copied": copied, "images_missing": missing}
+
+
+def _write_recipeqa(by_split: dict[str, list[dict]], new: Path, sources: dict[str, str | None],
+                    with_images: bool) -> tuple[dict, int, int]:
+    """_recipeqa_folder's files, into `new`: (records per split, images copied, images missing)."""
+    written, copied, missing = {}, 0, 0
+    for split, recs in sorted(by_split.items()):
+        (new / f"{split}.json").write_text(json.dumps({"data": recs}, ensure_ascii=False, sort_keys=True))
+        written[split] = len(recs)
+        if not with_images:
+            continue
+        dest = new / "images-qa" / split / "images-qa"
+        dest.mkdir(parents=True)
+        for iid in sorted({i for rec in recs for i in record_images(rec)}):
+            src = sources.get(iid)
+            if src is None:
+                missing += 1
+                continue
+            _link_or_copy(src, os.path.join(dest, iid))
+            copied += 1
+    return written, copied, missing
 
 
 def _recipeqa_target(out: Path) -> Path:

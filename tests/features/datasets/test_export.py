@@ -324,6 +324,11 @@ def test_an_export_replaces_an_earlier_export_and_nothing_else(world, tmp_path, 
         export_parquet(con, [did], tmp_path / "afile")
     with pytest.raises(ValueError, match="below the root"):
         export_parquet(con, [did], "file:///")
+    for bad in ("newdir/..", "/"):                                          # a folder by its own name only
+        with pytest.raises(ValueError, match="give the folder by its own name, not the root or '..'"):
+            export_parquet(con, [did], tmp_path / bad if bad != "/" else bad)
+        with pytest.raises(ValueError, match="give the folder by its own name"):
+            export_recipeqa_json(con, [did], tmp_path / bad if bad != "/" else bad, with_images=False)
     with pytest.raises(ValueError, match="not a folder or a storage URI"):
         export_parquet(con, [did], "bogus:/x/y")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "exp", "mine"]
@@ -484,6 +489,16 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_earlier_export(world, tmp_pa
             export_parquet(con, ids, out, with_vectors=True, lance_uri=world["paths"].lance, with_images=True,
                            home=world["home"])
         assert tree_sha256(out) == first["sha256"] and sorted(p.name for p in disk.iterdir()) == ["exp", "filler"]
+        rq = disk / "rq"                        # the RecipeQA export the same (it blamed the image it copied)
+        (disk / "filler").unlink()
+        export_recipeqa_json(con, ids[:1], rq, with_images=False)
+        before = tree_sha256(rq)
+        st = os.statvfs(disk)
+        (disk / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - (16 << 10)))
+        with pytest.raises(ValueError, match=rf"^cannot write the export {rq}: .*[Nn]o space.* \(an earlier export "
+                                             r"is left as it was\)$"):
+            export_recipeqa_json(con, ids[:1], rq, home=world["home"])
+        assert tree_sha256(rq) == before and sorted(p.name for p in disk.iterdir()) == ["exp", "filler", "rq"]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
 
