@@ -42,8 +42,9 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import threading
-from glob import escape as glob_escape
+import time
 from pathlib import Path
 
 import duckdb
@@ -148,8 +149,6 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     """
     m = storage_uri(out)
     if m:
-        import tempfile
-
         from pyarrow import fs as pafs
         uri = f"{m[1]}://{'/' if m[1] == 'file' else ''}{m[2]}"
         if not m[2].strip("/"):
@@ -311,7 +310,6 @@ def _writing_beside(out: Path):
 
 def _locked_file(folder: Path) -> tuple[int, str]:
     """A new empty file in `folder` under a passing name, locked (flock) by this process: (fd, path)."""
-    import tempfile
     fd, path = tempfile.mkstemp(prefix=".mrqa-lock-", dir=folder)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -330,15 +328,16 @@ ORPHAN_LOCK_S = 60                    # a `.mrqa-lock-*` file this old, unlocked
 
 
 def _clear_dead_writers_beside(folder: Path) -> None:
-    """What killed exports left in `folder`, whatever folder they were writing (`_clear_dead_writers` for
-    each), and the temporary lock files of writers killed before naming theirs."""
-    import time
+    """Delete what exports stopped half way (killed) left in `folder`, whatever folder they were writing:
+    `.writing-<name>.<token>` folders (and their `.old`) whose lock file no process holds, and the temporary
+    lock files of writers killed before naming theirs. A folder without a lock file (left by an older
+    version, which named it by pid alone) goes when its process is gone."""
     try:
         entries = list(folder.iterdir())
     except OSError:
         return
-    for name in sorted({m["name"] for p in entries if (m := WRITER_NAME.match(p.name))}):
-        _clear_dead_writers(folder / name)
+    for name, token in sorted({(m["name"], m["token"]) for p in entries if (m := WRITER_NAME.match(p.name))}):
+        _clear_dead_writer(folder / f"{WRITING_PREFIX}{name}.{token}")
     for p in entries:
         if not p.name.startswith(".mrqa-lock-"):
             continue
@@ -357,43 +356,36 @@ def _clear_dead_writers_beside(folder: Path) -> None:
             os.close(fd)
 
 
-def _clear_dead_writers(out: Path) -> None:
-    """Delete what an export of `out` stopped half way (killed) left beside it: `.writing-<name>.<token>`
-    folders (and their `.old`) whose lock file no process holds. A folder without a lock file (left by an
-    older version, which named it by pid alone) goes when its process is gone."""
-    if not out.parent.is_dir():
+def _clear_dead_writer(writing: Path) -> None:
+    """Delete `writing` (`.writing-<name>.<token>`) and its `.old` when no process holds its lock file."""
+    token = writing.name.rsplit(".", 1)[1]
+    pid = token.split("-", 1)[0]
+    lock = writing.with_name(f"{writing.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:           # its writer is done (a leftover it could not delete), or the folder
+        if token.isdigit() and _running(int(token)):        # is an older version's, named by its pid
+            return
+        fd = None
+    except OSError:
         return
-    stem = f"{WRITING_PREFIX}{out.name}."
-    tokens = {p.name[len(stem):].removesuffix(".old").removesuffix(".lock")
-              for p in out.parent.glob(f"{glob_escape(stem)}*")}
-    for token in sorted(tokens):
-        lock = out.parent / f"{stem}{token}.lock"
-        try:
-            fd = os.open(lock, os.O_RDWR)
-        except FileNotFoundError:       # its writer is done (a leftover it could not delete), or the folder
-            if token.isdigit() and _running(int(token)):    # is an older version's, named by its pid
-                continue
-            fd = None
-        except OSError:
-            continue
-        try:
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:           # held: another export of the same folder is writing
-                    continue
-                except OSError as e:              # no locks here: its pid tells
-                    pid = token.split("-", 1)[0]
-                    if e.errno not in NO_LOCKS or not pid.isdigit() or _running(int(pid)):
-                        continue
-            for end in ("", ".old"):
-                shutil.rmtree(out.parent / f"{stem}{token}{end}", ignore_errors=True)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    lock.unlink()
-        finally:
-            if fd is not None:
-                os.close(fd)
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:               # held: another export is writing
+                return
+            except OSError as e:                  # no locks here: its pid tells
+                if e.errno not in NO_LOCKS or _running(int(pid)):
+                    return
+        for end in ("", ".old"):
+            shutil.rmtree(writing.with_name(writing.name + end), ignore_errors=True)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _running(pid: int) -> bool:
@@ -402,7 +394,7 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:             # another user's process
-        return True
+        pass
     return True
 
 

@@ -193,8 +193,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                 fail("no dataset passes --reading-only (each left out above); `mrqa report` measures them, "
                      "`mrqa af-check --dataset ID --record` checks one with GM3C question-only, `mrqa "
                      "reading-check --dataset ID --record` with a reader, `mrqa af-pool` filters the AF ones further")
-        if out is None:                     # exports/all, exports/<id>, or one folder per set of ids; RecipeQA
-            import hashlib  # JSON's end in -recipeqa: those are the Parquet exports training reads
+        if out is None:     # exports/all, exports/<id>, or one folder per set of ids; RecipeQA JSON's end in
+            import hashlib  # -recipeqa: those are the Parquet exports training reads
             digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:8]
             out = paths.exports / ((("all-reading" if reading_only else "all") if all_ else ids[0] if len(ids) == 1
                                     else f"datasets-{digest}") + ("" if fmt == "parquet" else "-recipeqa"))
