@@ -65,10 +65,10 @@ log = logging.getLogger(__name__)
 def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float = MIN_KEPT, folds: int = FOLDS,
                  seed: int = 0, size: str = "small", rounds: int = ROUNDS,
                  solved_share: float = SOLVED_SHARE, fresh_drop: bool = False, keep_solved: float = 0.0,
-                adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
-                workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
-                swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
-                scores_from: str | None = None) -> dict:
+                 adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
+                 workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
+                 swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
+                 scores_from: str | None = None, words: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -84,8 +84,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     takes what the tree probe solves (`_tree_oof`: gradient-boosted trees on the choice-set cues, pooled
     over the task's AF datasets), a third list in turn. `jobs_out` / `scores_from`: the pass's GM3C models
     trained on another machine (training/af_jobs.py): write their jobs to that folder and stop before
-    anything is written, or go on from the logits in that scores file; one GM3C pass only."""
+    anything is written, or go on from the logits in that scores file; one GM3C pass only. `words` (textual
+    cloze): the drop also takes what the words probe solves (`_words_oof`: the linear model and the trees in
+    the space of the titles' own words, features/diagnostics/words_probe.py), two more lists in turn."""
     check_kind(task, distractors)
+    if words and task != "textual_cloze":
+        raise ValueError("--words reads step titles: only textual cloze shows them")
     paths = Paths.from_env()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     offload = _offload(task, rounds, fresh_drop, jobs_out, scores_from)
@@ -154,17 +158,18 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if linear:
             log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
+        more = _words_oof(con, ids, WORDS_SEED + seed, fold_by) if words else ()
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
-            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees)
+            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees, more)
         else:
             plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin,
-                             trees)
+                             trees, more)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept, "floor_by": floor_by,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
-                "drop_order": ("questions on more lists first, then in turn" if tree else
+                "drop_order": ("questions on more lists first, then in turn" if tree or words else
                                "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only"
@@ -175,7 +180,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # recorded only when not the default, so datasets filtered before the option keep their hash
                 **({"fold_by": fold_by} if fold_by != "recipe" else {}),
                 **({"swap_first": first} if rounds and first != "confident" else {}),
-                **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {})}
+                **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {}),
+                **({"words": True, "words_seed": WORDS_SEED + seed} if words else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
         log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
@@ -223,6 +229,7 @@ def _vectors(con, paths: Paths, ids: list[str], items: list[str], space: str = "
 TREE_SEED = 70_001       # the tree adversary's folds and trees: apart from af-check's (its seeds) and the report's
 TREE_MEMBERS = 3         # the drop's tree verdict: the mean log-odds of 3 fold splits (one split's misses are luck)
 LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
+WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
 
 
 def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict[str, dict[str, tuple[float, bool]]]:
@@ -585,3 +592,19 @@ def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold
     log.info("af-pool: the tree probe (%d fold split%s) scored %d questions in %.1f s", members,
              "s" if members > 1 else "", sum(len(qs) for qs in scores.values()), time.perf_counter() - t0)
     return linear_verdicts(scores, answers)
+
+
+def _words_oof(con, ids: list[str], seed: int, fold_by: str) -> tuple[dict, dict]:
+    """The words probe's verdicts on every question (features/diagnostics/words_probe.py): the linear model
+    cross-fitted on each dataset, and the tree probe pooled over the datasets (`fold_by`), both in the space
+    of the titles' own words and seeded `seed`: (linear verdicts, tree verdicts), two lists of the drop."""
+    from features.diagnostics.bias import resolve_dataset
+    from features.diagnostics.tree_probe import pooled_tree_runs
+    from features.diagnostics.words_probe import words_space, words_verdicts
+    t0 = time.perf_counter()
+    lin = linear_verdicts(*words_verdicts(con, ids, seed))
+    space = words_space(con)
+    resolved = {d: (resolve_dataset(con, d, space, "textual_cloze"), space.mat) for d in ids}
+    runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [seed], fold_by, resolved=resolved)
+    log.info("af-pool: the words probe (linear and trees) scored the questions in %.1f s", time.perf_counter() - t0)
+    return lin, linear_verdicts(runs[0], answers)

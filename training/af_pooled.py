@@ -538,7 +538,8 @@ def check_args(tau: float, min_kept: float, rounds: int = 0, solved_share: float
 def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, int], tau: float = TAU,
               min_kept: float = 0.0, keep_solved: float = 0.0,
               linear: dict[str, dict[str, tuple[float, bool]]] | None = None,
-              tree: dict[str, dict[str, tuple[float, bool]]] | None = None) -> dict[str, list[str]]:
+              tree: dict[str, dict[str, tuple[float, bool]]] | None = None,
+              more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = ()) -> dict[str, list[str]]:
     """dataset_id -> the qids to drop: solved out of fold (the pick is the answer) with probability
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
     questions (0: no floor) and the adversary still solves at least `keep_solved` of the kept ones
@@ -555,19 +556,21 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
     is a third list, taken in turn after the linear one; with it, the questions on more lists go first
     (each tier in turn): where the floor binds, a question that all three solve buys the most. Measured on
     the demo's knob 2 = 0 visual cloze settings, whose room is smallest (docs/results.md, "A tree
-    probe")."""
+    probe"). `more`: further lists of the same shape (the words probe's, `flows.af_pool._words_oof`), taken in
+    turn after the tree's, with the questions on more lists first."""
     check_args(tau, min_kept, keep_solved=keep_solved)
     plan = {}
     for did, qs in sorted(oof.items()):
         place: dict[str, tuple[int, int]] = {}        # qid -> (place on a list, which list), the earliest
         votes: dict[str, int] = {}                      # qid -> how many lists hold it
-        for m, src in enumerate((qs, (linear or {}).get(did, {}), (tree or {}).get(did, {}))):
+        for m, src in enumerate((qs, (linear or {}).get(did, {}), (tree or {}).get(did, {}),
+                                 *(x.get(did, {}) for x in more))):
             ranked = sorted((q for q, (p, r) in src.items() if r and p >= tau and q in qs),
                             key=lambda q: (-src[q][0], q))
             for i, q in enumerate(ranked):
                 place[q] = min(place.get(q, (i, m)), (i, m))
                 votes[q] = votes.get(q, 0) + 1
-        tier = votes if tree is not None else dict.fromkeys(place, 0)
+        tier = votes if tree is not None or more else dict.fromkeys(place, 0)
         cands = sorted(place, key=lambda q, t=tier, pl=place: (-t[q], pl[q], q))
         room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)
         if keep_solved:
@@ -583,7 +586,8 @@ FLOOR_BY = ("dataset", "split")
 def drop_plan_by_split(oof: dict[str, dict[str, tuple[float, bool]]], split_of: dict[str, dict[str, str]],
                        n_plain_split: dict[str, dict[str, int]], tau: float = TAU, min_kept: float = 0.0,
                        keep_solved: float = 0.0, linear: dict[str, dict[str, tuple[float, bool]]] | None = None,
-                       tree: dict[str, dict[str, tuple[float, bool]]] | None = None) -> dict[str, list[str]]:
+                       tree: dict[str, dict[str, tuple[float, bool]]] | None = None,
+                       more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = ()) -> dict[str, list[str]]:
     """`drop_plan` with its floor (and cap) held in each split of a dataset (`split_of`: dataset_id ->
     qid -> split; `n_plain_split`: dataset_id -> split -> the plain setting's questions there). With one
     floor per dataset the drop spends its room where the confident questions are, and on the demo the
@@ -600,6 +604,7 @@ def drop_plan_by_split(oof: dict[str, dict[str, tuple[float, bool]]], split_of: 
     plan: dict[str, list[str]] = {did: [] for did in oof}
     for (did, _), qs in drop_plan(group(oof), n, tau, min_kept, keep_solved,   # type: ignore[arg-type]
                                   group(linear) if linear is not None else None,
-                                  group(tree) if tree is not None else None).items():
+                                  group(tree) if tree is not None else None,
+                                  tuple(group(x) for x in more)).items():
         plan[did].extend(qs)
     return {did: sorted(qs) for did, qs in plan.items()}

@@ -391,6 +391,14 @@ def extra_pools(sp, pools: tuple, anchor: np.ndarray, shown_steps: np.ndarray, q
     return out
 
 
+def intro(sp, items: np.ndarray) -> np.ndarray:
+    """(K, M): is item items[k, m] of a recipe's intro (step 0)? No question shows or asks about an intro
+    (sql/queries/eligible_recipes.sql), so a distractor from one is a choice that is never the answer. Its
+    title is the recipe's name: on the demo 14-24% of the textual cloze distractors were, and a question-only
+    model on the titles' words read them as wrong (features/diagnostics/words_probe.py). Padding (-1): False."""
+    return (items >= 0) & (sp.step_idx[np.maximum(items, 0)] == 0)
+
+
 def _off_gap(sp, b, keep: np.ndarray, rc: np.ndarray) -> np.ndarray:
     """The `recipe` pool rc (K, M) without the steps between the placeholder's shown neighbours: such a
     step could fill the placeholder as well as the answer's step, for a reader of the recipe."""
@@ -580,6 +588,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                 ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
             parts.append(np.where(ok, c, -1))
         cand = answerable(sp, ans, _dedupe(np.concatenate(parts, axis=1)))
+        if title:                       # a recipe's name (its intro's title) is never an answer: never a choice
+            cand = np.where(intro(sp, cand), -1, cand)
     else:                               # beyond the knobs: the recipe's own photos, answerable already
         cand = kitchen
     # a text twin of the answer step, or a photo its text cannot tell from the answer's: knob picks that
@@ -589,6 +599,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     n_twin_picks = int(cur_twin.sum())
     cur_unread = ~readable(sp, ans, picks)
     n_unread_picks = int(cur_unread.sum())
+    cur_intro = intro(sp, picks) if title else np.zeros(picks.shape, dtype=bool)
+    n_intro_picks = int(cur_intro.sum())
     pool = _pool_label(sp, cand, ans)
     cand_closer = sp.cos_to(cand, P["qmean"][keep]) < d_ans_q[:, None]
     cand_txt = sp.text_code[np.maximum(cand, 0)]
@@ -683,7 +695,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
                          - c0[r][:, None, None])
                 rk, gp = answer_rank(S_set, np.broadcast_to(pos[r][:, None], cand[r].shape))
                 obj[r] = np.where(elig[r], objective(rk, gp, aim[r][:, None]), np.inf)
-            now = np.where(cur_twin[:, s] | cur_unread[:, s], np.inf, objective(*answer_rank(S, pos), aim))
+            now = np.where(cur_twin[:, s] | cur_unread[:, s] | cur_intro[:, s], np.inf,
+                           objective(*answer_rank(S, pos), aim))
             best = np.argmin(obj, axis=1)
             do = np.flatnonzero(obj[rows, best] < now - 1e-9)
             cc = best[do]
@@ -692,6 +705,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             cur_closer[do, s] = cand_closer[do, cc]
             cur_twin[do, s] = False
             cur_unread[do, s] = False
+            cur_intro[do, s] = False
             sp_ch[do, col[do]] = sp_c[do, cc]
             dist_ch[do, col[do]] = cand_dist[do, cc]
             sim_ch[do, col[do]] = cand_sim[do, cc]
@@ -707,9 +721,11 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
              "solved_share_final": round(float((adv_rank == 0).mean()), 4) if K else None,
              "probe_before": probe_accuracy(base_X, pos, rkeys, seed),
              "twin_distractors_in_knob_picks": n_twin_picks, "unreadable_distractors_in_knob_picks": n_unread_picks,
-             "answerability_rule": sp.step_text is not None}
+             "answerability_rule": sp.step_text is not None,
+             **({"intro_titles_in_knob_picks": n_intro_picks} if title else {})}
     sub = _finish(ds, b, keep, adv_rank, gap, cur_closer.sum(1), exact, K, stats,
-                  bad={"af_text_twin": cur_twin.any(1), "af_unreadable": cur_unread.any(1)})
+                  bad={"af_text_twin": cur_twin.any(1), "af_unreadable": cur_unread.any(1),
+                       **({"af_intro_title": cur_intro.any(1)} if title else {})})
     ds.adversarial["probe_after"] = probe_accuracy(X[sub], pos[sub], rkeys[sub], seed)
     ds.adversarial["distractors_by_pool"] = {name: int((cur_pool[sub] == i).sum())
                                              for i, name in enumerate(CLOZE_POOLS)}

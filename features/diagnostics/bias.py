@@ -561,7 +561,9 @@ BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_question
                 "recipe_coverage", "question_overlap", "answer_rank_share", "qo_acc", "qo_ci_low",
                 "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "split_metrics",
                 "centre_rule_acc", "pair_rule_acc", "tree_acc", "tree_ci_low", "tree_ci_high", "tree_test_acc",
-                "look_acc", "look_ci_low", "look_ci_high", "look_test_acc"]
+                "look_acc", "look_ci_low", "look_ci_high", "look_test_acc", "words_acc", "words_ci_low",
+                "words_ci_high", "words_test_acc", "words_tree_acc", "words_tree_ci_low", "words_tree_ci_high",
+                "words_tree_test_acc"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:

@@ -38,6 +38,7 @@ from features.datasets.knobs import TASKS, setting_kind
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
 from features.diagnostics.look_probe import look_rows
 from features.diagnostics.tree_probe import tree_rows
+from features.diagnostics.words_probe import words_rows
 
 log = logging.getLogger(__name__)
 QO_KEYS = ("qo_acc", "qo_ci_low", "qo_ci_high", "qo_n_test", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high")
@@ -49,7 +50,9 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id",
                  ("pair_rule_acc", "closest pair (coherence)"), ("qo_acc", "learned probe (95% CI)"),
                  ("qo_test_acc", "learned probe, test split (95% CI)"),
                  ("tree_acc", "tree probe, AF datasets (95% CI)"),
-                 ("look_acc", "look probe, pixels (95% CI)"), ("recipe_coverage", "recipe coverage"),
+                 ("look_acc", "look probe, pixels (95% CI)"), ("words_acc", "words probe, titles (95% CI)"),
+                 ("words_tree_acc", "words trees, titles (95% CI)"),
+                 ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
 
@@ -115,7 +118,8 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
 
 
 ADVERSARIES = (("qo_acc", "learned probe"), ("probe_acc", "distance probe"), ("centre_rule_acc", "centre rule"),
-               ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe"), ("look_acc", "look probe"))
+               ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe"), ("look_acc", "look probe"),
+               ("words_acc", "words probe"), ("words_tree_acc", "words trees"))
 
 
 def best_adversary(r: dict) -> tuple[float | None, str | None]:
@@ -135,7 +139,7 @@ def _fmt(v, col: str) -> str:
     if col in ("qo_acc", "qo_test_acc"):
         return f"{100 * v:.1f}%"
     if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "recipe_coverage", "tree_acc",
-               "tree_test_acc", "look_acc"):
+               "tree_test_acc", "look_acc", "words_acc", "words_tree_acc"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"
@@ -163,7 +167,8 @@ def with_wilson(entry: dict, metric: str, with_n: bool = False) -> str:
 
 def with_interval(r: dict, col: str) -> str:
     """A learned-probe accuracy with its 95% interval, e.g. `76.7% [73.0, 80.1] n=300`."""
-    prefix = {"qo_test_acc": "qo_test", "tree_acc": "tree", "look_acc": "look"}.get(col, "qo")
+    prefix = {"qo_test_acc": "qo_test", "tree_acc": "tree", "look_acc": "look", "words_acc": "words",
+              "words_tree_acc": "words_tree"}.get(col, "qo")
     lo, hi = r.get(f"{prefix}_ci_low"), r.get(f"{prefix}_ci_high")
     if r.get(col) is None or lo is None or hi is None:
         return _fmt(r.get(col), col)
@@ -174,7 +179,7 @@ def with_interval(r: dict, col: str) -> str:
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
     def cell(r, col):
-        if col in ("qo_acc", "qo_test_acc", "tree_acc", "look_acc"):
+        if col in ("qo_acc", "qo_test_acc", "tree_acc", "look_acc", "words_acc", "words_tree_acc"):
             return with_interval(r, col)
         if col in ("hasty_student_acc", "probe_acc") and r.get("split_metrics"):
             return with_wilson(_split_entry(r), col.removesuffix("_acc"))
@@ -616,6 +621,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         from etl.config import Paths
         home = Paths.from_env().home
     look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
+    words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
     for m in metrics:
         m.pop("_resolved", None)
         m.pop("_lookup", None)
@@ -650,7 +656,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
                               "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
                               "pair_rule_acc": r.get("pair_rule_acc"), "tree_acc": r.get("tree_acc"),
-                              "look_acc": r.get("look_acc"),
+                              "look_acc": r.get("look_acc"), "words_acc": r.get("words_acc"),
+                              "words_tree_acc": r.get("words_tree_acc"),
                               **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
@@ -689,6 +696,9 @@ def format_ordering(tasks: dict[str, dict]) -> list[str]:
                          else "")
                       + (f"tree {_fmt(r.get('tree_acc'), 'tree_acc'):>6s}  " if r.get("tree_acc") is not None else "")
                       + (f"look {_fmt(r.get('look_acc'), 'look_acc'):>6s}  " if r.get("look_acc") is not None else "")
+                      + (f"words {_fmt(r.get('words_acc'), 'words_acc'):>6s} / "
+                         f"{_fmt(r.get('words_tree_acc'), 'words_tree_acc'):>6s}  " if r.get("words_acc") is not None
+                         else "")
                       + r["dataset_id"]
                       for r in ordering]
     return lines

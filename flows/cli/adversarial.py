@@ -39,8 +39,7 @@ def af_report_cmd(fmt: ListFormat = typer.Option(ListFormat.table, "--format", h
 
 
 JOBS_OUT_HELP = ("Write the GM3C models' jobs (an export with vectors, the alternates, seeds and configs) to this "
-                 "folder and stop, nothing written: train them on a GPU machine with `python -m training.af_jobs "
-                 "DIR`.")
+                 "folder and stop, nothing written: train them on a GPU machine with `python -m training.af_jobs DIR`.")
 SCORES_FROM_HELP = "Go on from the logits of those jobs (DIR/scores.json); give the options of --jobs-out."
 
 
@@ -74,6 +73,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                 tree: bool = typer.Option(False, "--tree/--no-tree", help="The drop also takes what the tree "
                                           "probe solves (gradient-boosted trees on the choice-set cues, pooled, "
                                           "cross-fitted on folds of its own), a third list in turn."),
+                words: bool = typer.Option(False, "--words/--no-words", help="Textual cloze: the drop also takes "
+                                           "what the words probe (`mrqa words-probe`) solves, two more lists."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball), coherence's matched "
@@ -110,7 +111,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
-                       size=size.value, jobs_out=jobs_out and str(jobs_out),
+                       size=size.value, jobs_out=jobs_out and str(jobs_out), words=words,
                        scores_from=scores_from and str(scores_from))
     except ValueError as e:
         fail(str(e))

@@ -187,3 +187,46 @@ def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help
         echo_json(res)
     else:
         typer.echo(format_table(res))
+
+
+@app.command("words-probe")
+def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
+                                                          "(`mrqa datasets`). Default: every textual cloze dataset."),
+                    adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
+                                                          "datasets."),
+                    seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
+                    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+    """Question-only models on the step titles' own words, outside the encoder's space: TF-IDF of every
+    title's words and word pairs on its principal axes, a linear model and gradient-boosted trees, each
+    question scored by models that never saw its recipe. Textual cloze (its questions and choices are
+    titles). Read-only."""
+    from etl.config import Paths
+    from etl.warehouse import WarehouseLocked, connect
+    from features.diagnostics.words_probe import format_table, words_probe_rows
+    if seed < 0:
+        fail("--seed must be 0 or more")
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` or the pipeline first, or check --home")
+    names = [d.strip() for d in (dataset or "").split(",") if d.strip()]
+    if dataset is not None and not names:
+        fail("--dataset needs at least one dataset id")
+    try:
+        con = connect(paths, read_only=True)
+    except WarehouseLocked as e:
+        fail(str(e))
+    try:
+        if adversarial_only and not names:
+            names = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE adversarial AND task = "
+                                               "'textual_cloze' ORDER BY dataset_id").fetchall()]
+            if not names:
+                fail("no adversarially filtered textual cloze datasets in the warehouse")
+        res = words_probe_rows(con, names or None, seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    finally:
+        con.close()
+    if as_json:
+        echo_json(res)
+    else:
+        typer.echo(format_table(res))

@@ -85,7 +85,7 @@ def test_the_demo_makes_its_reading_benchmark_by_default(paths):
 
     from flows.cli import app
     from flows.demo import demo_flow
-    from flows.pipeline import TEXTUAL_POOL
+    from flows.pipeline import TEXTUAL_AF_DROP, TEXTUAL_POOL
     cli = {p.name: p.default for p in typer.main.get_command(app).commands["demo"].params}
     flow = {k: v.default for k, v in inspect.signature(demo_flow.fn).parameters.items()}
     assert (cli["af_pool"], cli["textual_cloze_pooled"]) == (flow["af_pool"], flow["textual_cloze_pooled"]) \
@@ -99,4 +99,5 @@ def test_the_demo_makes_its_reading_benchmark_by_default(paths):
         gen = next(s for s in build_stages({**params, "af_pool": af_pool, "textual_cloze_pooled": textual}, paths)
                    if s.name == "generate")
         assert (gen.params["af_pool"] is not None) == af_pool
-        assert gen.params.get("textual_cloze_pooled") == (TEXTUAL_POOL if textual else None)
+        assert gen.params.get("textual_cloze_pooled") == ({**TEXTUAL_POOL, "af_drop": "pooled"} if textual else None)
+    assert TEXTUAL_AF_DROP == "pooled"

@@ -643,6 +643,40 @@ def test_the_pipeline_makes_a_task_again_with_afs_own_drop_when_the_pooled_step_
             con.close()
 
 
+@pytest.mark.slow      # a fallback path, 12 datasets twice (~20 s)
+def test_the_textual_step_makes_its_datasets_again_with_afs_own_drop_when_it_cannot_run(tmp_path_factory,
+                                                                                      monkeypatch):
+    """The pipeline generates the textual cloze AF datasets leaving their drop to the pooled step
+    (TEXTUAL_AF_DROP); when that step cannot run (here: an option it refuses), `_textual` says why and
+    makes them again with AF's own drop, so they are never left without one."""
+    from features.datasets.generate import generation_settings
+    from flows import pipeline
+
+    def drops(con) -> dict:
+        return {d: json.loads(p)["adversarial"].get("drop") for d, p in con.execute(
+            "SELECT dataset_id, any_value(provenance) FROM questions JOIN datasets USING (dataset_id) "
+            "WHERE adversarial AND datasets.task = 'textual_cloze' GROUP BY ALL").fetchall()}
+
+    # any refusal of the step (a ValueError: too few recipes for its folds on a small corpus) takes this path
+    monkeypatch.setattr(pipeline, "TEXTUAL_POOL", {**pipeline.TEXTUAL_POOL, "adversaries": 0})
+    with synthetic_home(tmp_path_factory, "textual_fallback", n_recipes=60, seed=5, dim=24, k=100) as (
+            _, paths, con):
+        settings = [(t, p) for t, p in generation_settings(adversarial=True) if t == "textual_cloze" and p.af_rounds]
+        made = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                                 af_pooled_drop=("textual_cloze",))
+        assert set(drops(con).values()) == {"pooled"}
+        con.close()
+        out = pipeline._textual(paths, {"seed": 0, "encoder_id": ENC})
+        assert "--adversaries must be at least 1" in out["skipped"]
+        assert sorted(out["regenerated_with_linear_drop"]) == sorted(s["dataset_id"] for s in made)
+        assert pipeline._kept(out) == {}
+        con = duckdb.connect(str(paths.warehouse))
+        try:
+            assert set(drops(con).values()) == {None}          # AF's own drop: nothing recorded
+        finally:
+            con.close()
+
+
 def test_drop_plan_with_the_linear_probe_takes_what_either_solves_most_confident_first():
     oof = {"d": {"a": (0.9, True), "b": (0.3, True), "c": (0.7, False), "e": (0.2, False), "f": (0.5, True)}}
     lin = {"d": {"a": (0.4, True), "b": (0.8, True), "c": (0.6, True), "e": (0.9, False), "f": (0.1, False)}}
@@ -1132,6 +1166,7 @@ def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_fac
     import inspect
 
     from flows import pipeline
+    from flows.af_pool import WORDS_SEED
     from flows.pipeline import build_stages, pipeline_flow
     monkeypatch.setattr(pipeline, "TEXTUAL_POOL", {**pipeline.TEXTUAL_POOL, "size": "tiny", "folds": 2,
                                                    "adversaries": 1, "workers": 1})
@@ -1150,6 +1185,7 @@ def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_fac
         assert sorted(out) == sorted(rows) and all(out[d]["kept"] == n for d, n in rows.items())
         for step in params.values():
             assert step["rounds"] == 2 and step["tree"] and step["linear"] and step["min_kept"] == 0.4
+            assert step["words"] and step["words_seed"] == WORDS_SEED        # the words probe's two lists too
             assert [x["round"] for x in step["swap_rounds"]] == [1, 2]        # (the swaps: tested above)
         defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
         gen = {m: next(s for s in build_stages({**defaults, "textual_cloze_pooled": m}, paths)

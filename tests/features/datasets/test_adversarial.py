@@ -193,6 +193,27 @@ def test_af_never_offers_a_text_twin_of_the_answer_step(world):
     assert twins_in_picks > 0           # the world has twins (same step kind): the rule had work to do
 
 
+def test_textual_af_never_offers_a_recipes_intro_title(world):
+    """No question shows or asks about a recipe's intro (step 0), so its title (the recipe's name) as a
+    distractor is a choice that is never the answer, a cue a question-only model on the titles' words
+    reads. The paper's settings keep the knob's picks, intro titles among them; AF replaces them or drops
+    the question (`af_intro_title`), and counts them."""
+    con, s = world["con"], world["summaries"]
+    af = [r for r in world["rows"] if r["task"] == "textual_cloze"]
+    assert len(af) > 30
+    for r in af:
+        p = r["prov"]
+        assert r["question_step_ids"] and 0 not in r["question_step_ids"] and p["answer_step"] != 0
+        assert all(_item_step(d["item"])[1] != 0 for d in p["distractors"]), r["qid"]
+    base = world["base_of"][next(d for d in world["af_ids"] if d.startswith("tc-"))]
+    intro_picks = con.execute("""SELECT count(*) FROM questions, unnest(json_extract_string(provenance,
+                                 '$.choice_items[*]')) AS t(item) WHERE dataset_id = ? AND item LIKE '%\\_0\\_title'
+                                 ESCAPE '\\'""", [base]).fetchone()[0]
+    assert intro_picks > 0                               # the plain setting has them: the rule had work to do
+    d = next(d for d in world["af_ids"] if d.startswith("tc-"))
+    assert s[d]["adversarial"]["intro_titles_in_knob_picks"] > 0
+
+
 def test_af_questions_are_answerable_from_the_step_text(world):
     """Recomputed from the store's vectors: on every AF visual cloze question the answer step's body text
     is nearer the answer photo than every distractor by READ_MARGIN (cosine); on every AF coherence
