@@ -349,7 +349,8 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
 
 def _kept(pooled: dict) -> dict[str, int]:
     """dataset_id -> the questions a pooled step (`_pooled_step`) kept; {} when it was skipped."""
-    return {d: r["kept"] for d, r in pooled.items() if d not in ("skipped", "regenerated_with_linear_drop")}
+    return {d: r["kept"] for d, r in pooled.items() if d not in ("skipped", "regenerated_with_linear_drop",
+                                                                  "own_drop")}
 
 
 def _counts(paths: Paths) -> dict[str, int]:
@@ -375,9 +376,19 @@ def _textual(paths: Paths, p: dict) -> dict:
     generated leaving their drop to it (TEXTUAL_AF_DROP): swap rounds of titles, then the drop (`_pooled_step`).
     When it cannot run (e.g. too few recipes for its folds) they are made again with AF's own drop."""
     out = _pooled_step("textual_cloze", p["seed"], "textual cloze", **TEXTUAL_POOL)
-    if "skipped" in out and TEXTUAL_AF_DROP == "pooled":
+    if TEXTUAL_AF_DROP != "pooled":
+        return out
+    if "skipped" in out:
         log.warning("textual cloze: its AF datasets are made again with AF's own drop")
         out["regenerated_with_linear_drop"] = _linear_drop("textual_cloze", p)
+        return out
+    # the step drops nothing where AF's twin and intro rules left a dataset at its 40% floor (the knob 2 = 0
+    # settings of the demo): those get AF's own drop, which has no floor, instead of none
+    idle = sorted(d for d, r in out.items() if not r["dropped"])
+    if idle:
+        log.info("textual cloze: no room for the pooled drop in %d dataset(s); made again with AF's own drop: %s",
+                 len(idle), ", ".join(idle))
+        out["own_drop"] = _linear_drop("textual_cloze", p, only=idle)
     return out
 
 
@@ -439,12 +450,22 @@ def _pooled_step(task: str, seed: int, what: str, **kw) -> dict:
                                                 "oof_question_only_acc_kept")} for r in res["datasets"]}
 
 
-def _linear_drop(task: str, params: dict) -> list[str]:
-    """Generate `task`'s AF settings again with AF's own drop (the pooled adversary could not run, and
-    they were made without one); returns their dataset ids."""
+def _linear_drop(task: str, params: dict, only: list[str] | None = None) -> list[str]:
+    """Generate `task`'s AF settings (those of the datasets `only`, when given) again with AF's own drop (the
+    pooled adversary could not run, or had no room, and they were made without one); returns their ids."""
     from features.datasets.generate import generation_settings
+    from features.datasets.knobs import setting_name
     from flows.generate import generate_and_register
     settings = [(t, s) for t, s in generation_settings(adversarial=True) if t == task and s.af_rounds]
+    if only is not None:
+        con = connect(Paths.from_env())
+        try:
+            names = {n for (n,) in con.execute("SELECT setting FROM datasets WHERE list_contains(?, dataset_id)",
+                                               [only]).fetchall()}
+        finally:
+            con.close()
+        settings = [(t, s) for t, s in settings
+                    if setting_name(s.knob1, s.knob2, s.knob3, s.k3_mode, True, s.distractors) in names]
     return [d["dataset_id"] for d in generate_and_register(settings, params["seed"], params.get("encoder_id"))]
 
 

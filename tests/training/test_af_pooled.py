@@ -666,6 +666,13 @@ def test_the_textual_step_makes_its_datasets_again_with_afs_own_drop_when_it_can
                                  af_pooled_drop=("textual_cloze",))
         assert set(drops(con).values()) == {"pooled"}
         con.close()
+        # one dataset the pooled step had no room in: made again with AF's own drop, the others left as they are
+        one = sorted(s["dataset_id"] for s in made)[0]
+        assert pipeline._linear_drop("textual_cloze", {"seed": 0, "encoder_id": ENC}, only=[one]) == [one]
+        con = duckdb.connect(str(paths.warehouse))
+        got = drops(con)
+        con.close()
+        assert got.pop(one) is None and set(got.values()) == {"pooled"}
         out = pipeline._textual(paths, {"seed": 0, "encoder_id": ENC})
         assert "--adversaries must be at least 1" in out["skipped"]
         assert sorted(out["regenerated_with_linear_drop"]) == sorted(s["dataset_id"] for s in made)
