@@ -349,8 +349,7 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
 
 def _kept(pooled: dict) -> dict[str, int]:
     """dataset_id -> the questions a pooled step (`_pooled_step`) kept; {} when it was skipped."""
-    return {d: r["kept"] for d, r in pooled.items() if d not in ("skipped", "regenerated_with_linear_drop",
-                                                                  "own_drop")}
+    return {d: r["kept"] for d, r in pooled.items() if d not in ("skipped", "regenerated_with_linear_drop")}
 
 
 def _counts(paths: Paths) -> dict[str, int]:
@@ -388,7 +387,11 @@ def _textual(paths: Paths, p: dict) -> dict:
     if idle:
         log.info("textual cloze: no room for the pooled drop in %d dataset(s); made again with AF's own drop: %s",
                  len(idle), ", ".join(idle))
-        out["own_drop"] = _linear_drop("textual_cloze", p, only=idle)
+        _linear_drop("textual_cloze", p, only=idle)
+        n = _counts(paths)
+        for d in idle:           # what AF's own drop kept, in the step's shape
+            out[d] = {"dropped": 0, "kept": n[d], "oof_question_only_acc": None, "oof_question_only_acc_kept": None,
+                      "own_drop": True}
     return out
 
 

@@ -144,38 +144,44 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
                     seed: int = 0, n_folds: int = 5, progress: bool = True) -> dict:
     """The look probe on `dataset_ids` (default: every dataset of a visual task). Returns {"datasets":
     [one row per dataset], "photos": readable photos, "photos_unreadable": {reason: count}}."""
-    from features.diagnostics.bias import learned_probe, list_datasets, r4, resolve_dataset
-    from features.diagnostics.question_only import task_features
-    from features.diagnostics.tree_probe import tree_probe
+    from features.diagnostics.bias import list_datasets
     rows = list_datasets(con, dataset_ids)
     text = [r["dataset_id"] for r in rows if r["task"] not in VISUAL_TASKS]
     if dataset_ids and text:
         raise ValueError(f"{', '.join(text)}: the look probe reads photos; textual cloze shows none")
     rows = [r for r in rows if r["task"] in VISUAL_TASKS]
     space = look_space(con, home, progress=progress)     # every photo: the axes do not depend on the datasets
-    out = []
-    for r in rows:
-        res = resolve_dataset(con, r["dataset_id"], space, r["task"])
-        lin = learned_probe(res, space.mat, n_folds, seed)
-        tree = None
-        if res.qids:
-            X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
-            tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
-        row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r["setting"],
-               "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
-               "chance": 1.0 / 4}
-        for name, p in (("linear", lin), ("tree", tree)):
-            row[name] = {"accuracy": r4(p.accuracy) if p else None,
-                         "ci": [r4(x) for x in p.ci] if p and p.ci else None,
-                         "test_accuracy": r4(p.test_accuracy) if p else None,
-                         "test_ci": [r4(x) for x in p.test_ci] if p and p.test_ci else None,
-                         "n_test": p.n_test if p else 0}
-        out.append(row)
+    out = [space_probe_row(con, r, space, seed, n_folds) for r in rows]
     reasons: dict[str, int] = {}
     for why in space.missing.values():
         key = why.split(":")[0]
         reasons[key] = reasons.get(key, 0) + 1
     return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed}
+
+
+def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, seed: int, n_folds: int) -> dict:
+    """One dataset (a `bias.list_datasets` row) in a space outside the encoder's (the look probe's, the words
+    probe's): the linear question-only probe and the tree probe on its questions resolved to the space's rows,
+    every question and the test split, with 95% intervals."""
+    from features.diagnostics.bias import learned_probe, r4, resolve_dataset
+    from features.diagnostics.question_only import task_features
+    from features.diagnostics.tree_probe import tree_probe
+    res = resolve_dataset(con, r["dataset_id"], space, r["task"])
+    lin = learned_probe(res, space.mat, n_folds, seed)
+    tree = None
+    if res.qids:
+        X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
+        tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
+    row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r.get("setting"),
+           "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
+           "chance": 1.0 / 4}
+    for name, p in (("linear", lin), ("tree", tree)):
+        row[name] = {"accuracy": r4(p.accuracy) if p else None,
+                     "ci": [r4(x) for x in p.ci] if p and p.ci else None,
+                     "test_accuracy": r4(p.test_accuracy) if p else None,
+                     "test_ci": [r4(x) for x in p.test_ci] if p and p.test_ci else None,
+                     "n_test": p.n_test if p else 0}
+    return row
 
 
 def format_table(res: dict) -> str:

@@ -109,9 +109,8 @@ def words_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | No
                      n_folds: int = 5) -> dict:
     """The words probe on `dataset_ids` (default: every textual cloze dataset). Returns {"datasets": [one
     row per dataset], "titles": titles in the space, "terms": its width}."""
-    from features.diagnostics.bias import learned_probe, list_datasets, r4, resolve_dataset
-    from features.diagnostics.question_only import task_features
-    from features.diagnostics.tree_probe import tree_probe
+    from features.diagnostics.bias import list_datasets
+    from features.diagnostics.look_probe import space_probe_row
     rows = list_datasets(con, dataset_ids)
     other = [r["dataset_id"] for r in rows if r["task"] != "textual_cloze"]
     if dataset_ids and other:
@@ -119,24 +118,7 @@ def words_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | No
                          "(`mrqa look-probe` reads the photos of the visual tasks)")
     rows = [r for r in rows if r["task"] == "textual_cloze"]
     space = words_space(con)
-    out = []
-    for r in rows:
-        res = resolve_dataset(con, r["dataset_id"], space, r["task"])
-        lin = learned_probe(res, space.mat, n_folds, seed)
-        tree = None
-        if res.qids:
-            X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
-            tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
-        row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r["setting"],
-               "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
-               "chance": 1.0 / 4}
-        for name, p in (("linear", lin), ("tree", tree)):
-            row[name] = {"accuracy": r4(p.accuracy) if p else None,
-                         "ci": [r4(x) for x in p.ci] if p and p.ci else None,
-                         "test_accuracy": r4(p.test_accuracy) if p else None,
-                         "test_ci": [r4(x) for x in p.test_ci] if p and p.test_ci else None,
-                         "n_test": p.n_test if p else 0}
-        out.append(row)
+    out = [space_probe_row(con, r, space, seed, n_folds) for r in rows]
     return {"datasets": out, "titles": len(space.ids), "axes": int(space.mat.shape[1]), "seed": seed}
 
 
@@ -156,9 +138,7 @@ def words_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], seed: int = 0, 
     dataset of `rows` (bias_metrics rows of `bias.compute_bias_metrics`), written into each row as
     words_acc, words_ci_low, words_ci_high, words_test_acc and the same of words_tree_* (None for the
     visual tasks): the figures of `mrqa words-probe`."""
-    from features.diagnostics.bias import learned_probe, r4, resolve_dataset
-    from features.diagnostics.question_only import task_features
-    from features.diagnostics.tree_probe import tree_probe
+    from features.diagnostics.look_probe import space_probe_row
     for r in rows:
         r.update(dict.fromkeys(WORDS_COLUMNS))
     text = [r for r in rows if r["task"] == "textual_cloze"]
@@ -166,15 +146,12 @@ def words_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], seed: int = 0, 
         return
     space = words_space(con)
     for r in text:
-        res = resolve_dataset(con, r["dataset_id"], space, r["task"])
-        lin = learned_probe(res, space.mat, n_folds, seed)
-        tree = tree_probe(task_features(r["task"], res.question_rows, res.choice_rows, space.mat), res.answers,
-                          res.recipe_ids, res.splits, seed=seed) if res.qids else None
-        for name, p in (("words", lin), ("words_tree", tree)):
-            if p is None or p.accuracy is None:
-                continue
-            r.update({f"{name}_acc": r4(p.accuracy), f"{name}_ci_low": r4(p.ci[0]), f"{name}_ci_high": r4(p.ci[1]),
-                      f"{name}_test_acc": r4(p.test_accuracy)})
+        got = space_probe_row(con, r, space, seed, n_folds)
+        for name, model in (("words", "linear"), ("words_tree", "tree")):
+            p = got[model]
+            if p["accuracy"] is not None:
+                r.update({f"{name}_acc": p["accuracy"], f"{name}_ci_low": p["ci"][0], f"{name}_ci_high": p["ci"][1],
+                          f"{name}_test_acc": p["test_accuracy"]})
 
 
 def words_verdicts(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], seed: int

@@ -156,37 +156,10 @@ def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help
     trees, each question scored by models that never saw its recipe. The knobs and AF filter in the
     encoder's space; this says what a model that looks at the photos themselves reads without the
     recipe. Read-only."""
-    from etl.config import Paths
-    from etl.warehouse import WarehouseLocked, connect
-    from features.diagnostics.look_probe import format_table, look_probe_rows
-    if seed < 0:
-        fail("--seed must be 0 or more")
-    paths = Paths.from_env()
-    if not paths.warehouse.exists():
-        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` or the pipeline first, or check --home")
-    names = [d.strip() for d in (dataset or "").split(",") if d.strip()]
-    if dataset is not None and not names:
-        fail("--dataset needs at least one dataset id")
-    try:
-        con = connect(paths, read_only=True)
-    except WarehouseLocked as e:
-        fail(str(e))
-    try:
-        if adversarial_only and not names:
-            names = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE adversarial AND task IN "
-                                               "('visual_cloze', 'visual_coherence', 'visual_ordering') "
-                                               "ORDER BY task, dataset_id").fetchall()]
-            if not names:
-                fail("no adversarially filtered visual datasets in the warehouse")
-        res = look_probe_rows(con, paths.home, names or None, seed=seed, progress=not as_json)
-    except ValueError as e:
-        fail(str(e))
-    finally:
-        con.close()
-    if as_json:
-        echo_json(res)
-    else:
-        typer.echo(format_table(res))
+    from features.diagnostics import look_probe as lp
+    _probe(dataset, adversarial_only, seed, as_json, "('visual_cloze', 'visual_coherence', 'visual_ordering')",
+           "visual datasets", lambda con, home, names: lp.look_probe_rows(con, home, names, seed=seed,
+                                                                           progress=not as_json), lp.format_table)
 
 
 @app.command("words-probe")
@@ -200,9 +173,17 @@ def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", hel
     title's words and word pairs on its principal axes, a linear model and gradient-boosted trees, each
     question scored by models that never saw its recipe. Textual cloze (its questions and choices are
     titles). Read-only."""
+    from features.diagnostics import words_probe as wp
+    _probe(dataset, adversarial_only, seed, as_json, "('textual_cloze')", "textual cloze datasets",
+           lambda con, home, names: wp.words_probe_rows(con, names, seed=seed), wp.format_table)
+
+
+def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool, tasks: str, what: str,
+           rows, table) -> None:
+    """The shared body of the probes outside the encoder's space: the datasets named (or with `--af` the AF
+    datasets of `tasks`, an SQL list), read-only, `rows(con, home, names)` printed by `table` or as JSON."""
     from etl.config import Paths
     from etl.warehouse import WarehouseLocked, connect
-    from features.diagnostics.words_probe import format_table, words_probe_rows
     if seed < 0:
         fail("--seed must be 0 or more")
     paths = Paths.from_env()
@@ -217,11 +198,11 @@ def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", hel
         fail(str(e))
     try:
         if adversarial_only and not names:
-            names = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE adversarial AND task = "
-                                               "'textual_cloze' ORDER BY dataset_id").fetchall()]
+            names = [d for (d,) in con.execute(f"SELECT dataset_id FROM datasets WHERE adversarial AND task IN {tasks} "
+                                               "ORDER BY task, dataset_id").fetchall()]
             if not names:
-                fail("no adversarially filtered textual cloze datasets in the warehouse")
-        res = words_probe_rows(con, names or None, seed=seed)
+                fail(f"no adversarially filtered {what} in the warehouse")
+        res = rows(con, paths.home, names or None)
     except ValueError as e:
         fail(str(e))
     finally:
@@ -229,4 +210,4 @@ def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", hel
     if as_json:
         echo_json(res)
     else:
-        typer.echo(format_table(res))
+        typer.echo(table(res))

@@ -101,3 +101,20 @@ def test_the_demo_makes_its_reading_benchmark_by_default(paths):
         assert (gen.params["af_pool"] is not None) == af_pool
         assert gen.params.get("textual_cloze_pooled") == ({**TEXTUAL_POOL, "af_drop": "pooled"} if textual else None)
     assert TEXTUAL_AF_DROP == "pooled"
+
+
+def test_the_summary_counts_a_textual_step_whose_idle_datasets_got_afs_own_drop():
+    """`flows.pipeline._textual` gives a dataset the pooled step had no room in AF's own drop and reports it in
+    the step's shape (`own_drop`): the digest sums it with the others, and a skipped step says why."""
+    step = {"tc-0-1-1-af-s0-x": {"dropped": 300, "kept": 640, "oof_question_only_acc": 0.4,
+                                 "oof_question_only_acc_kept": 0.2},
+            "tc-0-0-0-af-s0-x": {"dropped": 0, "kept": 150, "oof_question_only_acc": None,
+                                 "oof_question_only_acc_kept": None, "own_drop": True}}
+    gen = {"stage": "generate", "status": "completed", "seconds": 1.0, "cpu_s": 1.0,
+           "summary": {"n_datasets": 2, "n_questions": 790, "textual_cloze_pooled": step}}
+    digest = demo_digest({"stages": [gen], "total_s": 1.0})
+    assert digest["counts"]["af_pool"]["textual_cloze"] == "790 kept / 300 dropped over 2 datasets"
+    skipped = {**gen, "summary": {**gen["summary"], "textual_cloze_pooled": {
+        "skipped": "too few recipes", "regenerated_with_linear_drop": ["tc-0-0-0-af-s0-x"]}}}
+    assert demo_digest({"stages": [skipped], "total_s": 1.0})["counts"]["af_pool"]["textual_cloze"] == "too few recipes"
+    assert "790 kept / 300 dropped" in format_digest(digest)

@@ -1190,6 +1190,11 @@ def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_fac
             "SELECT dataset_id, params FROM datasets WHERE adversarial").fetchall()}
         con.close()
         assert sorted(out) == sorted(rows) and all(out[d]["kept"] == n for d, n in rows.items())
+        from flows.demo import demo_digest  # the demo's summary reads the step's result as it is
+        gen = {"stage": "generate", "status": "completed", "seconds": 1.0, "cpu_s": 1.0,
+               "summary": {"textual_cloze_pooled": out}}
+        line = demo_digest({"stages": [gen], "total_s": 1.0})["counts"]["af_pool"]["textual_cloze"]
+        assert line == f"{sum(rows.values())} kept / {sum(r['dropped'] for r in out.values())} dropped over 2 datasets"
         for step in params.values():
             assert step["rounds"] == 2 and step["tree"] and step["linear"] and step["min_kept"] == 0.4
             assert step["words"] and step["words_seed"] == WORDS_SEED        # the words probe's two lists too
