@@ -159,8 +159,9 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
                           key=lambda r: (r[2], r[1], r[0]))
             ids = [d for d, _, _ in rows]
         if not ids or empty:
-            reason = (f"no visual cloze dataset of {', '.join(settings)} (seed {seed})"
-                      + (", nor one held back for want of a reading check" if waiting else "") if not ids
+            reason = ((f"no visual cloze dataset of {', '.join(settings)} (seed {seed})"
+                       + (", nor one held back for want of a reading check" if waiting else "") if settings
+                       else f"no dataset of seed {seed} held back for want of a reading check") if not ids
                       else f"a split without questions in {', '.join(empty)}")
             if datasets:
                 raise ValueError(f"cannot check {reason}: each dataset needs train, val and test questions")

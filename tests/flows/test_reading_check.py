@@ -69,6 +69,9 @@ def test_a_home_without_the_settings_is_skipped_with_the_reason(world):
     assert res == {"skipped": "no visual cloze dataset of 1-1-1-af (seed 0)"}
     assert _reading_lines(res) == ["reading check: skipped (no visual cloze dataset of 1-1-1-af (seed 0))"]
     assert reading_check(paths, seed=5)["skipped"].startswith("no visual cloze dataset of 0-0-0-af")
+    # the pipeline's train stage: only the datasets the gate holds back for want of a check (none of seed 5)
+    assert reading_check(paths, seed=5, settings=(), waiting=True) == {
+        "skipped": "no dataset of seed 5 held back for want of a reading check"}
 
 
 def test_recorded_per_dataset_with_its_content_hash_and_checked_again_in_place(world):
