@@ -80,6 +80,7 @@ TEXTUAL_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree
 # and those datasets leave AF's own drop to it (`af_pooled_drop`): with AF's own drop they came to it at 55-58% of
 # their plain settings, and the room down to the 40% floor was too small for five lists (docs/results.md)
 TEXTUAL_AF_DROP = "pooled"
+IDLE_SHARE = 0.1         # a pooled step that drops less than this share of a dataset's questions had no room
 AF_POOL_KEEP_SOLVED = 0.0                               # its drop's cap (`mrqa af-pool --keep-solved`): none;
                                                         # 0.25 left pooled question-only at 33-42% (33-40% without)
 
@@ -383,9 +384,10 @@ def _textual(paths: Paths, p: dict) -> dict:
         log.warning("textual cloze: its AF datasets are made again with AF's own drop")
         out["regenerated_with_linear_drop"] = _linear_drop("textual_cloze", p)
         return out
-    # the step drops nothing where AF's twin and intro rules left a dataset at its 40% floor (the knob 2 = 0
-    # settings of the demo): those get AF's own drop, which has no floor, instead of none
-    idle = sorted(d for d, r in out.items() if not r["dropped"])
+    # where AF's twin and intro rules left a dataset at its 40% floor (the knob 2 = 0 settings of the demo) the
+    # step has no room: it drops less than IDLE_SHARE of the dataset's questions (0-1% there, 25-48% at knob
+    # 2 = 1). Those get AF's own drop, which has no floor, instead of next to none
+    idle = sorted(d for d, r in out.items() if r["dropped"] < IDLE_SHARE * (r["dropped"] + r["kept"]))
     if idle:
         log.info("textual cloze: no room for the pooled drop in %d dataset(s); made again with AF's own drop: %s",
                  len(idle), ", ".join(idle))
