@@ -185,8 +185,8 @@ def format_digest(d: dict) -> str:
 
 
 def _reading_lines(r: dict | None) -> list[str]:
-    """The reading check in the summary: per AF visual cloze setting, the reader, the learned question-only
-    model, the lead, and the reader with another recipe's steps (test split; chance 25%)."""
+    """The reading check in the summary: per dataset checked, the reader, the learned question-only model, the
+    lead, and the reader with another recipe's steps (test split; chance 25%)."""
     if not r:
         return []
     if r.get("skipped"):
@@ -195,7 +195,7 @@ def _reading_lines(r: dict | None) -> list[str]:
     label = {id(x): x["setting"] if x.get("task", "visual_cloze") == "visual_cloze" else f"{x['task']} {x['setting']}"
              for x in rows}
     w = max(10, *(len(v) for v in label.values()))
-    lines = ["does a model have to read the recipe? (pooled per task: the AF visual cloze settings and what the "
+    lines = ["does a model have to read the recipe? (pooled per task: the datasets checked, in the demo what the "
              "reading-only export holds back for want of this check; test split; chance 25%)",
              f"  {'setting':<{w}} {'test q':>6}  {'reader [95% CI]':>20}  {'question-only [95% CI]':>22}  {'lead':>6}  "
              f"{'reader, another recipe':>22}"]

@@ -20,9 +20,10 @@ textual counterpart of the look probe (look_probe.py), next to the probes of the
 - `words_verdicts`: the linear probe's verdict on every question of some datasets, for the pooled
   adversary's drop (flows/af_pool.py `--words`).
 
-On the 1,000-recipe demo it read 40.3-40.4% of the three textual cloze AF datasets at knob 2 = 1, knob
-1 = 0, that every probe of the encoder's space and GM3C question-only put at 19-31%; the choice's own
-words alone (no question) read 32-40% of them (docs/results.md, "The words probe")."""
+On the 1,000-recipe demo it read 39.3-43.4% (linear) and 38.9-44.5% (trees) of the textual cloze AF
+datasets that every probe of the encoder's space and GM3C question-only put at or below 31.5%; the choice's
+own words alone (no question) read 28-40% of them, in part because a recipe's intro title (its name) was a
+distractor and never an answer (docs/results.md, "The words probe")."""
 from __future__ import annotations
 
 import logging
