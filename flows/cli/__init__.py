@@ -11,7 +11,8 @@ module per stage:
     datasets     generate, datasets, export, report
     adversarial  af-report, af-pool, af-check, reading-check
     train        train, evaluate, baselines, sweep
-    score        score (any model's predictions, judged as the reading benchmark judges its readers), look-probe
+    score        score (any model's predictions, judged as the reading benchmark judges its readers),
+                 look-probe, words-probe
     orchestrate  demo, pipeline, deploy
     competence   roles extract|truth|eval, competence generate|evaluate|export
     bench/       bench ... (one module per stage)
