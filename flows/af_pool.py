@@ -237,13 +237,20 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
     features: logistic regression on the frozen vectors, 5 folds by recipe), cross-fitted on each dataset
     with folds and a seed of its own (`LINEAR_SEED` + seed), so the report's figure is read on a split
     this drop never used."""
-    from features.diagnostics.bias import VectorLookup, learned_probe, resolve_dataset
+    from features.diagnostics.bias import VectorLookup, resolve_dataset
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
     lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
+    return _probe_verdicts({d: resolve_dataset(con, d, lookup, task) for d in ids}, lookup.mat, LINEAR_SEED + seed)
+
+
+def _probe_verdicts(resolved: dict, mat: np.ndarray, seed: int) -> dict[str, dict[str, tuple[float, bool]]]:
+    """The linear learned question-only probe's verdicts (`linear_verdicts`) on each dataset's questions
+    resolved to rows of `mat` (dataset_id -> bias.ResolvedQuestions), cross-fitted on each dataset with
+    folds and model seeded `seed`; a dataset too small to cross-fit has no verdict."""
+    from features.diagnostics.bias import learned_probe
     scores, answers = {}, {}
-    for d in ids:
-        res = resolve_dataset(con, d, lookup, task)
-        qo = learned_probe(res, lookup.mat, 5, LINEAR_SEED + seed)
+    for d, res in resolved.items():
+        qo = learned_probe(res, mat, 5, seed)
         if qo is None or qo.accuracy is None:       # too few questions or recipes to cross-fit: no verdict
             continue
         scores[d] = dict(zip(res.qids, qo.scores))
@@ -600,11 +607,12 @@ def _words_oof(con, ids: list[str], seed: int, fold_by: str) -> tuple[dict, dict
     of the titles' own words and seeded `seed`: (linear verdicts, tree verdicts), two lists of the drop."""
     from features.diagnostics.bias import resolve_dataset
     from features.diagnostics.tree_probe import pooled_tree_runs
-    from features.diagnostics.words_probe import words_space, words_verdicts
+    from features.diagnostics.words_probe import words_space
     t0 = time.perf_counter()
-    lin = linear_verdicts(*words_verdicts(con, ids, seed))
     space = words_space(con)
-    resolved = {d: (resolve_dataset(con, d, space, "textual_cloze"), space.mat) for d in ids}
-    runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [seed], fold_by, resolved=resolved)
+    resolved = {d: resolve_dataset(con, d, space, "textual_cloze") for d in ids}
+    lin = _probe_verdicts(resolved, space.mat, seed)
+    runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [seed], fold_by,
+                                     resolved={d: (r, space.mat) for d, r in resolved.items()})
     log.info("af-pool: the words probe (linear and trees) scored the questions in %.1f s", time.perf_counter() - t0)
     return lin, linear_verdicts(runs[0], answers)

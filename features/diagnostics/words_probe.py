@@ -17,8 +17,7 @@ textual counterpart of the look probe (look_probe.py), next to the probes of the
   question_only.py) and the tree probe (tree_probe.py) in that space, every question scored by models
   that never saw its recipe (folds of recipes), with 95% intervals, over every question and on the test
   split. `mrqa words-probe` prints it; `mrqa report` stores both (bias_metrics.words_acc, words_tree_acc).
-- `words_verdicts`: the linear probe's verdict on every question of some datasets, for the pooled
-  adversary's drop (flows/af_pool.py `--words`).
+- The pooled adversary's drop reads both models in this space too (flows/af_pool.py `--words`).
 
 On the 1,000-recipe demo it read 39.3-43.4% (linear) and 38.9-44.5% (trees) of the textual cloze AF
 datasets that every probe of the encoder's space and GM3C question-only put at or below 31.5%; the choice's
@@ -33,6 +32,7 @@ from collections import Counter
 import duckdb
 import numpy as np
 
+from features.diagnostics.bias import TITLE_SUFFIX  # the item ids textual cloze questions resolve to
 from features.diagnostics.look_probe import LookSpace
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 COMPONENTS = 64                # principal axes of the titles' TF-IDF the probes read
 MAX_TERMS = 4096               # the most frequent terms kept (the covariance is MAX_TERMS x MAX_TERMS)
 MIN_TITLES = 2                 # a term in fewer titles carries nothing across recipes
-TITLE_SUFFIX = "_title"        # item ids of titles, as bias._title_index names them
 WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -109,7 +108,7 @@ def words_space(con: duckdb.DuckDBPyConnection, k: int = COMPONENTS) -> LookSpac
 def words_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None, seed: int = 0,
                      n_folds: int = 5) -> dict:
     """The words probe on `dataset_ids` (default: every textual cloze dataset). Returns {"datasets": [one
-    row per dataset], "titles": titles in the space, "terms": its width}."""
+    row per dataset], "titles": titles in the space, "axes": its width, "seed": seed}."""
     from features.diagnostics.bias import list_datasets
     from features.diagnostics.look_probe import space_probe_row
     rows = list_datasets(con, dataset_ids)
@@ -153,21 +152,3 @@ def words_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], seed: int = 0, 
             if p["accuracy"] is not None:
                 r.update({f"{name}_acc": p["accuracy"], f"{name}_ci_low": p["ci"][0], f"{name}_ci_high": p["ci"][1],
                           f"{name}_test_acc": p["test_accuracy"]})
-
-
-def words_verdicts(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], seed: int
-                   ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, int]]]:
-    """The linear words probe's out-of-fold choice scores on every question of `dataset_ids`, each dataset
-    cross-fitted on its own (folds and models seeded `seed`): ({dataset_id: {qid: scores}}, {dataset_id:
-    {qid: answer}}); a dataset too small to cross-fit is left out."""
-    from features.diagnostics.bias import learned_probe, resolve_dataset
-    space = words_space(con)
-    scores, answers = {}, {}
-    for d in dataset_ids:
-        res = resolve_dataset(con, d, space, "textual_cloze")
-        p = learned_probe(res, space.mat, 5, seed)
-        if p is None or p.accuracy is None:
-            continue
-        scores[d] = dict(zip(res.qids, p.scores))
-        answers[d] = dict(zip(res.qids, res.answers.tolist()))
-    return scores, answers
