@@ -1,5 +1,6 @@
 """Module structure of the project: no import cycles among its modules (imports inside functions
-count too), the production pipeline knows nothing of the demo, and no stage is called by a string."""
+count too), the production pipeline knows nothing of the demo, no stage is called by a string, and every
+third-party module the code imports comes from a dependency pyproject.toml declares."""
 from __future__ import annotations
 
 import ast
@@ -115,3 +116,47 @@ def test_no_string_based_dispatch_in_flows():
         text = f.read_text()
         text = text.replace("importlib.metadata", "")      # reading the package version is no dispatch
         assert "importlib" not in text and "__import__" not in text, f
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """Top-level module -> the project files importing it, for every absolute import of the project's
+    packages that is neither the standard library nor the project itself."""
+    import sys
+    own = set(PACKAGES)
+    found: dict[str, set[str]] = {}
+    for name, f in project_modules().items():
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            tops = []
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops = [node.module.split(".")[0]]
+            for t in tops:
+                if t not in own and t not in sys.stdlib_module_names and t != "__future__":
+                    found.setdefault(t, set()).add(name)
+    return found
+
+
+def declared_distributions() -> set[str]:
+    """The normalised names of pyproject.toml's dependencies (the runtime list, not the dev extra)."""
+    import re
+    import tomllib
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return {re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", d)[0]).lower() for d in deps}
+
+
+def test_every_third_party_import_is_a_declared_dependency():
+    """A module the code imports must come from a distribution pyproject.toml names, not from whatever
+    another dependency happens to pull in (scipy came with scikit-learn, unnamed, until it was declared)."""
+    import re
+    from importlib.metadata import packages_distributions
+    dists = packages_distributions()
+    declared = declared_distributions()
+    undeclared = {}
+    for top, users in sorted(third_party_imports().items()):
+        names = {re.sub(r"[-_.]+", "-", d).lower() for d in dists.get(top, [])}
+        assert names, f"{top} (imported by {sorted(users)[0]}) is not installed: declare it in pyproject.toml"
+        if not names & declared:
+            undeclared[top] = sorted(users)[:3]
+    assert not undeclared, f"imported but not declared in pyproject.toml's dependencies: {undeclared}"
+    assert "scipy" in declared

@@ -142,8 +142,9 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
 
     `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
     makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
-    usual AWS_* / GOOGLE_* environment), replacing what is at the destination (not swapped in whole: an
-    object store has no rename); file:///x is the local folder /x, written and swapped in as one. `home` (MRQA_HOME)
+    usual AWS_* / GOOGLE_* environment), replacing the export at the destination (`publish`: not swapped
+    in whole, since an object store has no rename, but its card last and nothing deleted first);
+    file:///x is the local folder /x, written and swapped in as one. `home` (MRQA_HOME)
     resolves the relative image paths for `with_images`. `left_out` ({dataset_id: why}, `mrqa export
     --reading-only`): the datasets the card says were left out, and why.
     """
@@ -170,14 +171,19 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
             res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri,
                                  with_images, home, left_out)
-            dest_fs.delete_dir_contents(dest, missing_dir_ok=True)
-            pafs.copy_files(res["out"], dest, destination_filesystem=dest_fs)
+            publish(Path(res["out"]), dest_fs, dest)
         return {**res, "out": uri}
     out = Path(out)
     _check_out_name(out)
     given = out
     if out.is_symlink():                # the folder it points to is replaced; the link stays a link
-        out = Path(os.path.realpath(out))
+        try:
+            out = Path(os.path.realpath(out, strict=True))
+        except FileNotFoundError:       # a link to a folder not made yet: the export makes it
+            out = Path(os.path.realpath(out))
+        except OSError as e:            # ELOOP: a link that leads back to itself
+            raise ValueError(f"refusing to export to {given}: it is a symbolic link that leads to a loop "
+                             f"({e.strerror}); point it at a folder, or choose another --out") from None
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"refusing to export to {out}: it is a file")
@@ -193,6 +199,37 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
         except (OSError, duckdb.IOException) as e:     # e.g. the disk is full
             raise ValueError(f"cannot write the export {out}: {getattr(e, 'strerror', None) or e} (an earlier "
                              "export is left as it was)") from None
+
+
+def publish(local: Path, dest_fs, dest: str) -> None:
+    """Copy the export folder `local` to `dest` on an object store (a pyarrow FileSystem), replacing the
+    export there. An object store has no rename, so it cannot be swapped in whole; instead no object of the
+    earlier export is deleted before every new one is written, and the card (README.md) is written last: a
+    copy that fails leaves the earlier export's files and card readable, overwritten in part (the error
+    says to run the export again), never an emptied folder."""
+    files = sorted((p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()),
+                   key=lambda f: (f == "README.md", f))
+    from pyarrow import fs as pafs
+    before = [i.path for i in dest_fs.get_file_info(pafs.FileSelector(dest, recursive=True, allow_not_found=True))
+              if i.type == pafs.FileType.File]
+    try:
+        for f in files:
+            _put(local / f, dest_fs, f"{dest.rstrip('/')}/{f}")
+    except (OSError, pa.ArrowException) as e:
+        raise ValueError(f"cannot write the export to {dest}: {e}; the earlier export's files are still there, "
+                         "some overwritten: run the export again") from None
+    new = {f"{dest.rstrip('/')}/{f}" for f in files}
+    for path in before:
+        if path not in new:
+            dest_fs.delete_file(path)
+
+
+def _put(src: Path, dest_fs, path: str) -> None:
+    """One file to the object store (its parent "folders" made first, for stores that have them)."""
+    dest_fs.create_dir(path.rpartition("/")[0], recursive=True)
+    with dest_fs.open_output_stream(path) as out, open(src, "rb") as f:
+        while chunk := f.read(1 << 20):
+            out.write(chunk)
 
 
 def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vectors: bool, lance_uri: str | None,

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -794,3 +795,65 @@ def test_ctrl_c_of_mrqa_during_an_export_leaves_one_export_and_nothing_beside(tm
     assert "stopped by SIGINT" in run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
     assert (out / "README.md").read_text() == left
+
+
+def test_an_out_that_is_a_symlink_loop_or_dangling_link(world, tmp_path):
+    """`--out` a link that loops (a -> b -> a): refused in one line, both links left as they were, nothing
+    written. A dangling link (to a folder not made yet): the folder it points to is made, the link stays."""
+    con, ids = world["con"], sorted(world["ids"].values())
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(ValueError, match="symbolic link.*loop"):
+        export_parquet(con, ids[:1], a)
+    assert a.is_symlink() and b.is_symlink() and os.readlink(a) == str(b)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    dangling, target = tmp_path / "d", tmp_path / "disk" / "exp"
+    dangling.symlink_to(target, target_is_directory=True)
+    res = export_parquet(con, ids[:1], dangling)
+    assert dangling.is_symlink() and target.is_dir() and res["sha256"] == tree_sha256(target)
+
+
+def test_an_object_store_export_deletes_nothing_before_the_new_one_is_written(world, tmp_path, monkeypatch):
+    """`publish`, behind `--out s3://...` and `gs://...` (pyarrow's in-memory file system stands in for the
+    store): the new export replaces the earlier one, its stale objects deleted after; a copy that fails half
+    way leaves every object of the earlier export and its card, and says to run the export again."""
+    from pyarrow import fs as pafs
+
+    from features.datasets import export as ex
+    con, ids = world["con"], sorted(world["ids"].values())
+    old, new = tmp_path / "old", tmp_path / "new"
+    export_parquet(con, ids[:1], old)
+    export_parquet(con, ids[:2], new)
+    store = pafs._MockFileSystem()
+
+    def listing():
+        return {i.path: store.open_input_stream(i.path).read() for i in
+                store.get_file_info(pafs.FileSelector("b/x", recursive=True)) if i.type == pafs.FileType.File}
+
+    def tree(root):
+        return {f"b/x/{p.relative_to(root).as_posix()}": p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    ex.publish(old, store, "b/x")
+    store.create_dir("b/x/questions")
+    with store.open_output_stream("b/x/questions/stale.parquet") as f:
+        f.write(b"an earlier export's partition")
+    before = listing()
+    assert "b/x/questions/stale.parquet" in before and before["b/x/README.md"] == (old / "README.md").read_bytes()
+    real_put, written = ex._put, []
+
+    def failing_put(src, fs, path):
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        written.append(path)
+        real_put(src, fs, path)
+
+    monkeypatch.setattr(ex, "_put", failing_put)
+    with pytest.raises(ValueError, match="run the export again"):
+        ex.publish(new, store, "b/x")
+    after = listing()
+    assert set(after) >= set(before) and after["b/x/README.md"] == before["b/x/README.md"]   # nothing deleted
+    assert "b/x/README.md" not in written
+    monkeypatch.setattr(ex, "_put", real_put)
+    ex.publish(new, store, "b/x")
+    assert listing() == tree(new) != tree(old)
