@@ -604,7 +604,9 @@ def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold
 def _words_oof(con, ids: list[str], seed: int, fold_by: str) -> tuple[dict, dict]:
     """The words probe's verdicts on every question (features/diagnostics/words_probe.py): the linear model
     cross-fitted on each dataset, and the tree probe pooled over the datasets (`fold_by`), both in the space
-    of the titles' own words and seeded `seed`: (linear verdicts, tree verdicts), two lists of the drop."""
+    of the titles' own words and seeded `seed`: (linear verdicts, tree verdicts), two lists of the drop. The
+    linear model here is order-blind (the report's knows the blank's place, `placed_features`: a check the
+    drop does not aim at; aimed at it too, the demo's reading benchmark had 4 datasets instead of 5)."""
     from features.diagnostics.bias import resolve_dataset
     from features.diagnostics.tree_probe import pooled_tree_runs
     from features.diagnostics.words_probe import words_space

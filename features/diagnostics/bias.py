@@ -158,6 +158,7 @@ class DatasetDistances:
     probe: np.ndarray            # (n, 4) distance of each choice from the question
     n_questions: int             # rows in the dataset
     n_missing_vectors: int       # rows left out: some item had no vector in the feature space
+    blanks: list[int] = field(default_factory=list)   # cloze: the blank's place among the question's items
 
 
 class VectorLookup:
@@ -229,6 +230,7 @@ class ResolvedQuestions:
     choice_rows: list[list]
     n_questions: int             # rows in the dataset
     n_missing_vectors: int       # rows left out: some item had no vector in the feature space
+    blanks: list[int] = field(default_factory=list)   # cloze: the blank's place among the question's items
 
 
 def resolve_dataset(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: VectorLookup,
@@ -245,7 +247,7 @@ def resolve_dataset(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: Vec
             cache["t"] = _title_index(con)
         return cache["t"]
 
-    keep, q_rows, c_rows = [], [], []
+    keep, q_rows, c_rows, blanks = [], [], [], []
     for r in rows:
         r["provenance"] = json.loads(r["provenance"]) if isinstance(r["provenance"], str) else (r["provenance"] or {})
         res = _resolve(task, r, titles)
@@ -259,12 +261,24 @@ def resolve_dataset(con: duckdb.DuckDBPyConnection, dataset_id: str, lookup: Vec
         keep.append(r)
         q_rows.append(qr)
         c_rows.append(cr)
+        blanks.append(_blank(task, r))
     if len(rows) - len(keep):
         log.warning("bias: %s: %d of %d questions have items without vectors in the feature space; "
                     "left out", dataset_id, len(rows) - len(keep), len(rows))
     return ResolvedQuestions(dataset_id, task, [r["qid"] for r in keep], [r["recipe_id"] for r in keep],
                              [r["split"] for r in keep], np.array([r["answer"] for r in keep], dtype=np.int64),
-                             q_rows, c_rows, len(rows), len(rows) - len(keep))
+                             q_rows, c_rows, len(rows), len(rows) - len(keep), blanks)
+
+
+def _blank(task: str, row: dict) -> int:
+    """A cloze question's blank: its place among the question's items (the shown ones and the blank), so
+    the shown items before it are question_rows[:blank]; -1 for the other tasks."""
+    prov = row["provenance"]
+    if task == "textual_cloze" and prov.get("question_items") and prov.get("placeholder_index") is not None:
+        return int(prov["placeholder_index"])
+    if task in ("visual_cloze", "textual_cloze"):
+        return list(row["question"]).index(PLACEHOLDER) if PLACEHOLDER in list(row["question"]) else -1
+    return -1
 
 
 def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistances:
@@ -288,12 +302,15 @@ def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistan
                             res.n_questions, res.n_missing_vectors)
 
 
-def learned_probe(res: ResolvedQuestions, mat: np.ndarray, n_folds: int = 5, seed: int = 0
+def learned_probe(res: ResolvedQuestions, mat: np.ndarray, n_folds: int = 5, seed: int = 0, features=None
                   ) -> QuestionOnlyResult | None:
-    """The learned question-only probe on resolved questions (None when there are none)."""
+    """The learned question-only probe on resolved questions (None when there are none). `features`
+    (res, mat) -> (n, c, f): the probe's features, by default `task_features` (the words probe adds the
+    blank's place: words_probe.placed_features)."""
     if not res.qids:
         return None
-    X = task_features(res.task, res.question_rows, res.choice_rows, mat)
+    X = (task_features(res.task, res.question_rows, res.choice_rows, mat) if features is None
+         else features(res, mat))
     return question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
 
 

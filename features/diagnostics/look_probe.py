@@ -159,15 +159,17 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
     return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed}
 
 
-def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, seed: int, n_folds: int) -> dict:
+def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, seed: int, n_folds: int,
+                    features=None) -> dict:
     """One dataset (a `bias.list_datasets` row) in a space outside the encoder's (the look probe's, the words
     probe's): the linear question-only probe and the tree probe on its questions resolved to the space's rows,
-    every question and the test split, with 95% intervals."""
+    every question and the test split, with 95% intervals. `features`: the linear probe's features
+    (`bias.learned_probe`'s; the words probe's add the blank's place)."""
     from features.diagnostics.bias import learned_probe, r4, resolve_dataset
     from features.diagnostics.question_only import task_features
     from features.diagnostics.tree_probe import tree_probe
     res = resolve_dataset(con, r["dataset_id"], space, r["task"])
-    lin = learned_probe(res, space.mat, n_folds, seed)
+    lin = learned_probe(res, space.mat, n_folds, seed, features)
     tree = None
     if res.qids:
         X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
@@ -230,7 +232,7 @@ def remap(res, lookup, space: LookSpace):
     pick = lambda xs: [xs[k] for k in keep]
     return ResolvedQuestions(res.dataset_id, res.task, pick(res.qids), pick(res.recipe_ids), pick(res.splits),
                              res.answers[keep], q_rows, c_rows, res.n_questions,
-                             res.n_missing_vectors + len(res.qids) - len(keep))
+                             res.n_missing_vectors + len(res.qids) - len(keep), pick(res.blanks) if res.blanks else [])
 
 
 def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed: int = 0, n_folds: int = 5,
