@@ -158,7 +158,6 @@ class DatasetDistances:
     probe: np.ndarray            # (n, 4) distance of each choice from the question
     n_questions: int             # rows in the dataset
     n_missing_vectors: int       # rows left out: some item had no vector in the feature space
-    blanks: list[int] = field(default_factory=list)   # cloze: the blank's place among the question's items
 
 
 class VectorLookup:
@@ -276,9 +275,8 @@ def _blank(task: str, row: dict) -> int:
     prov = row["provenance"]
     if task == "textual_cloze" and prov.get("question_items") and prov.get("placeholder_index") is not None:
         return int(prov["placeholder_index"])
-    if task in ("visual_cloze", "textual_cloze"):
-        return list(row["question"]).index(PLACEHOLDER) if PLACEHOLDER in list(row["question"]) else -1
-    return -1
+    shown = list(row["question"]) if task in ("visual_cloze", "textual_cloze") else []
+    return shown.index(PLACEHOLDER) if PLACEHOLDER in shown else -1
 
 
 def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistances:
@@ -302,15 +300,12 @@ def resolved_distances(res: ResolvedQuestions, mat: np.ndarray) -> DatasetDistan
                             res.n_questions, res.n_missing_vectors)
 
 
-def learned_probe(res: ResolvedQuestions, mat: np.ndarray, n_folds: int = 5, seed: int = 0, features=None
+def learned_probe(res: ResolvedQuestions, mat: np.ndarray, n_folds: int = 5, seed: int = 0
                   ) -> QuestionOnlyResult | None:
-    """The learned question-only probe on resolved questions (None when there are none). `features`
-    (res, mat) -> (n, c, f): the probe's features, by default `task_features` (the words probe adds the
-    blank's place: words_probe.placed_features)."""
+    """The learned question-only probe on resolved questions (None when there are none)."""
     if not res.qids:
         return None
-    X = (task_features(res.task, res.question_rows, res.choice_rows, mat) if features is None
-         else features(res, mat))
+    X = task_features(res.task, res.question_rows, res.choice_rows, mat)
     return question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
 
 

@@ -163,16 +163,18 @@ def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, s
                     features=None) -> dict:
     """One dataset (a `bias.list_datasets` row) in a space outside the encoder's (the look probe's, the words
     probe's): the linear question-only probe and the tree probe on its questions resolved to the space's rows,
-    every question and the test split, with 95% intervals. `features`: the linear probe's features
-    (`bias.learned_probe`'s; the words probe's add the blank's place)."""
-    from features.diagnostics.bias import learned_probe, r4, resolve_dataset
-    from features.diagnostics.question_only import task_features
+    every question and the test split, with 95% intervals. `features(res, mat)`: the probes' features,
+    `task_features` by default (the words probe's add the blank's place before the set-level features,
+    the last columns, which are all the trees read), built once for both."""
+    from features.diagnostics.bias import r4, resolve_dataset
+    from features.diagnostics.question_only import question_only_probe, task_features
     from features.diagnostics.tree_probe import tree_probe
     res = resolve_dataset(con, r["dataset_id"], space, r["task"])
-    lin = learned_probe(res, space.mat, n_folds, seed, features)
-    tree = None
+    lin = tree = None
     if res.qids:
-        X = task_features(r["task"], res.question_rows, res.choice_rows, space.mat)
+        X = (features(res, space.mat) if features is not None
+             else task_features(r["task"], res.question_rows, res.choice_rows, space.mat))
+        lin = question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
         tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
     row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r.get("setting"),
            "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,

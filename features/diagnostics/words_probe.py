@@ -132,9 +132,9 @@ def placed_features(res, mat: np.ndarray) -> np.ndarray:
             nxt[i] = mat[shown[b]]
         first[i], last[i] = b == 0, b == len(shown)
     C = mat[np.array(res.choice_rows)] if n else np.zeros((0, X.shape[1], d), np.float32)
-    place = np.concatenate([C * prev[:, None], C * nxt[:, None], C * first[:, None], C * last[:, None],
-                            (C * prev[:, None]).sum(-1, keepdims=True), (C * nxt[:, None]).sum(-1, keepdims=True)],
-                           axis=-1).astype(np.float32)
+    before, after = C * prev[:, None], C * nxt[:, None]
+    place = np.concatenate([before, after, C * first[:, None], C * last[:, None],
+                            before.sum(-1, keepdims=True), after.sum(-1, keepdims=True)], axis=-1).astype(np.float32)
     return np.concatenate([X[..., :-N_SET_FEATURES], place, X[..., -N_SET_FEATURES:]], axis=-1)
 
 
