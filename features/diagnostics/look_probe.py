@@ -151,7 +151,7 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
         raise ValueError(f"{', '.join(text)}: the look probe reads photos; textual cloze shows none")
     rows = [r for r in rows if r["task"] in VISUAL_TASKS]
     space = look_space(con, home, progress=progress)     # every photo: the axes do not depend on the datasets
-    out = [space_probe_row(con, r, space, seed, n_folds) for r in rows]
+    out = space_probe_rows(con, rows, space, seed, n_folds)
     reasons: dict[str, int] = {}
     for why in space.missing.values():
         key = why.split(":")[0]
@@ -166,16 +166,59 @@ def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, s
     every question and the test split, with 95% intervals. `features(res, mat)`: the probes' features,
     `task_features` by default (the words probe's add the blank's place before the set-level features,
     the last columns, which are all the trees read), built once for both."""
-    from features.diagnostics.bias import r4, resolve_dataset
-    from features.diagnostics.question_only import question_only_probe, task_features
-    from features.diagnostics.tree_probe import tree_probe
-    res = resolve_dataset(con, r["dataset_id"], space, r["task"])
+    return space_probe_rows(con, [r], space, seed, n_folds, features, workers=1)[0]
+
+
+PROCESS_MIN_QUESTIONS = 5_000     # questions over all the datasets before spawned processes (about 2 s each) pay
+
+
+def probe_workers(workers: int | None, n_jobs: int, n_questions: int) -> int:
+    """Processes for per-dataset probes: `workers` when given, else the CPU count (at most 4) when the
+    datasets hold `PROCESS_MIN_QUESTIONS` questions or more, else 1 (in turn); never more than the jobs."""
+    import os
+    if workers is None:
+        workers = min(4, os.cpu_count() or 1) if n_questions >= PROCESS_MIN_QUESTIONS else 1
+    return max(1, min(n_jobs, workers))
+
+
+def space_probe_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], space: LookSpace, seed: int, n_folds: int,
+                     features=None, workers: int | None = None) -> list[dict]:
+    """`space_probe_row` of every row: the questions resolved on this thread (DuckDB), the probes of the
+    datasets in `workers` spawned processes (default: `probe_workers`; in turn with 1), each with
+    one BLAS thread and the trees' OpenMP threads, so the figures are the same whatever `workers` is.
+    `features` must then be a module-level function (it is pickled). The probes hold the GIL most of their
+    time: the words probe's 25 demo datasets took 16.4-17.6 s on 2 threads, 12.1-13.3 s in 2 processes and
+    18.6-20.0 s in turn."""
+
+    from features.diagnostics.bias import resolve_dataset
+    resolved = [resolve_dataset(con, r["dataset_id"], space, r["task"]) for r in rows]
+    workers = probe_workers(workers, len(rows), sum(len(res.qids) for res in resolved))
+    jobs = [({k: r.get(k) for k in ("dataset_id", "task", "setting")}, res, space.mat, seed, n_folds, features)
+            for r, res in zip(rows, resolved)]
+    if workers <= 1:
+        return [_probe_row(job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_probe_row, jobs))
+
+
+def _probe_row(job: tuple) -> dict:
+    """The linear and the tree probe of one resolved dataset, with one BLAS thread and the trees' OpenMP
+    threads (a process pool's unit of work)."""
+    from threadpoolctl import threadpool_limits
+
+    from features.diagnostics.bias import r4
+    from features.diagnostics.question_only import one_blas_thread, question_only_probe, task_features
+    from features.diagnostics.tree_probe import tree_probe, tree_threads
+    r, res, mat, seed, n_folds, features = job
     lin = tree = None
     if res.qids:
-        X = (features(res, space.mat) if features is not None
-             else task_features(r["task"], res.question_rows, res.choice_rows, space.mat))
-        lin = question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
-        tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
+        with one_blas_thread(), threadpool_limits(tree_threads(), user_api="openmp"):
+            X = (features(res, mat) if features is not None
+                 else task_features(r["task"], res.question_rows, res.choice_rows, mat))
+            lin = question_only_probe(X, res.answers, res.recipe_ids, res.splits, n_folds, seed)
+            tree = tree_probe(X, res.answers, res.recipe_ids, res.splits, seed=seed)
     row = {"dataset_id": r["dataset_id"], "task": r["task"], "setting": r.get("setting"),
            "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
            "chance": 1.0 / 4}
@@ -209,9 +252,12 @@ def format_table(res: dict) -> str:
 
 
 def _linear(job):
+    """The linear probe of one resolved dataset on one BLAS thread (a process pool's unit of work)."""
     res, mat, n_folds, seed = job
     from features.diagnostics.bias import learned_probe
-    return learned_probe(res, mat, n_folds, seed)
+    from features.diagnostics.question_only import one_blas_thread
+    with one_blas_thread():
+        return learned_probe(res, mat, n_folds, seed)
 
 
 def remap(res, lookup, space: LookSpace):
@@ -242,13 +288,10 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
     """The report's look probe: the linear model on the pixel statistics of every visual dataset of
     `rows` (bias_metrics rows of `bias.compute_bias_metrics`), written into each row as look_acc,
     look_ci_low, look_ci_high, look_test_acc (None where no photo could be read, e.g. a home whose
-    image files are gone, or a text task). The probes run on threads with one BLAS thread each, so the
-    figures are the same whatever `workers` is."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
+    image files are gone, or a text task). The probes run in `workers` spawned processes (default:
+    `probe_workers`) with one BLAS thread each, so the figures are the same whatever `workers` is."""
 
     from features.diagnostics.bias import r4, resolve_dataset
-    from features.diagnostics.question_only import one_blas_thread
     for r in rows:
         r.update(look_acc=None, look_ci_low=None, look_ci_high=None, look_test_acc=None)
     visual = [r for r in rows if r["task"] in VISUAL_TASKS]
@@ -260,9 +303,14 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
         return
     jobs = [(remap(r["_resolved"][0], r["_lookup"], space) if r.get("_resolved") and r.get("_lookup")
              else resolve_dataset(con, r["dataset_id"], space, r["task"]), space.mat, n_folds, seed) for r in visual]
-    workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
-    with one_blas_thread(), ThreadPoolExecutor(workers, thread_name_prefix="look") as pool:
-        results = list(pool.map(_linear, jobs))
+    workers = probe_workers(workers, len(jobs), sum(len(job[0].qids) for job in jobs))
+    if workers <= 1:
+        results = [_linear(job) for job in jobs]
+    else:                           # the probes hold the GIL most of their time: processes, not threads
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_linear, jobs))
     for r, p in zip(visual, results):
         if p is None or p.accuracy is None:
             continue

@@ -603,7 +603,8 @@ def check_out_dir(out_dir: Path) -> Path:
 def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: list[str] | None = None,
                  lance_uri: str | None = None, seed: int = 0, model: str = "logreg",
                  progress: bool = True, generated_at: str | None = None, commit: str | None = None,
-                 export_dir: Path | None = None, home: Path | None = None) -> dict:
+                 export_dir: Path | None = None, home: Path | None = None,
+                 plot_workers: int | None = None) -> dict:
     """Compute the bias metrics, store them in bias_metrics, write out_dir/index.html + PNGs.
     `generated_at` (the header's date; default today, UTC), `commit` (default `git_commit()`),
     `export_dir` (the export to link, checked against the warehouse; default `find_export`'s pick of
@@ -639,20 +640,17 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     out_dir.mkdir(parents=True)
     tasks: dict[str, dict] = {}
     images = []
-    for task in [t for t in TASKS if any(m["task"] == t for m in metrics)]:
+    task_names = [t for t in TASKS if any(m["task"] == t for m in metrics)]
+    drawn = draw_plots(metrics, task_names, out_dir, plot_workers)
+    for task in task_names:
         rows = [m for m in metrics if m["task"] == task]
         encoders = sorted({str(r["encoder_id"]) for r in rows})
         plots, ordering, axes = [], {}, {}
         for enc in encoders:
             group = [r for r in rows if str(r["encoder_id"]) == enc]
-            tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
-            label = f"{task} [{short_encoder(enc)}]"
-            hist = plot_histograms(group, out_dir / f"hist_{tag}.png", label)
-            knobs = plot_knob_effects(group, out_dir / f"knobs_{tag}.png", label)
-            adv = plot_adversaries(group, out_dir / f"adversaries_{tag}.png", label)
-            spl = plot_splits(group, out_dir / f"splits_{tag}.png", label)
-            plots += [p.name for p in (hist, knobs, adv, spl) if p]
-            axes.update({p.name: p.axes for p in (hist, knobs, adv, spl) if p})
+            got = [p for p in drawn[(task, enc)] if p]
+            plots += [p.name for p in got]
+            axes.update({p.name: p.axes for p in got})
             ordering[enc] = [{"knobs": r["knobs"], "dataset_id": r["dataset_id"], "probe_acc": r["probe_acc"],
                               "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
                               "pair_rule_acc": r.get("pair_rule_acc"), "tree_acc": r.get("tree_acc"),
@@ -671,6 +669,58 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
             "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence}
+
+
+PLOT_PROCESSES_FROM = 20
+PLOTS = {"hist": plot_histograms, "knobs": plot_knob_effects, "adversaries": plot_adversaries, "splits": plot_splits}
+
+
+def _draw(job: tuple) -> tuple[str, list[dict]] | None:
+    """One plot (a process pool's unit of work): (file name, panel labels), or None when it has nothing
+    to show. A Plot's `axes` would not survive pickling, so they travel apart."""
+    kind, group, path, label = job
+    got = PLOTS[kind](group, Path(path), label)
+    return None if got is None else (got.name, got.axes)
+
+
+def draw_plots(metrics: list[dict], task_names: list[str], out_dir: Path, workers: int | None = None
+               ) -> dict[tuple[str, str], list[Plot | None]]:
+    """Every task's and encoder's 4 plots (histograms, knob effects, adversaries, splits), written to
+    out_dir: {(task, encoder): [Plot or None, in that order]}. matplotlib holds the GIL, so the 16 plots
+    of the demo's report are drawn in `workers` spawned processes (default: the CPU count, at most 4, from
+    `PLOT_PROCESSES_FROM` datasets on; in turn with 1); each PNG's bytes are the same either way."""
+    jobs, keys = [], []
+    for task in task_names:
+        rows = [m for m in metrics if m["task"] == task]
+        encoders = sorted({str(r["encoder_id"]) for r in rows})
+        for enc in encoders:
+            group = [r for r in rows if str(r["encoder_id"]) == enc]
+            tag = task if len(encoders) == 1 else f"{task}_{_slug(enc)}"
+            label = f"{task} [{short_encoder(enc)}]"
+            for kind in PLOTS:
+                jobs.append((kind, group, str(out_dir / f"{kind}_{tag}.png"), label))
+                keys.append((task, enc))
+    if workers is None:                 # a spawned process costs about 2 s: worth it from about 20 datasets
+        workers = min(4, os.cpu_count() or 1) if len(metrics) >= PLOT_PROCESSES_FROM else 1
+    workers = max(1, min(len(jobs), workers))
+    if workers <= 1:
+        done = [_draw(j) for j in jobs]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        # the heavy histograms first, so the light plots fill in behind them
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "hist")
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            got = dict(zip(order, pool.map(_draw, [jobs[i] for i in order])))
+        done = [got[i] for i in range(len(jobs))]
+    out: dict[tuple[str, str], list[Plot | None]] = {}
+    for key, d in zip(keys, done):
+        plot = None
+        if d is not None:
+            plot = Plot(out_dir / d[0])
+            plot.axes = d[1]
+        out.setdefault(key, []).append(plot)
+    return out
 
 
 def _slug(s: str) -> str:

@@ -143,7 +143,7 @@ def words_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | No
     """The words probe on `dataset_ids` (default: every textual cloze dataset). Returns {"datasets": [one
     row per dataset], "titles": titles in the space, "axes": its width, "seed": seed}."""
     from features.diagnostics.bias import list_datasets
-    from features.diagnostics.look_probe import space_probe_row
+    from features.diagnostics.look_probe import space_probe_rows
     rows = list_datasets(con, dataset_ids)
     other = [r["dataset_id"] for r in rows if r["task"] != "textual_cloze"]
     if dataset_ids and other:
@@ -151,7 +151,7 @@ def words_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | No
                          "(`mrqa look-probe` reads the photos of the visual tasks)")
     rows = [r for r in rows if r["task"] == "textual_cloze"]
     space = words_space(con)
-    out = [space_probe_row(con, r, space, seed, n_folds, placed_features) for r in rows]
+    out = space_probe_rows(con, rows, space, seed, n_folds, placed_features)
     return {"datasets": out, "titles": len(space.ids), "axes": int(space.mat.shape[1]), "seed": seed}
 
 
@@ -171,15 +171,14 @@ def words_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], seed: int = 0, 
     dataset of `rows` (bias_metrics rows of `bias.compute_bias_metrics`), written into each row as
     words_acc, words_ci_low, words_ci_high, words_test_acc and the same of words_tree_* (None for the
     visual tasks): the figures of `mrqa words-probe`."""
-    from features.diagnostics.look_probe import space_probe_row
+    from features.diagnostics.look_probe import space_probe_rows
     for r in rows:
         r.update(dict.fromkeys(WORDS_COLUMNS))
     text = [r for r in rows if r["task"] == "textual_cloze"]
     if not text:
         return
     space = words_space(con)
-    for r in text:
-        got = space_probe_row(con, r, space, seed, n_folds, placed_features)
+    for r, got in zip(text, space_probe_rows(con, text, space, seed, n_folds, placed_features)):
         for name, model in (("words", "linear"), ("words_tree", "tree")):
             p = got[model]
             if p["accuracy"] is not None:
