@@ -1,4 +1,4 @@
-"""`mrqa bench generate`, `bench report`: figures of dataset generation and the bias report."""
+"""`mrqa bench generate`, `bench report`, `bench report-home`: figures of dataset generation and the bias report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,3 +41,26 @@ def bench_report_cmd(questions: int = typer.Option(20000, "--questions", min=MIN
     from features.diagnostics.bias import bench_bias
     for line in bench_bias(questions, repeats):
         typer.echo(line)
+
+
+@app.command("report-home")
+def bench_report_home_cmd(workers: int = typer.Option(2, "--workers", help="Spawned processes, against "
+                                                      "the run in turn (2 or more)."),
+                          seed: int = typer.Option(0, "--seed", help="The probes' seed (the report's: 0).")):
+    """On MRQA_HOME's datasets (read-only): the words probe, the look probe and the report's plots in turn
+    against in `--workers` spawned processes, each with its ratio and whether the results are the same."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.diagnostics.report_bench import bench_report_home
+    from flows.cli.common import fail
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo`, or `mrqa generate --all` and `mrqa report`, first")
+    con = connect(paths, read_only=True)
+    try:
+        for line in bench_report_home(con, paths.home, paths.lance, workers, seed):
+            typer.echo(line)
+    except (ValueError, LookupError) as e:
+        fail(str(e))
+    finally:
+        con.close()

@@ -182,6 +182,28 @@ def test_plots_drawn_in_processes_are_the_plots_drawn_in_turn(report, tmp_path):
         assert a["tasks"][task]["axes"] == b["tasks"][task]["axes"]
 
 
+def test_bench_report_home_times_each_part_both_ways_and_finds_them_the_same(report, tmp_path, monkeypatch):
+    """`mrqa bench report-home`: the words probe and the plots (this home has no photo files: the look probe
+    says so) in turn and in 2 processes, each line with both times, the ratio and "the same"; bad input is
+    one line, rc 2."""
+    from typer.testing import CliRunner
+
+    from features.diagnostics.report_bench import bench_report_home
+    from flows.cli import app
+    con, paths = report["con"], report["paths"]
+    lines = list(bench_report_home(con, paths.home, paths.lance, workers=2))
+    timed = [x for x in lines if " in turn " in x]
+    assert [x.split(" in turn ")[0].strip() for x in timed] == ["words probe (linear and trees)",
+                                                                 f"the report's {len(report['res']['images'])} plots"]
+    assert all(x.endswith("the same") and "2 processes" in x for x in timed), lines
+    assert any(x.startswith("look probe: no photo readable") for x in lines), lines
+    with pytest.raises(ValueError, match="--workers must be 2 or more"):
+        list(bench_report_home(con, paths.home, paths.lance, workers=1))
+    monkeypatch.setenv("MRQA_HOME", str(tmp_path / "empty"))
+    r = CliRunner().invoke(app, ["bench", "report-home"])
+    assert r.exit_code == 2 and "no warehouse at" in r.output and "run `mrqa demo`" in r.output, r.output
+
+
 def test_bias_metrics_are_the_same_on_one_or_several_threads(report):
     """The probes run on worker threads while this thread reads the next dataset: the rows, their
     order and every figure are those of a one-thread run."""

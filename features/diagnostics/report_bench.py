@@ -1,0 +1,100 @@
+"""`mrqa bench report-home`: the report's parts that run in spawned processes, on a home's own datasets.
+
+On the warehouse of MRQA_HOME (read-only, e.g. the demo's), each part is timed in turn (one process)
+and in `workers` spawned processes, and their results are compared:
+- the words probe (linear with the blank's place, and trees) on every textual cloze dataset;
+- the look probe's linear model and trees on every visual dataset (the photos' statistics read once,
+  not timed);
+- the report's 16 plots, drawn from the stored bias_metrics figures and the datasets' distances.
+Each part prints its two wall times, their ratio, and whether the figures (or the PNG bytes) are the same.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from features.diagnostics.bias import BIAS_COLUMNS
+
+
+def _timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _pair(name: str, one: float, many: float, same: bool, workers: int) -> str:
+    return (f"{name:34s} in turn {one:7.1f} s   {workers} processes {many:7.1f} s   "
+            f"{one / many if many > 0 else float('nan'):5.2f}x   {'the same' if same else 'DIFFERENT'}")
+
+
+def stored_rows(con, dataset_ids: list[str]) -> list[dict]:
+    """The bias_metrics rows of `dataset_ids` as the report builds them (JSON columns decoded)."""
+    cols = ", ".join(BIAS_COLUMNS)
+    cur = con.execute(f"SELECT {cols} FROM bias_metrics WHERE list_contains(?, dataset_id) ORDER BY dataset_id",
+                      [dataset_ids])
+    rows = [dict(zip(BIAS_COLUMNS, r)) for r in cur.fetchall()]
+    for r in rows:
+        for c in ("answer_rank_share", "split_metrics"):
+            if isinstance(r.get(c), str):
+                r[c] = json.loads(r[c])
+    return rows
+
+
+def bench_report_home(con, home: Path, lance_uri: str, workers: int = 2, seed: int = 0) -> Iterator[str]:
+    """Yield the report lines of each part (see the module's docstring). ValueError when the home has no
+    datasets or no report yet (run `mrqa demo` or `mrqa generate --all` and `mrqa report` first)."""
+    from features.diagnostics.bias import VectorLookup, dataset_distances, list_datasets
+    from features.diagnostics.look_probe import VISUAL_TASKS, look_space, space_probe_rows
+    from features.diagnostics.report import TASKS, draw_plots
+    from features.diagnostics.words_probe import placed_features, words_space
+    if workers < 2:
+        raise ValueError(f"--workers must be 2 or more (1 is the in-turn run it is compared with), got {workers}")
+    datasets = list_datasets(con, None)
+    if not datasets:
+        raise ValueError("no datasets in the warehouse: run `mrqa demo`, or `mrqa generate --all`, first")
+    text = [d for d in datasets if d["task"] == "textual_cloze"]
+    visual = [d for d in datasets if d["task"] in VISUAL_TASKS]
+    yield f"{len(datasets)} datasets ({len(text)} textual cloze, {len(visual)} visual); seed {seed}"
+    if text:
+        space = words_space(con)
+        a, one = _timed(lambda: space_probe_rows(con, text, space, seed, 5, placed_features, workers=1))
+        b, many = _timed(lambda: space_probe_rows(con, text, space, seed, 5, placed_features, workers=workers))
+        yield _pair("words probe (linear and trees)", a, b, one == many, workers)
+    if visual:
+        space = look_space(con, home, progress=False)
+        if space.ids:
+            a, one = _timed(lambda: space_probe_rows(con, visual, space, seed, 5, workers=1))
+            b, many = _timed(lambda: space_probe_rows(con, visual, space, seed, 5, workers=workers))
+            yield _pair("look probe (linear and trees)", a, b, one == many, workers)
+        else:
+            yield f"look probe: no photo readable under {home}; not timed"
+    rows = stored_rows(con, [d["dataset_id"] for d in datasets])
+    by_id = {d["dataset_id"]: d for d in datasets}
+    for r in rows:                      # the dataset fields the report's rows carry beside the figures
+        r.update({k: by_id[r["dataset_id"]][k]
+                  for k in ("knob1", "knob2", "knob3", "k3_mode", "adversarial", "preset")})
+    if not rows:
+        raise ValueError("no bias_metrics rows: run `mrqa report` first (the plots draw its figures)")
+    lookups: dict[tuple[str, str], VectorLookup] = {}
+    for r in rows:
+        space_name = "title" if r["task"] == "textual_cloze" else "image"
+        key = (str(r["encoder_id"]), space_name)
+        if key not in lookups:
+            lookups[key] = VectorLookup(lance_uri, key[0], space_name)
+        r["_distances"] = dataset_distances(con, r["dataset_id"], lookups[key], r["task"])
+    tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
+    with tempfile.TemporaryDirectory(prefix="mrqa-plots-") as tmp:
+        dirs = [Path(tmp) / "in-turn", Path(tmp) / "processes"]
+        for d in dirs:
+            d.mkdir()
+        a, one = _timed(lambda: draw_plots(rows, tasks, dirs[0], workers=1))
+        b, many = _timed(lambda: draw_plots(rows, tasks, dirs[1], workers=workers))
+        names = sorted(p.name for p in dirs[0].iterdir())
+        same = names == sorted(p.name for p in dirs[1].iterdir()) and all(
+            (dirs[0] / n).read_bytes() == (dirs[1] / n).read_bytes() for n in names)
+        same = same and [[p and p.axes for p in v] for v in one.values()] == \
+            [[p and p.axes for p in v] for v in many.values()]
+    yield _pair(f"the report's {len(names)} plots", a, b, same, workers)
