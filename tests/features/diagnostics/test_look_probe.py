@@ -121,10 +121,10 @@ def test_the_figures_are_deterministic_and_the_statistics_have_their_shape(world
 def test_the_figures_are_the_same_in_processes_and_in_turn(world):
     """The look and the words probe run dataset by dataset in spawned processes on a big report (the probes
     hold the GIL): every figure is the one measured in turn, for the look probe's linear model and trees
-    (`space_probe_rows`), the report's look rows (`look_rows`), and the words probe's placed features."""
+    (`space_probe_rows`) and the report's look rows (`look_rows`); the words probe's placed features in
+    processes: test_report.py's `bench report-home` test."""
     from features.diagnostics.bias import list_datasets
     from features.diagnostics.look_probe import look_rows, look_space, probe_workers, space_probe_rows
-    from features.diagnostics.words_probe import placed_features, words_space
     con, home, ids = world["con"], world["home"], world["ids"]
     write_photos(con, home, planted=True)
     visual = list_datasets(con, [ids["visual_cloze"], ids["visual_coherence"]])
@@ -137,10 +137,6 @@ def test_the_figures_are_the_same_in_processes_and_in_turn(world):
     again = [dict(r) for r in visual]
     look_rows(con, again, home, seed=3, workers=2, progress=False)
     assert rows == again and all(r["look_acc"] == t["linear"]["accuracy"] for r, t in zip(rows, turn))
-    text = list_datasets(con, [ids["textual_cloze"]]) * 2
-    words = words_space(con)
-    assert space_probe_rows(con, text, words, 0, 5, placed_features, workers=1) == \
-        space_probe_rows(con, text, words, 0, 5, placed_features, workers=2)
     # processes only where they pay (about 2 s each to start), never more than the datasets
     assert probe_workers(None, 25, 4_999) == 1 and probe_workers(None, 1, 50_000) == 1
     assert probe_workers(3, 2, 10) == 2 and probe_workers(None, 25, 50_000) >= 1

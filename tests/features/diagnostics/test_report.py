@@ -165,27 +165,11 @@ def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
     assert n == report["res"]["n_datasets"]
 
 
-def test_plots_drawn_in_processes_are_the_plots_drawn_in_turn(report, tmp_path):
-    """A big report draws its plots in spawned processes (matplotlib holds the GIL): every PNG, byte for
-    byte, and every panel's labels are those drawn in turn."""
-    from features.diagnostics.report import build_report
-    con, paths = report["con"], report["paths"]
-    kw = {"lance_uri": paths.lance, "progress": False, "generated_at": "2026-01-02", "commit": "0123456789ab"}
-    a = build_report(con, tmp_path / "a", plot_workers=1, **kw)
-    b = build_report(con, tmp_path / "b", plot_workers=2, **kw)
-    names = [Path(p).name for p in a["images"]]
-    assert names == [Path(p).name for p in b["images"]] and len(names) >= 8
-    for name in names:
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
-    for task in a["tasks"]:
-        assert a["tasks"][task]["plots"] == b["tasks"][task]["plots"]
-        assert a["tasks"][task]["axes"] == b["tasks"][task]["axes"]
-
-
 def test_bench_report_home_times_each_part_both_ways_and_finds_them_the_same(report, tmp_path, monkeypatch):
     """`mrqa bench report-home`: the words probe and the plots (this home has no photo files: the look probe
-    says so) in turn and in 2 processes, each line with both times, the ratio and "the same"; bad input is
-    one line, rc 2."""
+    says so) in turn and in 2 processes, each line with both times, the ratio and "the same" (the words
+    probe's figures; every PNG byte for byte and every panel's labels, as `build_report` draws them with
+    `draw_plots`); bad input is one line, rc 2."""
     from typer.testing import CliRunner
 
     from features.diagnostics.report_bench import bench_report_home
