@@ -1,5 +1,6 @@
-"""`spawn_map`: jobs in spawned processes of one thread each (the pooled adversary, the reading check);
-`spawn_shares`: the same with each process's share of the jobs fixed before they start (fold jobs)."""
+"""`spawn_map`: jobs in spawned processes of one thread each (the pooled adversary, the reading check,
+the report's probes and plots, the tree probe's folds); `spawn_shares`: the same with each process's share of
+the jobs fixed before they start (fold jobs)."""
 from __future__ import annotations
 
 import multiprocessing

@@ -197,10 +197,8 @@ def space_probe_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], space: Lo
             for r, res in zip(rows, resolved)]
     if workers <= 1:
         return [_probe_row(job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_probe_row, jobs))
+    from training.procs import spawn_map
+    return spawn_map(_probe_row, jobs, workers)
 
 
 def _probe_row(job: tuple) -> dict:
@@ -307,10 +305,8 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
     if workers <= 1:
         results = [_linear(job) for job in jobs]
     else:                           # the probes hold the GIL most of their time: processes, not threads
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(_linear, jobs))
+        from training.procs import spawn_map
+        results = spawn_map(_linear, jobs, workers)
     for r, p in zip(visual, results):
         if p is None or p.accuracy is None:
             continue

@@ -706,12 +706,10 @@ def draw_plots(metrics: list[dict], task_names: list[str], out_dir: Path, worker
     if workers <= 1:
         done = [_draw(j) for j in jobs]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from training.procs import spawn_map
         # the heavy histograms first, so the light plots fill in behind them
         order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "hist")
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            got = dict(zip(order, pool.map(_draw, [jobs[i] for i in order])))
+        got = dict(zip(order, spawn_map(_draw, [jobs[i] for i in order], workers)))
         done = [got[i] for i in range(len(jobs))]
     out: dict[tuple[str, str], list[Plot | None]] = {}
     for key, d in zip(keys, done):

@@ -140,10 +140,13 @@ def _run_jobs(args: list[tuple], workers: int | None = None) -> list[np.ndarray]
     workers = min(max(1, workers), len(args))
     if workers <= 1:
         return [_fit_and_score(*a) for a in args]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
-        return list(ex.map(_fit_and_score, *zip(*args)))
+    from training.procs import spawn_map
+    return spawn_map(_fit_and_score_job, args, workers)
+
+
+def _fit_and_score_job(args: tuple) -> np.ndarray:
+    """`_fit_and_score(*args)`: a process pool's unit of work."""
+    return _fit_and_score(*args)
 
 
 def tree_scores(F: np.ndarray, y: np.ndarray, fold: np.ndarray, seed: int = 0, workers: int | None = None
