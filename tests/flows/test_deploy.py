@@ -134,6 +134,7 @@ def _deploy(env, pool, *names):
     return out.stdout
 
 
+@pytest.mark.slow      # a real Prefect server started for it (~35 s)
 def test_mrqa_deploy_registers_deployments_with_weekly_cron(prefect_server):
     env = prefect_server
     pool = "mrqa-test-pool"

@@ -33,6 +33,7 @@ def world(tmp_path_factory):
         yield paths, tests, setting
 
 
+@pytest.mark.slow      # readers trained per dataset (~37 s, and the world ~17 s)
 def test_the_reader_against_question_only_per_af_dataset(world):
     paths, tests, setting = world
     res = reading_check(paths, seed=0, settings=("0-0-0-af", "0-1-1-af"), workers=2)
@@ -74,6 +75,7 @@ def test_a_home_without_the_settings_is_skipped_with_the_reason(world):
         "skipped": "no dataset of seed 5 held back for want of a reading check"}
 
 
+@pytest.mark.slow      # readers trained per dataset, twice (~47 s)
 def test_recorded_per_dataset_with_its_content_hash_and_checked_again_in_place(world):
     """`record`: one reading_checks row per dataset with the figures of the table, the content hash it
     measured and the datasets it was pooled with; checking again replaces the rows (the same figures, no

@@ -50,6 +50,7 @@ def _copy_home(src: Path, dst: Path) -> Paths:
     return Paths.from_env(dst)
 
 
+@pytest.mark.slow      # a clean pool whose worker is killed (~13 s)
 def test_a_dead_worker_fails_clean_at_once_and_writes_nothing(kitchen_home, tmp_path, monkeypatch):
     paths = _copy_home(kitchen_home, tmp_path / "home")
     con = connect(paths)

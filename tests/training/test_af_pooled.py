@@ -286,6 +286,7 @@ def test_the_adversary_scores_out_of_fold_and_deterministically(home, tmp_path):
     assert all(0.0 <= p <= 1.0 for qs in a.values() for p, _ in qs.values())
 
 
+@pytest.mark.slow      # GM3C fold models by split (~12 s)
 def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them(home, tmp_path):
     """fold_by="split": the val and the test split are each held out whole, so their scores come from
     models trained on the other splits only. Renaming each test recipe to one that falls in another fold
@@ -556,6 +557,7 @@ def test_an_ensemble_of_adversaries_is_refused_below_one_and_recorded(home, path
     assert step["adversaries"] == 1
 
 
+@pytest.mark.slow      # GM3C fold models of three seeds (~25 s)
 def test_af_check_reads_every_question_out_of_fold_with_an_interval(home):
     from flows.af_pool import af_check_flow
     from training.af_pooled import out_of_fold_scores  # noqa: F401  (the model the check trains)
@@ -822,6 +824,7 @@ def test_drop_plan_by_split_holds_the_floor_in_every_split():
         "t1", "t2", "t6", "x1"]
 
 
+@pytest.mark.slow      # the pooled drop with the trees, three runs (~33 s)
 def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
     """`af-pool --tree`: the drop also takes what the tree probe solves (its list beside GM3C's and the
     linear probe's), within the floor; the params record it; the same inputs give the same datasets."""
@@ -864,6 +867,7 @@ def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
     assert run("af_pool_tree_b")[5] == sha                          # deterministic, byte for byte
 
 
+@pytest.mark.slow      # textual cloze pooled drop on a home of its own (~17 s)
 def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_path_factory):
     """`af-pool --task textual_cloze --rounds 0 [--tree --linear]`: the drop is what GM3C question-only (on
     the titles' vectors, out of fold), the tree probe and the linear probe solve, within the floor; the
@@ -954,6 +958,7 @@ def _textual_swapped(tmp_path_factory, name: str):
     return res, before, after, vec, title, sha
 
 
+@pytest.mark.slow      # textual cloze swap rounds on a home of its own (~26 s)
 def test_textual_cloze_swaps_write_titles_from_the_alternates_and_keep_every_knob(tmp_path_factory):
     """`af-pool --task textual_cloze --rounds 2`: each swapped-in title was a recorded alternate of its
     question (recorded with its title), the choice shows that title and `choice_items` names its item;

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
 
 
+@pytest.mark.slow      # the real records ingested, cleaned and read for roles (~24 s)
 def test_real_recipes_give_rule_based_families(shared_fixtures, paths):
     run = CliRunner()
     for args in (["--no-prefect", "ingest", "recipeqa", str(shared_fixtures / "recipeqa" / "val_dev.json")],

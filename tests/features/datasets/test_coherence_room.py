@@ -93,6 +93,7 @@ def test_swapped_sets_keep_knob_one_and_leave_the_pair(world):
     assert checked
 
 
+@pytest.mark.slow      # the room measured on a home of its own (~13 s)
 def test_cli_and_table(tmp_path_factory):
     """The command line on a home whose warehouse no other connection holds: one JSON row per setting whose
     figures are the table's, and clear refusals."""

@@ -173,6 +173,7 @@ def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
         assert r.exit_code == 2 and "Traceback" not in r.output, (args, r.output)
 
 
+@pytest.mark.slow      # the pooled drop and GM3C fold models (~13 s)
 def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     """The knob settings' AF datasets and the matched ones are separate benchmarks: `mrqa af-pool` and
     `mrqa af-check` take one kind (--distractors); the floor counts against the paper setting's plain
@@ -244,6 +245,7 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     assert swapped > 0
 
 
+@pytest.mark.slow      # the pipeline's opt-in matched step (~13 s)
 def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(tmp_path_factory, monkeypatch, prefect_harness):
     """`mrqa demo/pipeline --matched-coherence`: after the paper's settings, the generate stage makes the
     matched settings and runs their own pooled step, which keeps at least 40% of the paper setting's
