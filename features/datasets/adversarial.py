@@ -73,8 +73,8 @@ from features.diagnostics.question_only import (
     others_similarity,
     pair_distance,
     pair_features,
+    pair_sequence_features,
     sequence_basis,
-    sequence_features,
     set_features,
     spread_after_swap,
     with_set_features,
@@ -218,6 +218,13 @@ def _narrow(model: QuestionOnlyModel, cols: np.ndarray) -> QuestionOnlyModel:
     return out
 
 
+def _fold_rows(Xt: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows `rows` (a mask) of a feature-major (f, n, c) array, as (n_rows, c, f) laid out as
+    `X[rows][..., cols]` lays them out (features outermost), the same values in the same places."""
+    out = np.empty((Xt.shape[0], int(rows.sum()), Xt.shape[2]), dtype=Xt.dtype)
+    np.compress(rows, Xt, axis=1, out=out)
+    return np.moveaxis(out, 0, -1)
+
 class Adversary:
     """A held-out question-only ensemble: per member one model per fold of recipes, trained on the others.
 
@@ -235,6 +242,9 @@ class Adversary:
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
             cols = member_columns(spec["features"], X.shape[-1], n_seq)
+            # the member's columns, cut once, feature-major: each fold's rows are then cut as
+            # X[train][..., cols] lays them out (a model's float sums follow the layout of its input)
+            Xt = np.ascontiguousarray(np.moveaxis(X[..., cols], -1, 0))
             for k in range(self.n_folds):
                 train = fold != k
                 init = previous.models[m][k] if previous is not None else None
@@ -242,7 +252,7 @@ class Adversary:
                     init = _narrow(init, cols)
                 models.append(None if not train.any() else
                               _widen(QuestionOnlyModel(C=spec["C"], seed=spec["seed"] + 7919 * seed)
-                                     .fit(X[train][..., cols], y[train], init=init), cols, X.shape[-1]))
+                                     .fit(_fold_rows(Xt, train), y[train], init=init), cols, X.shape[-1]))
             self.folds.append(fold)
             self.models.append(models)
 
@@ -621,11 +631,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     def build_pairs(ch):
         def build(r):
             V = sp.vecs[np.maximum(ch[r], 0)]
-            X = pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V)
             if not staged:
-                return X
-            return np.concatenate([X, sequence_features(nb["prev"][r], nb["next"][r], slot[r], n_slots, V, basis)],
-                                  axis=-1)
+                return pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V)
+            return pair_sequence_features(ctx[r], V, nb["prev"][r], nb["next"][r], slot[r], n_slots, basis)
         return build
 
     # the shown items of each question (the question's items but the answer's)

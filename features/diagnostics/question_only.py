@@ -301,6 +301,34 @@ def sequence_features(prev: np.ndarray, nxt: np.ndarray, slot: np.ndarray, n_slo
                            (oh[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, n_slots * r)], axis=-1)
 
 
+def pair_sequence_features(context: np.ndarray, choices: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
+                           slot: np.ndarray, n_slots: int, basis: np.ndarray) -> np.ndarray:
+    """`pair_features` of each choice against its question's context (n, d), then `sequence_features`, as
+    one (n, c, 4d + 2r^2 + n_slots*r) float32 array: the same values, element for element, as
+    concatenating the two, but each part is written once into its place (AF builds these for every
+    candidate of every question in each round, and the copies of the concatenations were a fifth of it)."""
+    choice = np.asarray(choices, dtype=np.float32)
+    ctx = np.asarray(context, dtype=np.float32)[:, None, :]
+    n, c, d = choice.shape
+    r = basis.shape[1]
+    out = np.empty((n, c, 4 * d + 2 * r * r + n_slots * r), dtype=np.float32)
+    out[..., :d] = choice
+    out[..., d:2 * d] = ctx
+    np.multiply(choice, ctx, out=out[..., 2 * d:3 * d])
+    diff = out[..., 3 * d:4 * d]
+    np.subtract(choice, ctx, out=diff)
+    np.abs(diff, out=diff)
+    cp = choice @ basis                                                   # (n, c, r)
+    pp, npj = np.asarray(prev, np.float32) @ basis, np.asarray(nxt, np.float32) @ basis
+    oh = np.zeros((n, n_slots), np.float32)
+    oh[np.arange(n), slot] = 1.0
+    at = 4 * d
+    for left, width in ((pp, r), (npj, r), (oh, n_slots)):
+        block = out[..., at:at + width * r].reshape(n, c, width, r)       # a view: the last axis split
+        np.multiply(left[:, None, :, None], cp[:, :, None, :], out=block)
+        at += width * r
+    return out
+
 def choice_spread(choices: np.ndarray) -> np.ndarray:
     """(..., c, d) the choices of questions -> (..., c): 1 - the mean cosine of each choice to the other
     choices. Low = the centre of the choice set. When distractors are drawn around the answer (knob 2:

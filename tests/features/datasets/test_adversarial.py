@@ -508,6 +508,27 @@ def test_af_report_rows_match_the_registered_datasets(world):
             assert "slot_after" not in r
 
 
+def test_a_members_fold_rows_are_cut_as_the_plain_index_cuts_them():
+    """The adversary cuts each member's columns once and each fold's rows from them; every fold's
+    training array must hold the values of `X[train][..., cols]` laid out as it lays them out (features
+    outermost), since a model's float sums follow its input's layout. And the fitted models agree bit
+    for bit."""
+    from features.datasets.adversarial import _fold_rows, member_columns
+    from features.diagnostics.question_only import QuestionOnlyModel
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(90, 4, 40)).astype(np.float32)
+    y = rng.integers(0, 4, 90)
+    for features in ("all", "distance", "choice_set", "sequence"):
+        cols = member_columns(features, X.shape[-1], n_seq=8)
+        Xt = np.ascontiguousarray(np.moveaxis(X[..., cols], -1, 0))
+        for k in range(3):
+            train = np.arange(90) % 3 != k
+            want, got = X[train][..., cols], _fold_rows(Xt, train)
+            assert got.shape == want.shape and got.strides == want.strides and got.tobytes() == want.tobytes()
+            a = QuestionOnlyModel(C=1.0).fit(want, y[train])
+            b = QuestionOnlyModel(C=1.0).fit(got, y[train])
+            assert a.w.tobytes() == b.w.tobytes() and a.mu.tobytes() == b.mu.tobytes()
+
 def test_the_adversary_sees_the_judges_features_including_the_set_level_cues():
     """Coherence: every candidate's 4-image set, as the adversary builds it, has exactly the learned
     probe's features (pair features, the distance probe's distance / gaps / rank within the set, the

@@ -10,8 +10,10 @@ from features.diagnostics.question_only import (
     accuracy_interval,
     cross_fitted_scores,
     pair_features,
+    pair_sequence_features,
     question_only_probe,
     recipe_folds,
+    sequence_features,
     task_features,
     unit,
     wilson_interval,
@@ -298,6 +300,27 @@ def test_pair_features_layout():
     assert np.allclose(f[..., :3], ch) and np.allclose(f[..., 3:6], ctx)
     assert np.allclose(f[..., 6:9], ch * ctx) and np.allclose(f[..., 9:], np.abs(ch - ctx))
 
+
+@pytest.mark.parametrize("ctx_dtype", [np.float32, np.float64])
+def test_pair_and_sequence_features_written_in_place_are_the_concatenation_bit_for_bit(ctx_dtype):
+    """AF's candidate features are written part by part into one array; they must be exactly what
+    concatenating `pair_features` and `sequence_features` gives, bit for bit and laid out the same, or
+    the adversary's float sums (and so the distractors it picks) would change."""
+    rng = np.random.default_rng(3)
+    n, c, d, r, n_slots = 7, 11, 12, 5, 4
+    V = unit(rng.normal(size=(n, c, d))).astype(np.float32)
+    ctx = unit(rng.normal(size=(n, d))).astype(ctx_dtype)
+    prev, nxt = (rng.normal(size=(n, d)).astype(np.float32) for _ in range(2))
+    prev[0] = 0.0                                              # a placeholder with no shown photo before it
+    slot = rng.integers(0, n_slots, n)
+    basis = rng.normal(size=(d, r)).astype(np.float32)
+    want = np.concatenate([pair_features(np.broadcast_to(ctx[:, None, :], (n, c, d)), V),
+                           sequence_features(prev, nxt, slot, n_slots, V, basis)], axis=-1)
+    got = pair_sequence_features(ctx, V, prev, nxt, slot, n_slots, basis)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (n, c, 4 * d + 2 * r * r + n_slots * r)
+    assert got.strides == want.strides and got.tobytes() == want.tobytes()
+    w = rng.normal(size=(n, want.shape[-1])).astype(np.float32)
+    assert np.einsum("ncf,nf->nc", got, w).tobytes() == np.einsum("ncf,nf->nc", want, w).tobytes()
 
 def test_model_is_slot_invariant():
     """One weight vector for every choice: permuting a question's choices permutes its scores."""
