@@ -225,6 +225,7 @@ def _fold_rows(Xt: np.ndarray, rows: np.ndarray) -> np.ndarray:
     np.compress(rows, Xt, axis=1, out=out)
     return np.moveaxis(out, 0, -1)
 
+
 class Adversary:
     """A held-out question-only ensemble: per member one model per fold of recipes, trained on the others.
 

@@ -30,9 +30,21 @@ def pair_features(context: np.ndarray, choice: np.ndarray) -> np.ndarray:
     |choice-context|]. `context` is what the question shows for that choice (cloze: the normalised
     mean of the question's shown items, the same for every choice; coherence: the normalised mean of
     the other three images; ordering: the previous image of the sequence, see `ordering_features`)."""
-    context = np.asarray(context, dtype=np.float32)
     choice = np.asarray(choice, dtype=np.float32)
-    return np.concatenate([choice, context, choice * context, np.abs(choice - context)], axis=-1)
+    out = np.empty(choice.shape[:-1] + (4 * choice.shape[-1],), dtype=np.float32)
+    _write_pairs(out, choice, np.asarray(context, dtype=np.float32))
+    return out
+
+
+def _write_pairs(out: np.ndarray, choice: np.ndarray, context: np.ndarray) -> None:
+    """`pair_features` written into `out` (..., 4d), each part in its place; `context` broadcasts."""
+    d = choice.shape[-1]
+    out[..., :d] = choice
+    out[..., d:2 * d] = context
+    np.multiply(choice, context, out=out[..., 2 * d:3 * d])
+    diff = out[..., 3 * d:4 * d]
+    np.subtract(choice, context, out=diff)
+    np.abs(diff, out=diff)
 
 
 class QuestionOnlyModel:
@@ -291,14 +303,26 @@ def sequence_features(prev: np.ndarray, nxt: np.ndarray, slot: np.ndarray, n_slo
     placeholder's slot one-hot with the choice (which kind of step opens or closes a question, n_slots*r).
     prev, nxt (n, d) (zero where the placeholder is first / last), slot (n,), choices (n, c, d)
     -> (n, c, 2r^2 + n_slots*r) float32."""
-    cp = np.asarray(choices, dtype=np.float32) @ basis                   # (n, c, r)
+    choice = np.asarray(choices, dtype=np.float32)
+    r = basis.shape[1]
+    out = np.empty(choice.shape[:2] + ((2 * r + n_slots) * r,), dtype=np.float32)
+    _write_sequence(out, prev, nxt, slot, n_slots, choice, basis)
+    return out
+
+
+def _write_sequence(out: np.ndarray, prev: np.ndarray, nxt: np.ndarray, slot: np.ndarray, n_slots: int,
+                    choice: np.ndarray, basis: np.ndarray) -> None:
+    """`sequence_features` written into `out` (n, c, 2r^2 + n_slots*r), each outer product in its place."""
+    cp = choice @ basis                                                   # (n, c, r)
     pp, npj = np.asarray(prev, np.float32) @ basis, np.asarray(nxt, np.float32) @ basis
     n, c, r = cp.shape
     oh = np.zeros((n, n_slots), np.float32)
     oh[np.arange(n), slot] = 1.0
-    return np.concatenate([(pp[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, r * r),
-                           (npj[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, r * r),
-                           (oh[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, n_slots * r)], axis=-1)
+    at = 0
+    for left, width in ((pp, r), (npj, r), (oh, n_slots)):
+        block = out[..., at:at + width * r].reshape(n, c, width, r)       # a view: the last axis split
+        np.multiply(left[:, None, :, None], cp[:, :, None, :], out=block)
+        at += width * r
 
 
 def pair_sequence_features(context: np.ndarray, choices: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
@@ -308,26 +332,13 @@ def pair_sequence_features(context: np.ndarray, choices: np.ndarray, prev: np.nd
     concatenating the two, but each part is written once into its place (AF builds these for every
     candidate of every question in each round, and the copies of the concatenations were a fifth of it)."""
     choice = np.asarray(choices, dtype=np.float32)
-    ctx = np.asarray(context, dtype=np.float32)[:, None, :]
     n, c, d = choice.shape
     r = basis.shape[1]
-    out = np.empty((n, c, 4 * d + 2 * r * r + n_slots * r), dtype=np.float32)
-    out[..., :d] = choice
-    out[..., d:2 * d] = ctx
-    np.multiply(choice, ctx, out=out[..., 2 * d:3 * d])
-    diff = out[..., 3 * d:4 * d]
-    np.subtract(choice, ctx, out=diff)
-    np.abs(diff, out=diff)
-    cp = choice @ basis                                                   # (n, c, r)
-    pp, npj = np.asarray(prev, np.float32) @ basis, np.asarray(nxt, np.float32) @ basis
-    oh = np.zeros((n, n_slots), np.float32)
-    oh[np.arange(n), slot] = 1.0
-    at = 4 * d
-    for left, width in ((pp, r), (npj, r), (oh, n_slots)):
-        block = out[..., at:at + width * r].reshape(n, c, width, r)       # a view: the last axis split
-        np.multiply(left[:, None, :, None], cp[:, :, None, :], out=block)
-        at += width * r
+    out = np.empty((n, c, 4 * d + (2 * r + n_slots) * r), dtype=np.float32)
+    _write_pairs(out[..., :4 * d], choice, np.asarray(context, dtype=np.float32)[:, None, :])
+    _write_sequence(out[..., 4 * d:], prev, nxt, slot, n_slots, choice, basis)
     return out
+
 
 def choice_spread(choices: np.ndarray) -> np.ndarray:
     """(..., c, d) the choices of questions -> (..., c): 1 - the mean cosine of each choice to the other

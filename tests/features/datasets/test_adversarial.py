@@ -529,6 +529,7 @@ def test_a_members_fold_rows_are_cut_as_the_plain_index_cuts_them():
             b = QuestionOnlyModel(C=1.0).fit(got, y[train])
             assert a.w.tobytes() == b.w.tobytes() and a.mu.tobytes() == b.mu.tobytes()
 
+
 def test_the_adversary_sees_the_judges_features_including_the_set_level_cues():
     """Coherence: every candidate's 4-image set, as the adversary builds it, has exactly the learned
     probe's features (pair features, the distance probe's distance / gaps / rank within the set, the

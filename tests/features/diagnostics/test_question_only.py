@@ -303,9 +303,10 @@ def test_pair_features_layout():
 
 @pytest.mark.parametrize("ctx_dtype", [np.float32, np.float64])
 def test_pair_and_sequence_features_written_in_place_are_the_concatenation_bit_for_bit(ctx_dtype):
-    """AF's candidate features are written part by part into one array; they must be exactly what
-    concatenating `pair_features` and `sequence_features` gives, bit for bit and laid out the same, or
-    the adversary's float sums (and so the distractors it picks) would change."""
+    """The pair and stage features are written part by part into one array; they must be exactly what
+    concatenating the plain numpy expressions gives (and `pair_features`, `sequence_features` each
+    their part), bit for bit and laid out the same, or the adversary's float sums (and so the
+    distractors it picks) and the probes' figures would change."""
     rng = np.random.default_rng(3)
     n, c, d, r, n_slots = 7, 11, 12, 5, 4
     V = unit(rng.normal(size=(n, c, d))).astype(np.float32)
@@ -314,13 +315,21 @@ def test_pair_and_sequence_features_written_in_place_are_the_concatenation_bit_f
     prev[0] = 0.0                                              # a placeholder with no shown photo before it
     slot = rng.integers(0, n_slots, n)
     basis = rng.normal(size=(d, r)).astype(np.float32)
-    want = np.concatenate([pair_features(np.broadcast_to(ctx[:, None, :], (n, c, d)), V),
-                           sequence_features(prev, nxt, slot, n_slots, V, basis)], axis=-1)
+    # the features as plain concatenations of numpy expressions, the way they were first written
+    C = np.broadcast_to(ctx.astype(np.float32)[:, None, :], (n, c, d))
+    cp, pp, npj = V @ basis, prev @ basis, nxt @ basis
+    oh = np.eye(n_slots, dtype=np.float32)[slot]
+    outer = [(a[:, None, :, None] * cp[:, :, None, :]).reshape(n, c, -1) for a in (pp, npj, oh)]
+    pairs = np.concatenate([V, C, V * C, np.abs(V - C)], axis=-1)
+    want = np.concatenate([pairs] + outer, axis=-1)
+    assert pair_features(C, V).tobytes() == pairs.tobytes()
+    assert sequence_features(prev, nxt, slot, n_slots, V, basis).tobytes() == np.concatenate(outer, -1).tobytes()
     got = pair_sequence_features(ctx, V, prev, nxt, slot, n_slots, basis)
     assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (n, c, 4 * d + 2 * r * r + n_slots * r)
     assert got.strides == want.strides and got.tobytes() == want.tobytes()
     w = rng.normal(size=(n, want.shape[-1])).astype(np.float32)
     assert np.einsum("ncf,nf->nc", got, w).tobytes() == np.einsum("ncf,nf->nc", want, w).tobytes()
+
 
 def test_model_is_slot_invariant():
     """One weight vector for every choice: permuting a question's choices permutes its scores."""
