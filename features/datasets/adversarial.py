@@ -69,6 +69,7 @@ from features.diagnostics.question_only import (
     SEQ_RANK,
     QuestionOnlyModel,
     choice_spread,
+    fill_set_features,
     item_similarity,
     others_similarity,
     pair_distance,
@@ -629,12 +630,12 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         it = b.items[keep][rows, np.clip(j, 0, n_slots - 1)]
         nb[name] = np.where(ok[:, None], sp.vecs[np.maximum(it, 0)], 0.0).astype(np.float32)
 
-    def build_pairs(ch):
+    def build_pairs(ch, room: int = 0):      # room: columns left for the set-level cues (fill_set_features)
         def build(r):
             V = sp.vecs[np.maximum(ch[r], 0)]
             if not staged:
-                return pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V)
-            return pair_sequence_features(ctx[r], V, nb["prev"][r], nb["next"][r], slot[r], n_slots, basis)
+                return pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V, room)
+            return pair_sequence_features(ctx[r], V, nb["prev"][r], nb["next"][r], slot[r], n_slots, basis, room)
         return build
 
     # the shown items of each question (the question's items but the answer's)
@@ -643,9 +644,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
 
     def build_choices(ch):                   # the judge's features: pairs + the set-level cues
         def build(r):
-            X = build_pairs(ch)(r)
+            X = build_pairs(ch, N_SET_FEATURES)(r)
             V = sp.vecs[np.maximum(ch[r], 0)]
-            return with_set_features(X, pair_distance(X, d), choice_spread(V), item_similarity(sp.vecs[shown[r]], V))
+            return fill_set_features(X, pair_distance(X, d), choice_spread(V), item_similarity(sp.vecs[shown[r]], V))
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
@@ -791,8 +792,9 @@ def _coherence_build(sp, items: np.ndarray, cand: np.ndarray):
         ctx = np.concatenate([ctx_coh, ctx_c], axis=2)
         ch = np.concatenate([np.broadcast_to(v[:, None], ctx_coh.shape), c[:, :, None, :]], axis=2)
         n, m = c.shape[:2]
-        X = pair_features(ctx, ch)                                       # (n, M, 4, 4d)
-        return with_set_features(X, pair_distance(X), choice_spread(ch), others_similarity(ch)).reshape(n, m * 4, -1)
+        X = pair_features(ctx, ch, N_SET_FEATURES)                       # (n, M, 4, 4d + the set-level cues)
+        return fill_set_features(X, pair_distance(X, v.shape[2]), choice_spread(ch),
+                                 others_similarity(ch)).reshape(n, m * 4, -1)
     return build
 
 

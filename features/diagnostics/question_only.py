@@ -25,14 +25,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-def pair_features(context: np.ndarray, choice: np.ndarray) -> np.ndarray:
+def pair_features(context: np.ndarray, choice: np.ndarray, room: int = 0) -> np.ndarray:
     """context, choice: (n, c, d) float32 unit vectors -> (n, c, 4d): [choice, context, choice*context,
     |choice-context|]. `context` is what the question shows for that choice (cloze: the normalised
     mean of the question's shown items, the same for every choice; coherence: the normalised mean of
-    the other three images; ordering: the previous image of the sequence, see `ordering_features`)."""
+    the other three images; ordering: the previous image of the sequence, see `ordering_features`).
+    `room`: that many more columns after them, left unwritten (`fill_set_features` writes the set-level
+    cues there, so the pair block is not copied again by a concatenation)."""
     choice = np.asarray(choice, dtype=np.float32)
-    out = np.empty(choice.shape[:-1] + (4 * choice.shape[-1],), dtype=np.float32)
-    _write_pairs(out, choice, np.asarray(context, dtype=np.float32))
+    d = choice.shape[-1]
+    out = np.empty(choice.shape[:-1] + (4 * d + room,), dtype=np.float32)
+    _write_pairs(out[..., :4 * d] if room else out, choice, np.asarray(context, dtype=np.float32))
     return out
 
 
@@ -326,17 +329,19 @@ def _write_sequence(out: np.ndarray, prev: np.ndarray, nxt: np.ndarray, slot: np
 
 
 def pair_sequence_features(context: np.ndarray, choices: np.ndarray, prev: np.ndarray, nxt: np.ndarray,
-                           slot: np.ndarray, n_slots: int, basis: np.ndarray) -> np.ndarray:
+                           slot: np.ndarray, n_slots: int, basis: np.ndarray, room: int = 0) -> np.ndarray:
     """`pair_features` of each choice against its question's context (n, d), then `sequence_features`, as
     one (n, c, 4d + 2r^2 + n_slots*r) float32 array: the same values, element for element, as
     concatenating the two, but each part is written once into its place (AF builds these for every
-    candidate of every question in each round, and the copies of the concatenations were a fifth of it)."""
+    candidate of every question in each round, and the copies of the concatenations were a fifth of it).
+    `room`: as in `pair_features`."""
     choice = np.asarray(choices, dtype=np.float32)
     n, c, d = choice.shape
     r = basis.shape[1]
-    out = np.empty((n, c, 4 * d + (2 * r + n_slots) * r), dtype=np.float32)
+    f = 4 * d + (2 * r + n_slots) * r
+    out = np.empty((n, c, f + room), dtype=np.float32)
     _write_pairs(out[..., :4 * d], choice, np.asarray(context, dtype=np.float32)[:, None, :])
-    _write_sequence(out[..., 4 * d:], prev, nxt, slot, n_slots, choice, basis)
+    _write_sequence(out[..., 4 * d:f], prev, nxt, slot, n_slots, choice, basis)
     return out
 
 
@@ -415,6 +420,17 @@ def with_set_features(X: np.ndarray, dist: np.ndarray, spread: np.ndarray | None
     """Pair features X (..., c, f) with `set_features` appended: the features of the learned probe
     (`task_features`) and of the adversarial filter's adversary."""
     return np.concatenate([np.asarray(X, dtype=np.float32), set_features(dist, spread, sim)], axis=-1)
+
+
+def fill_set_features(out: np.ndarray, dist: np.ndarray, spread: np.ndarray | None,
+                      sim: np.ndarray | None = None) -> np.ndarray:
+    """`with_set_features` in place: `out` (..., c, f + N_SET_FEATURES) float32 holds the pair features in
+    its first f columns (`pair_features(..., room=N_SET_FEATURES)`); the set-level cues are written into
+    its last columns and `out` is returned, the same values and layout as the concatenation. AF builds
+    these for every candidate set in every round: the concatenation's copy of the pair block was a tenth
+    of a coherence AF dataset's time."""
+    out[..., out.shape[-1] - N_SET_FEATURES:] = set_features(dist, spread, sim)
+    return out
 
 
 # ----------------------------------------------------------------------------- the probe

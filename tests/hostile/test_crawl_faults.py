@@ -205,6 +205,14 @@ def test_contained_path_refuses_escapes(tmp_path):
     (base / "link").symlink_to(tmp_path)           # a symlink planted inside points outside
     with pytest.raises(UnsafePath):
         contained_path(base, "link", "x.jpg")
+    (base / "Egg-Drop").mkdir()
+    (base / "Egg-Drop" / "leaf.jpg").symlink_to(tmp_path / "outside.jpg")    # the file itself a link out
+    with pytest.raises(UnsafePath):
+        contained_path(base, "Egg-Drop", "leaf.jpg")
+    (base / "inner").symlink_to(base / "Egg-Drop")   # a link that stays inside is a path like any other
+    assert contained_path(base, "inner", "x.jpg") == base / "inner" / "x.jpg"
+    (tmp_path / "alias").symlink_to(base)            # base reached through a link: its plain names are inside
+    assert contained_path(tmp_path / "alias", "Egg-Drop", "y.jpg") == tmp_path / "alias" / "Egg-Drop" / "y.jpg"
 
 
 # ----------------------------------------------------------------------------- property-based fuzz

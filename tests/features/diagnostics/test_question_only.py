@@ -9,6 +9,8 @@ from features.diagnostics.question_only import (
     QuestionOnlyModel,
     accuracy_interval,
     cross_fitted_scores,
+    fill_set_features,
+    pair_distance,
     pair_features,
     pair_sequence_features,
     question_only_probe,
@@ -329,6 +331,37 @@ def test_pair_and_sequence_features_written_in_place_are_the_concatenation_bit_f
     assert got.strides == want.strides and got.tobytes() == want.tobytes()
     w = rng.normal(size=(n, want.shape[-1])).astype(np.float32)
     assert np.einsum("ncf,nf->nc", got, w).tobytes() == np.einsum("ncf,nf->nc", want, w).tobytes()
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_set_features_filled_in_place_are_the_concatenation_bit_for_bit(staged):
+    """AF's judge writes the pair (and stage) features with room for the set-level cues and fills that room
+    (`fill_set_features`) instead of concatenating: the values, the layout and a model's products on them
+    must be those of `with_set_features`, bit for bit, and the pair distance read from the wider array the
+    same, or the distractors AF picks would change."""
+    from features.diagnostics.question_only import N_SET_FEATURES, choice_spread, item_similarity, with_set_features
+    rng = np.random.default_rng(5)
+    n, c, d, r, n_slots = 9, 4, 16, 4, 5
+    V = unit(rng.normal(size=(n, c, d))).astype(np.float32)
+    ctx = unit(rng.normal(size=(n, d))).astype(np.float32)
+    shown = unit(rng.normal(size=(n, 3, d))).astype(np.float32)
+    if staged:
+        prev, nxt = (rng.normal(size=(n, d)).astype(np.float32) for _ in range(2))
+        slot, basis = rng.integers(0, n_slots, n), rng.normal(size=(d, r)).astype(np.float32)
+        plain = pair_sequence_features(ctx, V, prev, nxt, slot, n_slots, basis)
+        roomy = pair_sequence_features(ctx, V, prev, nxt, slot, n_slots, basis, room=N_SET_FEATURES)
+    else:
+        C = np.broadcast_to(ctx[:, None, :], (n, c, d))
+        plain, roomy = pair_features(C, V), pair_features(C, V, room=N_SET_FEATURES)
+    f = plain.shape[-1]
+    assert roomy.shape == (n, c, f + N_SET_FEATURES) and roomy[..., :f].tobytes() == plain.tobytes()
+    assert pair_distance(roomy, d).tobytes() == pair_distance(plain, d).tobytes()
+    want = with_set_features(plain, pair_distance(plain, d), choice_spread(V), item_similarity(shown, V))
+    got = fill_set_features(roomy, pair_distance(roomy, d), choice_spread(V), item_similarity(shown, V))
+    assert got is roomy and got.dtype == want.dtype == np.float32
+    assert got.strides == want.strides and got.tobytes() == want.tobytes()
+    w = rng.normal(size=(want.shape[-1],)).astype(np.float32)
+    assert (got @ w).tobytes() == (want @ w).tobytes() and got.sum(-1).tobytes() == want.sum(-1).tobytes()
 
 
 def test_model_is_slot_invariant():
