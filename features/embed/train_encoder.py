@@ -305,8 +305,11 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
     decode_seconds = time.perf_counter() - t0
     groups, step_recipe, recipes = _steps_by_recipe(items, positions)
     if len(groups) < 2:
-        raise TrainingDataError(f"only {len(groups)} train step(s) with a readable image: ingest "
-                                "recipes with images first (mrqa ingest / mrqa demo)")
+        raise TrainingDataError(f"the default encoder trains on the train split's step photos and texts, and this "
+                                f"home has {len(groups)} train step(s) with a readable image: crawl recipes with "
+                                "their photos (`mrqa ingest instructables`, `mrqa demo`), import RecipeQA with "
+                                "its images (`mrqa ingest recipeqa FILE --images DIR`), or add real CLIP weights "
+                                "(`mrqa encoder add --pretrained FILE|TAG`) and run `mrqa embed --encoder ID`")
     tokens = tokenizer([items[positions[g[0]]].text for g in groups])
     words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups]) \
         if cfg.twins != "none" else None

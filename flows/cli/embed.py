@@ -188,9 +188,10 @@ def embed_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", help="enc
         import torch
         torch.set_num_threads(threads)
     from features.embed.encoders import EncoderUnavailable
+    from features.embed.train_encoder import TrainingDataError
     from flows.embed import embed_flow
     try:
         res = run_flow(embed_flow, encoder, not no_train, k, workers, batch_size, method.value, decode=decode.value)
-    except (EncoderUnavailable, LookupError) as e:
+    except (EncoderUnavailable, LookupError, TrainingDataError) as e:
         fail(str(e))
     echo_json(res)

@@ -296,6 +296,18 @@ def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path, run_mrqa):
     assert "no-such-encoder" in r.assert_refused()
 
 
+def test_mrqa_embed_with_no_photos_to_train_on_says_what_to_do(tmp_path, run_mrqa, recipeqa_doc):
+    """RecipeQA records imported without their images leave the default encoder nothing to train on: one
+    line naming the ways out (photos, or real weights), not a traceback."""
+    import json
+    f = tmp_path / "train.json"
+    f.write_text(json.dumps(recipeqa_doc("toy-soup", split="train")))
+    home = tmp_path / "home"
+    assert run_mrqa("ingest", "recipeqa", f, home=home).rc == 0
+    error = run_mrqa("embed", home=home).assert_refused()
+    assert "0 train step(s) with a readable image" in error and "--images" in error and "encoder add" in error
+
+
 # with a temporary Prefect server (~19 s and ~27 s) the two cases are slow; the direct run is not
 @pytest.mark.parametrize("mode", [pytest.param("--prefect", marks=pytest.mark.slow), "--no-prefect",
                                   pytest.param("stalled", marks=pytest.mark.slow)])
