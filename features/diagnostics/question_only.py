@@ -35,7 +35,7 @@ def pair_features(context: np.ndarray, choice: np.ndarray, room: int = 0) -> np.
     choice = np.asarray(choice, dtype=np.float32)
     d = choice.shape[-1]
     out = np.empty(choice.shape[:-1] + (4 * d + room,), dtype=np.float32)
-    _write_pairs(out[..., :4 * d] if room else out, choice, np.asarray(context, dtype=np.float32))
+    _write_pairs(out[..., :4 * d], choice, np.asarray(context, dtype=np.float32))
     return out
 
 
@@ -419,12 +419,15 @@ def with_set_features(X: np.ndarray, dist: np.ndarray, spread: np.ndarray | None
                       sim: np.ndarray | None = None) -> np.ndarray:
     """Pair features X (..., c, f) with `set_features` appended: the features of the learned probe
     (`task_features`) and of the adversarial filter's adversary."""
-    return np.concatenate([np.asarray(X, dtype=np.float32), set_features(dist, spread, sim)], axis=-1)
+    X = np.asarray(X, dtype=np.float32)
+    out = np.empty(X.shape[:-1] + (X.shape[-1] + N_SET_FEATURES,), dtype=np.float32)
+    out[..., :X.shape[-1]] = X
+    return fill_set_features(out, dist, spread, sim)
 
 
 def fill_set_features(out: np.ndarray, dist: np.ndarray, spread: np.ndarray | None,
                       sim: np.ndarray | None = None) -> np.ndarray:
-    """`with_set_features` in place: `out` (..., c, f + N_SET_FEATURES) float32 holds the pair features in
+    """`with_set_features` without its copy: `out` (..., c, f + N_SET_FEATURES) float32 holds the pair features in
     its first f columns (`pair_features(..., room=N_SET_FEATURES)`); the set-level cues are written into
     its last columns and `out` is returned, the same values and layout as the concatenation. AF builds
     these for every candidate set in every round: the concatenation's copy of the pair block was a tenth

@@ -339,7 +339,13 @@ def test_set_features_filled_in_place_are_the_concatenation_bit_for_bit(staged):
     (`fill_set_features`) instead of concatenating: the values, the layout and a model's products on them
     must be those of `with_set_features`, bit for bit, and the pair distance read from the wider array the
     same, or the distractors AF picks would change."""
-    from features.diagnostics.question_only import N_SET_FEATURES, choice_spread, item_similarity, with_set_features
+    from features.diagnostics.question_only import (
+        N_SET_FEATURES,
+        choice_spread,
+        item_similarity,
+        set_features,
+        with_set_features,
+    )
     rng = np.random.default_rng(5)
     n, c, d, r, n_slots = 9, 4, 16, 4, 5
     V = unit(rng.normal(size=(n, c, d))).astype(np.float32)
@@ -356,7 +362,9 @@ def test_set_features_filled_in_place_are_the_concatenation_bit_for_bit(staged):
     f = plain.shape[-1]
     assert roomy.shape == (n, c, f + N_SET_FEATURES) and roomy[..., :f].tobytes() == plain.tobytes()
     assert pair_distance(roomy, d).tobytes() == pair_distance(plain, d).tobytes()
-    want = with_set_features(plain, pair_distance(plain, d), choice_spread(V), item_similarity(shown, V))
+    cues = (pair_distance(plain, d), choice_spread(V), item_similarity(shown, V))
+    want = np.concatenate([plain, set_features(*cues)], axis=-1)          # the plain expression
+    assert with_set_features(plain, *cues).tobytes() == want.tobytes()
     got = fill_set_features(roomy, pair_distance(roomy, d), choice_spread(V), item_similarity(shown, V))
     assert got is roomy and got.dtype == want.dtype == np.float32
     assert got.strides == want.strides and got.tobytes() == want.tobytes()
