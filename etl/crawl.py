@@ -1,7 +1,11 @@
 """The instructables crawler: discovery, recipe pages, step images, crawl log, re-scrape.
 
 Network IO runs in a thread pool (one keep-alive session per thread, one per-host rate limiter);
-the DuckDB connection is used only from the calling thread. Every URL's outcome lands in the
+the DuckDB connection is used only from the calling thread. With `processes` > 1 the page and image
+jobs (fetch, parse, decode: pure Python that holds the GIL) run in that many spawned processes, each
+with its own thread pool and fetcher, and their outcomes come back to the calling thread, which still
+does every warehouse write; each process then waits `processes` x `delay_s` between requests to one
+host, so the crawl keeps its per-host rate. Every URL's outcome lands in the
 `pages` crawl log; every failed recipe or image lands in `rejects` with a reason, so a crawl
 killed at any point and restarted ends with the same warehouse:
 - a recipe page with a 200 in `pages` and its raw body on disk is not fetched again (`cached`);
@@ -20,14 +24,18 @@ failures, or pages older than `stale_days`, and refetches them with conditional 
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import logging
+import multiprocessing
+import os
 import re
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -81,6 +89,8 @@ class CrawlConfig:
     progress: bool = True
     image_batch: int = 50                    # commit image results after this many ...
     image_batch_seconds: float = 5.0         # ... or this many seconds, whichever comes first
+    processes: int = 1                       # >1: page and image jobs in that many spawned processes,
+    process_chunk: int = 50                  # ... handed out this many at a time
     fetch: FetchConfig = field(default_factory=FetchConfig)
 
 
@@ -97,8 +107,11 @@ class PageOutcome:
 
 
 class Crawler:
-    def __init__(self, con: duckdb.DuckDBPyConnection, paths: Paths | None = None,
+    def __init__(self, con: duckdb.DuckDBPyConnection | None, paths: Paths | None = None,
                  config: CrawlConfig | None = None):
+        """`con` None: a crawl process's job runner (`_process_init`), which never touches the warehouse."""
+        if config is not None and config.processes < 1:
+            raise ValueError(f"processes must be >= 1, got {config.processes}")
         self.con = con
         self.paths = (paths or Paths.from_env()).ensure()
         self.config = config or CrawlConfig()
@@ -128,7 +141,7 @@ class Crawler:
         p = self.raw_path(sha)
         if not p.exists():
             p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(p.name + ".part")
+            tmp = p.with_name(f"{p.name}.part-{os.getpid()}-{threading.get_ident()}")   # one per writer
             tmp.write_bytes(body)
             tmp.replace(p)
         return sha
@@ -363,20 +376,55 @@ class Crawler:
                     self.counts["cached"] += 1
                     continue
             todo.append((url, rid, None, row if rescrape else None))
-        with ThreadPoolExecutor(self.config.workers, thread_name_prefix="page") as pool:
-            futs = [pool.submit(self._page_job, url, rid, body, row) for url, rid, body, row in todo]
-            bar = tqdm(as_completed(futs), total=len(futs), desc="pages", unit="page",
-                       disable=not self.config.progress, leave=False)
-            batch: list[PageOutcome] = []
-            for fut in bar:
-                batch.append(fut.result())
-                if len(batch) >= PAGE_BATCH:
-                    self._flush_pages(batch, existing)
-            self._flush_pages(batch, existing)
+        bar = tqdm(self._outcomes("page", todo), total=len(todo), desc="pages", unit="page",
+                   disable=not self.config.progress, leave=False)
+        batch: list[PageOutcome] = []
+        for out in bar:
+            batch.append(out)
+            if len(batch) >= PAGE_BATCH:
+                self._flush_pages(batch, existing)
+        self._flush_pages(batch, existing)
         self._log_robots()
         log.info("pages: %d loaded, %d rejected in all so far", self.counts["loaded"],
                  sum(self.rejected.values()))
         return self.summary()
+
+    def _job(self, kind: str):
+        return self._page_job if kind == "page" else self._image_job
+
+    def _outcomes(self, kind: str, jobs: list[tuple]) -> Iterator:
+        """The outcomes of `kind` jobs ("page": `_page_job` arguments, "image": `_image_job` arguments) in the
+        order they finish: on this process's thread pool, or with `processes` > 1 (and jobs enough for
+        two chunks) in chunks of `process_chunk` on spawned crawl processes. A chunk whose process fails
+        (it died, or its outcome cannot come back) runs again here, so no job is lost."""
+        fn, n, size = self._job(kind), self.config.processes, max(1, self.config.process_chunk)
+        if n <= 1 or len(jobs) < 2 * size:
+            with ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind) as pool:
+                for fut in as_completed([pool.submit(fn, *j) for j in jobs]):
+                    yield fut.result()
+            return
+        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        child = dataclasses.replace(self.config, processes=1, progress=False, fetch=dataclasses.replace(
+            self.config.fetch, delay_s=self.config.fetch.delay_s * n))     # n processes, one per-host rate
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_process_init,
+                                 initargs=(self.paths, child)) as pool:
+            futs = {pool.submit(_process_chunk, kind, chunk): chunk for chunk in chunks}
+            here = 0
+            for fut in as_completed(futs):
+                try:
+                    outs, robots = fut.result()
+                except Exception as e:  # noqa: BLE001 - a crawl process died: its chunk runs here instead
+                    if not here:
+                        log.warning("a crawl process failed (%s: %s); its %s jobs, and those of any process "
+                                    "that cannot go on, run in this process", type(e).__name__, e, kind)
+                    here += len(futs[fut])
+                    with ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind) as local:
+                        outs, robots = list(local.map(lambda j: fn(*j), futs[fut])), []
+                self.robots.fetched.extend(robots)
+                yield from outs
+            if here:
+                log.warning("%d of %d %s job(s) ran in this process after a crawl process failed", here, len(jobs),
+                            kind)
 
     def _page_job(self, url: str, rid: str, cached: bytes | None, row) -> PageOutcome:
         """Worker thread: fetch (or take the cached body), store raw, parse. No DB access.
@@ -496,19 +544,16 @@ class Crawler:
             return self.summary()
         updates, page_rows = [], []
         cfg = self.config
-        with ThreadPoolExecutor(cfg.workers, thread_name_prefix="img") as pool:
-            futs = [pool.submit(self._image_job, iid, rid, url) for iid, rid, url in rows]
-            bar = tqdm(as_completed(futs), total=len(futs), desc="images", unit="img",
-                       disable=not cfg.progress, leave=False)
-            flushed_at = time.monotonic()
-            for fut in bar:
-                upd, page_row = fut.result()
-                updates.append(upd)
-                page_rows.append(page_row)
-                if (len(updates) >= cfg.image_batch
-                        or time.monotonic() - flushed_at >= cfg.image_batch_seconds):
-                    self._flush_images(updates, page_rows)
-                    flushed_at = time.monotonic()
+        bar = tqdm(self._outcomes("image", [tuple(r) for r in rows]), total=len(rows), desc="images", unit="img",
+                   disable=not cfg.progress, leave=False)
+        flushed_at = time.monotonic()
+        for upd, page_row in bar:
+            updates.append(upd)
+            page_rows.append(page_row)
+            if (len(updates) >= cfg.image_batch
+                    or time.monotonic() - flushed_at >= cfg.image_batch_seconds):
+                self._flush_images(updates, page_rows)
+                flushed_at = time.monotonic()
         self._flush_images(updates, page_rows)
         self._log_robots()
         log.info("images: %d ok, %d rejected in all so far", self.counts["images_ok"],
@@ -574,6 +619,33 @@ class Crawler:
     def _reject(self, stage: str, key: str, reason: str, detail: str | None) -> None:
         record_reject(self.con, stage, key, reason, detail)
         self.rejected[f"{stage}/{reason}"] += 1
+
+
+# ----------------------------------------------------------------------------- crawl processes
+
+_PROCESS: dict = {}         # a crawl process's job runner (a Crawler without a warehouse) and its threads
+
+
+def _process_init(paths: Paths, config: CrawlConfig) -> None:
+    """Start of a spawned crawl process: its own fetcher, robots cache and thread pool."""
+    crawler = Crawler(None, paths, config)
+    _PROCESS.update(crawler=crawler, pool=ThreadPoolExecutor(config.workers, thread_name_prefix="crawl"))
+
+
+def _process_chunk(kind: str, jobs: list[tuple]) -> tuple[list, list[FetchResult]]:
+    """One chunk of jobs in a crawl process: their outcomes in the chunk's order, without the page bodies
+    (stored in raw/ already; the writer reads status and validators only), and the robots.txt fetches
+    made meanwhile (the writer logs them)."""
+    crawler, pool = _PROCESS["crawler"], _PROCESS["pool"]
+    fn = crawler._job(kind)
+    outs = list(pool.map(lambda j: fn(*j), jobs))
+    if kind == "page":
+        for out in outs:
+            if out.fetch is not None:
+                out.fetch = dataclasses.replace(out.fetch, body=None)
+    robots = list(crawler.robots.fetched)
+    crawler.robots.fetched.clear()
+    return outs, robots
 
 
 # ----------------------------------------------------------------------------- helpers

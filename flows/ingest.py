@@ -9,7 +9,10 @@ Politeness is per host and per process (etl/http_fetch.HostRateLimiter: one requ
 `delay_s` per host), so fetching from several Dask workers would multiply the request rate to a
 host; and parsing (~8 ms per page measured on the demo corpus) is < 1% of a page's 1 s fetch slot,
 so shipping bodies to workers to parse them cannot speed the stage up. Page fetches already overlap
-in `workers` threads under the shared per-host limiter.
+in `workers` threads under the shared per-host limiter. An unthrottled crawl of a local site (the sample
+kitchen, a mirror) is bound by the crawler's own Python instead (requests, BeautifulSoup, the image
+checks under one GIL): `processes` runs its page and image jobs in that many local processes
+(etl/crawl.py), each at `processes` x `delay_s` per host, the warehouse written by the flow process alone.
 """
 from __future__ import annotations
 
@@ -102,7 +105,7 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
                          allow_private_network: bool = False, allow_private: bool = False,
                          source: str = "instructables", delay_s: float = 1.0, workers: int = 4,
                          max_pages: int | None = None, stale_days: float | None = None,
-                         progress: bool = True) -> dict:
+                         progress: bool = True, processes: int = 1) -> dict:
     """Discover recipe URLs, fetch and load their pages, download their step images.
 
     `allow_loopback` lets the crawl reach 127.0.0.0/8 and ::1 (the local sample site),
@@ -110,15 +113,18 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
     addresses are never fetched. `allow_private` is the old name of `allow_loopback` (saved
     deployment parameters still use it) and opens loopback only.
 
+    `processes` > 1: the page and image jobs in that many spawned processes of `workers` threads each,
+    each waiting `processes` x `delay_s` between requests to one host (the same rows as one process).
+
     Returns a summary: discovered, fetched, cached, not_modified, parsed, loaded, images_* and
     rejected counts by `stage/reason` for this run, and rejected_total.
     """
     if not (listing or urls_file or sitemap or rescrape):
         raise ValueError("give a listing URL, a sitemap URL, a URL file, or rescrape=True")
-    if workers < 1 or delay_s < 0 or (max_pages is not None and max_pages < 1):
-        raise ValueError("workers and max_pages must be >= 1 and delay_s >= 0")
+    if workers < 1 or processes < 1 or delay_s < 0 or (max_pages is not None and max_pages < 1):
+        raise ValueError("workers, processes and max_pages must be >= 1 and delay_s >= 0")
     config = CrawlConfig(source=source, workers=workers, max_pages=max_pages, stale_days=stale_days,
-                         progress=progress,
+                         progress=progress, processes=processes,
                          fetch=FetchConfig(allow_hosts=tuple(allow_hosts),
                                            allow_loopback=allow_loopback or allow_private,
                                            allow_private_network=allow_private_network,
@@ -139,12 +145,14 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
 
 
 def bench_crawl(n_recipes: int = 300, seed: int = 0, repeats: int = 2, crawl_workers: int = 8,
-                root: Path | None = None) -> dict:
-    """Crawl one built sample kitchen into fresh warehouses, its server in the crawler's process
-    (`SiteServer`, a thread) and in a process of its own (`ProcessSiteServer`, what the pipeline uses),
-    `repeats` times each in alternating order (this machine's speed drifts); returns each run's wall
-    seconds, the medians, their ratio, and whether every run loaded the same rows (a hash over the
-    recipes, steps and images tables)."""
+                root: Path | None = None, compare: str = "processes", processes: int = 2) -> dict:
+    """Crawl one built sample kitchen into fresh warehouses in two ways, `repeats` times each in
+    alternating order (this machine's speed drifts); returns each run's wall seconds, the medians, their
+    ratio (`speedup`: the first way's median over the second's), and whether every run loaded the same
+    rows (a hash over the recipes, steps and images tables). `compare` "processes": one crawl process
+    against `processes` (`ingest_instructables(processes=...)`), the server in a process of its own;
+    "server": the server in the crawler's process (`SiteServer`, a thread) against a process of its own
+    (`ProcessSiteServer`, what the pipeline uses), one crawl process."""
     import hashlib
     import os
     import statistics
@@ -155,6 +163,11 @@ def bench_crawl(n_recipes: int = 300, seed: int = 0, repeats: int = 2, crawl_wor
     from etl.sample.server import ProcessSiteServer, SiteServer
     from etl.warehouse import connect
 
+    if compare not in ("processes", "server"):
+        raise ValueError(f"compare must be processes or server, got {compare!r}")
+    if processes < 2 and compare == "processes":
+        raise ValueError(f"compare processes needs processes >= 2, got {processes}")
+
     def content(con) -> str:
         h = hashlib.sha256()
         for q in ("SELECT recipe_id, title, author FROM recipes ORDER BY recipe_id",
@@ -163,23 +176,27 @@ def bench_crawl(n_recipes: int = 300, seed: int = 0, repeats: int = 2, crawl_wor
             h.update(repr(con.execute(q).fetchall()).encode())
         return h.hexdigest()
 
-    runs: dict[str, list[float]] = {"thread": [], "process": []}
+    ways = ({"1 process": (ProcessSiteServer, 1), f"{processes} processes": (ProcessSiteServer, processes)}
+            if compare == "processes" else {"thread": (SiteServer, 1), "process": (ProcessSiteServer, 1)})
+    first, second = list(ways)
+    runs: dict[str, list[float]] = {w: [] for w in ways}
     hashes = set()
     old_home = os.environ.get("MRQA_HOME")
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         build_sample(Path(tmp) / "sample", n_recipes, seed, progress=False)
         site = Path(tmp) / "sample" / "site"
-        order = [m for i in range(repeats) for m in (("thread", "process") if i % 2 == 0 else ("process", "thread"))]
+        order = [w for i in range(repeats) for w in ((first, second) if i % 2 == 0 else (second, first))]
         try:
-            for i, mode in enumerate(order):
+            for i, way in enumerate(order):
                 os.environ["MRQA_HOME"] = str(Path(tmp) / f"home{i}")
                 paths = Paths.from_env().ensure()
                 connect(paths).close()
-                with (SiteServer(site) if mode == "thread" else ProcessSiteServer(site)) as srv:
+                server, n = ways[way]
+                with server(site) as srv:
                     t0 = time.perf_counter()
                     ingest_instructables.fn(listing=srv.url + "/cooking/", allow_loopback=True, delay_s=0.0,
-                                            workers=crawl_workers, progress=False)
-                    runs[mode].append(round(time.perf_counter() - t0, 2))
+                                            workers=crawl_workers, progress=False, processes=n)
+                    runs[way].append(round(time.perf_counter() - t0, 2))
                 con = connect(paths)
                 try:
                     hashes.add(content(con))
@@ -190,6 +207,6 @@ def bench_crawl(n_recipes: int = 300, seed: int = 0, repeats: int = 2, crawl_wor
                 os.environ.pop("MRQA_HOME", None)
             else:
                 os.environ["MRQA_HOME"] = old_home
-    med = {m: statistics.median(v) for m, v in runs.items()}
-    return {"n_recipes": n_recipes, "runs": runs, "median_s": med,
-            "speedup": round(med["thread"] / med["process"], 2), "same_rows": len(hashes) == 1}
+    med = {w: statistics.median(v) for w, v in runs.items()}
+    return {"n_recipes": n_recipes, "compare": compare, "ways": [first, second], "runs": runs, "median_s": med,
+            "speedup": round(med[first] / med[second], 2), "same_rows": len(hashes) == 1}

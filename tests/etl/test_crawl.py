@@ -316,3 +316,72 @@ def test_delay_is_a_per_host_rate_limit(tmp_path):
         for _ in range(4):
             assert f.fetch(srv.url + "/Test-Recipe-000/").ok
         assert time.monotonic() - t >= 0.3
+
+
+def _crawl_into(root: Path, listing: str, **kw) -> tuple[dict, dict, list[str]]:
+    """A crawl into a fresh home under `root`: its summary, table fingerprints and raw files."""
+    paths = Paths.from_env(root).ensure()
+    con = connect(paths)
+    try:
+        summary = _crawl(con, paths, listing, **kw)
+        raw = sorted(str(f.relative_to(paths.raw)) for f in paths.raw.rglob("*") if f.is_file())
+        return summary, _fingerprints(con), raw
+    finally:
+        con.close()
+
+
+def test_crawl_in_processes_loads_what_one_process_loads(tmp_path):
+    """`processes=2` (chunks of 2 jobs, so pages and images both go to the crawl processes) against a server
+    that injects 429s, 5xx, slow and truncated answers: the same rows, rejects and raw files as one process,
+    and the crawl processes really fetched (each asks for robots.txt itself)."""
+    build_site(tmp_path / "site", n_recipes=6)
+    with SiteServer(tmp_path / "site", faults=FAULTS) as srv:
+        listing = srv.url + "/cooking/"
+        one = _crawl_into(tmp_path / "one", listing)
+        robots = srv.requests_by_path["/robots.txt"]
+        two = _crawl_into(tmp_path / "two", listing, processes=2, process_chunk=2)
+        # the writer's discovery, then each of the 2 processes of the page pool and of the image pool (and
+        # the retries of the injected faults): one process asks once
+        assert srv.requests_by_path["/robots.txt"] - robots >= 5
+    assert two[0] == one[0] and two[0]["loaded"] > 0 and two[0]["rejected_total"] > 0
+    assert two[1] == one[1]
+    assert two[2] == one[2]
+
+
+def test_a_crawl_process_killed_mid_crawl_loses_no_job(tmp_path):
+    """One crawl process SIGKILLed while it downloads images: its chunks and every chunk still waiting run
+    in the writing process instead, and the warehouse ends as a one-process crawl's."""
+    import multiprocessing
+    import threading
+
+    build_site(tmp_path / "site", n_recipes=6, plant_failures=False)
+    with SiteServer(tmp_path / "site") as srv:
+        listing = srv.url + "/cooking/"
+        one = _crawl_into(tmp_path / "one", listing)
+        images = lambda: sum(n for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/"))
+        start = images()
+        out: dict = {}
+        job = threading.Thread(target=lambda: out.update(r=_crawl_into(
+            tmp_path / "two", listing, processes=2, process_chunk=2, workers=1, fetch=dict(delay_s=0.01))))
+        job.start()
+        deadline = time.time() + 60
+        while images() - start < 4 and time.time() < deadline:
+            time.sleep(0.01)
+        kids = multiprocessing.active_children()
+        assert kids, "no crawl process to kill"
+        os.kill(kids[0].pid, signal.SIGKILL)
+        job.join(120)
+        assert not job.is_alive()
+    assert out["r"][0]["images_ok"] == one[0]["images_ok"] > 0
+    assert out["r"][1] == one[1]
+
+
+def test_crawl_processes_are_checked():
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        Crawler(None, None, CrawlConfig(processes=0))
+    from flows.pipeline import crawl_processes
+    assert crawl_processes(3, 1.0) == 3                           # as asked, even for a polite crawl
+    assert crawl_processes(None, 1.0) == 1                        # a polite crawl waits on its delay
+    assert 1 <= crawl_processes(None, 0.0) <= 4                   # an unthrottled one: the cores, at most 4
+    with pytest.raises(ValueError, match="crawl_processes"):
+        crawl_processes(0, 0.0)

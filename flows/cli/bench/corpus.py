@@ -57,17 +57,25 @@ def bench_sample_cmd(
 @app.command("crawl")
 def bench_crawl_cmd(
         recipes: int = typer.Option(300, "--recipes", "-n", min=5, help="Recipes in the sample kitchen crawled."),
-        repeats: int = typer.Option(2, "--repeats", min=1, help="Crawls per server placement (alternating order)."),
-        workers: int = typer.Option(8, "--workers", "-w", min=1, help="Crawler download threads (the demo's 8)."),
+        repeats: int = typer.Option(2, "--repeats", min=1, help="Crawls each way (alternating order)."),
+        workers: int = typer.Option(8, "--workers", "-w", min=1, help="Crawler download threads per process "
+                                    "(the demo's 8)."),
+        processes: int = typer.Option(2, "--processes", min=2, help="Crawl processes against one."),
+        server: bool = typer.Option(False, "--server", help="Compare instead the server in the crawler's "
+                                    "process against one of its own (one crawl process)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample.")):
-    """Crawl a sample kitchen with its server in the crawler's process vs in a process of its own (the
-    pipeline's); prints each crawl's seconds, the medians, the ratio and whether every crawl loaded the
-    same rows."""
+    """Crawl a sample kitchen with one crawl process vs --processes (the server in a process of its own, as
+    the pipeline has it), or with --server the server's two placements; prints each crawl's seconds, the
+    medians, the ratio and whether every crawl loaded the same rows."""
     from flows.ingest import bench_crawl
-    r = bench_crawl(recipes, seed, repeats, workers)
-    for mode, label in (("thread", "server in the crawler's process"), ("process", "server in its own process")):
-        typer.echo(f"{label}: {', '.join(f'{s:.1f}' for s in r['runs'][mode])} s (median {r['median_s'][mode]:.1f} s)")
-    typer.echo(f"{recipes} recipes: own process {r['speedup']:.2f}x faster; the same rows loaded: {r['same_rows']}")
+    r = bench_crawl(recipes, seed, repeats, workers, compare="server" if server else "processes", processes=processes)
+    labels = ({"thread": "server in the crawler's process", "process": "server in its own process"} if server
+              else {w: f"crawl in {w}" for w in r["ways"]})
+    for way in r["ways"]:
+        typer.echo(f"{labels[way]}: {', '.join(f'{s:.1f}' for s in r['runs'][way])} s "
+                   f"(median {r['median_s'][way]:.1f} s)")
+    what = "own process" if server else f"{processes} processes"
+    typer.echo(f"{recipes} recipes: {what} {r['speedup']:.2f}x faster; the same rows loaded: {r['same_rows']}")
     if not r["same_rows"]:
         fail("the crawls loaded different rows (a crawl determinism bug)", code=1)
 

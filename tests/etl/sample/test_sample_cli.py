@@ -51,10 +51,20 @@ def test_bench_sample(tmp_path):
 
 
 def test_bench_crawl_crawls_with_the_server_in_both_places_and_loads_the_same_rows(tmp_path):
-    """`mrqa bench crawl`: one crawl with the server in the crawler's process, one with it in its own, the
-    same warehouse rows from both (the figure itself is measured, not asserted)."""
-    r = runner.invoke(app, ["bench", "crawl", "--recipes", "8", "--repeats", "1", "--workers", "2"])
+    """`mrqa bench crawl --server`: one crawl with the server in the crawler's process, one with it in its
+    own, the same warehouse rows from both (the figure itself is measured, not asserted)."""
+    r = runner.invoke(app, ["bench", "crawl", "--recipes", "8", "--repeats", "1", "--workers", "2", "--server"])
     assert r.exit_code == 0, r.output
     assert re.search(r"server in the crawler's process: [\d.]+ s", r.output)
     assert re.search(r"server in its own process: [\d.]+ s", r.output)
     assert "the same rows loaded: True" in r.output
+
+
+def test_bench_crawl_compares_one_crawl_process_with_two(tmp_path):
+    """`mrqa bench crawl` (default): one crawl process against 2, the same warehouse rows from both. 10 recipes
+    hold the 100 images two chunks of 50 need, so the images do go to the crawl processes."""
+    r = runner.invoke(app, ["bench", "crawl", "--recipes", "10", "--repeats", "1", "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"crawl in 1 process: [\d.]+ s", r.output)
+    assert re.search(r"crawl in 2 processes: [\d.]+ s", r.output)
+    assert re.search(r"2 processes [\d.]+x faster; the same rows loaded: True", r.output)
