@@ -32,7 +32,7 @@ test-slow: venv
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 # Every benchmark prints its figure and a ratio against the obvious alternative (docs/results.md, "Measured figures").
-BENCHES ?= parse import sample clean decode embed encoder-train ann knn generate
+BENCHES ?= parse import sample crawl clean decode embed encoder-train ann knn generate
 bench: venv
 	@for b in $(BENCHES); do echo "== mrqa bench $$b"; $(BIN)/mrqa bench $$b || exit 1; done
 

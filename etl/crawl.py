@@ -5,9 +5,10 @@ the DuckDB connection is used only from the calling thread. With `processes` > 1
 jobs (fetch, parse, decode: pure Python that holds the GIL) run in that many spawned processes, each
 with its own thread pool and fetcher, and their outcomes come back to the calling thread, which still
 does every warehouse write; each process then waits `processes` x `delay_s` between requests to one
-host, so the crawl keeps its per-host rate. Every URL's outcome lands in the
-`pages` crawl log; every failed recipe or image lands in `rejects` with a reason, so a crawl
-killed at any point and restarted ends with the same warehouse:
+host, so the crawl keeps its average per-host rate (two processes' requests may start closer together
+than `delay_s`: the pipeline uses processes only for an unthrottled crawl, and one for a polite one).
+Every URL's outcome lands in the `pages` crawl log; every failed recipe or image lands in `rejects`
+with a reason, so a crawl killed at any point and restarted ends with the same warehouse:
 - a recipe page with a 200 in `pages` and its raw body on disk is not fetched again (`cached`);
 - a page that failed for good (404, robots, size, type...) is not retried; transient failures are;
 - images still `pending` are downloaded (to a temp file, renamed when complete and decoded); their

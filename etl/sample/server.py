@@ -181,6 +181,7 @@ class SiteServer:
         self.faults = faults or FaultConfig()
         self.stats: dict[str, int] = {k: 0 for k in STAT_KEYS}
         self.requests_by_path: Counter[str] = Counter()
+        self.request_log: list[tuple[float, str]] = []     # (time.monotonic(), path) of every request, in turn
         self._faults_by_path: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int], bytes, str, float]] = {}
@@ -257,6 +258,7 @@ class SiteServer:
         with self._lock:
             attempt = self.requests_by_path[path]
             self.requests_by_path[path] += 1
+            self.request_log.append((time.monotonic(), path))
             if self._faults_by_path[path] >= self.faults.max_faults_per_url:
                 return None
             fault = self.faults.decide(path, attempt)

@@ -91,8 +91,8 @@ def ingest_instructables_cmd(
         workers: int = typer.Option(4, "--workers", min=1, help="Download threads (per process)."),
         processes: int = typer.Option(1, "--processes", min=1, help="Crawl processes: an unthrottled crawl "
                                       "of a local site (--delay 0) is bound by the crawler's own Python, and "
-                                      "2 processes crawl the sample kitchen about 1.9x as fast; each waits "
-                                      "N x --delay per host."),
+                                      "2 processes crawl the sample kitchen 2.2x as fast; each waits "
+                                      "N x --delay per host (the same average rate)."),
         max_pages: Optional[int] = typer.Option(None, "--max-pages", min=1,
                                                 help="Stop after this many recipe pages."),
         source: str = typer.Option("instructables", "--source", help="recipes.source value "

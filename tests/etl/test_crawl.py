@@ -385,3 +385,16 @@ def test_crawl_processes_are_checked():
     assert 1 <= crawl_processes(None, 0.0) <= 4                   # an unthrottled one: the cores, at most 4
     with pytest.raises(ValueError, match="crawl_processes"):
         crawl_processes(0, 0.0)
+
+
+def test_crawl_processes_share_one_per_host_rate(tmp_path):
+    """With 2 crawl processes each waits 2 x delay between its requests to the host, so the crawl keeps the
+    per-host rate of one process: the image requests (the server's log, after the processes started) span at
+    least about (images - 2) x delay, where 2 processes each waiting the delay alone would take half that."""
+    build_site(tmp_path / "site", n_recipes=4, plant_failures=False)
+    delay = 0.04
+    with SiteServer(tmp_path / "site") as srv:
+        _crawl_into(tmp_path / "two", srv.url + "/cooking/", processes=2, process_chunk=2, fetch=dict(delay_s=delay))
+        times = [t for t, path in srv.request_log if path.startswith("/ORIG/")]
+    assert len(times) > 30
+    assert times[-1] - times[0] >= 0.8 * (len(times) - 2) * delay, (times[-1] - times[0], len(times))
