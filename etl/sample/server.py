@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +31,7 @@ CONTENT_TYPES = {
     ".xml": "application/xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png",
     ".txt": "text/plain; charset=utf-8", ".json": "application/json", ".css": "text/css",
 }
+REQUEST_LOG_MAX = 100_000       # requests a server keeps in its log (time, path)
 STAT_KEYS = ("served", "not_found", "429", "5xx", "slow", "truncated", "not_modified", "client_hung_up")
 
 
@@ -181,7 +182,8 @@ class SiteServer:
         self.faults = faults or FaultConfig()
         self.stats: dict[str, int] = {k: 0 for k in STAT_KEYS}
         self.requests_by_path: Counter[str] = Counter()
-        self.request_log: list[tuple[float, str]] = []     # (time.monotonic(), path) of every request, in turn
+        # (time.monotonic(), path) of the latest requests, in turn (bounded: `mrqa sample serve` may run for days)
+        self.request_log: deque[tuple[float, str]] = deque(maxlen=REQUEST_LOG_MAX)
         self._faults_by_path: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int], bytes, str, float]] = {}
