@@ -397,18 +397,24 @@ class Crawler:
         """The outcomes of `kind` jobs ("page": `_page_job` arguments, "image": `_image_job` arguments) in the
         order they finish: on this process's thread pool, or with `processes` > 1 (and jobs enough for
         two chunks) in chunks of `process_chunk` on spawned crawl processes. A chunk whose process fails
-        (it died, or its outcome cannot come back) runs again here, so no job is lost."""
+        (it died, or its outcome cannot come back) runs again here, so no job is lost. When the caller stops
+        early (Ctrl-C, an error while writing) the jobs not yet started are cancelled: only the running ones
+        finish, and a later run picks up the rest."""
         fn, n, size = self._job(kind), self.config.processes, max(1, self.config.process_chunk)
         if n <= 1 or len(jobs) < 2 * size:
-            with ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind) as pool:
+            pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind)
+            try:
                 for fut in as_completed([pool.submit(fn, *j) for j in jobs]):
                     yield fut.result()
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
             return
         chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
         child = dataclasses.replace(self.config, processes=1, progress=False, fetch=dataclasses.replace(
             self.config.fetch, delay_s=self.config.fetch.delay_s * n))     # n processes, one per-host rate
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_process_init,
-                                 initargs=(self.paths, child)) as pool:
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_process_init,
+                                   initargs=(self.paths, child))
+        try:
             futs = {pool.submit(_process_chunk, kind, chunk): chunk for chunk in chunks}
             here = 0
             for fut in as_completed(futs):
@@ -426,6 +432,8 @@ class Crawler:
             if here:
                 log.warning("%d of %d %s job(s) ran in this process after a crawl process failed", here, len(jobs),
                             kind)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _page_job(self, url: str, rid: str, cached: bytes | None, row) -> PageOutcome:
         """Worker thread: fetch (or take the cached body), store raw, parse. No DB access.

@@ -398,3 +398,44 @@ def test_crawl_processes_share_one_per_host_rate(tmp_path):
         times = [t for t, path in srv.request_log if path.startswith("/ORIG/")]
     assert len(times) > 30
     assert times[-1] - times[0] >= 0.8 * (len(times) - 2) * delay, (times[-1] - times[0], len(times))
+
+
+INTERRUPTED_PROCESSES = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+    from test_crawl import _crawl
+    from etl.config import Paths
+    from etl.warehouse import connect
+    if __name__ == "__main__":        # the crawl processes are spawned: they import this file again
+        paths = Paths.from_env({home!r}).ensure()
+        _crawl(connect(paths), paths, {listing!r}, workers=1, processes=2, process_chunk=2,
+               fetch=dict(delay_s=0.03))
+""")
+
+
+def test_ctrl_c_during_a_process_crawl_stops_it_and_a_rerun_finishes(tmp_path):
+    """SIGINT to a crawl on 2 processes (no CLI handler ending its children): the chunks not yet started are
+    cancelled, so it stops after the running ones (a few images, not the rest of the crawl); a rerun fetches
+    the rest and the warehouse ends complete."""
+    truth = build_site(tmp_path / "site", n_recipes=6, plant_failures=False)
+    paths = Paths.from_env(tmp_path / "run").ensure()
+    with SiteServer(tmp_path / "site") as srv:
+        listing = srv.url + "/cooking/"
+        script = tmp_path / "crawl.py"
+        script.write_text(INTERRUPTED_PROCESSES.format(repo=str(REPO), tests=str(Path(__file__).parent),
+                                                       home=str(paths.home), listing=listing))
+        proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                stderr=subprocess.DEVNULL)
+        images = lambda: sum(n for p, n in srv.requests_by_path.items() if p.startswith("/ORIG/"))
+        deadline = time.time() + 60
+        while images() < 10 and time.time() < deadline:
+            assert proc.poll() is None, "the crawl finished before it could be interrupted"
+            time.sleep(0.01)
+        at = images()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) != 0
+        after = images()
+        assert after - at <= 12 and after < len(truth.images), (at, after, len(truth.images))
+        con = connect(paths)
+        _crawl(con, paths, listing, processes=2, process_chunk=2)
+    assert con.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchone()[0] == len(truth.images)
