@@ -402,12 +402,7 @@ class Crawler:
         finish, and a later run picks up the rest."""
         fn, n, size = self._job(kind), self.config.processes, max(1, self.config.process_chunk)
         if n <= 1 or len(jobs) < 2 * size:
-            pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind)
-            try:
-                for fut in as_completed([pool.submit(fn, *j) for j in jobs]):
-                    yield fut.result()
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+            yield from self._threaded(fn, jobs)
             return
         chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
         child = dataclasses.replace(self.config, processes=1, progress=False, fetch=dataclasses.replace(
@@ -425,13 +420,22 @@ class Crawler:
                         log.warning("a crawl process failed (%s: %s); its %s jobs, and those of any process "
                                     "that cannot go on, run in this process", type(e).__name__, e, kind)
                     here += len(futs[fut])
-                    with ThreadPoolExecutor(self.config.workers, thread_name_prefix=kind) as local:
-                        outs, robots = list(local.map(lambda j: fn(*j), futs[fut])), []
+                    outs, robots = list(self._threaded(fn, futs[fut])), []
                 self.robots.fetched.extend(robots)
                 yield from outs
             if here:
                 log.warning("%d of %d %s job(s) ran in this process after a crawl process failed", here, len(jobs),
                             kind)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _threaded(self, fn, jobs: list[tuple]) -> Iterator:
+        """fn(*job) of every job on this process's thread pool, in the order they finish; the jobs not yet
+        started are cancelled when the caller stops early."""
+        pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="crawl")
+        try:
+            for fut in as_completed([pool.submit(fn, *j) for j in jobs]):
+                yield fut.result()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 

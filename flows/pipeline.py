@@ -219,17 +219,17 @@ def _ingest(params: dict, paths: Paths) -> dict:
             s = ingest_instructables(listing=f"{url}/cooking/", rescrape=params["rescrape"],
                                      source=params["source"] or "sample",
                                      **{**common, "allow_loopback": True, "delay_s": 0.0,
-                                        "processes": crawl_processes(params["crawl_processes"], 0.0)})
+                                        "processes": crawl_process_count(params["crawl_processes"], 0.0)})
         return {"sample": sample, **s}
     return ingest_instructables(listing=params["listing"], sitemap=params["sitemap"],
                                 urls_file=params["urls_file"], rescrape=params["rescrape"],
                                 source=params["source"] or "instructables", **common,
-                                processes=crawl_processes(params["crawl_processes"], params["delay_s"]))
+                                processes=crawl_process_count(params["crawl_processes"], params["delay_s"]))
 
 
-def crawl_processes(asked: int | None, delay_s: float) -> int:
+def crawl_process_count(asked: int | None, delay_s: float) -> int:
     """The crawl's processes: as asked, else one per CPU core (at most 4) for an unthrottled crawl (the
-    sample kitchen: bound by the crawler's own Python, 1.9x as fast on 2 processes) and 1 for a polite
+    sample kitchen: bound by the crawler's own Python, 2.2x as fast on 2 processes) and 1 for a polite
     one (bound by its per-host delay, which more processes would only share out)."""
     if asked is not None:
         if asked < 1:
@@ -615,7 +615,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     e.g. "vc-0-1-1-s"), and with `train_reading` the reading check (flows/train.py `reading_check`: a
     pooled reader against a learned question-only model on the AF visual cloze settings, and the reader
     with another recipe's steps); with neither the train stage is skipped and says why.
-    `crawl_processes`: the crawl's processes (`crawl_processes`; None: one per core, at most 4, when the
+    `crawl_processes`: the crawl's processes (`crawl_process_count`; None: one per core, at most 4, when the
     crawl is unthrottled, as the sample kitchen's is, else 1).
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
     Prefect process deadlocked once here (cleaning 500 recipes in-process takes seconds).
@@ -633,6 +633,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     the report unless raise_on_failure=False.
     """
     p = dict(locals())
+    crawl_process_count(crawl_processes, delay_s)          # a bad count is refused before any stage runs
     previous = os.environ.get(DASK_ENV)
     if dask_address:                       # read by flows/scale.py in the fan-out stages
         os.environ[DASK_ENV] = dask_address

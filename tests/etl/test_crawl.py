@@ -379,12 +379,15 @@ def test_a_crawl_process_killed_mid_crawl_loses_no_job(tmp_path):
 def test_crawl_processes_are_checked():
     with pytest.raises(ValueError, match="processes must be >= 1"):
         Crawler(None, None, CrawlConfig(processes=0))
-    from flows.pipeline import crawl_processes
+    from flows.pipeline import crawl_process_count as crawl_processes
     assert crawl_processes(3, 1.0) == 3                           # as asked, even for a polite crawl
     assert crawl_processes(None, 1.0) == 1                        # a polite crawl waits on its delay
     assert 1 <= crawl_processes(None, 0.0) <= 4                   # an unthrottled one: the cores, at most 4
     with pytest.raises(ValueError, match="crawl_processes"):
         crawl_processes(0, 0.0)
+    from flows.pipeline import pipeline_flow
+    with pytest.raises(ValueError, match="crawl_processes must be >= 1"):      # before any stage runs
+        pipeline_flow.fn(sample_recipes=5, crawl_processes=0)
 
 
 def test_crawl_processes_share_one_per_host_rate(tmp_path):
