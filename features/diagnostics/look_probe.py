@@ -7,7 +7,8 @@ another recipe is taken in another, so plain image statistics can tell which cho
 question without any recipe text. This module measures that, as a diagnostic next to the probes of
 the encoder's space:
 
-- `image_statistics`: 124 numbers per photo, from the photo scaled to 64 x 64 RGB: a 4 x 4 thumbnail
+- `image_statistics` (look_statistics.py, which also keeps them between runs): 124 numbers per photo,
+  from the photo scaled to 64 x 64 RGB: a 4 x 4 thumbnail
   (48), a 4 x 4 x 4 colour histogram (64), and the mean and spread of each colour in the outer 8-pixel
   frame (the counter) and in the centre (12). Nothing is trained on the recipes. (An 8 x 8 thumbnail,
   268 numbers, read the demo's AF visual cloze datasets within 1.5 points of these, at twice the cost.)
@@ -33,35 +34,14 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from features.diagnostics.look_statistics import BINS, BLOCKS, THUMB, image_statistics  # noqa: F401 - re-exported
+
 log = logging.getLogger(__name__)
 
-SIDE = 64                      # photos are scaled to SIDE x SIDE before the statistics
-THUMB = 4                      # thumbnail side
-BINS = 4                       # histogram bins per colour channel
-FRAME = 8                      # width of the outer frame, in pixels of the scaled photo
-BLOCKS = ("thumb", "hist", "frame")
 N_STATISTICS = 3 * THUMB * THUMB + BINS ** 3 + 12
 COMPONENTS = 32                # principal axes of the standardised statistics the probes read
 DECODE_THREADS = 2             # photos read side by side (the order of the results is the rows')
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
-
-
-def image_statistics(path: Path) -> dict[str, np.ndarray]:
-    """The three blocks of one photo (see the module's doc). Raises OSError / PIL errors on a file
-    that is missing or cannot be decoded."""
-    from PIL import Image
-    with Image.open(path) as im:
-        im.draft("RGB", (SIDE, SIDE))               # JPEG: decode at a reduced scale when it can
-        rgb = im.convert("RGB").resize((SIDE, SIDE), Image.BILINEAR)
-    a = np.asarray(rgb, dtype=np.float32) / 255.0
-    thumb = np.asarray(rgb.resize((THUMB, THUMB), Image.BILINEAR), dtype=np.float32).ravel() / 255.0
-    q = np.minimum((a * BINS).astype(np.int64), BINS - 1)
-    code = (q[..., 0] * BINS + q[..., 1]) * BINS + q[..., 2]
-    hist = np.bincount(code.ravel(), minlength=BINS ** 3).astype(np.float32) / code.size
-    outer = np.ones((SIDE, SIDE), dtype=bool)
-    outer[FRAME:-FRAME, FRAME:-FRAME] = False
-    frame = np.concatenate([a[outer].mean(0), a[outer].std(0), a[~outer].mean(0), a[~outer].std(0)])
-    return {"thumb": thumb, "hist": hist, "frame": frame.astype(np.float32)}
 
 
 @dataclass
@@ -108,30 +88,19 @@ def principal(m: np.ndarray, k: int = COMPONENTS) -> np.ndarray:
 
 def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True) -> LookSpace:
     """The statistics of every `images` row with status ok, read from their files under `home`, in
-    image_id order (one space for all datasets, so a dataset's figure does not depend on the others)."""
-    from tqdm import tqdm
-    rows = con.execute("SELECT image_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
+    image_id order (one space for all datasets, so a dataset's figure does not depend on the others).
+    The statistics of a photo whose file is unchanged come from the cache (look_statistics.py)."""
+    from features.diagnostics.look_statistics import photo_rows, read_statistics
+    rows = photo_rows(con)
     ids, blocks, missing = [], {b: [] for b in BLOCKS}, {}
-
-    def read(row):
-        iid, rel = row
-        if not rel:
-            return "no stored file"
-        try:
-            return image_statistics(Path(home) / rel)
-        except Exception as e:  # noqa: BLE001 - any unreadable photo is counted with its reason, not fatal
-            return f"{type(e).__name__}: {e}"[:200]
-
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(DECODE_THREADS) as pool:          # PIL decodes and scales without the GIL
-        for (iid, _), st in tqdm(zip(rows, pool.map(read, rows, chunksize=64)), total=len(rows),
-                                 desc="image statistics", unit="photo", disable=not progress, mininterval=2):
-            if isinstance(st, str):
-                missing[iid] = st
-                continue
-            ids.append(iid)
-            for b in BLOCKS:
-                blocks[b].append(st[b])
+    stats, _ = read_statistics(rows, home, threads=DECODE_THREADS, progress=progress)
+    for (iid, _), st in zip(rows, stats):
+        if isinstance(st, str):
+            missing[iid] = st
+            continue
+        ids.append(iid)
+        for b in BLOCKS:
+            blocks[b].append(st[b])
     if missing:
         log.warning("look probe: %d of %d photos could not be read (e.g. %s: %s); questions showing them are "
                     "left out", len(missing), len(rows), *next(iter(missing.items())))

@@ -10,7 +10,7 @@ import typer
 
 from etl.config import DEMO_RECIPES
 from flows.cli.choices import ForceStage
-from flows.cli.common import echo_json, fail, wait_option
+from flows.cli.common import echo_json, fail, prefect_server_early, wait_option
 
 app = typer.Typer()
 
@@ -46,7 +46,9 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                          help="Also write the full summary here."),
              wait: float = wait_option()):
     """Run the pipeline flow on the embedded sample kitchen and print a summary of every stage."""
+    server_up = prefect_server_early()
     from flows.demo import demo_flow, format_digest
+    server_up()
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
                         dask_address=dask_address, matched_coherence=matched_coherence,
                         textual_cloze_pooled=textual_cloze_pooled)
@@ -94,9 +96,11 @@ def pipeline_cmd(
 
     With no source (--listing/--sitemap/--urls/--rescrape/--sample) it starts at clean on the
     existing warehouse."""
-    from flows.pipeline import pipeline_flow
     if urls is not None and not urls.is_file():
         fail(f"--urls {urls}: no such file")
+    server_up = prefect_server_early()
+    from flows.pipeline import pipeline_flow
+    server_up()
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,

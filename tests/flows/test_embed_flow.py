@@ -36,6 +36,12 @@ def test_embed_is_incremental_rejects_bad_images_and_builds_neighbours(paths, wa
     first = run_embed(enc, k=5, num_workers=0, batch_size=8)
     assert first["images_total"] == 72 and first["images_encoded"] == 70
     assert first["images_rejected"] == 2
+    # the look probe's statistics of every readable photo were cached on the side (look_statistics.py)
+    import numpy as np
+
+    from features.diagnostics.look_statistics import cache_path
+    with np.load(cache_path(paths.home)) as z:
+        assert len(set(z["ids"].tolist())) == 70 and z["thumb"].shape == (70, 48)
     store = FeatureStore(paths.lance)
     ids, mat = store.image_vectors(enc)
     assert len(ids) == 70 and mat.shape == (70, 128)

@@ -118,6 +118,48 @@ def test_the_figures_are_deterministic_and_the_statistics_have_their_shape(world
     assert abs(float(blocks[0]["hist"].sum()) - 1.0) < 1e-6
 
 
+def test_cached_statistics_give_the_same_space_without_decoding(world, monkeypatch):
+    """The second read takes every photo's statistics from the cache (look_statistics.py): the decoder is
+    broken for it, yet no photo is missing, and the space is the first one bit for bit."""
+    from features.diagnostics import look_probe, look_statistics
+    from features.diagnostics.look_statistics import cache_path
+    con, home = world["con"], world["home"]
+    write_photos(con, home, planted=True)
+    cache_path(home).unlink(missing_ok=True)
+    first = look_probe.look_space(con, home, progress=False)
+    assert cache_path(home).is_file() and not first.missing
+
+    def broken(path):
+        raise RuntimeError("decoded although cached")
+    monkeypatch.setattr(look_statistics, "image_statistics", broken)
+    second = look_probe.look_space(con, home, progress=False)
+    assert not second.missing and second.ids == first.ids
+    assert second.mat.tobytes() == first.mat.tobytes()
+
+
+def test_a_photo_written_again_is_read_again_and_a_broken_cache_is_replaced(world, caplog):
+    from features.diagnostics.look_probe import look_space
+    from features.diagnostics.look_statistics import cache_path
+    con, home = world["con"], world["home"]
+    write_photos(con, home, planted=True)
+    planted = look_space(con, home, progress=False)
+    try:
+        write_photos(con, home, planted=False, seed=5)          # new pixels in every file
+        again = look_space(con, home, progress=False)
+        cache_path(home).unlink()
+        fresh = look_space(con, home, progress=False)
+        assert again.mat.tobytes() == fresh.mat.tobytes() != planted.mat.tobytes()
+        cache_path(home).write_bytes(b"not an npz file")
+        with caplog.at_level("WARNING"):
+            from_broken = look_space(con, home, progress=False)
+        assert "unreadable" in caplog.text
+        assert from_broken.mat.tobytes() == fresh.mat.tobytes()
+        with np.load(cache_path(home)) as z:                    # written again, whole
+            assert len(z["ids"]) == len(fresh.ids)
+    finally:
+        write_photos(con, home, planted=True)
+
+
 def test_the_figures_are_the_same_in_processes_and_in_turn(world):
     """The look and the words probe run dataset by dataset in spawned processes on a big report (the probes
     hold the GIL): every figure is the one measured in turn, for the look probe's linear model and trees
