@@ -466,3 +466,18 @@ def test_too_few_questions_give_no_figure():
 def test_unknown_task_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown task"):
         task_features("visual_riddle", [], [], np.zeros((0, DIM), np.float32))
+
+
+def test_column_mean_std_is_numpys_bit_for_bit():
+    """The probe's and AF's fits standardise with `column_mean_std`: the same float64 mean and spread as
+    numpy's, bit for bit, whatever the shape and chunk (AF's choices, and so the datasets, depend on them)."""
+    from features.diagnostics.question_only import column_mean_std
+    rng = np.random.default_rng(0)
+    for trial in range(120):
+        n, f = int(rng.integers(1, 9000)), int(rng.integers(1, 200))
+        x = (rng.normal(size=(n, f)) * rng.uniform(0.01, 100, size=f) + rng.normal(size=f) * 10).astype(np.float32)
+        if trial % 10 == 0:
+            x = np.asfortranarray(x)
+        mu, sd = column_mean_std(x, chunk_rows=int(rng.integers(1, 3000)))
+        assert mu.tobytes() == x.mean(0, dtype=np.float64).tobytes()
+        assert sd.tobytes() == x.std(0, dtype=np.float64).tobytes(), (n, f)
