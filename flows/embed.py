@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
-from features.diagnostics.look_statistics import finish_fill, start_fill
+from features.diagnostics.look_statistics import filling_in_background
 from features.embed import state
 from features.embed.embedding import EmbedConfig, embed_images, embed_step_texts
 from features.embed.encoders import EncoderUnavailable, latest_encoder_id, load_encoder
@@ -103,42 +103,28 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
             return known
         # the look probe's photo statistics, on a background process while the encoder trains and embeds
         # (its two threads leave part of two cores idle): `mrqa report` then finds them cached
-        look = start_fill(con, paths.home)
-        try:
-            summary = _embed(con, paths, params, call, address, encoder_id, train_if_missing, k, num_workers,
-                             batch_size, neighbour_method, device, decode, tasks)
-        except BaseException:
-            finish_fill(look, stop=True)
-            raise
-        finish_fill(look)
+        with filling_in_background(con, paths.home):
+            store = FeatureStore(paths.lance)
+            encoder_id = call(resolve_encoder_task, con, paths, encoder_id, train_if_missing)
+            encoder = load_encoder(con, encoder_id, device=device, paths=paths)
+            cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers, decode=decode)
+            summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
+            if address:
+                summary.update(embed_images_distributed(con, store, paths, encoder_id, cfg, address, device,
+                                                         prefect=tasks))
+            else:
+                summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
+            summary.update(call(embed_texts_task, con, store, encoder))
+            summary["indexes"] = call(index_task, store, encoder_id)
+            if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
+                    "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]:
+                summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
+            else:
+                summary["neighbours"] = "unchanged (no new or deleted image vectors)"
+            state.remember(con, paths, params, summary)
         return summary
     finally:
         con.close()
-
-
-def _embed(con, paths: Paths, params: dict, call, address: str | None, encoder_id: str | None,
-           train_if_missing: bool, k: int, num_workers: int, batch_size: int, neighbour_method: str,
-           device: str | None, decode: str, tasks: bool) -> dict:
-    """run_embed's work after its no-op check: encoder, image and text vectors, indexes, neighbours."""
-    store = FeatureStore(paths.lance)
-    encoder_id = call(resolve_encoder_task, con, paths, encoder_id, train_if_missing)
-    encoder = load_encoder(con, encoder_id, device=device, paths=paths)
-    cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers, decode=decode)
-    summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
-    if address:
-        summary.update(embed_images_distributed(con, store, paths, encoder_id, cfg, address, device,
-                                                 prefect=tasks))
-    else:
-        summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
-    summary.update(call(embed_texts_task, con, store, encoder))
-    summary["indexes"] = call(index_task, store, encoder_id)
-    if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
-            "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]:
-        summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
-    else:
-        summary["neighbours"] = "unchanged (no new or deleted image vectors)"
-    state.remember(con, paths, params, summary)
-    return summary
 
 
 @flow(name="embed", log_prints=True)

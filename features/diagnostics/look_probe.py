@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 N_STATISTICS = 3 * THUMB * THUMB + BINS ** 3 + 12
 COMPONENTS = 32                # principal axes of the standardised statistics the probes read
-DECODE_THREADS = 2             # photos read side by side (the order of the results is the rows')
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
 
 
@@ -93,7 +92,7 @@ def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True
     from features.diagnostics.look_statistics import photo_rows, read_statistics
     rows = photo_rows(con)
     ids, blocks, missing = [], {b: [] for b in BLOCKS}, {}
-    stats, _ = read_statistics(rows, home, threads=DECODE_THREADS, progress=progress)
+    stats, _ = read_statistics(rows, home, progress=progress)
     for (iid, _), st in zip(rows, stats):
         if isinstance(st, str):
             missing[iid] = st

@@ -11,7 +11,7 @@ they are kept, keyed by the file's path, size and modification time: a photo wri
 and a cached entry of a photo no longer in the `images` table is dropped at the next write. Photos whose
 file is missing or cannot be decoded are never cached; their reason is found again each time.
 
-The embed stage fills the cache in a background process at low priority (`start_fill` / `finish_fill`)
+The embed stage fills the cache in a background process at low priority (`filling_in_background`)
 while it trains the encoder, whose two threads leave a part of the machine's two cores idle; the report then
 finds the statistics there. The cache holds the very arrays `image_statistics` returns, so every figure is
 the same with or without it (tests/features/diagnostics/test_look_probe.py)."""
@@ -21,6 +21,8 @@ import logging
 import os
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -34,6 +36,7 @@ BINS = 4                       # histogram bins per colour channel
 FRAME = 8                      # width of the outer frame, in pixels of the scaled photo
 BLOCKS = ("thumb", "hist", "frame")
 CACHE_VERSION = 1              # bump when image_statistics changes: every photo is then read again
+DECODE_THREADS = 2             # photos read side by side (the order of the results is the rows')
 FILL_NICE = 10                 # the background fill's priority: the encoder's threads come first
 
 
@@ -108,7 +111,7 @@ def _save(path: Path, entries: dict[str, tuple[str, dict[str, np.ndarray]]]) -> 
         log.warning("look statistics cache %s not written (%s); the next run reads the photos again", path, e)
 
 
-def read_statistics(rows: list[tuple[str, str | None]], home: Path, threads: int = 2,
+def read_statistics(rows: list[tuple[str, str | None]], home: Path, threads: int = DECODE_THREADS,
                     progress: bool = True) -> tuple[list[dict[str, np.ndarray] | str], int]:
     """Per row of `photo_rows`, its statistics or the reason it has none; and how many photos were decoded.
     Cached statistics of an unchanged file are taken as they are; the others are decoded on `threads`
@@ -159,31 +162,30 @@ def _fill(home: str, rows: list[tuple[str, str | None]]) -> None:
     read_statistics(rows, Path(home), progress=False)
 
 
-def start_fill(con: duckdb.DuckDBPyConnection, home: Path):
-    """Start filling the cache with the photos of the `images` table in a spawned process at low priority;
-    returns the handle for `finish_fill` (None when there is no photo)."""
+@contextmanager
+def filling_in_background(con: duckdb.DuckDBPyConnection, home: Path) -> Iterator[None]:
+    """While the block runs, a spawned process at low priority fills the cache with the photos of the
+    `images` table; the block's end waits for it. A block that raises (Ctrl-C too) ends the process instead:
+    the cache keeps what it held before, and the report reads the photos itself."""
     import multiprocessing
     rows = photo_rows(con)
     if not rows:
-        return None
+        yield
+        return
     proc = multiprocessing.get_context("spawn").Process(target=_fill, args=(str(home), rows),
                                                         name="look-statistics", daemon=True)
+    t0 = time.perf_counter()
     proc.start()
-    return proc, time.perf_counter(), len(rows)
-
-
-def finish_fill(handle, stop: bool = False) -> None:
-    """Wait for the background fill (or, with `stop`, end it: the cache keeps what it held before)."""
-    if handle is None:
-        return
-    proc, t0, n = handle
-    if stop:
+    try:
+        yield
+    except BaseException:
         proc.terminate()
+        proc.join()
+        raise
     proc.join()
-    if stop:
-        return
     if proc.exitcode == 0:
-        log.info("look statistics of %d photos cached in the background (%.1f s)", n, time.perf_counter() - t0)
+        log.info("look statistics of %d photos cached in the background (%.1f s)", len(rows),
+                 time.perf_counter() - t0)
     else:
         log.warning("look statistics: the background process ended with code %s; `mrqa report` reads the "
                     "photos itself", proc.exitcode)

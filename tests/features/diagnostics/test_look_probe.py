@@ -160,6 +160,23 @@ def test_a_photo_written_again_is_read_again_and_a_broken_cache_is_replaced(worl
         write_photos(con, home, planted=True)
 
 
+def test_the_background_fill_caches_every_photo_and_a_stopped_block_ends_it(world):
+    import multiprocessing
+
+    from features.diagnostics.look_statistics import cache_path, filling_in_background, photo_rows
+    con, home = world["con"], world["home"]
+    write_photos(con, home, planted=True)
+    cache_path(home).unlink(missing_ok=True)
+    with pytest.raises(KeyboardInterrupt):
+        with filling_in_background(con, home):
+            raise KeyboardInterrupt                  # Ctrl-C during the embed stage: the fill is ended
+    assert not [p for p in multiprocessing.active_children() if p.name == "look-statistics"]
+    with filling_in_background(con, home):
+        pass                                         # the block's end waits for the fill
+    with np.load(cache_path(home)) as z:
+        assert sorted(z["ids"].tolist()) == [i for i, _ in photo_rows(con)]
+
+
 def test_the_figures_are_the_same_in_processes_and_in_turn(world):
     """The look and the words probe run dataset by dataset in spawned processes on a big report (the probes
     hold the GIL): every figure is the one measured in turn, for the look probe's linear model and trees
