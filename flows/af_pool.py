@@ -68,7 +68,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
-                 scores_from: str | None = None, words: bool = False) -> dict:
+                 scores_from: str | None = None, words: bool = False, rules: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -86,8 +86,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     trained on another machine (training/af_jobs.py): write their jobs to that folder and stop before
     anything is written, or go on from the logits in that scores file; one GM3C pass only. `words` (textual
     cloze): the drop also takes what the words probe solves (`_words_oof`: the linear model and the trees in
-    the space of the titles' own words, features/diagnostics/words_probe.py), two more lists in turn."""
+    the space of the titles' own words, features/diagnostics/words_probe.py), two more lists in turn.
+    `rules` (cloze and coherence): the drop also takes what the report's distance rule of the task solves
+    (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list."""
     check_kind(task, distractors)
+    if rules and task == "visual_ordering":
+        raise ValueError("--rules: ordering has no distance rule (its choices are orders of the same images)")
     if words and task != "textual_cloze":
         raise ValueError("--words reads step titles: only textual cloze shows them")
     paths = Paths.from_env()
@@ -159,6 +163,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
         more = _words_oof(con, ids, WORDS_SEED + seed, fold_by) if words else ()
+        if rules:
+            more = (*more, _rules_oof(con, paths, ids, task))
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
@@ -181,7 +187,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"fold_by": fold_by} if fold_by != "recipe" else {}),
                 **({"swap_first": first} if rounds and first != "confident" else {}),
                 **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {}),
-                **({"words": True, "words_seed": WORDS_SEED + seed} if words else {})}
+                **({"words": True, "words_seed": WORDS_SEED + seed} if words else {}),
+                **({"rules": RULES[task]} if rules else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
         log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
@@ -243,6 +250,40 @@ def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict
     return _probe_verdicts({d: resolve_dataset(con, d, lookup, task) for d in ids}, lookup.mat, LINEAR_SEED + seed)
 
 
+RULES = {"visual_cloze": "centre", "textual_cloze": "centre", "visual_coherence": "closest pair"}
+
+
+def _rules_oof(con, paths: Paths, ids: list[str], task: str) -> dict[str, dict[str, tuple[float, bool]]]:
+    """The verdicts of the task's distance rule (the report's `centre_rule` for cloze, `pair_rule` for
+    coherence) on every question, in the shape of `linear_verdicts`: (confidence, solved). A rule fits
+    nothing, so every verdict is out of fold; its confidence is its margin (cloze: the second-lowest
+    spread of the choices minus the lowest; coherence: the closest pair's cosine minus the next pair's),
+    scaled into [0.5, 1] by the dataset's largest, so the drop takes its surest picks first and every
+    solved question passes any tau up to 0.5."""
+    from features.diagnostics.bias import VectorLookup, pair_margins, resolve_dataset
+    from features.diagnostics.question_only import choice_spread
+    t0 = time.perf_counter()
+    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
+    lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
+    out: dict[str, dict[str, tuple[float, bool]]] = {}
+    for d in ids:
+        res = resolve_dataset(con, d, lookup, task)
+        if len(res.choice_rows) == 0:
+            continue
+        V = lookup.mat[np.array(res.choice_rows)]
+        if task == "visual_coherence":
+            pick, margin = pair_margins(V)
+        else:
+            spread = choice_spread(V)
+            s = np.sort(spread, axis=1)
+            pick, margin = spread.argmin(axis=1), (s[:, 1] - s[:, 0]).astype(np.float64)
+        conf = 0.5 + 0.5 * margin / max(float(margin.max()), 1e-12)
+        solved = pick == np.asarray(res.answers)
+        out[d] = {q: (round(float(c), 6), bool(r)) for q, c, r in zip(res.qids, conf, solved)}
+    log.info("af-pool: the %s rule read the questions in %.1f s", RULES[task], time.perf_counter() - t0)
+    return out
+
+
 def _probe_verdicts(resolved: dict, mat: np.ndarray, seed: int) -> dict[str, dict[str, tuple[float, bool]]]:
     """The linear learned question-only probe's verdicts (`linear_verdicts`) on each dataset's questions
     resolved to rows of `mat` (dataset_id -> bias.ResolvedQuestions), cross-fitted on each dataset with
@@ -263,8 +304,11 @@ def _scores(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seed
             workers: int | None = None, fold_by: str = "recipe", offload: dict | None = None) -> dict:
     """Out-of-fold logits of the datasets as the warehouse holds them now (and of their alternates,
     whose vectors are in `vectors`): the mean of `adversaries` models, each its own seed and fold split
-    (`_runs`: in parallel processes when there are several; `offload`: trained on another machine)."""
+    (`_runs`: in parallel processes when there are several; `offload`: trained on another machine). With
+    more cores than models and enough questions, each model's folds are jobs of their own, as af-check's
+    (`check_workers`): one model on 2 cores takes about half the time of two."""
     seeds = [member_seed(seed, k) for k in range(adversaries)]
+    workers = check_workers(workers, len(seeds), len(recipe_of))
     if offload:
         kw = {"folds": folds, "size": size, "fold_by": fold_by}
         return mean_scores(_offloaded(con, paths, ids, recipe_of, seeds, kw, alts, vectors, offload))

@@ -405,6 +405,16 @@ def closest_pair_pick(images: np.ndarray) -> np.ndarray:
     return np.where(mj < mi, j, np.where(mi < mj, i, np.minimum(i, j)))
 
 
+def pair_margins(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, c, d) images -> (the closest-pair rule's pick (n,), its margin (n,): the closest pair's cosine
+    minus the next pair's, how clearly the rule found its pair)."""
+    u = images / np.maximum(np.linalg.norm(images, axis=-1, keepdims=True), 1e-12)
+    c = u.shape[1]
+    iu = np.triu_indices(c, 1)
+    pairs = np.sort(np.einsum("nid,njd->nij", u, u)[:, iu[0], iu[1]], axis=1)
+    return closest_pair_pick(images), (pairs[:, -1] - pairs[:, -2]).astype(np.float64)
+
+
 def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None,
                          lance_uri: str | None = None, seed: int = 0, n_folds: int = 5,
                          model: str = "logreg", progress: bool = True,

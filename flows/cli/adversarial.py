@@ -53,20 +53,18 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                "the plain setting's questions (0.4, the default: the kept-share "
                                                "bound; 0: no floor)."),
                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
-                rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors "
-                                           "(coherence: foreign images; ordering: wrong orders) the adversary "
-                                           "finds plausible before the drop (0: drop only)."),
+                rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors (coherence: "
+                                           "foreign images; ordering: wrong orders) the adversary finds "
+                                           "plausible before the drop (0: drop only)."),
                 solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
                                                    "dataset's questions the adversary may still solve."),
                 keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "
                                                   "still solves this share of the kept questions (0: no cap; "
                                                   "0.25: never below chance)."),
                 fresh_drop: bool = typer.Option(False, "--fresh-drop", help="Decide the drop by a model trained "
-                                                "anew after the last round (one more pass) instead of the last "
-                                                "round's model with the swapped choices' logits."),
-                adversaries: int = typer.Option(1, "--adversaries", help="Pooled models per pass, each with "
-                                                "its own seed and fold split; their mean logits decide the "
-                                                "swaps and the drop (one model's misses are partly luck)."),
+                                                "anew after the last round (one more pass), not the last round's."),
+                adversaries: int = typer.Option(1, "--adversaries", help="Pooled models per pass, each its own "
+                                                "seed and fold split; their mean logits decide swaps and drop."),
                 linear: bool = typer.Option(False, "--linear/--no-linear", help="The drop also takes what the "
                                             "linear learned question-only probe solves (cross-fitted, folds "
                                             "apart from the report's); the demo's drop does."),
@@ -75,6 +73,9 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                           "cross-fitted on folds of its own), a third list in turn."),
                 words: bool = typer.Option(False, "--words/--no-words", help="Textual cloze: the drop also takes "
                                            "what the words probe (`mrqa words-probe`) solves, two more lists."),
+                rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
+                                           "distance rule solves (cloze: the centre of the choices; coherence: "
+                                           "the closest pair), one more list."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball), coherence's matched "
@@ -99,19 +100,18 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                         "pass: --rounds 1 or --rounds 0."),
                 scores_from: Optional[Path] = typer.Option(None, "--scores-from", help=SCORES_FROM_HELP),
                 wait: float = wait_option()):
-    """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once
-    scores every question out of fold (by recipe). For `--rounds` rounds, the questions it solves beyond a
-    quarter get knob-valid distractors it scores above the answer (the alternates AF recorded; coherence:
-    a foreign image; ordering: the wrong orders AF considered and does not show). Then the questions it
-    still solves confidently are dropped (skip `af_pooled_predictable`,
-    params.af_pooled). Run after generating the AF settings; then `mrqa report`."""
+    """The pooled adversary: a GM3C question-only model trained on all AF settings of a task at once scores
+    every question out of fold. For `--rounds` rounds, the questions it solves beyond a quarter get knob-valid
+    distractors it scores above the answer (the alternates AF recorded; coherence: a foreign image; ordering:
+    the wrong orders AF considered). Then what it (and the lists asked for) still solves confidently is
+    dropped (skip `af_pooled_predictable`, params.af_pooled). Run after generating the AF settings."""
     from flows.af_pool import af_pool_flow
     try:
         res = run_flow(af_pool_flow, task=task.value, tau=tau, min_kept=min_kept, folds=folds, seed=seed,
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
-                       size=size.value, jobs_out=jobs_out and str(jobs_out), words=words,
+                       size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules,
                        scores_from=scores_from and str(scores_from))
     except ValueError as e:
         fail(str(e))

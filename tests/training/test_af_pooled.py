@@ -1209,3 +1209,67 @@ def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_fac
                        if s.name == "generate") for m in (False, True)}
     assert "textual_cloze_pooled" not in gen[False].params and gen[True].params["textual_cloze_pooled"]
     assert {k: v for k, v in gen[True].params.items() if k != "textual_cloze_pooled"} == gen[False].params
+
+
+def test_the_rules_list_is_the_reports_distance_rule_on_every_question(home):
+    """`mrqa af-pool --rules`: the drop's list of the task's distance rule gives every question the report's
+    verdict (cloze: the centre of the choices; coherence: the closest pair), so the share it solves is the
+    report's figure; the surest picks rank first, every solved one passes tau 0.5, and it is deterministic."""
+    from features.diagnostics.bias import VectorLookup, centre_rule, pair_rule, resolve_dataset
+    from flows.af_pool import _rules_oof
+    con, paths = home["con"], home["paths"]
+    lookup = VectorLookup(paths.lance, ENC, "image")
+    for task, rule in (("visual_cloze", centre_rule), ("visual_coherence", pair_rule)):
+        ids = [d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE task = ? AND adversarial AND "
+                                         "n_questions > 0 ORDER BY 1", [task]).fetchall()]
+        v = _rules_oof(con, paths, ids, task)
+        assert v == _rules_oof(con, paths, ids, task) and set(v) == set(ids)
+        for d in ids:
+            res = resolve_dataset(con, d, lookup, task)
+            assert set(v[d]) == set(res.qids)
+            solved = [v[d][q][1] for q in res.qids]
+            assert sum(solved) / len(solved) == pytest.approx(rule(task, res.choice_rows, lookup.mat, res.answers))
+            conf = [p for p, _ in v[d].values()]
+            assert min(conf) >= 0.5 and max(conf) == 1.0
+        assert 0 < sum(r for qs in v.values() for _, r in qs.values()) < sum(len(qs) for qs in v.values())
+
+
+def test_pair_margins_pick_the_closest_pair_rule_and_say_how_clearly():
+    from features.diagnostics.bias import closest_pair_pick, pair_margins
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(50, 4, 8))
+    pick, margin = pair_margins(x)
+    assert (pick == closest_pair_pick(x)).all() and (margin >= 0).all()
+    e = np.eye(4)
+    near = np.stack([e[0], e[1], e[2], e[2] + 0.1 * e[3]])[None]        # images 2 and 3: cosine 0.995
+    pick, margin = pair_margins(near)
+    assert pick[0] in (2, 3) and margin[0] == pytest.approx(1 / np.sqrt(1.01))    # the next pairs: cosine 0
+
+
+def test_the_rules_list_is_refused_for_ordering(home, monkeypatch):
+    from flows.af_pool import af_pool_flow
+    monkeypatch.setenv("MRQA_HOME", str(home["paths"].home))
+    with pytest.raises(ValueError, match="ordering has no distance rule"):
+        af_pool_flow.fn(task="visual_ordering", rules=True)
+
+
+def test_a_fold_jobs_process_loads_an_export_once_and_again_when_its_files_change(home, tmp_path):
+    """`_loaded_once`: the fold jobs a process runs in turn read one export; the second job gets the
+    datasets the first loaded, and an export written again (or another one) is loaded again."""
+    import os
+
+    from features.datasets.export import export_parquet
+    from training.af_pooled import _loaded_once
+    from training.config import resolve_configs
+    con, paths = home["con"], home["paths"]
+    ids = sorted(home["before"])
+    export_parquet(con, ids, tmp_path / "x", with_vectors=True, lance_uri=paths.lance)
+    _, tc = resolve_configs("tiny", text_features="vectors", max_epochs=2, patience=1, seed=0)
+    first = _loaded_once(tmp_path / "x", ids, tc, paths.lance)
+    assert _loaded_once(tmp_path / "x", ids, tc, paths.lance) is first
+    assert [d.dataset_id for d in first] == ids and all(len(d.splits) for d in first)
+    f = next((tmp_path / "x").rglob("*.parquet"))
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    again = _loaded_once(tmp_path / "x", ids, tc, paths.lance)
+    assert again is not first and [d.dataset_hash for d in again] == [d.dataset_hash for d in first]
+    assert _loaded_once(tmp_path / "x", ids[:1], tc, paths.lance) is not again
