@@ -260,8 +260,7 @@ def _rules_oof(con, paths: Paths, ids: list[str], task: str) -> dict[str, dict[s
     spread of the choices minus the lowest; coherence: the closest pair's cosine minus the next pair's),
     scaled into [0.5, 1] by the dataset's largest, so the drop takes its surest picks first and every
     solved question passes any tau up to 0.5."""
-    from features.diagnostics.bias import VectorLookup, pair_margins, resolve_dataset
-    from features.diagnostics.question_only import choice_spread
+    from features.diagnostics.bias import VectorLookup, centre_margins, pair_margins, resolve_dataset
     t0 = time.perf_counter()
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
     lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
@@ -270,13 +269,8 @@ def _rules_oof(con, paths: Paths, ids: list[str], task: str) -> dict[str, dict[s
         res = resolve_dataset(con, d, lookup, task)
         if len(res.choice_rows) == 0:
             continue
-        V = lookup.mat[np.array(res.choice_rows)]
-        if task == "visual_coherence":
-            pick, margin = pair_margins(V)
-        else:
-            spread = choice_spread(V)
-            s = np.sort(spread, axis=1)
-            pick, margin = spread.argmin(axis=1), (s[:, 1] - s[:, 0]).astype(np.float64)
+        margins = pair_margins if task == "visual_coherence" else centre_margins
+        pick, margin = margins(lookup.mat[np.array(res.choice_rows)])
         conf = 0.5 + 0.5 * margin / max(float(margin.max()), 1e-12)
         solved = pick == np.asarray(res.answers)
         out[d] = {q: (round(float(c), 6), bool(r)) for q, c, r in zip(res.qids, conf, solved)}
@@ -486,10 +480,10 @@ FOLD_JOBS_MIN_QUESTIONS = 4_000     # af-check: from this many questions its fol
 
 
 def check_workers(workers: int | None, n_seeds: int, n_questions: int, cores: int | None = None) -> int | None:
-    """af-check's processes: `workers` when given; otherwise, with more CPU cores (default: this machine's)
-    than check seeds and at least FOLD_JOBS_MIN_QUESTIONS questions, one per core, so that each fold is a
-    job of its own (`_runs`; the demo's check of one seed on 2 cores: see `mrqa bench af-folds`); else None
-    (a process per seed, at most one per core)."""
+    """af-check's processes (and af-pool's, `_scores`): `workers` when given; otherwise, with more CPU cores
+    (default: this machine's) than check seeds (or models) and at least FOLD_JOBS_MIN_QUESTIONS questions,
+    one per core, so that each fold is a job of its own (`_runs`; the demo's check of one seed on 2 cores:
+    see `mrqa bench af-folds`); else None (a process per seed, at most one per core)."""
     import os
     cores = cores or os.cpu_count() or 1
     if workers is not None or cores <= n_seeds or n_questions < FOLD_JOBS_MIN_QUESTIONS:

@@ -371,11 +371,19 @@ def centre_rule(task: str, choice_rows: list, mat: np.ndarray, answers: np.ndarr
     to its other choices (question_only.choice_spread lowest), the question itself unseen. Near 25%
     on RecipeQA's own distractors; far above when distractors are drawn around the answer. None for
     ordering (its choices are orders of the same images) and without questions."""
-    from features.diagnostics.question_only import choice_spread
     if task == "visual_ordering" or len(choice_rows) == 0:
         return None
-    picked = choice_spread(mat[np.array(choice_rows)]).argmin(axis=1)
+    picked, _ = centre_margins(mat[np.array(choice_rows)])
     return float((picked == np.asarray(answers)).mean())
+
+
+def centre_margins(choices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, c, d) choices -> (the centre rule's pick (n,), its margin (n,): the second-lowest spread among the
+    choices minus the lowest, how clearly the rule found its centre)."""
+    from features.diagnostics.question_only import choice_spread
+    spread = choice_spread(choices)
+    s = np.sort(spread, axis=1)
+    return spread.argmin(axis=1), (s[:, 1] - s[:, 0]).astype(np.float64)
 
 
 def pair_rule(task: str, choice_rows: list, mat: np.ndarray, answers: np.ndarray) -> float | None:
