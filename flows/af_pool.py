@@ -158,13 +158,15 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,
                              fold_by=fold_by, offload=offload)
         t_lin = time.perf_counter()
-        lin = _linear_oof(con, paths, ids, task, seed) if linear else None
+        # the linear probe and the rule read the same resolved questions: resolved once when both run
+        resolved = _resolved(con, paths, ids, task) if linear and rules else None
+        lin = _linear_oof(con, paths, ids, task, seed, resolved) if linear else None
         if linear:
             log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
         more = _words_oof(con, ids, WORDS_SEED + seed, fold_by) if words else ()
         if rules:
-            more = (*more, _rules_oof(con, paths, ids, task))
+            more = (*more, _rules_oof(con, paths, ids, task, resolved))
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
@@ -239,34 +241,42 @@ LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from th
 WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
 
 
-def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int) -> dict[str, dict[str, tuple[float, bool]]]:
-    """The linear learned question-only probe's verdict on every question (the report's model and
-    features: logistic regression on the frozen vectors, 5 folds by recipe), cross-fitted on each dataset
-    with folds and a seed of its own (`LINEAR_SEED` + seed), so the report's figure is read on a split
-    this drop never used."""
+def _resolved(con, paths: Paths, ids: list[str], task: str) -> tuple:
+    """(the datasets' VectorLookup, dataset_id -> its questions resolved to rows of it): what the linear probe
+    and the distance rule both read, resolved once when the drop takes both lists."""
     from features.diagnostics.bias import VectorLookup, resolve_dataset
     enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
     lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
-    return _probe_verdicts({d: resolve_dataset(con, d, lookup, task) for d in ids}, lookup.mat, LINEAR_SEED + seed)
+    return lookup, {d: resolve_dataset(con, d, lookup, task) for d in ids}
+
+
+def _linear_oof(con, paths: Paths, ids: list[str], task: str, seed: int, resolved: tuple | None = None
+                ) -> dict[str, dict[str, tuple[float, bool]]]:
+    """The linear learned question-only probe's verdict on every question (the report's model and
+    features: logistic regression on the frozen vectors, 5 folds by recipe), cross-fitted on each dataset
+    with folds and a seed of its own (`LINEAR_SEED` + seed), so the report's figure is read on a split
+    this drop never used. `resolved`: `_resolved`'s result, when the caller has it."""
+    lookup, res = resolved or _resolved(con, paths, ids, task)
+    return _probe_verdicts(res, lookup.mat, LINEAR_SEED + seed)
 
 
 RULES = {"visual_cloze": "centre", "textual_cloze": "centre", "visual_coherence": "closest pair"}
 
 
-def _rules_oof(con, paths: Paths, ids: list[str], task: str) -> dict[str, dict[str, tuple[float, bool]]]:
+def _rules_oof(con, paths: Paths, ids: list[str], task: str, resolved: tuple | None = None
+               ) -> dict[str, dict[str, tuple[float, bool]]]:
     """The verdicts of the task's distance rule (the report's `centre_rule` for cloze, `pair_rule` for
     coherence) on every question, in the shape of `linear_verdicts`: (confidence, solved). A rule fits
     nothing, so every verdict is out of fold; its confidence is its margin (cloze: the second-lowest
     spread of the choices minus the lowest; coherence: the closest pair's cosine minus the next pair's),
     scaled into [0.5, 1] by the dataset's largest, so the drop takes its surest picks first and every
-    solved question passes any tau up to 0.5."""
-    from features.diagnostics.bias import VectorLookup, centre_margins, pair_margins, resolve_dataset
+    solved question passes any tau up to 0.5. `resolved`: `_resolved`'s result, when the caller has it."""
+    from features.diagnostics.bias import centre_margins, pair_margins
     t0 = time.perf_counter()
-    enc = con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id)", [ids]).fetchall()
-    lookup = VectorLookup(paths.lance, enc[0][0], "title" if task == "textual_cloze" else "image")
+    lookup, resolved_qs = resolved or _resolved(con, paths, ids, task)
     out: dict[str, dict[str, tuple[float, bool]]] = {}
     for d in ids:
-        res = resolve_dataset(con, d, lookup, task)
+        res = resolved_qs[d]
         if len(res.choice_rows) == 0:
             continue
         margins = pair_margins if task == "visual_coherence" else centre_margins

@@ -723,11 +723,12 @@ def test_linear_verdicts_are_the_softmax_of_the_probe_scores():
 def test_the_linear_adversary_scores_every_question_out_of_fold_on_folds_of_its_own(home):
     from features.diagnostics.bias import VectorLookup, resolve_dataset
     from features.diagnostics.question_only import recipe_folds
-    from flows.af_pool import LINEAR_SEED, _linear_oof
+    from flows.af_pool import LINEAR_SEED, _linear_oof, _resolved
     con, paths = home["con"], home["paths"]
     ids = sorted(home["before"])
     a = _linear_oof(con, paths, ids, "visual_cloze", 0)
     assert a == _linear_oof(con, paths, ids, "visual_cloze", 0)
+    assert a == _linear_oof(con, paths, ids, "visual_cloze", 0, _resolved(con, paths, ids, "visual_cloze"))
     n = dict(con.execute("SELECT dataset_id, count(*) FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1",
                          [ids]).fetchall())
     assert {d: len(qs) for d, qs in a.items()} == {d: k for d, k in n.items() if k}
@@ -1216,7 +1217,7 @@ def test_the_rules_list_is_the_reports_distance_rule_on_every_question(home):
     verdict (cloze: the centre of the choices; coherence: the closest pair), so the share it solves is the
     report's figure; the surest picks rank first, every solved one passes tau 0.5, and it is deterministic."""
     from features.diagnostics.bias import VectorLookup, centre_rule, pair_rule, resolve_dataset
-    from flows.af_pool import _rules_oof
+    from flows.af_pool import _resolved, _rules_oof
     con, paths = home["con"], home["paths"]
     lookup = VectorLookup(paths.lance, ENC, "image")
     for task, rule in (("visual_cloze", centre_rule), ("visual_coherence", pair_rule)):
@@ -1224,6 +1225,8 @@ def test_the_rules_list_is_the_reports_distance_rule_on_every_question(home):
                                          "n_questions > 0 ORDER BY 1", [task]).fetchall()]
         v = _rules_oof(con, paths, ids, task)
         assert v == _rules_oof(con, paths, ids, task) and set(v) == set(ids)
+        # the questions resolved once for the linear probe and the rule (the flow's `_resolved`): the same verdicts
+        assert _rules_oof(con, paths, ids, task, _resolved(con, paths, ids, task)) == v
         for d in ids:
             res = resolve_dataset(con, d, lookup, task)
             assert set(v[d]) == set(res.qids)
