@@ -274,12 +274,12 @@ def _rules_oof(con, paths: Paths, ids: list[str], task: str, resolved: tuple | N
     from features.diagnostics.bias import centre_margins, pair_margins
     t0 = time.perf_counter()
     lookup, resolved_qs = resolved or _resolved(con, paths, ids, task)
+    margins = pair_margins if task == "visual_coherence" else centre_margins
     out: dict[str, dict[str, tuple[float, bool]]] = {}
     for d in ids:
         res = resolved_qs[d]
         if len(res.choice_rows) == 0:
             continue
-        margins = pair_margins if task == "visual_coherence" else centre_margins
         pick, margin = margins(lookup.mat[np.array(res.choice_rows)])
         conf = 0.5 + 0.5 * margin / max(float(margin.max()), 1e-12)
         solved = pick == np.asarray(res.answers)
