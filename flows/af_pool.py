@@ -35,6 +35,7 @@ from features.datasets.af_pooled import af_datasets, alternates, apply_drops, ap
 from features.datasets.export import export_parquet
 from training.af_pooled import (
     ADVERSARIES,
+    DROP_ORDERS,
     FLOOR_BY,
     FOLDS,
     MIN_KEPT,
@@ -68,7 +69,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  adversaries: int = ADVERSARIES, linear: bool = False, distractors: str = "ball",
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
-                 scores_from: str | None = None, words: bool = False, rules: bool = False) -> dict:
+                 scores_from: str | None = None, words: bool = False, rules: bool = False,
+                 drop_order: str = "votes") -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -88,7 +90,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     cloze): the drop also takes what the words probe solves (`_words_oof`: the linear model and the trees in
     the space of the titles' own words, features/diagnostics/words_probe.py), two more lists in turn.
     `rules` (cloze and coherence): the drop also takes what the report's distance rule of the task solves
-    (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list."""
+    (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list.
+    `drop_order` (training/af_pooled.py `drop_plan`): votes, the questions on more lists first; minimax, each
+    next question off the list whose adversary solves the largest share of the kept questions."""
     check_kind(task, distractors)
     if rules and task == "visual_ordering":
         raise ValueError("--rules: ordering has no distance rule (its choices are orders of the same images)")
@@ -96,6 +100,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         raise ValueError("--words reads step titles: only textual cloze shows them")
     paths = Paths.from_env()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
+    if drop_order not in DROP_ORDERS:
+        raise ValueError(f"--drop-order must be one of {', '.join(DROP_ORDERS)}, got {drop_order!r}")
     offload = _offload(task, rounds, fresh_drop, jobs_out, scores_from)
     if floor_by not in FLOOR_BY:
         raise ValueError(f"--floor-by must be one of {', '.join(FLOOR_BY)}, got {floor_by!r}")
@@ -164,20 +170,22 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if linear:
             log.info("af-pool: the linear probe scored the questions in %.1f s", time.perf_counter() - t_lin)
         trees = _tree_oof(con, paths, ids, task, TREE_SEED + seed, fold_by, TREE_MEMBERS) if tree else None
-        more = _words_oof(con, ids, WORDS_SEED + seed, fold_by) if words else ()
+        more = _words_oof(con, ids, WORDS_SEED + seed, fold_by, WORDS_TREE_MEMBERS) if words else ()
         if rules:
             more = (*more, _rules_oof(con, paths, ids, task, resolved))
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
-            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees, more)
+            plan = drop_plan_by_split(oof, split_of, n_split, tau, min_kept, keep_solved, lin, trees, more, drop_order)
         else:
             plan = drop_plan(oof, {r["dataset_id"]: r["n_plain"] or 0 for r in rows}, tau, min_kept, keep_solved, lin,
-                             trees, more)
+                             trees, more, drop_order)
         info = {"tau": tau, "folds": folds, "seed": seed, "size": size, "min_kept": min_kept, "floor_by": floor_by,
                 "rounds": rounds, "adversaries": adversaries, "linear": linear, "distractors": distractors,
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
-                "drop_order": ("questions on more lists first, then in turn" if tree or words else
+                "drop_order": ("the list whose adversary solves the most kept questions first"
+                               if drop_order == "minimax" else
+                               "questions on more lists first, then in turn" if tree or words else
                                "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only"
@@ -190,6 +198,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"swap_first": first} if rounds and first != "confident" else {}),
                 **({"tree": True, "tree_seed": TREE_SEED + seed, "tree_members": TREE_MEMBERS} if tree else {}),
                 **({"words": True, "words_seed": WORDS_SEED + seed} if words else {}),
+                # recorded only when not one, so datasets filtered before keep their hash
+                **({"words_tree_members": WORDS_TREE_MEMBERS} if words and WORDS_TREE_MEMBERS != 1 else {}),
                 **({"rules": RULES[task]} if rules else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
@@ -239,6 +249,7 @@ TREE_SEED = 70_001       # the tree adversary's folds and trees: apart from af-c
 TREE_MEMBERS = 3         # the drop's tree verdict: the mean log-odds of 3 fold splits (one split's misses are luck)
 LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
 WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
+WORDS_TREE_MEMBERS = 1   # the words trees' verdict: the mean log-odds of this many fold splits
 
 
 def _resolved(con, paths: Paths, ids: list[str], task: str) -> tuple:
@@ -649,7 +660,7 @@ def _tree_oof(con, paths: Paths, ids: list[str], task: str, tree_seed: int, fold
     return linear_verdicts(scores, answers)
 
 
-def _words_oof(con, ids: list[str], seed: int, fold_by: str) -> tuple[dict, dict]:
+def _words_oof(con, ids: list[str], seed: int, fold_by: str, members: int = 1) -> tuple[dict, dict]:
     """The words probe's verdicts on every question (features/diagnostics/words_probe.py): the linear model
     cross-fitted on each dataset, and the tree probe pooled over the datasets (`fold_by`), both in the space
     of the titles' own words and seeded `seed`: (linear verdicts, tree verdicts), two lists of the drop. The
@@ -662,7 +673,9 @@ def _words_oof(con, ids: list[str], seed: int, fold_by: str) -> tuple[dict, dict
     space = words_space(con)
     resolved = {d: resolve_dataset(con, d, space, "textual_cloze") for d in ids}
     lin = _probe_verdicts(resolved, space.mat, seed)
-    runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [seed], fold_by,
-                                     resolved={d: (r, space.mat) for d, r in resolved.items()})
-    log.info("af-pool: the words probe (linear and trees) scored the questions in %.1f s", time.perf_counter() - t0)
-    return lin, linear_verdicts(runs[0], answers)
+    runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [member_seed(seed, k) for k in range(members)],
+                                     fold_by, resolved={d: (r, space.mat) for d, r in resolved.items()})
+    trees = {d: {q: np.round(np.mean([r[d][q] for r in runs], axis=0), 6) for q in qs} for d, qs in runs[0].items()}
+    log.info("af-pool: the words probe (linear and %d tree fold split%s) scored the questions in %.1f s", members,
+             "s" if members > 1 else "", time.perf_counter() - t0)
+    return lin, linear_verdicts(runs[0] if members == 1 else trees, answers)

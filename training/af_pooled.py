@@ -559,7 +559,8 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
               min_kept: float = 0.0, keep_solved: float = 0.0,
               linear: dict[str, dict[str, tuple[float, bool]]] | None = None,
               tree: dict[str, dict[str, tuple[float, bool]]] | None = None,
-              more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = ()) -> dict[str, list[str]]:
+              more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = (), order: str = "votes"
+              ) -> dict[str, list[str]]:
     """dataset_id -> the qids to drop: solved out of fold (the pick is the answer) with probability
     >= tau, most confident first, while the dataset keeps at least `min_kept` x its plain setting's
     questions (0: no floor) and the adversary still solves at least `keep_solved` of the kept ones
@@ -577,10 +578,23 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
     (each tier in turn): where the floor binds, a question that all three solve buys the most. Measured on
     the demo's knob 2 = 0 visual cloze settings, whose room is smallest (docs/results.md, "A tree
     probe"). `more`: further lists of the same shape (the words probe's, `flows.af_pool._words_oof`), taken in
-    turn after the tree's, with the questions on more lists first."""
+    turn after the tree's, with the questions on more lists first.
+    `order` "minimax" (`minimax_drop`): where the floor binds, each next question comes off the list whose
+    adversary still solves the largest share of the kept questions, so the room goes where the highest
+    figure is, not to the questions most lists share."""
     check_args(tau, min_kept, keep_solved=keep_solved)
+    if order not in DROP_ORDERS:
+        raise ValueError(f"drop order must be one of {', '.join(DROP_ORDERS)}, got {order!r}")
     plan = {}
     for did, qs in sorted(oof.items()):
+        if order == "minimax":
+            lists = [qs, *(x.get(did, {}) for x in (linear or {}, tree or {}, *more))]
+            room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(qs)
+            if keep_solved:
+                solved = sum(r for _, r in qs.values())
+                room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
+            plan[did] = sorted(minimax_drop(list(qs), lists, tau, max(0, room)))
+            continue
         place: dict[str, tuple[int, int]] = {}        # qid -> (place on a list, which list), the earliest
         votes: dict[str, int] = {}                      # qid -> how many lists hold it
         for m, src in enumerate((qs, (linear or {}).get(did, {}), (tree or {}).get(did, {}),
@@ -601,13 +615,52 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
 
 
 FLOOR_BY = ("dataset", "split")
+DROP_ORDERS = ("votes", "minimax")
+
+
+def minimax_drop(qids: list[str], lists: list[dict[str, tuple[float, bool]]], tau: float, room: int) -> list[str]:
+    """Up to `room` of `qids` to drop, from `lists` (each qid -> (confidence, solved): one adversary's
+    out-of-fold verdicts). A question is a candidate of a list when that adversary solves it with confidence
+    >= tau. Each step takes the list whose adversary solves the largest share of the questions still kept
+    (ties: the earlier list), and drops its candidate that the most lists solve, then the most confident
+    one (then the qid). A list with no candidate left steps aside. The reading gate bounds the largest
+    context-free figure, so the drop lowers the largest first; ranked by how many lists share a question
+    (`drop_plan`'s "votes"), the room went to questions every adversary solves while a tree adversary's
+    own were kept. Deterministic."""
+    kept = set(qids)
+    solved = [{q for q in qids if L.get(q, (0.0, False))[1]} for L in lists]
+    sure = [{q for q in s if lists[m][q][0] >= tau} for m, s in enumerate(solved)]
+    votes = {q: sum(q in c for c in sure) for q in qids}
+    queues = [sorted(c, key=lambda q, L=lists[m]: (-votes[q], -L[q][0], q)) for m, c in enumerate(sure)]
+    at = [0] * len(lists)
+    count = [len(s) for s in solved]
+    out: list[str] = []
+    while len(out) < room:
+        live = [m for m in range(len(lists)) if at[m] < len(queues[m])]
+        if not live:
+            break
+        m = max(live, key=lambda k: (count[k], -k))
+        q = queues[m][at[m]]
+        at[m] += 1
+        if q not in kept:
+            continue
+        kept.discard(q)
+        out.append(q)
+        for k, s in enumerate(solved):
+            if q in s:
+                count[k] -= 1
+        for k in range(len(lists)):          # skip the queue heads already dropped
+            while at[k] < len(queues[k]) and queues[k][at[k]] not in kept:
+                at[k] += 1
+    return out
 
 
 def drop_plan_by_split(oof: dict[str, dict[str, tuple[float, bool]]], split_of: dict[str, dict[str, str]],
                        n_plain_split: dict[str, dict[str, int]], tau: float = TAU, min_kept: float = 0.0,
                        keep_solved: float = 0.0, linear: dict[str, dict[str, tuple[float, bool]]] | None = None,
                        tree: dict[str, dict[str, tuple[float, bool]]] | None = None,
-                       more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = ()) -> dict[str, list[str]]:
+                       more: tuple[dict[str, dict[str, tuple[float, bool]]], ...] = (), order: str = "votes"
+                       ) -> dict[str, list[str]]:
     """`drop_plan` with its floor (and cap) held in each split of a dataset (`split_of`: dataset_id ->
     qid -> split; `n_plain_split`: dataset_id -> split -> the plain setting's questions there). With one
     floor per dataset the drop spends its room where the confident questions are, and on the demo the
@@ -625,6 +678,6 @@ def drop_plan_by_split(oof: dict[str, dict[str, tuple[float, bool]]], split_of: 
     for (did, _), qs in drop_plan(group(oof), n, tau, min_kept, keep_solved,   # type: ignore[arg-type]
                                   group(linear) if linear is not None else None,
                                   group(tree) if tree is not None else None,
-                                  tuple(group(x) for x in more)).items():
+                                  tuple(group(x) for x in more), order).items():
         plan[did].extend(qs)
     return {did: sorted(qs) for did, qs in plan.items()}

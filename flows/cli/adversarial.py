@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfTask, Distractors, FloorBy, FoldBy, ListFormat, Size, SwapFirst
+from flows.cli.choices import AfTask, Distractors, DropOrder, FloorBy, FoldBy, ListFormat, Size, SwapFirst
 from flows.cli.common import echo_json, fail, parse_seeds, require_warehouse, run_flow, wait_option
 
 ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
@@ -74,8 +74,10 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                 words: bool = typer.Option(False, "--words/--no-words", help="Textual cloze: the drop also takes "
                                            "what the words probe (`mrqa words-probe`) solves, two more lists."),
                 rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
-                                           "distance rule solves (cloze: the centre of the choices; coherence: "
-                                           "the closest pair), one more list."),
+                                           "distance rule solves (the centre of the choices; the closest pair)."),
+                drop_order: DropOrder = typer.Option(DropOrder.votes, "--drop-order", help="Where the floor binds: "
+                                                     "votes (questions on more lists first) or minimax (off the list "
+                                                     "whose adversary solves most of the kept questions)."),
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball), coherence's matched "
@@ -88,13 +90,11 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                                  "per dataset, or in each split of it (split: the test split "
                                                  "is filtered as deeply as the training split)."),
                 fold_by: FoldBy = typer.Option(FoldBy.recipe, "--fold-by", help="The adversary's folds: of "
-                                               "recipes over every split, or with the val and test splits "
-                                               "held out whole (split: a held-out question's images were "
-                                               "never in training, as in a test split)."),
-                swap_first: SwapFirst = typer.Option(SwapFirst.auto, "--swap-first", help="Which solved "
-                                                     "questions the swap rounds move first: the most confident, "
-                                                     "or those an alternate can move (auto: movable for "
-                                                     "ordering, confident otherwise)."),
+                                               "recipes over every split, or with the val and test splits held "
+                                               "out whole (split: a held-out question's images never trained)."),
+                swap_first: SwapFirst = typer.Option(SwapFirst.auto, "--swap-first", help="Which solved questions "
+                                                     "the swap rounds move first: the most confident, or those an "
+                                                     "alternate can move (auto: movable for ordering)."),
                 size: Size = typer.Option(Size.small, "--size", help=ADV_SIZE_HELP),
                 jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help=JOBS_OUT_HELP + " One GM3C "
                                                         "pass: --rounds 1 or --rounds 0."),
@@ -112,7 +112,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
                        size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules,
-                       scores_from=scores_from and str(scores_from))
+                       scores_from=scores_from and str(scores_from), drop_order=drop_order.value)
     except ValueError as e:
         fail(str(e))
     if _jobs_written(res):

@@ -407,6 +407,12 @@ def test_cli_refuses_in_one_line(paths):
     assert r.exit_code == 2 and "--floor-by" in r.output and "dataset" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--swap-first", "fastest"])
     assert r.exit_code == 2 and "--swap-first" in r.output and "movable" in r.output
+    r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--drop-order", "loudest"])
+    assert r.exit_code == 2 and "--drop-order" in r.output and "minimax" in r.output
+    from flows.af_pool import af_pool_flow
+    with pytest.raises(ValueError, match="--drop-order must be one of votes, minimax"):
+        af_pool_flow.fn(drop_order="loudest")
+    assert not paths.warehouse.exists()
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--min-kept", "1"])
     assert r.exit_code == 2 and "--min-kept must be in [0, 1), got 1.0" in r.output
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--jobs-out", "j", "--scores-from", "j/scores.json"])
@@ -825,6 +831,39 @@ def test_drop_plan_by_split_holds_the_floor_in_every_split():
         "t1", "t2", "t6", "x1"]
 
 
+def test_minimax_drop_lowers_the_highest_figure_first():
+    """Two adversaries: A solves the 6 questions a1..a6 (and, less surely, s1, s2), B (the tree list) solves
+    b1..b3 and s1, s2. By votes the shared s1, s2 go first, then A's and B's lists in turn; minimax takes from
+    A, whose share of the kept questions is the larger, until B's is as large. Every dropped question is a
+    candidate of a list; the room holds; the plan is the same on a second call."""
+    from training.af_pooled import minimax_drop
+    qs = [f"a{i}" for i in range(1, 7)] + ["b1", "b2", "b3", "s1", "s2"] + [f"n{i}" for i in range(1, 10)]
+    A = {q: (0.9 - 0.01 * i, True) for i, q in enumerate(qs) if q[0] == "a"}
+    A.update({"s1": (0.5, True), "s2": (0.5, True)})
+    B = {q: (0.8 - 0.01 * i, True) for i, q in enumerate(qs) if q[0] == "b"}
+    B.update({"s1": (0.6, True), "s2": (0.6, True)})
+    oof, tree = {"d": {q: A.get(q, (0.4, False)) for q in qs}}, {"d": B}
+    votes = drop_plan(oof, {"d": 20}, tau=0.35, min_kept=0.75, tree=tree)["d"]     # room 20 - 15 = 5
+    mini = drop_plan(oof, {"d": 20}, tau=0.35, min_kept=0.75, tree=tree, order="minimax")["d"]
+    assert votes == ["a1", "a2", "b1", "s1", "s2"]
+    # shares of 20: A 8, B 5 -> A (s1, s2 first: both lists hold them) -> A 6/18, B 3/18 -> a1, a2, a3
+    assert mini == ["a1", "a2", "a3", "s1", "s2"]
+
+    def shares(drop):
+        kept = [q for q in qs if q not in drop]
+        return [sum(L.get(q, (0, False))[1] for q in kept) / len(kept) for L in (oof["d"], B)]
+    assert max(shares(mini)) < max(shares(votes))
+    assert shares(mini) == [3 / 15, 3 / 15]
+    assert all(any(L.get(q, (0, False))[1] and L[q][0] >= 0.35 for L in (oof["d"], B)) for q in mini)
+    assert minimax_drop(qs, [oof["d"], B], 0.35, 5) == minimax_drop(qs, [oof["d"], B], 0.35, 5)
+    assert minimax_drop(qs, [oof["d"], B], 0.35, 0) == []
+    # a list with no candidate at or above tau steps aside; the drop ends when no list has one left
+    assert sorted(minimax_drop(qs, [oof["d"], B], 0.95, 5)) == []
+    assert sorted(minimax_drop(qs, [oof["d"], B], 0.35, 100)) == sorted(set(A) | set(B))
+    with pytest.raises(ValueError, match="drop order"):
+        drop_plan(oof, {"d": 20}, tau=0.35, order="loudest")
+
+
 @pytest.mark.slow      # the pooled drop with the trees, three runs (~33 s)
 def test_the_tree_joins_the_drop_and_is_recorded(tmp_path_factory):
     """`af-pool --tree`: the drop also takes what the tree probe solves (its list beside GM3C's and the
@@ -1204,6 +1243,7 @@ def test_the_pipeline_runs_the_textual_cloze_pooled_step_when_asked(tmp_path_fac
         for step in params.values():
             assert step["rounds"] == 2 and step["tree"] and step["linear"] and step["min_kept"] == 0.4
             assert step["words"] and step["words_seed"] == WORDS_SEED        # the words probe's two lists too
+            assert step["drop_order"] == "the list whose adversary solves the most kept questions first"
             assert [x["round"] for x in step["swap_rounds"]] == [1, 2]        # (the swaps: tested above)
         defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
         gen = {m: next(s for s in build_stages({**defaults, "textual_cloze_pooled": m}, paths)

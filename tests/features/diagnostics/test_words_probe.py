@@ -161,7 +161,8 @@ def test_cli_is_read_only_and_refuses_bad_input_in_one_line(world, monkeypatch):
 def test_the_pooled_steps_words_lists_are_the_probes_verdicts(world):
     """`mrqa af-pool --words`: the linear words probe's verdicts, cross-fitted per dataset, and the trees'
     pooled over the datasets, each question scored by models that never saw its recipe: on planted
-    titles both solve nearly every question, on titles without the cue about a quarter."""
+    titles both solve nearly every question (the trees also as the mean of 3 fold splits), on titles
+    without the cue about a quarter."""
     from flows.af_pool import _words_oof
     con, text = world["con"], world["text"]
     write_titles(con, planted=True)
@@ -173,6 +174,12 @@ def test_the_pooled_steps_words_lists_are_the_probes_verdicts(world):
         assert sum(solved) / len(solved) > 0.85
         assert all(0.0 <= p <= 1.0 for q in v.values() for p, _ in q.values())
     assert _words_oof(con, text, seed=5, fold_by="recipe") == (lin, trees)          # deterministic
+    # the trees' verdict as the mean log-odds of 3 fold splits: the same linear list, the same questions,
+    # deterministic, and still solving the planted cue
+    lin3, trees3 = _words_oof(con, text, seed=5, fold_by="recipe", members=3)
+    assert lin3 == lin and {d: set(q) for d, q in trees3.items()} == {d: set(q) for d, q in trees.items()}
+    assert sum(r for q in trees3.values() for _, r in q.values()) / sum(n.values()) > 0.85
+    assert _words_oof(con, text, seed=5, fold_by="recipe", members=3) == (lin3, trees3)
     write_titles(con, planted=False, seed=1)
     lin, trees = _words_oof(con, text, seed=5, fold_by="recipe")
     for v in (lin, trees):
