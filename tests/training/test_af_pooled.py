@@ -818,10 +818,11 @@ def test_drop_plan_by_split_holds_the_floor_in_every_split():
     # train keeps ceil(2.4) = 3 of 6 (t1..t3 go), test ceil(1.2) = 2 of 3 (its most confident, x1, goes);
     # e's train split keeps its one question
     assert by == {"d": ["t1", "t2", "t3", "x1"], "e": []}
-    for did, drop in by.items():
-        for split in ("train", "test"):
-            kept = [q for q, s in split_of[did].items() if s == split and q not in drop]
-            assert len(kept) >= np.ceil(0.4 * n_split[did][split])
+    for plan in (by, drop_plan_by_split(oof, split_of, n_split, tau=0.5, min_kept=0.4, order="minimax")):
+        for did, drop in plan.items():
+            for split in ("train", "test"):
+                kept = [q for q, s in split_of[did].items() if s == split and q not in drop]
+                assert len(kept) >= np.ceil(0.4 * n_split[did][split])
     # without a floor the split makes no difference
     assert drop_plan_by_split(oof, split_of, n_split, tau=0.5) == drop_plan(oof, {"d": 9, "e": 2}, tau=0.5)
     # with the linear probe too, each split's two lists are taken in turn: train's t1, t6 (first on the
