@@ -384,8 +384,9 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     FOLD_JOBS_MIN_QUESTIONS questions or more, `check_workers`; below it a process's start and its export
     reading cost more than small models' folds). The fold jobs are shared out before they start
     (training/procs.py `spawn_shares`), so a fold's logits never depend on timing. A run's result does not
-    depend on where it ran, nor on how its folds were shared out (tested with tiny models; at larger sizes
-    to the last float32 bits)."""
+    depend on where it ran, nor on how its folds were shared out, at one thread count (tested with tiny
+    models; at larger sizes to the last float32 bits). A run in this process uses this process's threads:
+    on 2 threads an AMD EPYC machine rounds otherwise, and a tiny model near a tie early-stops elsewhere."""
     import os
 
     from training.af_jobs import fold_numbers

@@ -324,8 +324,21 @@ def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them
         out_of_fold_scores(tmp_path / "x", ids, recipe_of, fold_by="author", **kw)
 
 
+@pytest.fixture
+def one_thread():
+    """This process's torch on one thread while the test runs, as the spawned processes run
+    (training/procs.py ONE_THREAD). A run's logits do not depend on where it ran at one thread count; on 2
+    threads in this process, a tiny model rounds otherwise and, near a tie, early-stops at another epoch
+    (seen on an AMD EPYC machine: logits of -4 against 0)."""
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.mark.slow      # equivalence of processes and turns (~17 s)
-def test_runs_in_processes_give_what_runs_in_turn_give(home):
+def test_runs_in_processes_give_what_runs_in_turn_give(home, one_thread):
     """Several adversaries (or check seeds) go to a process each, or with more workers than runs each
     fold to a process: the same logits, to the digit, as the same runs one after the other in this
     process; and a refused worker count."""
@@ -1049,7 +1062,7 @@ def test_swaps_for_never_gives_two_choices_one_title():
 
 
 @pytest.mark.slow      # four passes on two homes (~25 s)
-def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path):
+def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path, one_thread):
     """`af-pool --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-pool --scores-from DIR/scores.json`:
     writing the jobs leaves the warehouse as it was; the datasets then are those af-pool makes with its
     models trained in place, byte for byte; scores of other jobs, several passes and a foreign folder are
