@@ -676,7 +676,8 @@ def _words_oof(con, ids: list[str], seed: int, fold_by: str, members: int = 1) -
     lin = _probe_verdicts(resolved, space.mat, seed)
     runs, answers = pooled_tree_runs(con, "", ids, "textual_cloze", [member_seed(seed, k) for k in range(members)],
                                      fold_by, resolved={d: (r, space.mat) for d, r in resolved.items()})
-    trees = {d: {q: np.round(np.mean([r[d][q] for r in runs], axis=0), 6) for q in qs} for d, qs in runs[0].items()}
+    trees = runs[0] if members == 1 else {d: {q: np.round(np.mean([r[d][q] for r in runs], axis=0), 6) for q in qs}
+                                          for d, qs in runs[0].items()}
     log.info("af-pool: the words probe (linear and %d tree fold split%s) scored the questions in %.1f s", members,
              "s" if members > 1 else "", time.perf_counter() - t0)
-    return lin, linear_verdicts(runs[0] if members == 1 else trees, answers)
+    return lin, linear_verdicts(trees, answers)

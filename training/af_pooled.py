@@ -587,12 +587,12 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
         raise ValueError(f"drop order must be one of {', '.join(DROP_ORDERS)}, got {order!r}")
     plan = {}
     for did, qs in sorted(oof.items()):
+        room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(qs)
+        if keep_solved:
+            solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= keep_solved
+            room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
         if order == "minimax":
             lists = [qs, *(x.get(did, {}) for x in (linear or {}, tree or {}, *more))]
-            room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(qs)
-            if keep_solved:
-                solved = sum(r for _, r in qs.values())
-                room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
             plan[did] = sorted(minimax_drop(list(qs), lists, tau, max(0, room)))
             continue
         place: dict[str, tuple[int, int]] = {}        # qid -> (place on a list, which list), the earliest
@@ -606,10 +606,6 @@ def drop_plan(oof: dict[str, dict[str, tuple[float, bool]]], n_plain: dict[str, 
                 votes[q] = votes.get(q, 0) + 1
         tier = votes if tree is not None or more else dict.fromkeys(place, 0)
         cands = sorted(place, key=lambda q, t=tier, pl=place: (-t[q], pl[q], q))
-        room = len(qs) - int(np.ceil(min_kept * n_plain.get(did, 0))) if min_kept else len(cands)
-        if keep_solved:
-            solved = sum(r for _, r in qs.values())        # (solved - d) / (n - d) >= keep_solved
-            room = min(room, int(np.floor((solved - keep_solved * len(qs)) / (1 - keep_solved) + 1e-9)))
         plan[did] = sorted(cands[:max(0, room)])
     return plan
 
