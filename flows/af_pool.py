@@ -57,7 +57,7 @@ from training.af_pooled import (
     verdicts,
 )
 from training.config import CLOZE_TASKS
-from training.procs import spawn_map, spawn_shares
+from training.procs import in_turn, spawn_map, spawn_shares
 
 log = logging.getLogger(__name__)
 
@@ -383,10 +383,11 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
     own and the runs then read their folds' logits back (af-check does so by default for a check of
     FOLD_JOBS_MIN_QUESTIONS questions or more, `check_workers`; below it a process's start and its export
     reading cost more than small models' folds). The fold jobs are shared out before they start
-    (training/procs.py `spawn_shares`), so a fold's logits never depend on timing. A run's result does not
-    depend on where it ran, nor on how its folds were shared out, at one thread count (tested with tiny
-    models; at larger sizes to the last float32 bits). A run in this process uses this process's threads:
-    on 2 threads an AMD EPYC machine rounds otherwise, and a tiny model near a tie early-stops elsewhere."""
+    (training/procs.py `spawn_shares`), so a fold's logits never depend on timing. A run in this process
+    runs on one thread, as a spawned one does (`in_turn`: on 2 threads an AMD EPYC machine rounds
+    otherwise, and a model near a tie early-stops elsewhere), so a run's result depends neither on where it
+    ran nor on how its folds were shared out (tested with tiny models; at larger sizes to the last float32
+    bits)."""
     import os
 
     from training.af_jobs import fold_numbers
@@ -404,9 +405,9 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
             n = min(cores, len(units))
             log.info("af-pool: %d runs as %d fold jobs in %d processes", len(jobs), len(units), n)
             spawn_shares(_run, units, n)
-            return [_run(j) for j in jobs]                          # every fold is kept: read, not trained
+            return in_turn(_run, jobs)                              # every fold is kept: read, not trained
         if n <= 1:
-            return [_run(j) for j in jobs]
+            return in_turn(_run, jobs)
         log.info("af-pool: %d runs in %d processes", len(jobs), n)
         return spawn_map(_run, jobs, n)
 
@@ -498,7 +499,9 @@ def _run(job: tuple) -> dict:
 
 
 CHECK_SEED = 104_729     # the check's models: seeds apart from every adversary's (seed + 1000 x round + 7919 x k)
-FOLD_JOBS_MIN_QUESTIONS = 4_000     # af-check: from this many questions its folds are jobs of their own by default
+# af-check: from this many questions its folds are jobs of their own by default. On 2 cores the demo's check
+# of 2,488 questions took 37.7 s as fold jobs against 44.6 s in turn; 1,058 questions: 22.5 s against 18.3 s
+FOLD_JOBS_MIN_QUESTIONS = 2_000
 
 
 def check_workers(workers: int | None, n_seeds: int, n_questions: int, cores: int | None = None) -> int | None:

@@ -291,20 +291,11 @@ def _reading_run(job: tuple) -> dict:
 
 def _in_processes(fn, jobs: list, workers: int | None) -> list:
     """[fn(job) for job in jobs], in up to `workers` spawned processes of one thread each (default: one
-    per CPU core), or in turn in this process, on one torch, BLAS and OpenMP thread too, when that is
-    one: the reader's figures move with the thread count (sums taken in another order), so both ways
-    give the same bytes."""
+    per CPU core), or in turn in this process, on one thread too, when that is one (training/procs.py
+    `in_turn`): the reader's figures move with the thread count (sums taken in another order), so both
+    ways give the same bytes."""
     import os
+
+    from training.procs import in_turn, spawn_map
     n = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
-    if n <= 1:
-        import torch
-        from threadpoolctl import threadpool_limits
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with threadpool_limits(1):
-                return [fn(j) for j in jobs]
-        finally:
-            torch.set_num_threads(before)
-    from training.procs import spawn_map
-    return spawn_map(fn, jobs, n)
+    return in_turn(fn, jobs) if n <= 1 else spawn_map(fn, jobs, n)

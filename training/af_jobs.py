@@ -163,16 +163,17 @@ def run_jobs(job_dir: Path, out: Path | None = None, workers: int | None = None,
                              "FOLDER on a writable disk") from None
     n = min(len(jobs), workers or len(jobs))
     t0 = time.perf_counter()
-    # spawn_map: one thread a process (OpenMP threads spinning on a shared core cost more than they give)
-    from training.procs import spawn_map, spawn_shares
+    # spawn_map: one thread a process (OpenMP threads spinning on a shared core cost more than they give);
+    # in_turn: in this process on one thread too, so a run's logits do not depend on where it ran
+    from training.procs import in_turn, spawn_map, spawn_shares
     if workers and workers > len(jobs):
         units = [(*j, f) for j in jobs for f in fold_numbers(spec["kw"])]
         done = spawn_shares(_one, units, workers)      # shared out before they start: never a matter of timing
-        runs = [_one(j) for j in jobs]                                  # every fold is kept: read, not trained
+        runs = in_turn(_one, jobs)                                      # every fold is kept: read, not trained
         for r in runs:
             r["seconds"] = round(r["seconds"] + sum(u["seconds"] for u in done if u["seed"] == r["seed"]), 1)
     elif n <= 1:
-        runs = [_one(j) for j in jobs]
+        runs = in_turn(_one, jobs)
     else:
         runs = spawn_map(_one, jobs, n)
     out = Path(out) if out else job_dir / SCORES

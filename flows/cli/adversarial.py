@@ -160,7 +160,7 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                                                          "variants (matched), visual cloze's kitchen ones (kitchen)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core, at most one per "
-                                                       "seed, or with more cores than seeds and 4,000 questions or "
+                                                       "seed, or with more cores than seeds and 2,000 questions or "
                                                        "more, every core); more than the seeds: their folds side by "
                                                        "side."),
                  record: bool = typer.Option(False, "--record", help="Also write each figure to the "

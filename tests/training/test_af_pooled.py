@@ -325,20 +325,21 @@ def test_split_folds_score_the_val_and_test_splits_by_models_that_never_saw_them
 
 
 @pytest.fixture
-def one_thread():
-    """This process's torch on one thread while the test runs, as the spawned processes run
-    (training/procs.py ONE_THREAD). A run's logits do not depend on where it ran at one thread count; on 2
-    threads in this process, a tiny model rounds otherwise and, near a tie, early-stops at another epoch
-    (seen on an AMD EPYC machine: logits of -4 against 0)."""
+def two_threads():
+    """This process's torch on 2 threads while the test runs, whatever the machine's default: a run in this
+    process must still give what a spawned process of one thread gives (training/procs.py `in_turn`; on 2
+    threads a tiny model rounds otherwise and, near a tie, early-stops at another epoch: seen on an AMD
+    EPYC machine, logits of -4 against 0), and leave the thread count as it found it."""
     import torch
     n = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(2)
     yield
+    assert torch.get_num_threads() == 2
     torch.set_num_threads(n)
 
 
 @pytest.mark.slow      # equivalence of processes and turns (~17 s)
-def test_runs_in_processes_give_what_runs_in_turn_give(home, one_thread):
+def test_runs_in_processes_give_what_runs_in_turn_give(home, two_threads):
     """Several adversaries (or check seeds) go to a process each, or with more workers than runs each
     fold to a process: the same logits, to the digit, as the same runs one after the other in this
     process; and a refused worker count."""
@@ -376,6 +377,24 @@ def test_spawn_shares_gives_every_result_in_the_order_of_the_jobs():
     jobs = [-3, 2, -1, 5, -7]
     for n in (1, 2, 3, 9):
         assert spawn_shares(abs, jobs, n) == [3, 2, 1, 5, 7]
+
+
+def test_in_turn_runs_the_jobs_here_on_one_thread_and_gives_the_threads_back(two_threads):
+    """A run in this process trains on one torch and one BLAS thread, as a spawned process does, whatever
+    this process had; afterwards it has them again, also when a job fails."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from training.procs import in_turn
+
+    def threads(_job):
+        return torch.get_num_threads(), {p["num_threads"] for p in threadpool_info()}
+
+    assert in_turn(threads, [1, 2]) == [(1, {1}), (1, {1})]
+    assert torch.get_num_threads() == 2
+    with pytest.raises(ZeroDivisionError):
+        in_turn(lambda j: 1 / j, [0])
+    assert torch.get_num_threads() == 2
 
 
 def test_check_workers_makes_folds_jobs_only_when_cores_are_left_and_the_check_is_big():
@@ -1062,7 +1081,7 @@ def test_swaps_for_never_gives_two_choices_one_title():
 
 
 @pytest.mark.slow      # four passes on two homes (~25 s)
-def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path, one_thread):
+def test_a_pass_trained_on_another_machine_makes_the_same_datasets(tmp_path_factory, tmp_path, two_threads):
     """`af-pool --jobs-out DIR`, `python -m training.af_jobs DIR`, `af-pool --scores-from DIR/scores.json`:
     writing the jobs leaves the warehouse as it was; the datasets then are those af-pool makes with its
     models trained in place, byte for byte; scores of other jobs, several passes and a foreign folder are
