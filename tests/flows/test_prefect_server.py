@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 EARLY = r"""
@@ -50,6 +52,7 @@ def _run(code: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
                           env={**base, "PREFECT_HOME": str(tmp_path / "prefect"), **env})
 
 
+@pytest.mark.slow      # a real Prefect server started by the CLI (~29 s)
 def test_the_server_started_early_is_the_one_the_flow_run_uses(tmp_path):
     res = _run(EARLY, tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]

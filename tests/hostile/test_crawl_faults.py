@@ -296,6 +296,7 @@ def test_mrqa_embed_unknown_encoder_is_one_clean_error(tmp_path, run_mrqa):
     assert "no-such-encoder" in r.assert_refused()
 
 
+@pytest.mark.slow      # two CLI processes (~14 s)
 def test_mrqa_embed_with_no_photos_to_train_on_says_what_to_do(tmp_path, run_mrqa, recipeqa_doc):
     """RecipeQA records imported without their images leave the default encoder nothing to train on: one
     line naming the ways out (photos, or real weights), not a traceback."""

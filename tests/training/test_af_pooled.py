@@ -202,6 +202,7 @@ def test_swapped_distractors_are_never_the_answer_step_and_stay_readable(home, w
     assert checked > 10
 
 
+@pytest.mark.slow      # two passes on a second home (~20 s)
 def test_swaps_and_drops_are_deterministic(home, tmp_path_factory):
     cm, res, _, _, con = _build(tmp_path_factory, "af_pool_home_again")
     try:
@@ -628,6 +629,7 @@ def test_af_check_reads_every_question_out_of_fold_with_an_interval(home):
         assert sum(v["n"] for v in t["by_split"].values()) == r["n"]
 
 
+@pytest.mark.slow      # a whole report on the home (~12 s)
 def test_the_report_puts_the_pooled_tree_probe_on_the_af_datasets_only(home):
     """bias_metrics' tree figures: the AF datasets of a task, from trees fitted on them together (the val
     and the test split held out whole, as af-check's tree with the report's seed), None elsewhere."""

@@ -177,6 +177,7 @@ def test_the_background_fill_caches_every_photo_and_a_stopped_block_ends_it(worl
         assert sorted(z["ids"].tolist()) == [i for i, _ in photo_rows(con)]
 
 
+@pytest.mark.slow      # processes against turns (~11 s)
 def test_the_figures_are_the_same_in_processes_and_in_turn(world):
     """The look and the words probe run dataset by dataset in spawned processes on a big report (the probes
     hold the GIL): every figure is the one measured in turn, for the look probe's linear model and trees

@@ -165,6 +165,7 @@ def test_report_is_deterministic_and_rerun_replaces_rows(report, tmp_path):
     assert n == report["res"]["n_datasets"]
 
 
+@pytest.mark.slow      # the bench runs each part both ways (~16 s)
 def test_bench_report_home_times_each_part_both_ways_and_finds_them_the_same(report, tmp_path, monkeypatch):
     """`mrqa bench report-home`: the words probe and the plots (this home has no photo files: the look probe
     says so) in turn and in 2 processes, each line with both times, the ratio and "the same" (the words

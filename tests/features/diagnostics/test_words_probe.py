@@ -158,6 +158,7 @@ def test_cli_is_read_only_and_refuses_bad_input_in_one_line(world, monkeypatch):
         world["con"] = duckdb.connect(str(paths.warehouse))
 
 
+@pytest.mark.slow      # the words probe's trees on every dataset (~12 s)
 def test_the_pooled_steps_words_lists_are_the_probes_verdicts(world):
     """`mrqa af-pool --words`: the linear words probe's verdicts, cross-fitted per dataset, and the trees'
     pooled over the datasets, each question scored by models that never saw its recipe: on planted
