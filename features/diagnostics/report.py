@@ -617,12 +617,20 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         lance_uri = Paths.from_env().lance
     metrics = compute_bias_metrics(con, dataset_ids, lance_uri=lance_uri, seed=seed, model=model,
                                    progress=progress, keep_distances=True, keep_resolved=True)
-    tree_rows(con, metrics, lance_uri, seed)      # the tree probe on the AF datasets
     if home is None:
         from etl.config import Paths
         home = Paths.from_env().home
-    look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
-    words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
+    from training.procs import kept_processes
+    with kept_processes():          # the probes' and the plots' jobs share 2 processes instead of starting 5 pools
+        tree_rows(con, metrics, lance_uri, seed)                        # the tree probe on the AF datasets
+        look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
+        words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
+        return _written(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers)
+
+
+def _written(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: list[dict], model: str, seed: int,
+             generated_at: str | None, commit: str | None, export_dir: Path | None, plot_workers: int | None) -> dict:
+    """`build_report`'s second half: store the metrics, draw the plots, write the HTML."""
     for m in metrics:
         m.pop("_resolved", None)
         m.pop("_lookup", None)

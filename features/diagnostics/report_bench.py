@@ -7,6 +7,8 @@ and in `workers` spawned processes, and their results are compared:
   not timed);
 - the report's 16 plots, drawn from the stored bias_metrics figures and the datasets' distances.
 Each part prints its two wall times, their ratio, and whether the figures (or the PNG bytes) are the same.
+Then the three parts together in `workers` processes: each part's pool started anew against the processes
+kept for all three (training/procs.py `kept_processes`, as the report runs them).
 """
 from __future__ import annotations
 
@@ -58,18 +60,20 @@ def bench_report_home(con, home: Path, lance_uri: str, workers: int = 2, seed: i
     text = [d for d in datasets if d["task"] == "textual_cloze"]
     visual = [d for d in datasets if d["task"] in VISUAL_TASKS]
     yield f"{len(datasets)} datasets ({len(text)} textual cloze, {len(visual)} visual); seed {seed}"
+    wspace = lspace = None
     if text:
-        space = words_space(con)
-        a, one = _timed(lambda: space_probe_rows(con, text, space, seed, 5, placed_features, workers=1))
-        b, many = _timed(lambda: space_probe_rows(con, text, space, seed, 5, placed_features, workers=workers))
+        wspace = words_space(con)
+        a, one = _timed(lambda: space_probe_rows(con, text, wspace, seed, 5, placed_features, workers=1))
+        b, many = _timed(lambda: space_probe_rows(con, text, wspace, seed, 5, placed_features, workers=workers))
         yield _pair("words probe (linear and trees)", a, b, one == many, workers)
     if visual:
-        space = look_space(con, home, progress=False)
-        if space.ids:
-            a, one = _timed(lambda: space_probe_rows(con, visual, space, seed, 5, workers=1))
-            b, many = _timed(lambda: space_probe_rows(con, visual, space, seed, 5, workers=workers))
+        lspace = look_space(con, home, progress=False)
+        if lspace.ids:
+            a, one = _timed(lambda: space_probe_rows(con, visual, lspace, seed, 5, workers=1))
+            b, many = _timed(lambda: space_probe_rows(con, visual, lspace, seed, 5, workers=workers))
             yield _pair("look probe (linear and trees)", a, b, one == many, workers)
         else:
+            lspace = None
             yield f"look probe: no photo readable under {home}; not timed"
     rows = stored_rows(con, [d["dataset_id"] for d in datasets])
     by_id = {d["dataset_id"]: d for d in datasets}
@@ -98,3 +102,32 @@ def bench_report_home(con, home: Path, lance_uri: str, workers: int = 2, seed: i
         same = same and [[p and p.axes for p in v] for v in one.values()] == \
             [[p and p.axes for p in v] for v in many.values()]
     yield _pair(f"the report's {len(names)} plots", a, b, same, workers)
+    yield from _kept_or_not(con, text, wspace, visual, lspace, rows, tasks, seed, workers)
+
+
+def _kept_or_not(con, text, wspace, visual, lspace, rows, tasks, seed: int, workers: int) -> Iterator[str]:
+    """The words and look probes and the plots in `workers` processes, each part's pool started anew
+    against one set of processes kept for all three: the report line, and whether the results are the same."""
+    import contextlib
+
+    from features.diagnostics.look_probe import space_probe_rows
+    from features.diagnostics.report import draw_plots
+    from features.diagnostics.words_probe import placed_features
+    from training.procs import kept_processes
+
+    def parts(out: Path, kept: bool):
+        with kept_processes() if kept else contextlib.nullcontext():
+            words = wspace and space_probe_rows(con, text, wspace, seed, 5, placed_features, workers=workers)
+            look = lspace and space_probe_rows(con, visual, lspace, seed, 5, workers=workers)
+            plots = draw_plots(rows, tasks, out, workers=workers)
+        return (words, look, [[p and (p.name, p.axes) for p in v] for v in plots.values()],
+                {p.name: p.read_bytes() for p in sorted(out.iterdir())})
+
+    with tempfile.TemporaryDirectory(prefix="mrqa-kept-") as tmp:
+        dirs = [Path(tmp) / "fresh", Path(tmp) / "kept"]
+        for d in dirs:
+            d.mkdir()
+        a, fresh = _timed(lambda: parts(dirs[0], False))
+        b, kept = _timed(lambda: parts(dirs[1], True))
+    yield (f"{'probes and plots, pools anew':34s} {a:7.1f} s   kept processes {b:7.1f} s   "
+           f"{a / b if b > 0 else float('nan'):5.2f}x   {'the same' if fresh == kept else 'DIFFERENT'}")

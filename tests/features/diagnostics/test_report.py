@@ -170,7 +170,8 @@ def test_bench_report_home_times_each_part_both_ways_and_finds_them_the_same(rep
     """`mrqa bench report-home`: the words probe and the plots (this home has no photo files: the look probe
     says so) in turn and in 2 processes, each line with both times, the ratio and "the same" (the words
     probe's figures; every PNG byte for byte and every panel's labels, as `build_report` draws them with
-    `draw_plots`); bad input is one line, rc 2."""
+    `draw_plots`); then both parts with each pool started anew against in processes kept for both, the same
+    figures and bytes; bad input is one line, rc 2."""
     from typer.testing import CliRunner
 
     from features.diagnostics.report_bench import bench_report_home
@@ -182,6 +183,8 @@ def test_bench_report_home_times_each_part_both_ways_and_finds_them_the_same(rep
                                                                  f"the report's {len(report['res']['images'])} plots"]
     assert all(x.endswith("the same") and "2 processes" in x for x in timed), lines
     assert any(x.startswith("look probe: no photo readable") for x in lines), lines
+    kept = [x for x in lines if x.startswith("probes and plots, pools anew")]     # as the report runs them
+    assert len(kept) == 1 and "kept processes" in kept[0] and kept[0].endswith("the same"), lines
     with pytest.raises(ValueError, match="--workers must be 2 or more"):
         list(bench_report_home(con, paths.home, paths.lance, workers=1))
     monkeypatch.setenv("MRQA_HOME", str(tmp_path / "empty"))

@@ -1,0 +1,35 @@
+"""training/procs.py: kept processes serve every later pool of the block; fold jobs never share them."""
+from __future__ import annotations
+
+from concurrent.futures.process import BrokenProcessPool
+
+import psutil
+import pytest
+from proc_jobs import die, pid
+
+from training.procs import kept_processes, spawn_map, spawn_shares
+
+
+def _pids(got: list[tuple[int, int]], jobs: list[int]) -> set[int]:
+    assert [j for j, _ in got] == jobs                   # every result, in the order of the jobs
+    return {p for _, p in got}
+
+
+def test_kept_processes_serve_every_later_call_and_end_with_the_block():
+    jobs = list(range(6))
+    with kept_processes():
+        first = _pids(spawn_map(pid, jobs, 2), jobs)
+        again = _pids(spawn_map(pid, jobs, 2), jobs)
+        assert again <= first and len(first) <= 2        # the same processes, none started anew
+        fold_jobs = {p for part in spawn_shares(pid, jobs, 2) for p in [part[1]]}
+        assert not fold_jobs & first                       # fold jobs always start processes of their own
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in first)
+    outside = [_pids(spawn_map(pid, jobs, 2), jobs) for _ in range(2)]
+    assert not outside[0] & outside[1]                     # outside the block every call starts its own
+
+
+def test_a_pool_a_dead_worker_broke_is_not_used_again():
+    with kept_processes():
+        with pytest.raises(BrokenProcessPool):
+            spawn_map(die, [0, 1, 2], 2)
+        assert spawn_map(die, [1, 2, 3], 2) == [1, 2, 3]  # a new pool: the block goes on
