@@ -625,10 +625,10 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         tree_rows(con, metrics, lance_uri, seed)                        # the tree probe on the AF datasets
         look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
         words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
-        return _written(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers)
+        return _store_and_render(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers)
 
 
-def _written(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: list[dict], model: str, seed: int,
+def _store_and_render(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: list[dict], model: str, seed: int,
              generated_at: str | None, commit: str | None, export_dir: Path | None, plot_workers: int | None) -> dict:
     """`build_report`'s second half: store the metrics, draw the plots, write the HTML."""
     for m in metrics:
