@@ -63,7 +63,9 @@ def spawn_map(fn, jobs: list, n: int, fresh: bool = False) -> list:
         if pools is None:
             with _pool(n) as ex:
                 return list(ex.map(fn, jobs))
-        ex = pools.get(n) or pools.setdefault(n, _pool(n))
+        ex = pools.get(n)
+        if ex is None:
+            ex = pools[n] = _pool(n)
         try:
             return list(ex.map(fn, jobs))
         except BrokenProcessPool:

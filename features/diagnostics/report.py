@@ -629,7 +629,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
 
 
 def _store_and_render(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: list[dict], model: str, seed: int,
-             generated_at: str | None, commit: str | None, export_dir: Path | None, plot_workers: int | None) -> dict:
+                      generated_at: str | None, commit: str | None, export_dir: Path | None,
+                      plot_workers: int | None) -> dict:
     """`build_report`'s second half: store the metrics, draw the plots, write the HTML."""
     for m in metrics:
         m.pop("_resolved", None)
