@@ -20,6 +20,7 @@ import time
 from prefect import flow
 
 from etl.config import DEMO_RECIPES
+from features.diagnostics.background_cue import format_cue
 from flows.pipeline import pipeline_flow, stage_summary
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def demo_digest(summary: dict) -> dict:
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
             "datasets": datasets, "bias": bias, "models": models, "reading": reading, "gm3c_check": gm3c_check,
-            "report": rep.get("index"),
+            "report": rep.get("index"), "background_cue": rep.get("background_cue") or [],
             # the train stage's reading check is recorded before its count: the gate needs it
             "reading_only": trn["reading_only"] if "reading_only" in trn else rep.get("reading_only"),
             "competence": {"source": comp.get("source"), "split": comp.get("split"),
@@ -143,6 +144,8 @@ def format_digest(d: dict) -> str:
                 + (f"  look {r['look probe, pixels (95% CI)']}" if r.get("look probe, pixels (95% CI)", "–") != "–"
                    else "")
                 for r in rows]
+    if d.get("background_cue"):
+        out += format_cue(d["background_cue"])
     ro = d.get("reading_only")
     if ro:
         passing: dict[str, list[str]] = {}

@@ -312,7 +312,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         stages.append(Stage("report", lambda: _report_summary(report_flow(out=out, seed=p["seed"]), paths),
                             {"seed": p["seed"], "out": out},
                             [Tab("datasets", ("created_at",)), Tab("questions"),
-                             Tab("competence_metrics", ("computed_at",))], [Tab("bias_metrics")],
+                             Tab("competence_metrics", ("computed_at",))],
+                            [Tab("bias_metrics"), Tab("background_cue", ("computed_at",))],
                             output_files=lambda s: [s["index"]] if s.get("index") else []))
     if p["train"]:
         datasets, reading = list(p["train_datasets"] or ()), bool(p["train_reading"])
@@ -514,7 +515,8 @@ def _report_summary(res: dict, paths: Paths | None = None) -> dict:
     reading_gate: no context-free figure above 35%, an AF dataset keeping 40%) and how many it leaves out."""
     out = {"out": res["out"], "index": res["index"], "n_datasets": res["n_datasets"],
            "tasks": {t: {"table": i.get("table", []), "ordering": i.get("ordering")}
-                     for t, i in res.get("tasks", {}).items()}}
+                     for t, i in res.get("tasks", {}).items()},
+           "background_cue": res.get("background_cue") or []}
     if paths is not None:
         out["reading_only"] = _reading_only(paths)
     return out

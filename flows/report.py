@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from etl.warehouse import connect
+from features.diagnostics.background_cue import format_cue
 from features.diagnostics.report import build_report, format_ordering
 from flows.params import ProbeModel
 from flows.tasks import in_flow_run, run_task
@@ -59,7 +60,7 @@ def report_flow(datasets: list[str] | None = None, out: str | None = None, seed:
     res = run_task(report_task, datasets, out, seed, model)
     if in_flow_run():           # artifacts belong to a flow run; the direct path has none to attach to
         publish_artifacts(res)
-    for line in format_ordering(res["tasks"]):
+    for line in format_ordering(res["tasks"]) + format_cue(res.get("background_cue") or []):
         print(line)
     print(f"report: {res['index']}")
     return res

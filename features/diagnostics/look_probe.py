@@ -124,7 +124,10 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
     for why in space.missing.values():
         key = why.split(":")[0]
         reasons[key] = reasons.get(key, 0) + 1
-    return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed}
+    from features.diagnostics.background_cue import background_cue
+    cue = background_cue(con, space.ids, space.mat, "look").as_row() if len(space.ids) > 1 else None
+    return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed,
+            "background_cue": cue}
 
 
 def space_probe_row(con: duckdb.DuckDBPyConnection, r: dict, space: LookSpace, seed: int, n_folds: int,
@@ -214,6 +217,9 @@ def format_table(res: dict) -> str:
     bad = ", ".join(f"{k} {v}" for k, v in sorted(res["photos_unreadable"].items()))
     lines.append(f"chance 25.0%; {res['photos']} photos read" + (f"; unreadable: {bad}" if bad else "")
                  + "; question-only models on the photos' pixel statistics, outside the encoder's space")
+    if res.get("background_cue"):
+        from features.diagnostics.background_cue import format_cue
+        lines += format_cue([res["background_cue"]])
     return "\n".join(lines)
 
 
@@ -250,23 +256,24 @@ def remap(res, lookup, space: LookSpace):
 
 
 def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed: int = 0, n_folds: int = 5,
-              workers: int | None = None, progress: bool = True) -> None:
+              workers: int | None = None, progress: bool = True) -> LookSpace | None:
     """The report's look probe: the linear model on the pixel statistics of every visual dataset of
     `rows` (bias_metrics rows of `bias.compute_bias_metrics`), written into each row as look_acc,
     look_ci_low, look_ci_high, look_test_acc (None where no photo could be read, e.g. a home whose
     image files are gone, or a text task). The probes run in `workers` spawned processes (default:
-    `probe_workers`) with one BLAS thread each, so the figures are the same whatever `workers` is."""
+    `probe_workers`) with one BLAS thread each, so the figures are the same whatever `workers` is.
+    Returns the look space it read (for the report's background cue), None without a visual dataset."""
 
     from features.diagnostics.bias import r4, resolve_dataset
     for r in rows:
         r.update(look_acc=None, look_ci_low=None, look_ci_high=None, look_test_acc=None)
     visual = [r for r in rows if r["task"] in VISUAL_TASKS]
     if not visual:
-        return
+        return None
     space = look_space(con, home, progress=progress)     # the same space as `mrqa look-probe`: the same figures
     if not space.ids:
         log.warning("look probe: no photo of the datasets could be read under %s; no look figures", home)
-        return
+        return space
     jobs = [(remap(r["_resolved"][0], r["_lookup"], space) if r.get("_resolved") and r.get("_lookup")
              else resolve_dataset(con, r["dataset_id"], space, r["task"]), space.mat, n_folds, seed) for r in visual]
     workers = probe_workers(workers, len(jobs), sum(len(job[0].qids) for job in jobs))
@@ -280,3 +287,4 @@ def look_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], home: Path, seed
             continue
         r.update(look_acc=r4(p.accuracy), look_ci_low=r4(p.ci[0]), look_ci_high=r4(p.ci[1]),
                  look_test_acc=r4(p.test_accuracy))
+    return space

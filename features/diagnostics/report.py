@@ -35,8 +35,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from features.datasets.knobs import TASKS, setting_kind
+from features.diagnostics.background_cue import report_cues, write_background_cue
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
-from features.diagnostics.look_probe import look_rows
+from features.diagnostics.look_probe import VISUAL_TASKS, look_rows
 from features.diagnostics.tree_probe import tree_rows
 from features.diagnostics.words_probe import words_rows
 
@@ -535,7 +536,31 @@ def render_figure(name: str, alt: str, axes: list[dict]) -> str:
             f"alt='{html.escape(alt)}'><figcaption>Axes: {html.escape(cap)}</figcaption></figure>")
 
 
-def render_html(tasks: dict[str, dict], header: dict | None = None, competence: list[dict] | None = None) -> str:
+def render_cue(cues: list[dict]) -> str:
+    """The background cue's section: per space, the mean cosine of the three kinds of photo pairs and the
+    kind of each photo's nearest neighbour against chance."""
+    rows = []
+    for c in cues:
+        name = c["space"] if not c.get("encoder_id") else f"{c['space']} ({short_encoder(c['encoder_id'])})"
+        row = {"space": name, "photos": c["n_photos"], "recipes": c["n_recipes"], "authors": c["n_authors"]}
+        for k, label in (("same_recipe", "same recipe"), ("same_author", "same author"),
+                         ("other_author", "other authors")):
+            cos, nn, ch = c.get(f"cos_{k}"), c.get(f"nn_{k}"), c.get(f"chance_{k}")
+            row[f"mean cosine, {label}"] = "–" if cos is None else f"{cos:.3f}"
+            row[f"nearest photo, {label} (chance)"] = ("–" if nn is None else
+                                                       f"{100 * nn:.1f}% ({100 * ch:.1f}%)")
+        rows.append(row)
+    return ("<h2 id='background-cue'>background cue: same recipe, same author, other authors</h2>"
+            "<p class='note'>How much more alike two photos are when they share a recipe (different steps) or "
+            "an author (different recipes) than when their authors differ: the mean cosine of every such pair, "
+            "and how often a photo's nearest other photo (not of its step) is of each kind, against the share "
+            "a random pick from the same photos would give. <b>look</b>: the look probe's pixel statistics; "
+            "<b>encoder</b>: the encoder's image vectors, the space the knobs and AF filter in.</p>"
+            + _html_table(rows, "cue"))
+
+
+def render_html(tasks: dict[str, dict], header: dict | None = None, competence: list[dict] | None = None,
+                cues: list[dict] | None = None) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>Meta-RecipeQA bias report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>Meta-RecipeQA bias report</h1>", render_header(header) if header else "",
@@ -557,6 +582,8 @@ def render_html(tasks: dict[str, dict], header: dict | None = None, competence: 
              "<b>Answer distance rank</b>: how often the answer is the nearest / 2nd / 3rd / farthest "
              "choice.</p>"), "<ul>"]
     parts += [f"<li><a href='#{t}'>{t}</a></li>" for t in tasks]
+    if cues:
+        parts.append("<li><a href='#background-cue'>background cue</a></li>")
     if competence:
         parts.append("<li><a href='#competence'>competence families</a></li>")
     parts.append("</ul>")
@@ -576,6 +603,8 @@ def render_html(tasks: dict[str, dict], header: dict | None = None, competence: 
             alt = {"knobs_": "knob effect plot", "adversaries_": "adversaries per setting",
                    "splits_": "accuracy per split"}.get(name.split("_")[0] + "_", "choice distance histograms")
             parts.append(render_figure(name, f"{task} {alt}", info.get("axes", {}).get(name, [])))
+    if cues:
+        parts.append(render_cue(cues))
     if competence:
         parts.append("<h2 id='competence'>competence families (R2VQ-style, open answers)</h2>")
         parts.append("<p class='note'>Exact match / token F1 (%, SQuAD normalisation) on the test split. "
@@ -623,21 +652,28 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
     from training.procs import kept_processes
     with kept_processes():          # the probes' and the plots' jobs share 2 processes instead of starting 5 pools
         tree_rows(con, metrics, lance_uri, seed)                        # the tree probe on the AF datasets
-        look_rows(con, metrics, Path(home), seed, progress=progress)    # the look probe: the photos' own pixels
+        look = look_rows(con, metrics, Path(home), seed, progress=progress)  # the look probe: the photos' pixels
         words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
-        return _store_and_render(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers)
+        # the background cue (same recipe, same author, other authors) in the look space and each encoder's
+        cues = report_cues(con, look, lance_uri, sorted({str(m["encoder_id"]) for m in metrics
+                                                         if m["task"] in VISUAL_TASKS and m.get("encoder_id")}))
+        return _store_and_render(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers,
+                                 cues)
 
 
 def _store_and_render(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: list[dict], model: str, seed: int,
                       generated_at: str | None, commit: str | None, export_dir: Path | None,
-                      plot_workers: int | None) -> dict:
-    """`build_report`'s second half: store the metrics, draw the plots, write the HTML."""
+                      plot_workers: int | None, cues: list | None = None) -> dict:
+    """`build_report`'s second half: store the metrics (and the background cue), draw the plots, write the HTML."""
     for m in metrics:
         m.pop("_resolved", None)
         m.pop("_lookup", None)
     if not metrics:
         raise LookupError("no datasets to report on; run `mrqa generate --all` first")
     write_bias_metrics(con, [{k: v for k, v in m.items() if k != "_distances"} for m in metrics])
+    cues = list(cues or [])
+    if cues:
+        write_background_cue(con, cues)
     from etl.config import Paths
     export_dir, export_note = find_export(con, Paths.from_env().exports, [m["dataset_id"] for m in metrics],
                                           export_dir)
@@ -674,10 +710,12 @@ def _store_and_render(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: li
     from features.competence.report import html_rows, stored_results
     competence = stored_results(con)
     index = out_dir / "index.html"
-    index.write_text(render_html(tasks, header, html_rows(competence)), encoding="utf-8")
+    index.write_text(render_html(tasks, header, html_rows(competence), [c.as_row() for c in cues]),
+                     encoding="utf-8")
     log.info("report: %d datasets, %d plots -> %s", len(metrics), len(images), index)
     return {"out": str(out_dir), "index": str(index), "images": [str(p) for p in images],
-            "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence}
+            "n_datasets": len(metrics), "header": header, "tasks": tasks, "competence": competence,
+            "background_cue": [c.as_row() for c in cues]}
 
 
 PLOT_PROCESSES_FROM = 20

@@ -65,7 +65,10 @@ def test_report_has_a_table_and_plots_per_task(report):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     imgs = re.findall(r"<img src='([^']+)'", page)
     assert sorted(imgs) == sorted(p.name for p in out.glob("*.png"))
-    assert page.count("<table") == 8                            # per task: the metrics and the per-split table
+    # per task: the metrics and the per-split table; and the background cue (the encoder's space: this world's
+    # photo files are not written, so the look space has none)
+    assert page.count("<table") == 9 and page.count("<table class=\"cue\"") == 1
+    assert [c["space"] for c in res["background_cue"]] == ["encoder"] and res["background_cue"][0]["n_photos"] > 0
     assert "Learned probe" in page and "learned probe, test split (95% CI)" in page
 
 
@@ -284,7 +287,7 @@ def test_report_opens_in_a_browser(report, tmp_path):
     m = re.search(r'<pre id="probe-result">(.*?)</pre>', proc.stdout, re.DOTALL)
     assert m, f"no probe result in the DOM; stderr: {proc.stderr[-2000:]}"
     result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    assert len(result["tables"]) == 8 and all(n > 0 for n in result["tables"])
+    assert len(result["tables"]) == 9 and all(n > 0 for n in result["tables"])     # 4 tasks x 2 and the cue
     n_png = len(list(report["out"].glob("*.png")))
     assert len(result["images"]) == n_png > 0
     assert len(result["figures"]) == n_png and all(a["x"] and a["y"] for f in result["figures"] for a in f)
