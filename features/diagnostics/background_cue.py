@@ -174,11 +174,16 @@ def background_cue(con: duckdb.DuckDBPyConnection, ids: list[str], mat: np.ndarr
                **figures)
 
 
-def encoder_cue(con: duckdb.DuckDBPyConnection, lance_uri: str, encoder_id: str) -> Cue | None:
-    """The cue in an encoder's image space (its vectors in the feature store, scaled to unit length);
-    None when it has no image vectors."""
-    from features.datasets.generate import read_store_vectors
-    ids, mat = read_store_vectors(lance_uri, encoder_id, "image")
+def encoder_cue(con: duckdb.DuckDBPyConnection, lance_uri: str, encoder_id: str, lookup=None) -> Cue | None:
+    """The cue in an encoder's image space (its vectors in the feature store, or those of `lookup`, a
+    bias.VectorLookup of that space the caller loaded already, scaled to unit length); None when it has no
+    image vectors."""
+    if lookup is not None:
+        ids = sorted(lookup.index, key=lookup.index.__getitem__)
+        mat = lookup.mat[[lookup.index[i] for i in ids]]
+    else:
+        from features.datasets.generate import read_store_vectors
+        ids, mat = read_store_vectors(lance_uri, encoder_id, "image")
     if len(ids) < 2:
         return None
     mat = np.asarray(mat, dtype=np.float32)
@@ -186,16 +191,18 @@ def encoder_cue(con: duckdb.DuckDBPyConnection, lance_uri: str, encoder_id: str)
     return background_cue(con, list(ids), mat / np.where(norm > 0, norm, 1.0), "encoder", encoder_id)
 
 
-def report_cues(con: duckdb.DuckDBPyConnection, look, lance_uri: str, encoder_ids: list[str]) -> list[Cue]:
+def report_cues(con: duckdb.DuckDBPyConnection, look, lance_uri: str, encoder_ids: list[str],
+                lookups: dict | None = None) -> list[Cue]:
     """The report's cues: the look space's (`look`, a look_probe.LookSpace, or None when no photo was read)
-    and each encoder's image space. A space that cannot be measured is logged and left out."""
+    and each encoder's image space (its vectors from `lookups`, encoder id -> bias.VectorLookup of its image
+    space, where the report loaded them already). A space that cannot be measured is logged and left out."""
     import time
     t0, cues = time.perf_counter(), []
     try:
         if look is not None and len(look.ids) > 1:
             cues.append(background_cue(con, look.ids, look.mat, "look"))
         for enc in encoder_ids:
-            c = encoder_cue(con, lance_uri, enc)
+            c = encoder_cue(con, lance_uri, enc, (lookups or {}).get(enc))
             if c is not None:
                 cues.append(c)
     except (ValueError, LookupError, OSError) as e:

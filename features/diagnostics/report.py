@@ -655,8 +655,9 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         look = look_rows(con, metrics, Path(home), seed, progress=progress)  # the look probe: the photos' pixels
         words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
         # the background cue (same recipe, same author, other authors) in the look space and each encoder's
-        cues = report_cues(con, look, lance_uri, sorted({str(m["encoder_id"]) for m in metrics
-                                                         if m["task"] in VISUAL_TASKS and m.get("encoder_id")}))
+        visual = [m for m in metrics if m["task"] in VISUAL_TASKS and m.get("encoder_id")]
+        cues = report_cues(con, look, lance_uri, sorted({str(m["encoder_id"]) for m in visual}),
+                           {str(m["encoder_id"]): m["_lookup"] for m in visual if m.get("_lookup") is not None})
         return _store_and_render(con, out_dir, metrics, model, seed, generated_at, commit, export_dir, plot_workers,
                                  cues)
 
