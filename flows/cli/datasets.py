@@ -219,7 +219,8 @@ def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", 
                model: Probe = typer.Option(Probe.logreg, "--probe", help="Distance probe classifier."),
                wait: float = wait_option()):
     """Bias report: Hasty Student, distance probe and overlap per dataset, as HTML + PNG plots,
-    DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy."""
+    DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy, and the
+    background cue of the photos (same recipe, same author, other authors; DuckDB background_cue)."""
     from etl.config import Paths
     from etl.warehouse import connect
     from features.diagnostics.bias import list_datasets

@@ -155,7 +155,7 @@ def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help
     colour histogram and the colours of the frame of every photo, a linear model and gradient-boosted
     trees, each question scored by models that never saw its recipe. The knobs and AF filter in the
     encoder's space; this says what a model that looks at the photos themselves reads without the
-    recipe. Read-only."""
+    recipe, and how alike photos of one recipe or one author are (the background cue). Read-only."""
     from features.diagnostics import look_probe as lp
     _probe(dataset, adversarial_only, seed, as_json, "('visual_cloze', 'visual_coherence', 'visual_ordering')",
            "visual datasets", lambda con, home, names: lp.look_probe_rows(con, home, names, seed=seed,
