@@ -69,16 +69,17 @@ def _codes(values: list) -> np.ndarray:
     return np.array([index.get(v, -1) for v in values], dtype=np.int64)
 
 
-def _pair_sum(mat: np.ndarray, group: np.ndarray) -> tuple[float, int]:
-    """Sum of the cosines of every unordered pair of rows within each group (rows are unit vectors), and the
-    number of such pairs: per group (|sum of rows|^2 - sum of |row|^2) / 2, in float64."""
+def _pair_sum(m64: np.ndarray, group: np.ndarray) -> tuple[float, int]:
+    """Half the sum over the groups of |sum of the group's rows|^2, and the number of unordered pairs within
+    the groups. For unit rows that is the sum of the cosines of those pairs plus half the rows' own |row|^2,
+    so the difference of two groupings of the same rows is exactly the cosine sum of the pairs one holds and
+    the other does not (`pair_means`). `m64`: the rows in float64."""
     if len(group) == 0:
         return 0.0, 0
     _, inv, counts = np.unique(group, return_inverse=True, return_counts=True)
-    sums = np.zeros((len(counts), mat.shape[1]), np.float64)
-    np.add.at(sums, inv, mat.astype(np.float64))
-    sq = float((mat.astype(np.float64) ** 2).sum())
-    return (float((sums ** 2).sum()) - sq) / 2.0, int((counts * (counts - 1) // 2).sum())
+    sums = np.zeros((len(counts), m64.shape[1]), np.float64)
+    np.add.at(sums, inv, m64)
+    return float((sums ** 2).sum()) / 2.0, int((counts * (counts - 1) // 2).sum())
 
 
 def _sizes(codes: np.ndarray) -> np.ndarray:
@@ -94,12 +95,12 @@ def _mean(total: float, pairs: int) -> float | None:
 def pair_means(mat: np.ndarray, recipe: np.ndarray, author: np.ndarray, step: np.ndarray) -> dict[str, float | None]:
     """cos_same_recipe, cos_same_author, cos_other_author (see the module's doc): `recipe`, `author` and
     `step` are integer codes per row (author -1: unknown; `step` unique per (recipe, step))."""
-    mat = np.asarray(mat)
-    rec, rec_n = _pair_sum(mat, recipe)
-    stp, stp_n = _pair_sum(mat, step)
+    m64 = np.asarray(mat, dtype=np.float64)            # one float64 copy for every grouping below
+    rec, rec_n = _pair_sum(m64, recipe)
+    stp, stp_n = _pair_sum(m64, step)
     out = {"cos_same_recipe": _mean(rec - stp, rec_n - stp_n)}
     known = author >= 0
-    m = mat[known]
+    m = m64[known]
     auth, auth_n = _pair_sum(m, author[known])
     rec_k, rec_k_n = _pair_sum(m, recipe[known])
     every, every_n = _pair_sum(m, np.zeros(int(known.sum()), np.int64))
