@@ -22,14 +22,17 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(BIN)/mrqa demo $(DEMO_ARGS)
 
+# Tests run in pytest-xdist worker processes, one per core and at most 4 (`make test TEST_WORKERS=0`: all
+# in one process, in file order). Each worker has its own Prefect and MRQA homes (tests/conftest.py).
+TEST_WORKERS ?= auto
 test: venv
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
 
 test-slow: venv
-	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m slow -n $(TEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)
 
 # Every benchmark prints its figure and a ratio against the obvious alternative (docs/results.md, "Measured figures").
 BENCHES ?= parse import sample crawl clean decode embed encoder-train ann knn generate
