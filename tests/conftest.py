@@ -22,14 +22,11 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # `make test` runs the tests in pytest-xdist workers: each worker gets its own Prefect and MRQA homes
 # below the ones the caller set (CI sets one of each), so two workers never share a database or a lock.
 # The caller's homes are recorded before the workers start (they inherit the record; tests/test_workers.py).
-for _var in ("PREFECT_HOME", "MRQA_HOME"):
-    if os.environ.get(_var):
-        os.environ.setdefault(f"MRQA_TESTS_CALLER_{_var}", os.environ[_var])
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-if _WORKER:
-    for _var in ("PREFECT_HOME", "MRQA_HOME"):
-        if os.environ.get(f"MRQA_TESTS_CALLER_{_var}"):
-            os.environ[_var] = str(Path(os.environ[f"MRQA_TESTS_CALLER_{_var}"]) / _WORKER)
+for _var in ("PREFECT_HOME", "MRQA_HOME"):
+    _caller = os.environ.setdefault(f"MRQA_TESTS_CALLER_{_var}", os.environ.get(_var, ""))
+    if _WORKER and _caller:
+        os.environ[_var] = str(Path(_caller) / _WORKER)
 
 
 @pytest.fixture
