@@ -31,7 +31,7 @@ def test_kept_processes_serve_every_later_call_and_end_with_the_block():
         kept = first | _pids(spawn_map(pid, jobs, 2), jobs)
         assert len(kept) <= 2                              # the same processes, none started anew
         assert all(_alive(p) for p in kept)                # kept after their call, not ended with it
-        fold_jobs = {p for part in spawn_shares(pid, jobs, 2) for p in [part[1]]}
+        fold_jobs = _pids(spawn_shares(pid, jobs, 2), jobs)
         assert not fold_jobs & kept                        # fold jobs always start processes of their own
     assert not any(_alive(p) for p in kept)
     outside = [_pids(spawn_map(pid, jobs, 2), jobs) for _ in range(2)]
