@@ -212,7 +212,7 @@ def question_rows(records: Iterable[RecipeQARecord]) -> list[dict]:
             "answer": rec["answer"], "question_step_ids": _question_steps(rec),
             "provenance": json.dumps({
                 "source": SOURCE, "file": Path(r.file).name, "index": r.index,
-                **{k: rec[k] for k in OPTIONAL_KEYS if k in rec}}, sort_keys=True),
+                **{k: rec[k] for k in (*OPTIONAL_KEYS, "original_split") if k in rec}}, sort_keys=True),
         })
     return rows
 
@@ -443,16 +443,49 @@ def _register_dataset(con, task: str, now) -> None:
                 [did, task, PRESET, PRESET, json.dumps({"source": SOURCE}), now, n_q, n_r, sha])
 
 
+def parse_resplit(text: str) -> tuple[float, float, float]:
+    """`--resplit` "0.6,0.2,0.2": the train, val and test shares (three numbers >= 0 summing to 1)."""
+    try:
+        shares = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        shares = ()
+    if len(shares) != 3 or any(not 0 <= x <= 1 for x in shares) or abs(sum(shares) - 1) > 1e-9:
+        raise ValueError(f"--resplit takes the train, val and test shares, three numbers >= 0 that sum to 1 "
+                         f"(e.g. 0.6,0.2,0.2); got {text!r}")
+    return shares    # type: ignore[return-value]
+
+
+def split_of_recipe(recipe_id: str, shares: tuple[float, float, float]) -> str:
+    """The split `--resplit` gives a recipe: a fixed hash of its id against the cumulative shares, so a
+    recipe's split depends on its id alone (not on the file, the record order or the other recipes)."""
+    u = int(hashlib.sha256(f"mrqa-resplit:{recipe_id}".encode()).hexdigest()[:15], 16) / 16 ** 15
+    return "train" if u < shares[0] else "val" if u < shares[0] + shares[1] else "test"
+
+
+def resplit_records(records: list[RecipeQARecord], shares: tuple[float, float, float]) -> list[RecipeQARecord]:
+    """The records with every recipe (and so its original questions) in the split `split_of_recipe` gives
+    it; the file's split is kept as `original_split` in the questions' provenance. For a corpus whose
+    records all come from one split (RecipeQA's validation file alone), which no model can train on."""
+    return [RecipeQARecord(r.file, r.index, {**r.raw, "split": split_of_recipe(r.raw["recipe_id"], shares),
+                                             "original_split": r.raw["split"]}) for r in records]
+
+
 def import_recipeqa(con: duckdb.DuckDBPyConnection, files: Sequence[str | os.PathLike],
                     images_dir: Path | None = None, home: Path | None = None,
-                    method: str = "arrow", replace: bool = False) -> dict:
+                    method: str = "arrow", replace: bool = False,
+                    resplit: tuple[float, float, float] | None = None) -> dict:
     """Validate all files, then load them in one transaction. The plain function behind the flow.
-    `replace`: see load_recipeqa."""
+    `replace`: see load_recipeqa. `resplit`: (train, val, test) shares that replace the files' splits
+    (`resplit_records`)."""
     if images_dir is not None and not Path(images_dir).is_dir():
         what = "is a file, not a folder" if Path(images_dir).exists() else "does not exist"
         raise RecipeQAFormatError(f"{images_dir}: images directory {what}")
     records = read_recipeqa(files)
+    if resplit is not None:
+        records = resplit_records(records, resplit)
     summary = load_recipeqa(con, records, images_dir, home, method, replace=replace)
+    if resplit is not None:
+        summary["resplit"] = dict(zip(("train", "val", "test"), resplit))
     log.info("recipeqa: %d records -> %d recipes, %d steps, %d images %s, %d questions",
              summary["records"], summary["recipes"], summary["steps"], summary["images"],
              summary["images_by_status"], summary["questions"])

@@ -109,14 +109,20 @@ def run_embed(encoder_id: str | None = None, train_if_missing: bool = True, k: i
             encoder = load_encoder(con, encoder_id, device=device, paths=paths)
             cfg = EmbedConfig(batch_size=batch_size, num_workers=num_workers, decode=decode)
             summary = {"encoder_id": encoder_id, "device": str(encoder.device)}
-            if address:
+            text_only = getattr(encoder, "kind", None) == "words"
+            if text_only:        # no image tower: step texts only, and no image neighbours
+                summary.update(images_encoded=0, vectors_deleted=0,
+                               images="none: a words encoder has no image tower")
+            elif address:
                 summary.update(embed_images_distributed(con, store, paths, encoder_id, cfg, address, device,
                                                          prefect=tasks))
             else:
                 summary.update(call(embed_images_task, con, store, encoder, paths, cfg))
             summary.update(call(embed_texts_task, con, store, encoder))
             summary["indexes"] = call(index_task, store, encoder_id)
-            if summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
+            if text_only:
+                summary["neighbours"] = "none: a words encoder has no image vectors (text neighbours: generate)"
+            elif summary["images_encoded"] or summary["vectors_deleted"] or not con.execute(
                     "SELECT count(*) FROM neighbours WHERE encoder_id = ?", [encoder_id]).fetchall()[0][0]:
                 summary["neighbours"] = call(neighbours_task, con, store, encoder_id, k, neighbour_method)
             else:

@@ -59,12 +59,32 @@ def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, enc
     con = connect(paths)
     register = register_dataset_task if in_flow_run() else register_dataset
     try:
+        settings = text_only_settings(con, encoder_id or default_encoder(con), settings)
         if k_requested:
             check_neighbour_k(con, encoder_id or default_encoder(con), settings)
         return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance,
                                  register=register, af_pooled_drop=tuple(af_pooled_drop))
     finally:
         con.close()
+
+
+def text_only_settings(con, encoder_id: str | None, settings: list[tuple[str, KnobParams]]
+                       ) -> list[tuple[str, KnobParams]]:
+    """`settings` as an encoder can make them: a words encoder (text only, no image vectors) makes the
+    textual cloze settings only; the visual ones are left out with a warning, or refused when nothing is
+    left (ValueError naming the ways out)."""
+    if encoder_id is None or not con.execute("SELECT count(*) FROM encoders WHERE encoder_id = ? AND kind = 'words'",
+                                             [encoder_id]).fetchall()[0][0]:
+        return settings
+    keep = [(t, p) for t, p in settings if t == "textual_cloze"]
+    if not keep:
+        raise ValueError(f"encoder {encoder_id} is a words encoder (text only, no image vectors): only textual cloze "
+                         "is made in its space; for the visual tasks embed photos with another encoder "
+                         "(`mrqa encoder train`, or `mrqa encoder add --pretrained ...`) and pass --encoder")
+    if len(keep) < len(settings):
+        log.warning("generate: encoder %s is a words encoder (text only): its %d textual cloze setting(s) are made, "
+                    "the %d visual one(s) left out", encoder_id, len(keep), len(settings) - len(keep))
+    return keep
 
 
 @task(name="question-only-probe", cache_policy=NO_CACHE)

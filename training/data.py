@@ -287,6 +287,22 @@ def _step_image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str |
     return out
 
 
+def _textual_context(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
+    """What textual cloze's readers read, keyed by (recipe_id, step_idx), and its name: each step's photos
+    ("images", RecipeQA's textual cloze), or, for an encoder with no image vectors at all (the words
+    encoder of a home without photos, features/embed/words_encoder.py), each step's body text ("bodies":
+    the recipe's instructions, in the space of the titles the question shows)."""
+    try:
+        return _step_image_vectors(con, export_dir, encoder_id, lance_uri), "images"
+    except DatasetError:
+        tvec, source = _text_vectors(con, export_dir, encoder_id, lance_uri)
+        if not source.endswith(":body"):
+            raise
+        log.info("textual cloze: encoder %s has no image vectors; the readers read the step bodies (%s)",
+                 encoder_id, source)
+        return tvec, "bodies"
+
+
 def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
     """Step-text vectors keyed by (recipe_id, step_idx), and where they came from: the step bodies of
     the export (`mrqa export --with-vectors`, "export:body"), else of the feature store ("store:body";
@@ -394,15 +410,15 @@ def load_qa_dataset(export_dir: Path | str, dataset_id: str, text_features: str 
     n_steps = [min(len(steps[rid]), max_steps) for rid in used]
     s_max = max(n_steps)
     text_source = "tokens"
-    if textual:                       # the context: each step's photos
-        svec = _step_image_vectors(con, export_dir, encoder_id, lance_uri)
+    if textual:                       # the context: each step's photos (a text-only encoder: its bodies)
+        svec, text_source = _textual_context(con, export_dir, encoder_id, lance_uri)
         ctx = torch.zeros(len(used), s_max, len(next(iter(svec.values()))))
         for rid in used:
             for s, (idx, _, _) in enumerate(steps[rid][:max_steps]):
                 v = svec.get((rid, idx))
                 if v is not None:
-                    ctx[rrow[rid], s] = torch.from_numpy(v)
-        vocab, text_source = None, "images"
+                    ctx[rrow[rid], s] = torch.from_numpy(np.array(v, dtype=np.float32))
+        vocab = None
     elif text_features == "tokens":
         if vocab is None:
             vocab = build_vocab([f"{t} {b}" for rid, st in steps.items() if split_of[rid] == "train"

@@ -527,9 +527,16 @@ def _check_vectors(con, dataset_ids: list[str], lance_uri: str | None) -> None:
     for (enc,) in con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id) "
                               "AND encoder_id IS NOT NULL ORDER BY 1", [list(dataset_ids)]).fetchall():
         for base, what in ((IMAGE_TABLE, "image vectors"), (TEXT_TABLE, "step-text vectors")):
+            if base == IMAGE_TABLE and enc in _text_only(con):
+                continue                # a words encoder has no image tower
             if store.find_table(base, enc) is None:
                 raise LookupError(f"--with-vectors: no {what} of encoder {enc} in {store.uri}: run `mrqa embed` "
                                   "(or check --home), or export without vectors")
+
+
+def _text_only(con) -> set[str]:
+    """The encoders with no image tower (kind `words`, features/embed/words_encoder.py)."""
+    return {r[0] for r in con.execute("SELECT encoder_id FROM encoders WHERE kind = 'words'").fetchall()}
 
 
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
@@ -552,6 +559,8 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
                         ("text_vectors", lambda e: _text_fields(store, e))):
         parts = []
         for enc in encs:
+            if kind == "image_vectors" and enc in _text_only(con):
+                continue
             ids, mat = fetch(enc)
             if not len(ids):            # --with-vectors promised them: never an export without, silently
                 raise LookupError(f"--with-vectors: no {kind.replace('_', ' ')} of encoder {enc} in "

@@ -334,9 +334,15 @@ def dataset_overlap(con: duckdb.DuckDBPyConnection, dataset_id: str) -> tuple[fl
     return recipe_overlap(qs, n_steps)
 
 
-def _latest_encoder(con) -> str | None:
+def _latest_encoder(con, task: str = "textual_cloze") -> str | None:
+    """The encoder a dataset without one (RecipeQA's own questions) is measured in: the latest registered,
+    for a visual task the latest with an image tower (not a words encoder); None when there is none."""
     from features.embed.encoders import latest_encoder_id
-    return latest_encoder_id(con)
+    if task == "textual_cloze":
+        return latest_encoder_id(con)
+    rows = con.execute("SELECT encoder_id FROM encoders WHERE kind <> 'words' "
+                       "ORDER BY created_at DESC, encoder_id DESC LIMIT 1").fetchall()
+    return rows[0][0] if rows else None
 
 
 def list_datasets(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None) -> list[dict]:
@@ -450,7 +456,7 @@ def compute_bias_metrics(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] 
         futures = []
         for d in datasets:                          # DuckDB reads here; each dataset's probes start
             task = d["task"]                        # while the next one loads
-            enc = d["encoder_id"] or _latest_encoder(con)
+            enc = d["encoder_id"] or _latest_encoder(con, task)
             space = "title" if task == "textual_cloze" else "image"
             row = {"dataset_id": d["dataset_id"], "task": task, "knobs": knobs_label(d),
                    "knob1": d["knob1"], "knob2": d["knob2"], "knob3": d["knob3"], "k3_mode": d["k3_mode"],
@@ -564,7 +570,7 @@ def learned_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], l
     lookups: dict[tuple[str, str], VectorLookup] = {}
     out = {}
     for d in list_datasets(con, dataset_ids):
-        enc = d["encoder_id"] or _latest_encoder(con)
+        enc = d["encoder_id"] or _latest_encoder(con, d["task"])
         qo = None
         if enc is not None:
             key = (enc, "title" if d["task"] == "textual_cloze" else "image")

@@ -31,7 +31,6 @@ distractor and never an answer (docs/results.md, "The words probe")."""
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 
 import duckdb
@@ -39,19 +38,15 @@ import numpy as np
 
 from features.diagnostics.bias import TITLE_SUFFIX  # the item ids textual cloze questions resolve to
 from features.diagnostics.look_probe import LookSpace
+from features.embed.words_encoder import terms  # the titles' terms (words and word pairs)
 
 log = logging.getLogger(__name__)
 
 COMPONENTS = 64                # principal axes of the titles' TF-IDF the probes read
 MAX_TERMS = 4096               # the most frequent terms kept (the covariance is MAX_TERMS x MAX_TERMS)
 MIN_TITLES = 2                 # a term in fewer titles carries nothing across recipes
-WORD = re.compile(r"[a-z0-9]+")
 
 
-def terms(title: str) -> list[str]:
-    """The lower-cased words of a title and its word pairs (`bake`, `the cake`)."""
-    words = WORD.findall(title.lower())
-    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
 
 
 def vocabulary(docs: list[list[str]], min_titles: int = MIN_TITLES, max_terms: int = MAX_TERMS) -> dict[str, int]:

@@ -4,12 +4,14 @@ An encoder is an open_clip model (image tower + text tower) plus its preprocessi
 `<model_name>-<weights sha256[:12]>-<preprocess sha256[:8]>`, so two feature spaces never share an
 id: other weights or another preprocessing (image size, mean/std, resize mode) give another id.
 
-Two kinds are registered in the DuckDB `encoders` table (sql/schema/050_encoders.sql):
+Three kinds are registered in the DuckDB `encoders` table (sql/schema/050_encoders.sql):
 - `trained`: the default, our small `mrqa-tiny-clip` architecture (features/embed/mrqa-tiny-clip.json,
   registered with `open_clip.add_model_config`) trained by features/embed/train_encoder.py on the train
   split's (step image, step text) pairs;
 - `pretrained`: any open_clip architecture with real weights from a local file or a pretrained tag
-  (tags resolve through the Hugging Face cache; `HF_HUB_OFFLINE=1` makes a missing tag fail at once).
+  (tags resolve through the Hugging Face cache; `HF_HUB_OFFLINE=1` makes a missing tag fail at once);
+- `words`: a text-only encoder, the principal axes of the train split's step texts' TF-IDF
+  (features/embed/words_encoder.py), for homes without photos; no image tower.
 """
 from __future__ import annotations
 
@@ -28,17 +30,18 @@ import numpy as np
 import torch
 
 from etl.config import Paths
-from etl.warehouse import utcnow
 from features.embed.decode import split_preprocess, to_model_input
+from features.embed.registry import (
+    EncoderUnavailable,
+    _store_path,
+    make_encoder_id,
+    register_encoder,
+)
 
 log = logging.getLogger(__name__)
 
 TINY_MODEL = "mrqa-tiny-clip"
 TINY_CONFIG = Path(__file__).with_name(f"{TINY_MODEL}.json")
-
-
-class EncoderUnavailable(RuntimeError):
-    """The encoder (or its weights) cannot be loaded; the message says what to do."""
 
 
 def register_tiny_config() -> None:
@@ -68,20 +71,6 @@ def preprocess_sha256(model: torch.nn.Module) -> str:
     from open_clip.model import get_model_preprocess_cfg
     cfg = get_model_preprocess_cfg(model)
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def make_encoder_id(model_name: str, weights_sha: str, preprocess_sha: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "-." else "-" for c in model_name)
-    return f"{safe}-{weights_sha[:12]}-{preprocess_sha[:8]}"
-
-
-def _store_path(path: Path, paths: Paths) -> str:
-    """Relative to MRQA_HOME when inside it, absolute otherwise."""
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(paths.home))
-    except ValueError:
-        return str(path)
 
 
 def _resolve_path(stored: str, paths: Paths) -> Path:
@@ -159,18 +148,6 @@ def embed_dim(model: torch.nn.Module) -> int:
 
 # ----------------------------------------------------------------------------- registry
 
-def register_encoder(con: duckdb.DuckDBPyConnection, row: dict) -> str:
-    row = dict(row)
-    for k in ("config", "metrics"):
-        if not isinstance(row.get(k), (str, type(None))):
-            row[k] = json.dumps(row[k], sort_keys=True)
-    row.setdefault("created_at", utcnow())
-    cols = list(row)
-    con.execute(f"INSERT OR REPLACE INTO encoders ({', '.join(cols)}) "
-                f"VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols])
-    return row["encoder_id"]
-
-
 def list_encoders(con: duckdb.DuckDBPyConnection) -> list[dict]:
     rel = con.sql("SELECT * FROM encoders ORDER BY created_at, encoder_id")
     rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
@@ -206,6 +183,9 @@ def load_encoder(con: duckdb.DuckDBPyConnection, encoder_id: str | None = None,
     ckpt = _resolve_path(row["checkpoint_path"], paths)
     if not ckpt.is_file():
         raise EncoderUnavailable(f"weights of encoder {encoder_id} not found at {ckpt}")
+    if row["kind"] == "words":
+        from features.embed.words_encoder import WordsEncoder
+        return WordsEncoder.load(encoder_id, ckpt.parent)
     dev = pick_device(device)
     model, preprocess, tokenizer = build_model(row["model_name"], str(ckpt), dev,
                                                row["config"].get("image_size"))

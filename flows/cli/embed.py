@@ -69,6 +69,28 @@ def encoder_train_cmd(
     echo_json(res)
 
 
+@encoder_app.command("words")
+def encoder_words_cmd(
+        dim: int = typer.Option(128, "--dim", min=1, help="Principal axes kept (fewer when the vocabulary "
+                                "is smaller)."),
+        max_terms: int = typer.Option(4096, "--max-terms", min=2, help="Terms kept, those in most texts "
+                                      "(the covariance is max-terms x max-terms)."),
+        min_docs: int = typer.Option(2, "--min-docs", min=1, help="A term must be in at least this many texts."),
+        split: str = typer.Option("train", "--split", help="The split whose step titles and bodies it is fitted on."),
+        wait: float = wait_option()):
+    """Fit the words encoder (text only, no photos or weights needed): the principal axes of the split's
+    step titles' and bodies' TF-IDF. Prints its encoder_id and title-to-body retrieval; then `mrqa embed
+    --encoder ID` and `mrqa generate --task textual_cloze ... --encoder ID`."""
+    from etl.warehouse import connect
+    from features.embed.words_encoder import WordsConfig, WordsDataError, fit_words_encoder
+    try:
+        res = fit_words_encoder(connect(), cfg=WordsConfig(dim=dim, max_terms=max_terms, min_docs=min_docs,
+                                                           split=split))
+    except WordsDataError as e:
+        fail(str(e))
+    echo_json(res)
+
+
 @encoder_app.command("add")
 def encoder_add_cmd(
         clip_model: str = typer.Option("ViT-B-32", "--clip-model", help="open_clip architecture name."),

@@ -229,9 +229,16 @@ def ingest_recipeqa_cmd(
         replace: bool = typer.Option(False, "--replace", help="Known recipes become exactly what these "
                                      "files say: their steps and images missing here are deleted "
                                      "(default: kept, and counted under 'kept')."),
+        resplit: Optional[str] = typer.Option(None, "--resplit", metavar="TRAIN,VAL,TEST", help="Put each recipe "
+                                              "in a split by a hash of its id, with these shares (e.g. 0.6,0.2,0.2), "
+                                              "instead of the files' split (one file alone: nothing to train on)."),
         wait: float = wait_option()):
     """Import RecipeQA files: recipes, steps, images and the original questions (datasets recipeqa-original-<task>)."""
-    from etl.recipeqa import RecipeQAFormatError, read_recipeqa
+    from etl.recipeqa import RecipeQAFormatError, parse_resplit, read_recipeqa
+    try:
+        shares = parse_resplit(resplit) if resplit is not None else None
+    except ValueError as e:
+        fail(str(e))
     if images is not None and not images.is_dir():
         fail(f"--images {images}: " + ("a file, not a folder" if images.exists() else "no such folder")
              + "; nothing was loaded")
@@ -241,7 +248,7 @@ def ingest_recipeqa_cmd(
         fail(f"{e}. Nothing was loaded; fix or remove that record and run again.")
     from flows.import_recipeqa import import_recipeqa_flow
     summary = run_flow(import_recipeqa_flow, [str(f) for f in files], str(images) if images else None, method.value,
-                                   raise_on_error=False, replace=replace)
+                                   raise_on_error=False, replace=replace, resplit=shares)
     if "error" in summary:
         fail(f"{summary['error']}. Nothing was loaded; fix or remove that record and run again.")
     echo_json(summary)

@@ -166,3 +166,44 @@ def test_sample_kitchen_records_are_valid_recipeqa_and_load():
     assert c.execute("SELECT count(*) FROM recipes").fetchone()[0] == 30
     assert c.execute("SELECT count(*) FROM questions").fetchone()[0] == 30
     c.close()
+
+
+def test_resplit_puts_each_recipe_in_a_split_by_its_id_alone(tmp_path, paths):
+    """`--resplit`: a file of one split (RecipeQA's validation file alone) becomes train, val and test by a
+    hash of each recipe id: the same split whatever the file's order, each original question in its
+    recipe's split with the file's kept as `original_split`, the shares honoured; bad shares refused in one
+    line before anything is loaded."""
+    from typer.testing import CliRunner
+
+    from etl.recipeqa import load_recipeqa, parse_resplit, resplit_records, sample_kitchen_records, split_of_recipe
+    from etl.warehouse import connect
+    from flows.cli import app
+    recs = synthesise_records(sample_kitchen_records(12, seed=5), 400)
+    assert {r.raw["split"] for r in recs} == {"val"}
+    shares = parse_resplit("0.6,0.2,0.2")
+    out = resplit_records(recs, shares)
+    again = {r.raw["recipe_id"]: r.raw["split"] for r in resplit_records(recs[::-1], shares)}
+    assert {r.raw["recipe_id"]: r.raw["split"] for r in out} == again
+    counts = {s: sum(r.raw["split"] == s for r in out) for s in ("train", "val", "test")}
+    assert 200 <= counts["train"] <= 280 and 55 <= counts["val"] <= 105 and 55 <= counts["test"] <= 105, counts
+    c = connect(database=":memory:")
+    load_recipeqa(c, out, method="arrow")
+    rows = c.execute("SELECT r.recipe_id, r.split, q.split, json_extract_string(q.provenance, '$.original_split') "
+                     "FROM recipes r JOIN questions q USING (recipe_id)").fetchall()
+    assert len(rows) == 400
+    assert all(rs == qs == split_of_recipe(rid, shares) and orig == "val" for rid, rs, qs, orig in rows)
+    c.close()
+    for bad in ("0.6,0.2", "0.6,0.3,0.3", "a,b,c", "1.2,-0.1,-0.1"):
+        with pytest.raises(ValueError, match="--resplit"):
+            parse_resplit(bad)
+    f = tmp_path / "val.json"
+    f.write_text(json.dumps({"data": [r.raw for r in recs[:3]]}))
+    res = CliRunner().invoke(app, ["--no-prefect", "ingest", "recipeqa", str(f), "--resplit", "0.5,0.5"])
+    assert res.exit_code == 2 and "--resplit" in res.output and "Traceback" not in res.output
+    assert not (paths.home / "warehouse.duckdb").exists() or connect(paths).execute(
+        "SELECT count(*) FROM recipes").fetchone()[0] == 0
+    res = CliRunner().invoke(app, ["--no-prefect", "ingest", "recipeqa", str(f), "--resplit", "1,0,0"])
+    assert res.exit_code == 0, res.output
+    con = connect(paths)
+    assert {s for s, in con.execute("SELECT DISTINCT split FROM recipes").fetchall()} == {"train"}
+    con.close()

@@ -1,0 +1,147 @@
+"""The words encoder (text only) and a home without photos end to end: fit, embed, generate, export, read.
+
+The corpus plants what a reader needs: each step's title names an action on an ingredient ("Whisk the
+eggs") and its body says it with other words around them, and no two steps of a recipe share the action
+or the ingredient, so a title is tied to its own body by their words alone."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from etl.load import load_recipe
+from etl.records import RecipeRecord, StepRecord
+
+VERBS = {"whisk": "bowl", "chop": "knife", "bake": "oven", "fry": "pan", "boil": "pot", "knead": "board",
+         "grate": "grater", "roast": "tray", "slice": "blade", "steam": "basket"}
+THINGS = ("eggs", "onions", "dough", "potatoes", "carrots", "chicken", "cheese", "rice", "apples", "garlic")
+FILLER = ("gently", "slowly", "carefully", "well", "briefly", "evenly", "thoroughly", "lightly")
+SPLITS = ("train",) * 6 + ("val", "val", "test", "test")
+
+
+def load_text_only_recipes(con, n_recipes: int = 60, steps: int = 6, seed: int = 0) -> None:
+    """`n_recipes` recipes with titled steps and no photos (as RecipeQA imported without --images)."""
+    rng = np.random.default_rng(seed)
+    verbs = list(VERBS)
+    for r in range(n_recipes):
+        vs = rng.permutation(len(verbs))[:steps]
+        ts = rng.permutation(len(THINGS))[:steps]
+        body_steps = [StepRecord(0, "Intro", "A dish for a weeknight supper with family and friends.")]
+        for s, (v, t) in enumerate(zip(vs, ts), start=1):
+            verb, thing = verbs[v], THINGS[t]
+            fill = FILLER[int(rng.integers(len(FILLER)))]
+            body_steps.append(StepRecord(s, f"{verb.capitalize()} the {thing}",
+                                         f"Use the {VERBS[verb]} to {verb} the {thing} {fill}, "
+                                         f"about {int(rng.integers(2, 9))} minutes, then set the {thing} aside."))
+        rid = f"Text-Recipe-{r}"
+        load_recipe(con, RecipeRecord(rid, f"https://example.test/{rid}/", f"Text recipe {r}", category="cooking",
+                                      steps=body_steps), source="recipeqa", split=SPLITS[r % len(SPLITS)])
+
+
+@pytest.fixture
+def text_home(paths, con):
+    from flows.cli import app
+    load_text_only_recipes(con)
+    con.close()
+    res = CliRunner().invoke(app, ["--no-prefect", "clean", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    return paths
+
+
+def test_words_encoder_ties_each_title_to_its_body_and_is_deterministic(text_home):
+    from etl.warehouse import connect
+    from features.embed.encoders import EncoderUnavailable, load_encoder
+    from features.embed.words_encoder import WordsConfig, WordsEncoder, fit_words_encoder
+    con = connect(text_home)
+    try:
+        first = fit_words_encoder(con, text_home, WordsConfig(dim=16))
+        m = first["metrics"]
+        assert m["eval_split"] == "val" and m["n_title_body_pairs"] == 12 * 7
+        # the planted link: a title finds its own body among its recipe's 7 steps (chance ~0.14)
+        assert m["title_body_in_recipe_r@1"] >= 0.9 > 3 * m["chance_in_recipe_r@1"]
+        assert m["title_body_r@10"] > 3 * m["chance_title_body_r@10"]
+        enc = load_encoder(con, first["encoder_id"], paths=text_home)
+        assert isinstance(enc, WordsEncoder) and enc.dim == 16
+        texts = ["Whisk the eggs", "Use the bowl to whisk the eggs gently", "no known word here", ""]
+        v = enc.encode_texts(texts)
+        assert v.shape == (4, 16) and v.dtype == np.float32
+        assert np.allclose(np.linalg.norm(v[:3], axis=1), 1.0, atol=1e-5)
+        with pytest.raises(EncoderUnavailable, match="no image tower"):
+            enc.encode_image_tensors(None)
+        # fitted again on the same texts: the same id and the same vectors, byte for byte
+        again = fit_words_encoder(con, text_home, WordsConfig(dim=16))
+        assert again["encoder_id"] == first["encoder_id"]
+        assert load_encoder(con, again["encoder_id"], paths=text_home).encode_texts(texts).tobytes() == v.tobytes()
+        # another config is another encoder
+        assert fit_words_encoder(con, text_home, WordsConfig(dim=8))["encoder_id"] != first["encoder_id"]
+        row = con.execute("SELECT kind, dim, train_split FROM encoders WHERE encoder_id = ?",
+                          [first["encoder_id"]]).fetchall()
+        assert row == [("words", 16, "train")]
+    finally:
+        con.close()
+
+
+def test_words_encoder_refuses_a_split_without_text(text_home):
+    from flows.cli import app
+    res = CliRunner().invoke(app, ["--no-prefect", "encoder", "words", "--split", "nosuch"])
+    assert res.exit_code != 0
+    assert "0 such text(s)" in res.output and "--split" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["--no-prefect", "encoder", "words", "--dim", "0"])
+    assert res.exit_code != 0 and "--dim" in res.output
+
+
+def test_a_home_without_photos_makes_textual_cloze_that_readers_read_from_the_bodies(text_home, tmp_path):
+    """embed writes step-text vectors only; generate --all makes the textual cloze settings and leaves the
+    visual ones out (a visual setting alone is refused in one line); the export carries no image vectors;
+    the trainer's textual cloze reads each step's body vector where a home with photos reads its photos."""
+    from etl.warehouse import connect
+    from features.vectors.store import FeatureStore
+    from flows.cli import app
+    run = CliRunner()
+    res = run.invoke(app, ["--no-prefect", "encoder", "words", "--dim", "16"])
+    assert res.exit_code == 0, res.output
+    enc = json.loads(res.output)["encoder_id"]
+    res = run.invoke(app, ["--no-prefect", "embed", "--encoder", enc])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["images_encoded"] == 0 and out["texts_encoded"] == 60 * 7 * 2
+    assert out["neighbours"].startswith("none")
+    store = FeatureStore(text_home.lance)
+    assert store.find_table("image_vectors", enc) is None
+
+    res = run.invoke(app, ["--no-prefect", "generate", "--task", "visual_cloze", "--knobs", "0-1-0", "--encoder", enc])
+    assert res.exit_code != 0 and "words encoder" in res.output and "Traceback" not in res.output
+    res = run.invoke(app, ["--no-prefect", "generate", "--all", "--encoder", enc])
+    assert res.exit_code == 0, res.output
+    con = connect(text_home)
+    try:
+        tasks = {t for t, in con.execute("SELECT DISTINCT task FROM datasets WHERE encoder_id = ?", [enc]).fetchall()}
+        assert tasks == {"textual_cloze"}
+        did = con.execute("SELECT dataset_id FROM datasets WHERE encoder_id = ? AND setting = '0-1-0'",
+                          [enc]).fetchall()[0][0]
+        n = con.execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [did]).fetchall()[0][0]
+        assert n > 50
+    finally:
+        con.close()
+
+    export = tmp_path / "export"
+    res = run.invoke(app, ["--no-prefect", "export", "--dataset", did, "--with-vectors", "--out", str(export)])
+    assert res.exit_code == 0, res.output
+    assert (export / "text_vectors.parquet").exists() and not (export / "image_vectors.parquet").exists()
+
+    from training.data import load_qa_dataset
+    ds = load_qa_dataset(export, did, text_features="vectors")
+    assert ds.text_source == "bodies"
+    ids, mat = store.text_vectors(enc, "body")
+    body = dict(zip(ids, np.asarray(mat, np.float32)))
+    # each recipe's context row s is its step s's body vector (the intro's included), zeros past its steps
+    import duckdb
+
+    from training.data import _questions
+    rid = sorted({r["recipe_id"] for r in _questions(duckdb.connect(), export, did)})[0]
+    ctx = ds.ctx[0].numpy()
+    for s in range(7):
+        assert np.allclose(ctx[s], body[f"{rid}_{s}_body"])
+    assert not ctx[7:].any() and int(ds.ctx_len[0]) == 7
