@@ -51,7 +51,8 @@ def generate_cmd(
         af_rounds: Optional[int] = typer.Option(None, "--af-rounds", help="Adversarial filtering rounds (default 3)."),
         af_drop: AfDrop = typer.Option(AfDrop.linear, "--af-drop", help="AF's drop of the questions its question-only "
                                        "ensemble still solves: linear (AF's own ensemble) or pooled (visual cloze, "
-                                       "coherence and ordering: none here; `mrqa af-pool --min-kept 0.4` must "
+                                       "coherence, ordering and textual cloze: none here; `mrqa af-pool "
+                                       "--min-kept 0.4` must "
                                        "follow and drops by the stronger pooled GM3C adversary, with that room)."),
         distractors: Optional[Distractors] = typer.Option(
             None, "--distractors", help="ball (default): the knob-2 ball (the paper); matched: visual coherence "
