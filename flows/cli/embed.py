@@ -141,6 +141,16 @@ def encoder_eval_cmd(encoder: Optional[str] = typer.Option(None, "--encoder", he
         enc = load_encoder(con, encoder, paths=paths)
     except EncoderUnavailable as e:
         fail(str(e))
+    if getattr(enc, "kind", None) == "words":       # text only: a title against its own step's body
+        from features.embed.words_encoder import text_retrieval
+        t = text_retrieval(con, enc, split.value, max_pairs)
+        if not t:
+            fail(f"fewer than 2 {split} steps with a title and a body; ingest recipes first")
+        typer.echo(f"words encoder {enc.encoder_id} on {t['n_title_body_pairs']} {split} (title, body) pairs: "
+                   f"title->body R@1 {t['title_body_r@1']:.3f}, R@10 {t['title_body_r@10']:.3f} "
+                   f"(chance {t['chance_title_body_r@10']:.3f}); among its recipe's steps "
+                   f"R@1 {t['title_body_in_recipe_r@1']:.3f} (chance {t['chance_in_recipe_r@1']:.3f})")
+        return
     m = evaluate_retrieval(enc, image_items(con, paths, split=split.value), max_pairs, num_workers=workers)
     if m.get("n_pairs", 0) < 2:
         fail(f"fewer than 2 {split} pairs with images; ingest recipes first")

@@ -110,6 +110,9 @@ def test_a_home_without_photos_makes_textual_cloze_that_readers_read_from_the_bo
     assert out["neighbours"].startswith("none")
     store = FeatureStore(text_home.lance)
     assert store.find_table("image_vectors", enc) is None
+    res = run.invoke(app, ["--no-prefect", "encoder", "eval", "--encoder", enc])     # text retrieval, not images
+    assert res.exit_code == 0 and "84 val (title, body) pairs" in res.output, res.output
+    assert "among its recipe's steps R@1 1.000" in res.output, res.output
 
     res = run.invoke(app, ["--no-prefect", "generate", "--task", "visual_cloze", "--knobs", "0-1-0", "--encoder", enc])
     assert res.exit_code != 0 and "words encoder" in res.output and "Traceback" not in res.output
