@@ -123,10 +123,22 @@ class WordsEncoder:
 
     @classmethod
     def load(cls, encoder_id: str, directory: Path) -> WordsEncoder:
+        """The fitted encoder from its folder; EncoderUnavailable (saying to fit it again) when a file is
+        missing, cut short or does not match the other."""
         from safetensors.numpy import load_file
-        arrays = load_file(str(directory / "words.safetensors"))
-        vocab = json.loads((directory / "vocabulary.json").read_text(encoding="utf-8"))
-        return cls(encoder_id, vocab, arrays["idf"], arrays["mean"], arrays["axes"])
+
+        from features.embed.registry import EncoderUnavailable
+        try:
+            arrays = load_file(str(directory / "words.safetensors"))
+            vocab = json.loads((directory / "vocabulary.json").read_text(encoding="utf-8"))
+            idf, mean, axes = arrays["idf"], arrays["mean"], arrays["axes"]
+            if not (isinstance(vocab, list) and len(vocab) == len(idf) == len(mean) == axes.shape[1]):
+                raise ValueError(f"a vocabulary of {len(vocab)} terms against weights for {len(idf)}")
+        except Exception as e:  # any unreadable file: one message that says what to do
+            raise EncoderUnavailable(f"the words encoder {encoder_id} cannot be read from {directory} "
+                                     f"({type(e).__name__}: {str(e)[:200]}); fit it again with `mrqa encoder words` "
+                                     "(the same texts and options give the same encoder id)") from e
+        return cls(encoder_id, vocab, idf, mean, axes)
 
 
 def fit_words_encoder(con: duckdb.DuckDBPyConnection, paths: Paths | None = None,

@@ -79,6 +79,18 @@ def test_words_encoder_ties_each_title_to_its_body_and_is_deterministic(text_hom
         row = con.execute("SELECT kind, dim, train_split FROM encoders WHERE encoder_id = ?",
                           [first["encoder_id"]]).fetchall()
         assert row == [("words", 16, "train")]
+        # files cut short or out of step with each other: one error that says to fit it again, not a traceback
+        from pathlib import Path
+        folder = Path(first["dir"])
+        weights, vocab = (folder / "words.safetensors").read_bytes(), (folder / "vocabulary.json").read_text()
+        for name, broken in (("words.safetensors", weights[:500]), ("vocabulary.json", vocab[:40]),
+                             ("vocabulary.json", json.dumps(json.loads(vocab)[:-1]))):
+            (folder / name).write_bytes(broken if isinstance(broken, bytes) else broken.encode())
+            with pytest.raises(EncoderUnavailable, match="fit it again with `mrqa encoder words`"):
+                load_encoder(con, first["encoder_id"], paths=text_home)
+            (folder / "words.safetensors").write_bytes(weights)
+            (folder / "vocabulary.json").write_text(vocab)
+        assert load_encoder(con, first["encoder_id"], paths=text_home).encode_texts(texts).tobytes() == v.tobytes()
     finally:
         con.close()
 
