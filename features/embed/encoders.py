@@ -162,9 +162,11 @@ def get_encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | N
 
 
 def latest_encoder_id(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The most recently registered encoder (None when there is none)."""
-    rows = con.execute("SELECT encoder_id FROM encoders ORDER BY created_at DESC, encoder_id DESC "
-                       "LIMIT 1").fetchall()
+    """The default encoder: the most recently registered one with an image tower, else the most recent
+    words encoder (text only), so a words encoder fitted beside a CLIP one is used only when asked for by
+    id (None when there is none)."""
+    rows = con.execute("SELECT encoder_id FROM encoders ORDER BY kind = 'words', created_at DESC, "
+                       "encoder_id DESC LIMIT 1").fetchall()
     return rows[0][0] if rows else None
 
 

@@ -309,7 +309,9 @@ def _train_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, cfg: TrainConfi
                                 f"home has {len(groups)} train step(s) with a readable image: crawl recipes with "
                                 "their photos (`mrqa ingest instructables`, `mrqa demo`), import RecipeQA with "
                                 "its images (`mrqa ingest recipeqa FILE --images DIR`), or add real CLIP weights "
-                                "(`mrqa encoder add --pretrained FILE|TAG`) and run `mrqa embed --encoder ID`")
+                                "(`mrqa encoder add --pretrained FILE|TAG`) and run `mrqa embed --encoder ID`; for "
+                                "the text alone, fit the words encoder (`mrqa encoder words`) and run `mrqa embed "
+                                "--encoder ID`")
     tokens = tokenizer([items[positions[g[0]]].text for g in groups])
     words = StepWords(list(range(len(groups))), [items[positions[g[0]]].text for g in groups]) \
         if cfg.twins != "none" else None

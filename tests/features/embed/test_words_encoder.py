@@ -91,6 +91,15 @@ def test_words_encoder_ties_each_title_to_its_body_and_is_deterministic(text_hom
             (folder / "words.safetensors").write_bytes(weights)
             (folder / "vocabulary.json").write_text(vocab)
         assert load_encoder(con, first["encoder_id"], paths=text_home).encode_texts(texts).tobytes() == v.tobytes()
+        # the default encoder (no --encoder): a words encoder only when no encoder with an image tower exists
+        from features.embed.encoders import latest_encoder_id, register_encoder
+        assert con.execute("SELECT kind FROM encoders WHERE encoder_id = ?",
+                           [latest_encoder_id(con)]).fetchall() == [("words",)]
+        clip = register_encoder(con, {"encoder_id": "mrqa-tiny-clip-000000000000-00000000", "kind": "trained",
+                                      "model_name": "mrqa-tiny-clip", "dim": 128, "weights_sha256": "0" * 64,
+                                      "preprocess_sha256": "0" * 64,
+                                      "created_at": "2000-01-01 00:00:00"})    # older than the words encoders
+        assert latest_encoder_id(con) == clip
     finally:
         con.close()
 
