@@ -289,18 +289,20 @@ def _step_image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str |
 
 def _textual_context(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:
     """What textual cloze's readers read, keyed by (recipe_id, step_idx), and its name: each step's photos
-    ("images", RecipeQA's textual cloze), or, for an encoder with no image vectors at all (the words
-    encoder of a home without photos, features/embed/words_encoder.py), each step's body text ("bodies":
-    the recipe's instructions, in the space of the titles the question shows)."""
-    try:
+    ("images", RecipeQA's textual cloze), or, for the words encoder of a home without photos (text only,
+    told by its id: features/embed/words_encoder.py), each step's body text ("bodies": the recipe's
+    instructions, in the space of the titles the question shows)."""
+    from features.embed.words_encoder import is_words_encoder
+    if not is_words_encoder(encoder_id):
         return _step_image_vectors(con, export_dir, encoder_id, lance_uri), "images"
-    except DatasetError:
-        tvec, source = _text_vectors(con, export_dir, encoder_id, lance_uri)
-        if not source.endswith(":body"):
-            raise
-        log.info("textual cloze: encoder %s has no image vectors; the readers read the step bodies (%s)",
-                 encoder_id, source)
-        return tvec, "bodies"
+    tvec, source = _text_vectors(con, export_dir, encoder_id, lance_uri)
+    if not source.endswith(":body"):
+        raise DatasetError(f"the readers of textual cloze in the words encoder {encoder_id}'s space read the step "
+                           "bodies, and there are no body vectors: re-export with `mrqa export --with-vectors`, or "
+                           "point MRQA_HOME at the feature store that made the dataset")
+    log.info("textual cloze: encoder %s is a words encoder (no photos); the readers read the step bodies (%s)",
+             encoder_id, source)
+    return tvec, "bodies"
 
 
 def _text_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> tuple[dict, str]:

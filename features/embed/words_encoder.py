@@ -42,6 +42,12 @@ MODEL_NAME = "mrqa-words-lsa"
 KIND = "words"
 
 
+def is_words_encoder(encoder_id: str) -> bool:
+    """Whether an encoder id names a words encoder (its model name leads every id, `make_encoder_id`): what a
+    trainer reading an export, without the warehouse, needs to know that the encoder has no photos."""
+    return encoder_id.startswith(f"{MODEL_NAME}-")
+
+
 class WordsDataError(ValueError):
     """Too little train-split text to fit the words encoder on (the message says what to do)."""
 
