@@ -59,22 +59,22 @@ def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, enc
     con = connect(paths)
     register = register_dataset_task if in_flow_run() else register_dataset
     try:
-        settings = text_only_settings(con, encoder_id or default_encoder(con), settings)
+        encoder = encoder_id or default_encoder(con)
+        settings = text_only_settings(encoder, settings)
         if k_requested:
-            check_neighbour_k(con, encoder_id or default_encoder(con), settings)
+            check_neighbour_k(con, encoder, settings)
         return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance,
                                  register=register, af_pooled_drop=tuple(af_pooled_drop))
     finally:
         con.close()
 
 
-def text_only_settings(con, encoder_id: str | None, settings: list[tuple[str, KnobParams]]
-                       ) -> list[tuple[str, KnobParams]]:
+def text_only_settings(encoder_id: str, settings: list[tuple[str, KnobParams]]) -> list[tuple[str, KnobParams]]:
     """`settings` as an encoder can make them: a words encoder (text only, no image vectors) makes the
     textual cloze settings only; the visual ones are left out with a warning, or refused when nothing is
     left (ValueError naming the ways out)."""
-    if encoder_id is None or not con.execute("SELECT count(*) FROM encoders WHERE encoder_id = ? AND kind = 'words'",
-                                             [encoder_id]).fetchall()[0][0]:
+    from features.embed.words_encoder import is_words_encoder
+    if not is_words_encoder(encoder_id):
         return settings
     keep = [(t, p) for t, p in settings if t == "textual_cloze"]
     if not keep:

@@ -522,21 +522,17 @@ def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
 
 def _check_vectors(con, dataset_ids: list[str], lance_uri: str | None) -> None:
     """--with-vectors: every encoder of the datasets has image and step-text vectors in the feature store."""
+    from features.embed.words_encoder import is_words_encoder
     from features.vectors.store import IMAGE_TABLE, TEXT_TABLE, FeatureStore
     store = FeatureStore(lance_uri)
     for (enc,) in con.execute("SELECT DISTINCT encoder_id FROM datasets WHERE list_contains(?, dataset_id) "
                               "AND encoder_id IS NOT NULL ORDER BY 1", [list(dataset_ids)]).fetchall():
         for base, what in ((IMAGE_TABLE, "image vectors"), (TEXT_TABLE, "step-text vectors")):
-            if base == IMAGE_TABLE and enc in _text_only(con):
+            if base == IMAGE_TABLE and is_words_encoder(enc):
                 continue                # a words encoder has no image tower
             if store.find_table(base, enc) is None:
                 raise LookupError(f"--with-vectors: no {what} of encoder {enc} in {store.uri}: run `mrqa embed` "
                                   "(or check --home), or export without vectors")
-
-
-def _text_only(con) -> set[str]:
-    """The encoders with no image tower (kind `words`, features/embed/words_encoder.py)."""
-    return {r[0] for r in con.execute("SELECT encoder_id FROM encoders WHERE kind = 'words'").fetchall()}
 
 
 def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
@@ -544,6 +540,7 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
     <recipe_id>_<step_idx>_<field>, field title or body) of the exported splits, with the same leading
     columns. The body vectors are the step texts the readers' `--text-features vectors` read: with them
     an export trains the same models on a machine without the feature store (training/data.py)."""
+    from features.embed.words_encoder import is_words_encoder
     from features.vectors.store import FeatureStore, vector_rows
     store = FeatureStore(lance_uri)
     encs = [r[0] for r in con.execute("SELECT DISTINCT encoder_id FROM datasets JOIN export_datasets "
@@ -559,7 +556,7 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
                         ("text_vectors", lambda e: _text_fields(store, e))):
         parts = []
         for enc in encs:
-            if kind == "image_vectors" and enc in _text_only(con):
+            if kind == "image_vectors" and is_words_encoder(enc):   # no image tower
                 continue
             ids, mat = fetch(enc)
             if not len(ids):            # --with-vectors promised them: never an export without, silently

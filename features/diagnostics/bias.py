@@ -338,11 +338,9 @@ def _latest_encoder(con, task: str = "textual_cloze") -> str | None:
     """The encoder a dataset without one (RecipeQA's own questions) is measured in: the latest registered,
     for a visual task the latest with an image tower (not a words encoder); None when there is none."""
     from features.embed.encoders import latest_encoder_id
-    if task == "textual_cloze":
-        return latest_encoder_id(con)
-    rows = con.execute("SELECT encoder_id FROM encoders WHERE kind <> 'words' "
-                       "ORDER BY created_at DESC, encoder_id DESC LIMIT 1").fetchall()
-    return rows[0][0] if rows else None
+    from features.embed.words_encoder import is_words_encoder
+    enc = latest_encoder_id(con)        # one with an image tower first (a words encoder only where none)
+    return None if enc is not None and task != "textual_cloze" and is_words_encoder(enc) else enc
 
 
 def list_datasets(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None) -> list[dict]:
