@@ -22,6 +22,7 @@ from prefect import flow
 from etl.config import DEMO_RECIPES
 from features.diagnostics.background_cue import format_cue
 from flows.pipeline import pipeline_flow, stage_summary
+from flows.train import with_ci
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)      # stage progress shows even under Prefect's WARNING root logger
@@ -104,11 +105,6 @@ def _pooled(r: dict) -> str:
         return r["skipped"]
     return (f"{sum(x['kept'] for x in r.values())} kept / {sum(x['dropped'] for x in r.values())} dropped over "
             f"{len(r)} datasets")
-
-
-def _with_ci(x, ci) -> str:
-    """A share with its 95% interval in points, e.g. 76.2% [69.1, 82.3]."""
-    return _pct(x) if not ci else f"{_pct(x)} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
 def _pct(x) -> str:
@@ -202,8 +198,8 @@ def _reading_lines(r: dict | None) -> list[str]:
              "reading-only export holds back for want of this check; test split; chance 25%)",
              f"  {'setting':<{w}} {'test q':>6}  {'reader [95% CI]':>20}  {'question-only [95% CI]':>22}  {'lead':>6}  "
              f"{'reader, another recipe':>22}"]
-    lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {_with_ci(x['reader'], x.get('reader_ci')):>20}  "
-              f"{_with_ci(x['question_only'], x.get('question_only_ci')):>22}  "
+    lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {with_ci(x['reader'], x.get('reader_ci')):>20}  "
+              f"{with_ci(x['question_only'], x.get('question_only_ci')):>22}  "
               f"{100 * x['lead']:>+6.1f}  {_pct(x['reader_other_recipe']):>22}" for x in rows]
     lo = min(x["lead"] for x in rows)
     lines.append(f"  the reader leads question-only by {100 * lo:.1f} points or more on every setting; "

@@ -112,7 +112,8 @@ READING_QUESTION_ONLY = {"size": "small", "max_epochs": 30, "patience": 5}
 
 def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READING_SETTINGS,
                   workers: int | None = None, datasets: tuple[str, ...] = (), record: bool = False,
-                  reader: dict | None = None, question_only: dict | None = None, waiting: bool = False) -> dict:
+                  reader: dict | None = None, question_only: dict | None = None, waiting: bool = False,
+                  folds: str = "test") -> dict:
     """Does a model have to read the recipe? On the newest visual cloze datasets of `settings` (seed
     `seed`; the AF knob settings by default), or on the `datasets` named (any task: each has a reader; an
     unknown id or a split without questions is a ValueError), pooled per task: the reader
@@ -127,10 +128,15 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
     holds back only for want of a reading check (`waiting_for_reading`), pooled with those of its task. The
     two models of a task train in `workers` processes (default: one per CPU core, at most 2), each on one
     thread, as they do in turn (the same figures, tested): on 2 cores the check takes the time of the slower
-    one."""
+    one. `folds` "split": every split held out in turn (training/split_folds.py), so each dataset's
+    figures are over all its questions (`n_test`), each scored by models that never saw its recipe, with
+    each fold's own under `folds`; "test" (default): the test split only."""
     from etl.warehouse import connect
     from features.datasets.export import export_parquet
+    from training.split_folds import FOLDS, combine, fold_exports
 
+    if folds not in FOLDS:
+        raise ValueError(f"folds must be one of {', '.join(FOLDS)}, not {folds!r}")
     reader, question_only = dict(reader or READING_READER), dict(question_only or READING_QUESTION_ONLY)
     con = connect(paths)
     try:
@@ -173,25 +179,57 @@ def reading_check(paths: Paths, seed: int = 0, settings: tuple[str, ...] = READI
         con.close()
     out = paths.reports / "reading-check"
     tasks = sorted({t for _, _, t in rows})
-    jobs = [(str(export_dir), str(out / scorer), scorer, cfg, seed, t)
-            for t in tasks for scorer, cfg in (("transformer", reader), ("question_only", question_only))]
-    res = dict(zip([(t, s) for t in tasks for s in ("transformer", "question_only")],
-                   _in_processes(_reading_run, jobs, workers)))
+    held = fold_exports(export_dir, paths.exports / f"{READING_EXPORT}-folds") if folds == "split" else [
+        ("test", export_dir)]
+    keys = [(h, t, s) for h, _ in held for t in tasks for s in ("transformer", "question_only")]
+    jobs = [(str(fdir), str(out / scorer if h == "test" else out / f"held-{h}" / scorer), scorer, cfg, seed, t)
+            for h, fdir in held for t in tasks
+            for scorer, cfg in (("transformer", reader), ("question_only", question_only))]
+    res = dict(zip(keys, _in_processes(_reading_run, jobs, workers)))
     table = []
     for d, setting, t in rows:
-        rd, qo = res[(t, "transformer")][d], res[(t, "question_only")][d]
-        table.append({"task": t, "setting": setting, "dataset_id": d, "n_test": rd["n_test"],
-                      "reader": rd["test_acc"], "question_only": qo["test_acc"],
-                      # 95% Wilson intervals over the n_test questions (about 15 points wide at 100)
-                      "reader_ci": rd.get("test_ci"), "question_only_ci": qo.get("test_ci"),
-                      "reader_other_recipe": rd["foreign_context_acc"], "hasty_student": rd["hasty_student_acc"],
-                      "lead": round(rd["test_acc"] - qo["test_acc"], 4)})
-        log.info("reading check %s %s: reader %.3f, question-only %.3f, reader with another recipe's steps %.3f",
-                 t, setting, rd["test_acc"], qo["test_acc"], rd["foreign_context_acc"])
-    done = {"settings": table, "reader": reader, "question_only": question_only, "out": str(out)}
+        per_fold = [(h, _check_row(t, setting, d, res[(h, t, "transformer")][d], res[(h, t, "question_only")][d]))
+                    for h, _ in held]
+        row = per_fold[0][1] if folds == "test" else combine(per_fold)
+        table.append(row)
+        log.info("reading check %s %s: reader %.3f, question-only %.3f, reader with another recipe's steps %.3f "
+                 "(%d questions)", t, setting, row["reader"], row["question_only"], row["reader_other_recipe"],
+                 row["n_test"])
+    done = {"settings": table, "reader": reader, "question_only": question_only, "out": str(out), "folds": folds}
     if record:
-        done["recorded"] = record_reading_checks(paths, table, seed, reader, question_only)
+        done["recorded"] = record_reading_checks(paths, table, seed, reader, question_only, folds)
     return done
+
+
+def with_ci(x, ci) -> str:
+    """A share with its 95% interval in points, e.g. 76.2% [69.1, 82.3]."""
+    pct = f"{100 * x:.1f}%" if isinstance(x, (int, float)) else str(x)
+    return pct if not ci else f"{pct} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def reading_table(res: dict) -> str:
+    """`reading_check`'s table as `mrqa reading-check` prints it: per dataset its scored questions (the test
+    split's, or all of them with every split held out in turn), the reader and question-only with their 95%
+    intervals, the lead, the reader with another recipe's steps and what they cost."""
+    lines = [f"{'dataset':36s} {'all q' if res.get('folds') == 'split' else 'test q':>6s} {'reader [95% CI]':>20s} "
+             f"{'question-only [95% CI]':>22s} {'lead':>6s} {'reader, another recipe':>22s} {'cost':>6s}"]
+    for r in res["settings"]:
+        lines.append(f"{r['dataset_id']:36s} {r['n_test']:6d} {with_ci(r['reader'], r.get('reader_ci')):>20s} "
+                     f"{with_ci(r['question_only'], r.get('question_only_ci')):>22s} {100 * r['lead']:+6.1f} "
+                     f"{100 * r['reader_other_recipe']:21.1f}% "
+                     f"{100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
+    return "\n".join(lines)
+
+
+def _check_row(task: str, setting: str, dataset_id: str, rd: dict, qo: dict) -> dict:
+    """A dataset's reading-check figures on one scored split, from its reader's and question-only model's
+    sweep rows."""
+    return {"task": task, "setting": setting, "dataset_id": dataset_id, "n_test": rd["n_test"],
+            "reader": rd["test_acc"], "question_only": qo["test_acc"],
+            # 95% Wilson intervals over the n_test questions (about 15 points wide at 100)
+            "reader_ci": rd.get("test_ci"), "question_only_ci": qo.get("test_ci"),
+            "reader_other_recipe": rd["foreign_context_acc"], "hasty_student": rd["hasty_student_acc"],
+            "lead": round(rd["test_acc"] - qo["test_acc"], 4)}
 
 
 PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (76 s for the demo's 10)
@@ -251,10 +289,11 @@ def _held_back(con, seed: int, reason: str, af_only: bool = False) -> list[tuple
     return [(d, t) for d, t in rows if why.get(d, "").startswith(reason)]
 
 
-def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: dict, question_only: dict) -> int:
+def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: dict, question_only: dict,
+                          folds: str = "test") -> int:
     """reading_checks rows for the checked datasets (`reading_check`'s table), each with the content hash
-    it was measured on and the datasets of its task it was pooled with; a dataset checked again replaces
-    its row. Returns the rows written."""
+    it was measured on, the datasets of its task it was pooled with and how its questions were held out
+    (`folds`); a dataset checked again replaces its row. Returns the rows written."""
     import json
 
     from etl.warehouse import connect, transaction, utcnow
@@ -267,10 +306,11 @@ def record_reading_checks(paths: Paths, table: list[dict], seed: int, reader: di
         with transaction(con):
             con.executemany("INSERT OR REPLACE INTO reading_checks (dataset_id, content_sha256, task, seed, n_test, "
                             "reader_acc, question_only_acc, reader_other_recipe_acc, pooled_with, reader, "
-                            "question_only, computed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "question_only, folds, computed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [[r["dataset_id"], sha[r["dataset_id"]], r["task"], seed, r["n_test"], r["reader"],
                               r["question_only"], r["reader_other_recipe"], pooled[r["task"]],
-                              json.dumps(reader, sort_keys=True), json.dumps(question_only, sort_keys=True), utcnow()]
+                              json.dumps(reader, sort_keys=True), json.dumps(question_only, sort_keys=True), folds,
+                              utcnow()]
                              for r in table])
     finally:
         con.close()

@@ -285,14 +285,19 @@ def gm3c_filtered(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, f
 def reading_checks(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
     """The reading check recorded for each dataset of `ids` (`mrqa reading-check --record`) where it still
     measures the dataset as it is (the same content hash): {dataset_id: {n_test, reader, question_only,
-    reader_other_recipe}}; {} in a warehouse without the table (opened read-only before migration 109)."""
+    reader_other_recipe, folds}} (folds: "test", the test split scored, or "split", every split held out in
+    turn); {} in a warehouse without the table (opened read-only before migration 109)."""
     if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'reading_checks'").fetchall()[0][0]:
         return {}
-    rows = con.execute("""SELECT c.dataset_id, c.n_test, c.reader_acc, c.question_only_acc, c.reader_other_recipe_acc
+    has_folds = con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = 'reading_checks' "
+                            "AND column_name = 'folds'").fetchall()[0][0]
+    rows = con.execute(f"""SELECT c.dataset_id, c.n_test, c.reader_acc, c.question_only_acc, c.reader_other_recipe_acc,
+                                 {"coalesce(c.folds, 'test')" if has_folds else "'test'"}
                             FROM reading_checks c JOIN datasets d ON d.dataset_id = c.dataset_id
                                                                  AND d.content_sha256 = c.content_sha256
                            WHERE list_contains(?, c.dataset_id)""", [sorted(ids)]).fetchall()
-    return {r[0]: dict(zip(("n_test", "reader", "question_only", "reader_other_recipe"), r[1:])) for r in rows}
+    return {r[0]: dict(zip(("n_test", "reader", "question_only", "reader_other_recipe", "folds"), r[1:]))
+            for r in rows}
 
 
 def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -352,7 +357,8 @@ def _reading_failed(c: dict) -> str | None:
     lead's reference only: the bound on question-only is judged on every question (the report's probes,
     af-check), not on a test split of 70-200 questions, whose 95% interval spans
     about 14 points."""
-    n = f"{c['n_test']} test questions"
+    n = (f"{c['n_test']} questions, every split held out in turn" if c.get("folds") == "split"
+         else f"{c['n_test']} test questions")
     lead, cost = c["reader"] - c["question_only"], c["reader"] - c["reader_other_recipe"]
     if lead < READING_LEAD - 1e-9:
         return (f"the reader leads question-only by {100 * lead:.1f} points < {100 * READING_LEAD:.0f} "
@@ -361,6 +367,14 @@ def _reading_failed(c: dict) -> str | None:
         return (f"another recipe's steps cost the reader {100 * cost:.1f} points < {100 * READING_ABLATION:.0f} "
                 f"(reading check, {n})")
     return None
+
+
+def _checked_on(rc: dict) -> str:
+    """The questions a reading check scored, for the card's table: `72 test` or `1,295 all` (every split held
+    out in turn); – without a check."""
+    if not rc:
+        return "–"
+    return f"{rc['n_test']:,d} {'all' if rc.get('folds') == 'split' else 'test'}"
 
 
 def _cell(text: str) -> str:
@@ -470,13 +484,15 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
           "the test split, with 95% intervals), and GM3C question-only and the tree probe (gradient-boosted "
           "trees on the choice-set cues) on every question, cross-fitted (`mrqa af-check --record`, AF "
           "datasets; the tree's figure is the report's where no check was recorded). The reading check "
-          "(`mrqa reading-check --record`, test split): a reader of the recipe, the learned question-only "
-          "model it is measured against, and the reader given another recipe's steps. – = not measured.", "",
+          "(`mrqa reading-check --record`): a reader of the recipe, the learned question-only "
+          "model it is measured against, and the reader given another recipe's steps, on the questions its "
+          "column names: the test split's, or with `--folds split` every question, each split held out in turn "
+          "(models trained on the other splits). – = not measured.", "",
           "| config | dataset_id | train | validation | test | recipes | Hasty Student | distance probe | "
           "centre of the choices | closest pair | question-only probe | question-only probe (test) | "
-          "GM3C question-only | tree probe | reader (test) | question-only (test) | reader, another recipe |",
+          "GM3C question-only | tree probe | reading check on | reader | question-only | reader, another recipe |",
           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-          "---: | ---: |"]
+          "---: | ---: | ---: |"]
     read = reading_checks(con, list(dsets))
     for did, d in sorted(dsets.items(), key=lambda kv: (kv[1]["config"], kv[0])):
         b, rc = bias.get(did, {}), read.get(did, {})
@@ -486,7 +502,7 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                     f"{_pct(b.get('probe_acc'))} | {_pct(b.get('centre_rule_acc'))} | "
                     f"{_pct(b.get('pair_rule_acc'))} | {_ci(b, 'qo_acc', 'qo_ci_low', 'qo_ci_high')} | "
                     f"{_ci(b, 'qo_test_acc', 'qo_test_ci_low', 'qo_test_ci_high')} | {_pct(b.get('gm3c_qo_acc'))} | "
-                    f"{_pct(b.get('tree_qo_acc', b.get('tree_acc')))} | {_pct(rc.get('reader'))} | "
+                    f"{_pct(b.get('tree_qo_acc', b.get('tree_acc')))} | {_checked_on(rc)} | {_pct(rc.get('reader'))} | "
                     f"{_pct(rc.get('question_only'))} | {_pct(rc.get('reader_other_recipe'))} |")
     total = sum(sum(d["splits"].values()) for d in dsets.values())
     md += ["", f"{total:,d} questions in {n_q_configs} configs from {len(dsets)} datasets.", ""]

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfTask, Distractors, DropOrder, FloorBy, FoldBy, ListFormat, Size, SwapFirst
+from flows.cli.choices import AfTask, Distractors, DropOrder, FloorBy, FoldBy, ListFormat, ReadingFolds, Size, SwapFirst
 from flows.cli.common import echo_json, fail, parse_seeds, require_warehouse, run_flow, wait_option
 
 ADV_SIZE_HELP = ("The GM3C question-only models' size: small (the default: 64 wide, CPU), paper (the appendix's "
@@ -227,13 +227,16 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
                       waiting: bool = typer.Option(False, "--waiting", help="Also every dataset of the seed "
                                                    "that `mrqa export --reading-only` holds back only for want "
                                                    "of a reading check (without --dataset)."),
+                      folds: ReadingFolds = typer.Option(ReadingFolds.test, "--folds", help="test: score the "
+                                                         "test split; split: every split held out in turn, each "
+                                                         "question scored by models trained on the other splits "
+                                                         "(3 times the work; small homes)."),
                       as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
                       wait: float = wait_option()):
-    """Does a model have to read the recipe? Per task, the reader (4-layer transformer, tiny width, step-text
-    vectors) and a learned question-only model are trained once on the datasets' train questions together;
-    each dataset's test split is scored by both, and by the reader given another recipe's steps. A dataset
-    passes `mrqa export --reading-only` only when the reader leads question-only by 20 points or more and
-    another recipe's steps cost it 15 or more (docs/knobs.md, "The pooled adversary", `mrqa reading-check`)."""
+    """Does a model have to read the recipe? Per task, a reader (4-layer transformer, step-text vectors) and a
+    learned question-only model train on the datasets' train questions together and score each test split, the
+    reader also with another recipe's steps. `mrqa export --reading-only` needs a lead of 20 points and a cost of
+    15 (docs/knobs.md, `mrqa reading-check`)."""
     from etl.config import Paths
     from flows.train import reading_check
     paths = Paths.from_env().ensure()
@@ -241,7 +244,7 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
         if waiting and dataset is not None:
             fail("give --dataset or --waiting, not both")
         res = reading_check(paths, seed=seed, workers=workers, datasets=_ids("--dataset", dataset), record=record,
-                            waiting=waiting)
+                            waiting=waiting, folds=folds.value)
     except ValueError as e:
         fail(str(e))
     if as_json:
@@ -249,12 +252,7 @@ def reading_check_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", h
         return
     if res.get("skipped"):
         fail(f"nothing to check: {res['skipped']}; name the datasets with --dataset")
-    from flows.demo import _with_ci
-    typer.echo(f"{'dataset':36s} {'test q':>6s} {'reader [95% CI]':>20s} {'question-only [95% CI]':>22s} "
-               f"{'lead':>6s} {'reader, another recipe':>22s} {'cost':>6s}")
-    for r in res["settings"]:
-        typer.echo(f"{r['dataset_id']:36s} {r['n_test']:6d} {_with_ci(r['reader'], r.get('reader_ci')):>20s} "
-                   f"{_with_ci(r['question_only'], r.get('question_only_ci')):>22s} {100 * r['lead']:+6.1f} "
-                   f"{100 * r['reader_other_recipe']:21.1f}% {100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
+    from flows.train import reading_table
+    typer.echo(reading_table(res))
     if record:
         typer.echo(f"recorded {res['recorded']} datasets in reading_checks")

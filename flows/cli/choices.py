@@ -34,6 +34,7 @@ Distractors = choices("Distractors", ("ball", "matched", "kitchen"))   # KnobPar
 FloorBy = choices("FloorBy", ("dataset", "split"))            # training.af_pooled.FLOOR_BY
 SwapFirst = choices("SwapFirst", ("auto", "confident", "movable"))   # flows.af_pool.af_pool_flow swap_first
 FoldBy = choices("FoldBy", ("recipe", "split"))               # training.af_pooled.FOLD_BY
+ReadingFolds = choices("ReadingFolds", ("test", "split"))     # training.split_folds.FOLDS
 DropOrder = choices("DropOrder", ("votes", "minimax"))        # training.af_pooled.DROP_ORDERS
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))

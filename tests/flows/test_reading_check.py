@@ -125,3 +125,88 @@ def test_named_datasets_are_checked_or_refused_with_the_reason(world):
         assert con.execute("SELECT count(*) FROM reading_checks").fetchall()[0][0] == 0
     finally:
         con.close()
+
+
+def test_each_fold_holds_one_split_out_and_keeps_the_recipes_apart(world, tmp_path):
+    """`--folds split`'s exports (training/split_folds.py): the test split's fold is the export itself; the
+    val split's scores val and trains on train; the train split's scores train and trains on the val and test
+    splits' recipes, a quarter of them (the same for every dataset) validating. Every question keeps its
+    place in exactly one split of each fold, and a recipe's steps have its questions' split."""
+    from etl.warehouse import connect
+    from features.datasets.export import export_parquet
+    from training.split_folds import fold_exports
+    paths, _, setting = world
+    con = connect(paths)
+    try:
+        export_parquet(con, sorted(setting), tmp_path / "export", with_vectors=True, lance_uri=paths.lance)
+    finally:
+        con.close()
+    folds = dict(fold_exports(tmp_path / "export", tmp_path / "folds"))
+    assert list(folds) == ["test", "val", "train"] and folds["test"] == tmp_path / "export"
+    read = lambda d: {(r[0], r[1]): r[2] for r in duckdb.sql(
+        f"SELECT dataset_id, qid, split FROM read_parquet('{d}/questions/**/*.parquet', hive_partitioning = false)"
+    ).fetchall()}
+    steps = lambda d: dict(duckdb.sql(f"SELECT DISTINCT recipe_id, split FROM '{d}/steps.parquet'").fetchall())
+    orig, recipe = read(folds["test"]), dict(duckdb.sql(
+        f"SELECT qid, recipe_id FROM read_parquet('{tmp_path}/export/questions/**/*.parquet', "
+        "hive_partitioning = false)").fetchall())
+    val, train = read(folds["val"]), read(folds["train"])
+    assert set(val) == set(train) == set(orig)
+    assert {k for k, s in val.items() if s == "test"} == {k for k, s in orig.items() if s == "val"}
+    assert {k for k, s in val.items() if s == "val"} == {k for k, s in orig.items() if s == "test"}
+    assert {k for k, s in val.items() if s == "train"} == {k for k, s in orig.items() if s == "train"}
+    assert {k for k, s in train.items() if s == "test"} == {k for k, s in orig.items() if s == "train"}
+    kept = {k for k, s in train.items() if s == "val"}
+    assert kept and kept < {k for k, s in orig.items() if s in ("val", "test")}
+    share = len(kept) / sum(s in ("val", "test") for s in orig.values())
+    assert 0.1 < share < 0.4                         # a quarter of the recipes, by the md5 of their ids
+    for fold in (val, train):                        # one split per recipe, in every dataset, and in the steps
+        by_recipe: dict[str, set] = {}
+        for (_, qid), s in fold.items():
+            by_recipe.setdefault(recipe[qid], set()).add(s)
+        assert all(len(s) == 1 for s in by_recipe.values())
+    for h, fold in (("val", val), ("train", train)):
+        st = steps(folds[h])
+        assert all(st[recipe[qid]] == s for (_, qid), s in fold.items())
+    assert (folds["train"] / "text_vectors.parquet").resolve() == (tmp_path / "export" / "text_vectors.parquet")
+
+
+def test_an_unknown_fold_rule_is_refused(world):
+    paths, _, _ = world
+    with pytest.raises(ValueError, match="folds must be one of test, split"):
+        reading_check(paths, folds="recipe")
+
+
+@pytest.mark.slow      # readers trained three times (~100 s)
+def test_every_split_held_out_in_turn_scores_every_question(world):
+    """`folds="split"`: each dataset's figures are over all its questions, each fold's are kept, the test
+    split's fold is the plain check's figure, and the whole is the folds' correct answers summed; recorded
+    with its rule, and the gate's message names it."""
+    from features.datasets.card import _reading_failed, reading_checks
+    paths, tests, setting = world
+    ids = sorted(d for d, s in setting.items() if s in ("0-0-0-af", "0-1-1-af"))
+    plain = {r["dataset_id"]: r for r in reading_check(paths, seed=0, datasets=tuple(ids), workers=2)["settings"]}
+    res = reading_check(paths, seed=0, datasets=tuple(ids), workers=2, folds="split", record=True)
+    con = duckdb.connect(str(paths.warehouse), read_only=True)
+    try:
+        n_split = {(d, s): n for d, s, n in con.execute("SELECT dataset_id, split, count(*) FROM questions "
+                                                        "GROUP BY ALL").fetchall()}
+        checked = reading_checks(con, ids)
+    finally:
+        con.close()
+    assert res["folds"] == "split" and [r["dataset_id"] for r in res["settings"]] == ids
+    for r in res["settings"]:
+        d = r["dataset_id"]
+        assert list(r["folds"]) == ["test", "val", "train"]
+        assert {h: f["n_test"] for h, f in r["folds"].items()} == {h: n_split[(d, h)] for h in r["folds"]}
+        assert r["n_test"] == sum(n_split[(d, h)] for h in r["folds"]) > 3 * tests[d]
+        assert r["folds"]["test"] == {k: plain[d][k] for k in ("n_test", "reader", "question_only",
+                                                               "reader_other_recipe")}
+        for k in ("reader", "question_only", "reader_other_recipe"):
+            assert r[k] == round(sum(round(f[k] * f["n_test"]) for f in r["folds"].values()) / r["n_test"], 4)
+        assert r["reader_ci"] == ci95(r["reader"], r["n_test"])
+        assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
+        assert checked[d] == {"n_test": r["n_test"], "reader": r["reader"], "question_only": r["question_only"],
+                              "reader_other_recipe": r["reader_other_recipe"], "folds": "split"}
+    worst = {**checked[ids[0]], "reader_other_recipe": checked[ids[0]]["reader"]}
+    assert "questions, every split held out in turn" in _reading_failed(worst)

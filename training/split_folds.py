@@ -1,0 +1,76 @@
+"""Every split held out in turn: the reading check's `--folds split` (flows/train.py `reading_check`).
+
+The plain reading check trains its two models on the train split and scores the test split: on a small
+home (538 real RecipeQA validation records re-split 0.6/0.2/0.2 give 44-72 test questions per dataset)
+each figure's 95% interval spans 25 points or more. Held out in turn, every question is scored once, by
+models that never saw its recipe:
+
+- the test split: the plain check, on the export as it is (the same figures, byte for byte);
+- the val split: trained on train, validated on test, scored on val;
+- the train split: trained on the val and test splits' recipes, a quarter of them (by the md5 of the
+  recipe id, so the same quarter for every dataset of a pool) kept to validate, scored on train.
+
+A fold is the export with the `split` column of its questions and steps relabelled; its vectors, recipes
+and the rest are links to the export's files. Splits never share a recipe, nor, in the generated datasets,
+a photo or a title, so a fold's models see no item of the questions they score.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+
+from etl.config import sql_glob, sql_path
+from training.sweep import ci95
+
+FOLDS = ("test", "split")                 # --folds: the test split only, or every split in turn
+HELD = ("test", "val", "train")
+# a quarter of the recipes of the val and test splits validate the fold that scores the train split
+_VALIDATE = "substr(md5(recipe_id), 1, 1) IN ('0', '1', '2', '3')"
+_RELABEL = {"val": "CASE split WHEN 'val' THEN 'test' WHEN 'test' THEN 'val' ELSE split END",
+            "train": f"CASE WHEN split = 'train' THEN 'test' WHEN {_VALIDATE} THEN 'val' ELSE 'train' END"}
+
+
+def fold_exports(export_dir: Path, root: Path) -> list[tuple[str, Path]]:
+    """(held-out split, its export) for each split: the test split's is `export_dir` itself, the others
+    are written under `root` (replaced when there)."""
+    export_dir, root = Path(export_dir), Path(root)
+    out = [("test", export_dir)]
+    for held in ("val", "train"):
+        d = root / f"held-{held}"
+        if d.exists():
+            shutil.rmtree(d)
+        (d / "questions").mkdir(parents=True)
+        expr = _RELABEL[held]
+        with duckdb.connect() as con:
+            con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM read_parquet("
+                        f"{sql_glob(export_dir / 'questions', '**/*.parquet')}, hive_partitioning = false) "
+                        f"ORDER BY dataset_id, qid) TO {sql_path(d / 'questions' / 'data_0.parquet')} "
+                        "(FORMAT parquet)")
+            con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM read_parquet("
+                        f"{sql_path(export_dir / 'steps.parquet')}) ORDER BY recipe_id, step_idx) "
+                        f"TO {sql_path(d / 'steps.parquet')} (FORMAT parquet)")
+        for f in sorted(export_dir.iterdir()):
+            if f.name not in ("questions", "steps.parquet"):
+                os.symlink(f.resolve(), d / f.name)
+        out.append((held, d))
+    return out
+
+
+def combine(per_fold: list[tuple[str, dict]]) -> dict:
+    """One dataset's reading check over its folds, [(held-out split, its table row)]: the accuracies over
+    every scored question (each fold's correct answers summed), their 95% intervals, and per fold its
+    questions and figures (`folds`)."""
+    n = sum(r["n_test"] for _, r in per_fold)
+    acc = {k: round(sum(round(r[k] * r["n_test"]) for _, r in per_fold) / n, 4) if n else 0.0
+           for k in ("reader", "question_only", "reader_other_recipe", "hasty_student")}
+    first = per_fold[0][1]
+    return {"task": first["task"], "setting": first["setting"], "dataset_id": first["dataset_id"], "n_test": n,
+            **{k: acc[k] for k in ("reader", "question_only")},
+            "reader_ci": ci95(acc["reader"], n), "question_only_ci": ci95(acc["question_only"], n),
+            "reader_other_recipe": acc["reader_other_recipe"], "hasty_student": acc["hasty_student"],
+            "lead": round(acc["reader"] - acc["question_only"], 4),
+            "folds": {held: {k: r[k] for k in ("n_test", "reader", "question_only", "reader_other_recipe")}
+                      for held, r in per_fold}}
