@@ -33,7 +33,7 @@ from flows.competence import competence_flow, ground_truth_if_planned
 from flows.embed import embed_flow
 from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
-from flows.params import PipelineStage, Scorer, VisualTask
+from flows.params import PipelineStage, ReadingFolds, Scorer, VisualTask
 from flows.report import report_flow
 from flows.train import (
     READING_QUESTION_ONLY,
@@ -319,7 +319,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         datasets, reading = list(p["train_datasets"] or ()), bool(p["train_reading"])
         stages.append(Stage("train", lambda: _train(paths, datasets, reading, p),
                             {"seed": p["seed"], "max_epochs": p["train_epochs"], "datasets": datasets,
-                             **({"reading": {"reader": READING_READER, "question_only": READING_QUESTION_ONLY}}
+                             **({"reading": {"reader": READING_READER, "question_only": READING_QUESTION_ONLY,
+                                             **({"folds": "split"} if p.get("reading_folds") == "split" else {})}}
                                 if reading else {})},
                             [Tab("datasets", ("created_at",)), Tab("questions")],
                             [Tab("runs"), Tab("reading_checks", ("computed_at",)), Tab("af_checks", ("computed_at",))],
@@ -344,7 +345,8 @@ def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
         out["gm3c_check"] = gm3c_check_waiting(paths, p["seed"])
         # only the datasets the gate holds back for want of it: a check that decides nothing (the sample
         # kitchen's visual cloze AF datasets, held back by the look probe) is `mrqa reading-check`'s to run
-        out["reading"] = reading_check(paths, p["seed"], settings=(), record=True, waiting=True)
+        out["reading"] = reading_check(paths, p["seed"], settings=(), record=True, waiting=True,
+                                       folds=p.get("reading_folds", "test"))
         out["reading_only"] = _reading_only(paths)
     return out
 
@@ -612,6 +614,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
                   textual_cloze_pooled: bool = True, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
+                  reading_folds: ReadingFolds = "test",
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
                   sweep_tasks: list[VisualTask] = ("visual_cloze",), sweep_tiny: bool = True,
                   force: list[PipelineStage] = (), dask_address: str | None = None,
@@ -623,7 +626,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     `train`: end with a short tiny-model training of `train_datasets` (dataset ids or id prefixes,
     e.g. "vc-0-1-1-s"), and with `train_reading` the reading check (flows/train.py `reading_check`: a
     pooled reader against a learned question-only model on the AF visual cloze settings, and the reader
-    with another recipe's steps); with neither the train stage is skipped and says why.
+    with another recipe's steps); with neither the train stage is skipped and says why. `reading_folds`
+    "split": the reading check holds every split out in turn (training/split_folds.py; for a home whose test
+    splits are a few dozen questions), "test" its test split only.
     `crawl_processes`: the crawl's processes (`crawl_process_count`; None: one per core, at most 4, when the
     crawl is unthrottled, as the sample kitchen's is, else 1).
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded

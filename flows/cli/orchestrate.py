@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from etl.config import DEMO_RECIPES
-from flows.cli.choices import ForceStage
+from flows.cli.choices import ForceStage, ReadingFolds
 from flows.cli.common import echo_json, fail, prefect_server_early, wait_option
 
 app = typer.Typer()
@@ -84,6 +84,9 @@ def pipeline_cmd(
                                    "of the AF datasets waiting for one, then the reading check: a reader of the "
                                    "recipe against a learned question-only model on the AF visual cloze "
                                    "settings and the datasets the reading-only export holds back for it."),
+        reading_folds: ReadingFolds = typer.Option(ReadingFolds.test, "--reading-folds", help="With --train: the "
+                                                   "reading check scores the test split, or (split) every split "
+                                                   "held out in turn, for a home of a few hundred recipes."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
                                         "'all' for every stage)."),
@@ -106,7 +109,7 @@ def pipeline_cmd(
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
                             af_pool=af_pool, matched_coherence=matched_coherence,
                             textual_cloze_pooled=textual_cloze_pooled, train=train,
-                            train_reading=train, sweep=sweep,
+                            train_reading=train, reading_folds=reading_folds.value, sweep=sweep,
                             force=[f.value for f in force],
                             dask_address=dask_address, raise_on_failure=False)
     if summary_json:

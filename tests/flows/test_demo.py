@@ -54,6 +54,12 @@ def test_pipeline_train_stage_without_datasets_is_skipped_with_its_reason(paths)
     stages = build_stages({**params, "train": True, "train_datasets": ["vc-0-1-1-s"]}, paths)
     train = next(s for s in stages if s.name == "train")
     assert train.skip_reason is None and train.params["datasets"] == ["vc-0-1-1-s"]
+    # the reading check's folds are part of the stage's parameters only when they are not the default: a
+    # home checked on its test splits keeps its train stage, and `--reading-folds split` runs it again
+    reading = {**params, "train": True, "train_reading": True}
+    plain, split = (next(s for s in build_stages({**reading, "reading_folds": f}, paths) if s.name == "train")
+                    .params["reading"] for f in ("test", "split"))
+    assert "folds" not in plain and split == {**plain, "folds": "split"}
 
 
 def test_the_summary_names_the_reading_benchmark_and_how_to_score_a_model_on_it():

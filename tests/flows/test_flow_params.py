@@ -18,13 +18,16 @@ def test_written_out_literals_match_the_library():
     assert typing.get_args(params.K3Mode) == K3_MODES
     assert typing.get_args(params.NeighbourMethod) == METHODS
     assert typing.get_args(params.PipelineStage) == ("all", *STAGES)
+    from training.split_folds import FOLDS
+    assert typing.get_args(params.ReadingFolds) == FOLDS
     from training.config import READER_TASKS, VISUAL_TASKS
     assert typing.get_args(params.ReaderTask) == READER_TASKS and typing.get_args(params.VisualTask) == VISUAL_TASKS
     # the sets the command line offers for the same options (checked against the library in
     # tests/flows/test_cli_package.py)
     from flows.cli import choices
     for literal, enum in ((params.ImportMethod, choices.ImportMethod), (params.ProbeModel, choices.Probe),
-                          (params.DecodeMode, choices.Decode), (params.PresetName, choices.Preset)):
+                          (params.DecodeMode, choices.Decode), (params.PresetName, choices.Preset),
+                          (params.ReadingFolds, choices.ReadingFolds)):
         assert typing.get_args(literal) == tuple(e.value for e in enum)
 
 
@@ -41,6 +44,7 @@ def test_written_out_literals_match_the_library():
     ("flows.train", "sweep_flow", "tasks", params.ReaderTask),
     ("flows.pipeline", "pipeline_flow", "force", params.PipelineStage),
     ("flows.pipeline", "pipeline_flow", "sweep_scorers", params.Scorer),
+    ("flows.pipeline", "pipeline_flow", "reading_folds", params.ReadingFolds),
 ])
 def test_flow_parameters_are_choices_in_prefect(module, flow_name, parameter, values):
     import importlib
