@@ -200,3 +200,33 @@ def test_real_recipeqa_text_words_encoder_and_adversarial_filtering(paths, share
         con.close()
     plain, af = probe[ids["0-1-0"]]["qo_acc"], probe[ids["0-1-0-af"]]["qo_acc"]
     assert plain > 0.45 and af < 0.32, (plain, af)
+
+
+@pytest.mark.slow      # the whole pipeline on a text-only home (~6 min)
+def test_the_pipeline_runs_a_home_without_photos_through_the_words_encoder(text_home):
+    """`mrqa pipeline --train --reading-folds split` on a home whose only encoder is a words encoder: embed,
+    generate (textual cloze only), the pooled step, the report and the train stage's checks all complete, every
+    dataset is a textual cloze one in the words encoder's space, and each recorded reading check holds every
+    split out in turn."""
+    from etl.warehouse import connect
+    from flows.cli import app
+    run = CliRunner()
+    res = run.invoke(app, ["--no-prefect", "encoder", "words", "--dim", "16"])
+    assert res.exit_code == 0, res.output
+    enc = json.loads(res.output)["encoder_id"]
+    res = run.invoke(app, ["pipeline", "--train", "--reading-folds", "split"])
+    assert res.exit_code == 0, res.output
+    out, _ = json.JSONDecoder().raw_decode(res.output[res.output.index("{"):])
+    assert out["failed"] is None
+    assert [(s["stage"], s["status"]) for s in out["stages"]] == [
+        ("clean", "completed"), ("embed", "completed"), ("generate", "completed"), ("competence", "completed"),
+        ("report", "completed"), ("train", "completed")]
+    con = connect(text_home)
+    try:
+        tasks = set(con.execute("SELECT DISTINCT task, encoder_id FROM datasets").fetchall())
+        checks = con.execute("SELECT c.n_test, c.folds, (SELECT count(*) FROM questions q WHERE q.dataset_id = "
+                             "c.dataset_id) FROM reading_checks c").fetchall()
+    finally:
+        con.close()
+    assert tasks == {("textual_cloze", enc)}
+    assert checks and all(folds == "split" and n == total for n, folds, total in checks)
