@@ -212,24 +212,33 @@ def reading_table(res: dict) -> str:
     split's, or all of them with every split held out in turn), the reader and question-only with their 95%
     intervals, the lead, the reader with another recipe's steps and what they cost."""
     lines = [f"{'dataset':36s} {'all q' if res.get('folds') == 'split' else 'test q':>6s} {'reader [95% CI]':>20s} "
-             f"{'question-only [95% CI]':>22s} {'lead':>6s} {'reader, another recipe':>22s} {'cost':>6s}"]
+             f"{'question-only [95% CI]':>22s} {'lead [95% CI]':>20s} {'reader, another recipe':>22s} "
+             f"{'cost [95% CI]':>20s}"]
     for r in res["settings"]:
         lines.append(f"{r['dataset_id']:36s} {r['n_test']:6d} {with_ci(r['reader'], r.get('reader_ci')):>20s} "
-                     f"{with_ci(r['question_only'], r.get('question_only_ci')):>22s} {100 * r['lead']:+6.1f} "
-                     f"{100 * r['reader_other_recipe']:21.1f}% "
-                     f"{100 * (r['reader'] - r['reader_other_recipe']):+6.1f}")
+                     f"{with_ci(r['question_only'], r.get('question_only_ci')):>22s} "
+                     f"{_points(r['lead'], r.get('lead_ci')):>20s} {100 * r['reader_other_recipe']:21.1f}% "
+                     f"{_points(r['reader'] - r['reader_other_recipe'], r.get('cost_ci')):>20s}")
     return "\n".join(lines)
+
+
+def _points(x: float, ci) -> str:
+    """A difference of accuracies in points with its 95% interval, e.g. +23.9 [15.7, 31.6]."""
+    return f"{100 * x:+.1f}" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
 
 
 def _check_row(task: str, setting: str, dataset_id: str, rd: dict, qo: dict) -> dict:
     """A dataset's reading-check figures on one scored split, from its reader's and question-only model's
-    sweep rows."""
+    sweep rows; the lead and the cost with their 95% intervals (`difference_ci`)."""
+    from training.sweep import difference_ci
     return {"task": task, "setting": setting, "dataset_id": dataset_id, "n_test": rd["n_test"],
             "reader": rd["test_acc"], "question_only": qo["test_acc"],
             # 95% Wilson intervals over the n_test questions (about 15 points wide at 100)
             "reader_ci": rd.get("test_ci"), "question_only_ci": qo.get("test_ci"),
             "reader_other_recipe": rd["foreign_context_acc"], "hasty_student": rd["hasty_student_acc"],
-            "lead": round(rd["test_acc"] - qo["test_acc"], 4)}
+            "lead": round(rd["test_acc"] - qo["test_acc"], 4),
+            "lead_ci": difference_ci(rd["test_acc"], qo["test_acc"], rd["n_test"]),
+            "cost_ci": difference_ci(rd["test_acc"], rd["foreign_context_acc"], rd["n_test"])}
 
 
 PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (76 s for the demo's 10)

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from etl.config import sql_glob, sql_path
-from training.sweep import ci95
+from training.sweep import ci95, difference_ci
 
 FOLDS = ("test", "split")                 # --folds: the test split only, or every split in turn
 HELD = ("test", "val", "train")
@@ -61,8 +61,8 @@ def fold_exports(export_dir: Path, root: Path) -> list[tuple[str, Path]]:
 
 def combine(per_fold: list[tuple[str, dict]]) -> dict:
     """One dataset's reading check over its folds, [(held-out split, its table row)]: the accuracies over
-    every scored question (each fold's correct answers summed), their 95% intervals, and per fold its
-    questions and figures (`folds`)."""
+    every scored question (each fold's correct answers summed), their 95% intervals and those of the lead and
+    the cost, and per fold its questions and figures (`folds`)."""
     n = sum(r["n_test"] for _, r in per_fold)
     acc = {k: round(sum(round(r[k] * r["n_test"]) for _, r in per_fold) / n, 4) if n else 0.0
            for k in ("reader", "question_only", "reader_other_recipe", "hasty_student")}
@@ -72,5 +72,7 @@ def combine(per_fold: list[tuple[str, dict]]) -> dict:
             "reader_ci": ci95(acc["reader"], n), "question_only_ci": ci95(acc["question_only"], n),
             "reader_other_recipe": acc["reader_other_recipe"], "hasty_student": acc["hasty_student"],
             "lead": round(acc["reader"] - acc["question_only"], 4),
+            "lead_ci": difference_ci(acc["reader"], acc["question_only"], n),
+            "cost_ci": difference_ci(acc["reader"], acc["reader_other_recipe"], n),
             "folds": {held: {k: r[k] for k in ("n_test", "reader", "question_only", "reader_other_recipe")}
                       for held, r in per_fold}}

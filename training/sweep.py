@@ -30,6 +30,21 @@ def ci95(acc: float, n: int) -> list[float] | None:
     return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
 
 
+def difference_ci(a: float, b: float, n: int, n_b: int | None = None) -> list[float] | None:
+    """The 95% interval of a - b, two accuracies over n questions (and n_b for b, default n: the reader's
+    lead over question-only, or what another recipe's steps cost it, on the same questions): Newcombe's hybrid
+    score interval from the two Wilson intervals (Newcombe 1998, method 10). It treats the two as independent
+    samples; two models scored on the same questions agree more than that, so the interval is if anything too
+    wide. None for no questions."""
+    ca, cb = ci95(a, n), ci95(b, n if n_b is None else n_b)
+    if ca is None or cb is None:
+        return None
+    d = a - b
+    lo = d - ((a - ca[0]) ** 2 + (cb[1] - b) ** 2) ** 0.5
+    hi = d + ((ca[1] - a) ** 2 + (b - cb[0]) ** 2) ** 0.5
+    return [round(lo, 4), round(hi, 4)]
+
+
 def _setting_name(text: str) -> str:
     """A knob label as the export's partitions spell it (`0-0-1:balanced` -> `0-0-1-balanced`); text that
     is not a setting is kept as given (it then matches no dataset)."""

@@ -14,7 +14,7 @@ from features.datasets.generate import generate_datasets
 from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams
 from flows.demo import _reading_lines
 from flows.train import READING_EXPORT, reading_check
-from training.sweep import ci95
+from training.sweep import ci95, difference_ci
 
 ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
@@ -46,6 +46,9 @@ def test_the_reader_against_question_only_per_af_dataset(world):
         assert r["lead"] == pytest.approx(r["reader"] - r["question_only"], abs=1e-4)
         for k in ("reader", "question_only"):        # each with its Wilson interval over the test questions
             assert r[f"{k}_ci"] == ci95(r[k], r["n_test"]) and r[f"{k}_ci"][0] <= r[k] <= r[f"{k}_ci"][1]
+        assert r["lead_ci"] == difference_ci(r["reader"], r["question_only"], r["n_test"])
+        assert r["lead_ci"][0] <= r["lead"] <= r["lead_ci"][1]
+        assert r["cost_ci"] == difference_ci(r["reader"], r["reader_other_recipe"], r["n_test"])
         # the step bodies tell the answer photo, the photos alone do not: the reader reads, and reads less
         # from another recipe's steps
         assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
@@ -205,6 +208,7 @@ def test_every_split_held_out_in_turn_scores_every_question(world):
         for k in ("reader", "question_only", "reader_other_recipe"):
             assert r[k] == round(sum(round(f[k] * f["n_test"]) for f in r["folds"].values()) / r["n_test"], 4)
         assert r["reader_ci"] == ci95(r["reader"], r["n_test"])
+        assert r["lead_ci"] == difference_ci(r["reader"], r["question_only"], r["n_test"])
         assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
         assert checked[d] == {"n_test": r["n_test"], "reader": r["reader"], "question_only": r["question_only"],
                               "reader_other_recipe": r["reader_other_recipe"], "folds": "split"}

@@ -161,3 +161,16 @@ def test_sweep_warns_of_a_stale_export(toy_home, tmp_path):
     assert toy_home["ids"][("visual_cloze", "0-0-0")] in said
     r = CliRunner().invoke(app, args + ["--knobs", "recipeqa"])          # the stale dataset left out: no word
     assert r.exit_code == 0 and "is stale" not in r.output
+
+
+def test_the_interval_of_a_difference_of_accuracies_is_newcombes():
+    """The reading check's lead and cost intervals (`difference_ci`): Newcombe's hybrid score interval, which
+    gives 0.0524 to 0.3339 for 56/70 - 48/80 in his paper (1998, Table II, method 10); it holds the difference,
+    flips with it, narrows with more questions, and is None without questions."""
+    from training.sweep import difference_ci
+    assert difference_ci(56 / 70, 48 / 80, 70, 80) == pytest.approx([0.0524, 0.3339], abs=2e-4)
+    lo, hi = difference_ci(0.5, 0.25, 100)
+    assert lo < 0.25 < hi and difference_ci(0.25, 0.5, 100) == [-hi, -lo]
+    lo4, hi4 = difference_ci(0.5, 0.25, 400)
+    assert lo < lo4 < 0.25 < hi4 < hi
+    assert difference_ci(0.3, 0.3, 0) is None
