@@ -7,8 +7,9 @@ models that never saw its recipe:
 
 - the test split: the plain check, on the export as it is (the same figures, byte for byte);
 - the val split: trained on train, validated on test, scored on val;
-- the train split: trained on the val and test splits' recipes, a quarter of them (by the md5 of the
-  recipe id, so the same quarter for every dataset of a pool) kept to validate, scored on train.
+- the train split: trained on the val and test splits' recipes, a quarter of them (those whose md5 starts
+  with 0-3, so the same quarter for every dataset of a pool; `validating_recipes`) kept to validate, scored
+  on train.
 
 A fold is the export with the `split` column of its questions and steps relabelled; its vectors, recipes
 and the rest are links to the export's files. Splits never share a recipe, nor, in the generated datasets,
@@ -16,6 +17,7 @@ a photo or a title, so a fold's models see no item of the questions they score.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -27,10 +29,25 @@ from training.sweep import ci95, difference_ci
 
 FOLDS = ("test", "split")                 # --folds: the test split only, or every split in turn
 HELD = ("test", "val", "train")
-# a quarter of the recipes of the val and test splits validate the fold that scores the train split
-_VALIDATE = "substr(md5(recipe_id), 1, 1) IN ('0', '1', '2', '3')"
 _RELABEL = {"val": "CASE split WHEN 'val' THEN 'test' WHEN 'test' THEN 'val' ELSE split END",
-            "train": f"CASE WHEN split = 'train' THEN 'test' WHEN {_VALIDATE} THEN 'val' ELSE 'train' END"}
+            "train": "CASE WHEN split = 'train' THEN 'test' WHEN recipe_id IN (SELECT recipe_id FROM validate) "
+                     "THEN 'val' ELSE 'train' END"}
+
+
+def validating_recipes(recipe_ids: list[str]) -> list[str]:
+    """The recipes of the val and test splits that validate the fold scoring the train split: those whose
+    md5 starts with 0-3, a quarter of them on average; where that picks none or all of them (a handful of
+    recipes), the first quarter in md5 order (at least one). Fewer than 2 recipes leave none to train on: a
+    ValueError that says so."""
+    ids = sorted(set(recipe_ids))
+    if len(ids) < 2:
+        raise ValueError(f"the val and test splits hold {len(ids)} recipe(s): too few to train on while the "
+                         "train split is held out; check the test split alone (--folds test)")
+    md5 = {r: hashlib.md5(r.encode()).hexdigest() for r in ids}
+    picked = [r for r in ids if md5[r][0] in "0123"]
+    if not picked or len(picked) == len(ids):
+        picked = sorted(ids, key=lambda r: (md5[r], r))[:max(1, len(ids) // 4)]
+    return sorted(picked)
 
 
 def fold_exports(export_dir: Path, root: Path) -> list[tuple[str, Path]]:
@@ -44,9 +61,14 @@ def fold_exports(export_dir: Path, root: Path) -> list[tuple[str, Path]]:
             shutil.rmtree(d)
         (d / "questions").mkdir(parents=True)
         expr = _RELABEL[held]
+        questions = f"read_parquet({sql_glob(export_dir / 'questions', '**/*.parquet')}, hive_partitioning = false)"
         with duckdb.connect() as con:
-            con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM read_parquet("
-                        f"{sql_glob(export_dir / 'questions', '**/*.parquet')}, hive_partitioning = false) "
+            held_out = [r for (r,) in con.execute(f"SELECT DISTINCT recipe_id FROM {questions} "
+                                                  "WHERE split IN ('val', 'test')").fetchall()]
+            con.execute("CREATE TEMP TABLE validate (recipe_id VARCHAR)")
+            if held == "train":
+                con.executemany("INSERT INTO validate VALUES (?)", [[r] for r in validating_recipes(held_out)])
+            con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM {questions} "
                         f"ORDER BY dataset_id, qid) TO {sql_path(d / 'questions' / 'data_0.parquet')} "
                         "(FORMAT parquet)")
             con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM read_parquet("
