@@ -185,7 +185,8 @@ def format_digest(d: dict) -> str:
 
 def _reading_lines(r: dict | None) -> list[str]:
     """The reading check in the summary: per dataset checked, the reader, the learned question-only model, the
-    lead, and the reader with another recipe's steps (test split; chance 25%)."""
+    lead, and the reader with another recipe's steps (on the test split, or every split held out in turn;
+    chance 25%)."""
     if not r:
         return []
     if r.get("skipped"):
@@ -194,10 +195,12 @@ def _reading_lines(r: dict | None) -> list[str]:
     label = {id(x): x["setting"] if x.get("task", "visual_cloze") == "visual_cloze" else f"{x['task']} {x['setting']}"
              for x in rows}
     w = max(10, *(len(v) for v in label.values()))
+    every = r.get("folds") == "split"            # every split held out in turn (training/split_folds.py)
     lines = ["does a model have to read the recipe? (pooled per task: the datasets checked, in the demo what the "
-             "reading-only export holds back for want of this check; test split; chance 25%)",
-             f"  {'setting':<{w}} {'test q':>6}  {'reader [95% CI]':>20}  {'question-only [95% CI]':>22}  {'lead':>6}  "
-             f"{'reader, another recipe':>22}"]
+             "reading-only export holds back for want of this check; "
+             f"{'every split held out in turn' if every else 'test split'}; chance 25%)",
+             f"  {'setting':<{w}} {'all q' if every else 'test q':>6}  {'reader [95% CI]':>20}  "
+             f"{'question-only [95% CI]':>22}  {'lead':>6}  {'reader, another recipe':>22}"]
     lines += [f"  {label[id(x)]:<{w}} {x['n_test']:>6}  {with_ci(x['reader'], x.get('reader_ci')):>20}  "
               f"{with_ci(x['question_only'], x.get('question_only_ci')):>22}  "
               f"{100 * x['lead']:>+6.1f}  {_pct(x['reader_other_recipe']):>22}" for x in rows]

@@ -62,6 +62,7 @@ def test_the_reader_against_question_only_per_af_dataset(world):
         con.close()
     text = "\n".join(_reading_lines(res))
     assert "does a model have to read the recipe?" in text and "0-1-1-af" in text and "0-0-0-af" in text
+    assert "test split" in text and "test q" in text
     assert f"{100 * min(r['lead'] for r in rows):.1f} points or more" in text
     lo, hi = rows[0]["reader_ci"]
     assert f"{100 * rows[0]['reader']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]" in text
@@ -212,5 +213,7 @@ def test_every_split_held_out_in_turn_scores_every_question(world):
         assert r["reader"] > r["question_only"] and r["reader"] > r["reader_other_recipe"]
         assert checked[d] == {"n_test": r["n_test"], "reader": r["reader"], "question_only": r["question_only"],
                               "reader_other_recipe": r["reader_other_recipe"], "folds": "split"}
+    text = "\n".join(_reading_lines(res))
+    assert "every split held out in turn" in text and "all q" in text and "test q" not in text
     worst = {**checked[ids[0]], "reader_other_recipe": checked[ids[0]]["reader"]}
     assert "questions, every split held out in turn" in _reading_failed(worst)
