@@ -28,7 +28,7 @@ from etl.config import sql_glob, sql_path
 from training.sweep import ci95, difference_ci
 
 FOLDS = ("test", "split")                 # --folds: the test split only, or every split in turn
-HELD = ("test", "val", "train")
+HELD = ("test", "val", "train")             # the folds, each named by the split it scores
 _RELABEL = {"val": "CASE split WHEN 'val' THEN 'test' WHEN 'test' THEN 'val' ELSE split END",
             "train": "CASE WHEN split = 'train' THEN 'test' WHEN recipe_id IN (SELECT recipe_id FROM validate) "
                      "THEN 'val' ELSE 'train' END"}
@@ -54,30 +54,29 @@ def fold_exports(export_dir: Path, root: Path) -> list[tuple[str, Path]]:
     """(held-out split, its export) for each split: the test split's is `export_dir` itself, the others
     are written under `root` (replaced when there)."""
     export_dir, root = Path(export_dir), Path(root)
+    questions = f"read_parquet({sql_glob(export_dir / 'questions', '**/*.parquet')}, hive_partitioning = false)"
     out = [("test", export_dir)]
-    for held in ("val", "train"):
-        d = root / f"held-{held}"
-        if d.exists():
-            shutil.rmtree(d)
-        (d / "questions").mkdir(parents=True)
-        expr = _RELABEL[held]
-        questions = f"read_parquet({sql_glob(export_dir / 'questions', '**/*.parquet')}, hive_partitioning = false)"
-        with duckdb.connect() as con:
-            held_out = [r for (r,) in con.execute(f"SELECT DISTINCT recipe_id FROM {questions} "
-                                                  "WHERE split IN ('val', 'test')").fetchall()]
-            con.execute("CREATE TEMP TABLE validate (recipe_id VARCHAR)")
-            if held == "train":
-                con.executemany("INSERT INTO validate VALUES (?)", [[r] for r in validating_recipes(held_out)])
+    with duckdb.connect() as con:
+        held_out = [r for (r,) in con.execute(f"SELECT DISTINCT recipe_id FROM {questions} "
+                                              "WHERE split IN ('val', 'test')").fetchall()]
+        con.execute("CREATE TEMP TABLE validate (recipe_id VARCHAR)")      # read by the train split's relabel
+        con.executemany("INSERT INTO validate VALUES (?)", [[r] for r in validating_recipes(held_out)])
+        for held in HELD[1:]:
+            d = root / f"held-{held}"
+            if d.exists():
+                shutil.rmtree(d)
+            (d / "questions").mkdir(parents=True)
+            expr = _RELABEL[held]
             con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM {questions} "
                         f"ORDER BY dataset_id, qid) TO {sql_path(d / 'questions' / 'data_0.parquet')} "
                         "(FORMAT parquet)")
             con.execute(f"COPY (SELECT * REPLACE ({expr} AS split) FROM read_parquet("
                         f"{sql_path(export_dir / 'steps.parquet')}) ORDER BY recipe_id, step_idx) "
                         f"TO {sql_path(d / 'steps.parquet')} (FORMAT parquet)")
-        for f in sorted(export_dir.iterdir()):
-            if f.name not in ("questions", "steps.parquet"):
-                os.symlink(f.resolve(), d / f.name)
-        out.append((held, d))
+            for f in sorted(export_dir.iterdir()):
+                if f.name not in ("questions", "steps.parquet"):
+                    os.symlink(f.resolve(), d / f.name)
+            out.append((held, d))
     return out
 
 
