@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class EmbedConfig:
     batch_size: int = 128
     num_workers: int = 2
-    decode: str = "threads"     # threads (measured 1.5x the DataLoader, see README) | processes (DataLoader)
+    decode: str = "threads"     # threads (measured 1.5x the DataLoader, docs/results.md) | processes (DataLoader)
     pixels: bool = True         # decoders send uint8 pixels, normalised on the encoder's device
                                 # (False: the float path, whole preprocess in the decoders)
     write_every: int = 4096     # rows buffered before a LanceDB append
