@@ -42,6 +42,7 @@ from flows.cli import (
     ingest,
     orchestrate,
     score,
+    share,
     train,
     warehouse,
 )
@@ -52,6 +53,7 @@ app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                        "de-biased benchmarks with control knobs, train and evaluate.")
 for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, train, score, orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
+share.register(embed.encoder_app)      # mrqa encoder export / import
 app.add_typer(bench.app, name="bench")
 app.add_typer(competence.roles_app, name="roles")
 app.add_typer(competence.app, name="competence")

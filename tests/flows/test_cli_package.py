@@ -19,7 +19,8 @@ CLI_DIR = Path(__file__).resolve().parents[2] / "flows" / "cli"
 COMMANDS = {
     "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
-    "encoder add", "encoder list", "encoder eval", "encoder words", "embed", "generate", "datasets", "af-report",
+    "encoder add", "encoder list", "encoder eval", "encoder words", "encoder export", "encoder import", "embed",
+    "generate", "datasets", "af-report",
     "af-pool", "af-check",
     "reading-check", "export", "report",
     "train", "evaluate", "baselines", "sweep", "score", "look-probe", "words-probe", "demo", "pipeline", "deploy",
