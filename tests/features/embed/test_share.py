@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 
 import numpy as np
@@ -25,8 +26,15 @@ KEPT = ("encoder_id", "kind", "model_name", "pretrained", "weights_sha256", "pre
 
 
 def _cli(*args):
+    """Run `mrqa ARGS` in this process; the environment it sets (`--home` sets MRQA_HOME) is put back, so
+    the worker's own home is kept for the tests after these."""
     from flows.cli import app
-    return CliRunner().invoke(app, list(args))
+    saved = dict(os.environ)
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _home(root, name: str) -> Paths:
