@@ -13,7 +13,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = REPO_ROOT / "sql"
 # `mrqa demo` sample-kitchen size: `make demo` takes 12-16 minutes on 2 CPU cores in most of a machine's
-# phases, 22 in its slowest (README, "How long it takes").
+# phases, 22-29 in its slowest (README, "How long it takes").
 # Here, not in flows/demo.py, so the CLI can show it without importing Prefect.
 DEMO_RECIPES = 1000
 SEED_MAX = 2**32 - 1               # the largest seed numpy and sklearn accept (unsigned 32-bit)

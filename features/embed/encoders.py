@@ -34,8 +34,10 @@ from features.embed.decode import split_preprocess, to_model_input
 from features.embed.registry import (
     EncoderUnavailable,
     _store_path,
+    encoder_row,
     make_encoder_id,
     register_encoder,
+    resolve_stored_path,
 )
 
 log = logging.getLogger(__name__)
@@ -71,11 +73,6 @@ def preprocess_sha256(model: torch.nn.Module) -> str:
     from open_clip.model import get_model_preprocess_cfg
     cfg = get_model_preprocess_cfg(model)
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _resolve_path(stored: str, paths: Paths) -> Path:
-    p = Path(stored)
-    return p if p.is_absolute() else paths.home / p
 
 
 # ----------------------------------------------------------------------------- the interface
@@ -158,7 +155,7 @@ def list_encoders(con: duckdb.DuckDBPyConnection) -> list[dict]:
 
 
 def get_encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
-    return next((r for r in list_encoders(con) if r["encoder_id"] == encoder_id), None)
+    return encoder_row(con, encoder_id)
 
 
 def latest_encoder_id(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -182,7 +179,7 @@ def load_encoder(con: duckdb.DuckDBPyConnection, encoder_id: str | None = None,
     if row is None:
         known = [r["encoder_id"] for r in list_encoders(con)]
         raise EncoderUnavailable(f"encoder {encoder_id!r} is not registered (known: {known})")
-    ckpt = _resolve_path(row["checkpoint_path"], paths)
+    ckpt = resolve_stored_path(row["checkpoint_path"], paths)
     if not ckpt.is_file():
         raise EncoderUnavailable(f"weights of encoder {encoder_id} not found at {ckpt}")
     if row["kind"] == "words":

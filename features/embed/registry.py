@@ -31,6 +31,24 @@ def _store_path(path: Path, paths: Paths) -> str:
         return str(path)
 
 
+def resolve_stored_path(stored: str, paths: Paths) -> Path:
+    """A path as `_store_path` stored it: relative to MRQA_HOME, or absolute."""
+    p = Path(stored)
+    return p if p.is_absolute() else paths.home / p
+
+
+def encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
+    """The `encoders` row of `encoder_id`, its JSON columns (config, metrics) as dicts; None when absent."""
+    rel = con.execute("SELECT * FROM encoders WHERE encoder_id = ?", [encoder_id])
+    got = rel.fetchone()
+    if got is None:
+        return None
+    row = dict(zip([d[0] for d in rel.description], got))
+    for k in ("config", "metrics"):
+        row[k] = json.loads(row[k]) if row[k] else {}
+    return row
+
+
 def register_encoder(con: duckdb.DuckDBPyConnection, row: dict) -> str:
     row = dict(row)
     for k in ("config", "metrics"):

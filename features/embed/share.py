@@ -26,7 +26,7 @@ import duckdb
 
 from etl.config import Paths
 from etl.warehouse import utcnow
-from features.embed.registry import _store_path, make_encoder_id, register_encoder
+from features.embed.registry import _store_path, encoder_row, make_encoder_id, register_encoder, resolve_stored_path
 
 FORMAT = "mrqa-encoder/1"
 MANIFEST = "encoder.json"
@@ -52,16 +52,9 @@ def weights_digest(kind: str, blobs: dict[str, bytes], checkpoint: str) -> str:
     return _sha256(blobs.get(checkpoint, b""))
 
 
-def _row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
-    rel = con.execute("SELECT * FROM encoders WHERE encoder_id = ?", [encoder_id])
-    got = rel.fetchone()
-    return dict(zip([d[0] for d in rel.description], got)) if got else None
-
-
 def _encoder_dir(row: dict, paths: Paths) -> Path:
     """The encoder's folder in this home: the one its checkpoint lies in, models/encoders/<id>/."""
-    ckpt = Path(row["checkpoint_path"] or "")
-    ckpt = ckpt if ckpt.is_absolute() else paths.home / ckpt
+    ckpt = resolve_stored_path(row["checkpoint_path"] or "", paths)
     folder = (paths.models / "encoders" / row["encoder_id"]).resolve()
     if ckpt.resolve().parent != folder:
         raise ShareError(f"encoder {row['encoder_id']} is registered from {ckpt}, outside this home's "
@@ -75,7 +68,7 @@ def _encoder_dir(row: dict, paths: Paths) -> Path:
 
 def export_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, encoder_id: str, out: Path) -> dict:
     """Write encoder `encoder_id`'s archive to `out` (replaced whole); returns what it holds."""
-    row = _row(con, encoder_id)
+    row = encoder_row(con, encoder_id)
     if row is None:
         known = [r[0] for r in con.execute("SELECT encoder_id FROM encoders ORDER BY 1").fetchall()]
         raise ShareError(f"encoder {encoder_id!r} is not registered (known: {known}); `mrqa encoder list`")
@@ -87,7 +80,7 @@ def export_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, encoder_id: str
         raise ShareError(f"the weights file of encoder {encoder_id} does not match its registered sha256: "
                          f"it changed after it was registered; train or register it again")
     manifest = {"format": FORMAT, "checkpoint": checkpoint,
-                "row": {c: _json_value(row[c]) for c in ROW_COLUMNS},
+                "row": {c: row[c] for c in ROW_COLUMNS},
                 "files": {name: _sha256(data) for name, data in blobs.items()}}
     blobs = {MANIFEST: json.dumps(manifest, indent=1, sort_keys=True).encode(), **blobs}
     out = Path(out)
@@ -103,25 +96,17 @@ def export_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, encoder_id: str
             "bytes": out.stat().st_size, "kind": row["kind"]}
 
 
-def _json_value(value):
-    """JSON columns come back from DuckDB as text; carry them as objects so the archive reads plainly."""
-    if isinstance(value, str) and value[:1] in "{[":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def read_archive(archive: Path) -> tuple[dict, dict[str, bytes]]:
     """(manifest, {file name: bytes}) of an archive, every file checked against the manifest."""
     try:
         tar = tarfile.open(archive, "r:*")
     except FileNotFoundError:
         raise ShareError(f"no such archive: {archive}") from None
-    except (tarfile.TarError, OSError) as exc:
-        raise ShareError(f"{archive} is not an encoder archive ({exc}); make one with `mrqa encoder "
-                         f"export ID --out FILE`") from None
+    except tarfile.TarError:                  # its message lists every compression tried, over lines
+        raise ShareError(f"{archive} is not an encoder archive (not a tar file); make one with `mrqa "
+                         f"encoder export ID --out FILE`") from None
+    except OSError as exc:
+        raise ShareError(f"cannot read {archive}: {exc.strerror or exc}") from None
     blobs: dict[str, bytes] = {}
     with tar:
         try:
@@ -169,14 +154,16 @@ def read_archive(archive: Path) -> tuple[dict, dict[str, bytes]]:
     return manifest, blobs
 
 
-def import_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, archive: Path) -> dict:
-    """Register the archive's encoder in this home (its files in models/encoders/<id>/). Importing an
+def import_encoder(con: duckdb.DuckDBPyConnection, paths: Paths, archive: Path,
+                   read: tuple[dict, dict[str, bytes]] | None = None) -> dict:
+    """Register the archive's encoder in this home (its files in models/encoders/<id>/); `read`: what
+    `read_archive(archive)` already returned, so the archive is not read and checked twice. Importing an
     encoder that is already registered with the same weights only makes it the latest again; one with
     the same id and other weights is refused."""
-    manifest, blobs = read_archive(Path(archive))
+    manifest, blobs = read if read is not None else read_archive(Path(archive))
     row = dict(manifest["row"])
     eid = row["encoder_id"]
-    have = _row(con, eid)
+    have = encoder_row(con, eid)
     if have is not None and have["weights_sha256"] != row["weights_sha256"]:
         raise ShareError(f"encoder {eid} is registered here with other weights; nothing imported")
     dest = paths.models / "encoders" / eid

@@ -38,12 +38,12 @@ def encoder_import_cmd(
     from etl.warehouse import connect
     from features.embed.share import ShareError, import_encoder, read_archive
     try:
-        read_archive(archive)                  # a bad archive is refused before the warehouse is opened
+        read = read_archive(archive)           # a bad archive is refused before the warehouse is opened
     except ShareError as e:
         fail(str(e))
     con = connect()
     try:
-        echo_json(import_encoder(con, _paths(), archive))
+        echo_json(import_encoder(con, _paths(), archive, read))
     except ShareError as e:
         fail(str(e))
     finally:
