@@ -36,6 +36,7 @@ from features.embed.registry import (
     _store_path,
     encoder_row,
     make_encoder_id,
+    parse_json_columns,
     register_encoder,
     resolve_stored_path,
 )
@@ -147,15 +148,7 @@ def embed_dim(model: torch.nn.Module) -> int:
 
 def list_encoders(con: duckdb.DuckDBPyConnection) -> list[dict]:
     rel = con.sql("SELECT * FROM encoders ORDER BY created_at, encoder_id")
-    rows = [dict(zip(rel.columns, r)) for r in rel.fetchall()]
-    for r in rows:
-        for k in ("config", "metrics"):
-            r[k] = json.loads(r[k]) if r[k] else {}
-    return rows
-
-
-def get_encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
-    return encoder_row(con, encoder_id)
+    return [parse_json_columns(dict(zip(rel.columns, r))) for r in rel.fetchall()]
 
 
 def latest_encoder_id(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -175,7 +168,7 @@ def load_encoder(con: duckdb.DuckDBPyConnection, encoder_id: str | None = None,
     if encoder_id is None:
         raise EncoderUnavailable("no encoder registered; run `mrqa encoder train` (the default) or "
                                  "`mrqa encoder add --clip-model ViT-B-32 --pretrained FILE_OR_TAG`")
-    row = get_encoder_row(con, encoder_id)
+    row = encoder_row(con, encoder_id)
     if row is None:
         known = [r["encoder_id"] for r in list_encoders(con)]
         raise EncoderUnavailable(f"encoder {encoder_id!r} is not registered (known: {known})")

@@ -30,7 +30,8 @@ from prefect.cache_policies import NO_CACHE
 
 from etl.config import Paths
 from features.embed.decode import image_dataset, image_size_of
-from features.embed.encoders import Encoder, EncoderUnavailable, build_model, file_sha256, get_encoder_row, pick_device
+from features.embed.encoders import Encoder, EncoderUnavailable, build_model, file_sha256, pick_device
+from features.embed.registry import encoder_row
 
 if TYPE_CHECKING:      # flow-side only: workers import this module, keep LanceDB out of it
     import duckdb
@@ -55,7 +56,7 @@ class EncoderSpec:
 
 def encoder_spec(con: duckdb.DuckDBPyConnection, encoder_id: str, paths: Paths,
                  device: str | None = None) -> EncoderSpec:
-    row = get_encoder_row(con, encoder_id)
+    row = encoder_row(con, encoder_id)
     if row is None:
         raise EncoderUnavailable(f"encoder {encoder_id!r} is not registered")
     ckpt = Path(row["checkpoint_path"])

@@ -43,7 +43,11 @@ def encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
     got = rel.fetchone()
     if got is None:
         return None
-    row = dict(zip([d[0] for d in rel.description], got))
+    return parse_json_columns(dict(zip([d[0] for d in rel.description], got)))
+
+
+def parse_json_columns(row: dict) -> dict:
+    """An `encoders` row as read from DuckDB, its JSON columns (config, metrics) parsed into dicts in place."""
     for k in ("config", "metrics"):
         row[k] = json.loads(row[k]) if row[k] else {}
     return row
