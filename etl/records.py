@@ -31,3 +31,13 @@ class RecipeRecord:
 def image_id(recipe_id: str, step_idx: int, ord_: int) -> str:
     """RecipeQA naming: <recipe_id>_<step_idx>_<ord>.jpg"""
     return f"{recipe_id}_{step_idx}_{ord_}.jpg"
+
+
+REDRAWN_ORD = 1_000_000_000        # photos drawn again in another kitchen (`mrqa redraw`) have an ord from here
+
+
+def is_redrawn_image(image_id_: str) -> bool:
+    """Whether an image id names a photo drawn again in another kitchen (its ord is REDRAWN_ORD or more):
+    never a recipe's own photo."""
+    ord_ = str(image_id_).rsplit(".", 1)[0].rsplit("_", 1)[-1]
+    return ord_.isdigit() and int(ord_) >= REDRAWN_ORD

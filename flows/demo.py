@@ -33,14 +33,14 @@ DEFAULT_RECIPES = DEMO_RECIPES
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
               crawl_workers: int = 8, train: bool = True, af_pool: bool = False,
               dask_address: str | None = None, matched_coherence: bool = False,
-              textual_cloze_pooled: bool = True) -> dict:
+              textual_cloze_pooled: bool = True, redrawn: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             matched_coherence=matched_coherence, textual_cloze_pooled=textual_cloze_pooled,
-                            train_reading=True,
+                            redrawn=redrawn, train_reading=True,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)
@@ -75,7 +75,8 @@ def demo_digest(summary: dict) -> dict:
                    | ({"textual_cloze": _pooled(gen["textual_cloze_pooled"])}
                       if gen.get("textual_cloze_pooled") else {})
                    | ({"visual_coherence (matched)": _pooled(gen["matched_coherence"]["af_pool"])}
-                      if gen.get("matched_coherence") else {}),
+                      if gen.get("matched_coherence") else {})
+                   | ({"visual_cloze (redrawn)": _pooled(gen["redrawn"]["af_pool"])} if gen.get("redrawn") else {}),
     }
     vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}
              for ph in ("before", "after")} if cln else {}

@@ -71,6 +71,13 @@ MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0
 MATCHED_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}       # the val and test splits held out whole, as for visual
                                                   # cloze: their questions read 29.0-29.2% instead of 32.9-34.5%
+REDRAWN_SETTINGS = ("0-1-0-af", "0-1-1-af", "1-1-1-af")
+# `redrawn`: visual cloze beyond the paper (features/datasets/redraw.py, sample kitchen only): those AF settings'
+# distractors and alternates drawn again in each question's kitchen, the knobs checked again on the new photos,
+# then their own pooled step (REDRAWN_POOL, swap rounds among the redrawn alternates): the visual datasets of
+# the sample kitchen that need reading (docs/knobs.md, "Redrawn distractors")
+REDRAWN_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
+                "fold_by": AF_POOL_FOLD_BY}
 # `textual_cloze_pooled`: the textual cloze AF datasets (made with AF's own drop) get the pooled step too: 2 swap
 # rounds of titles, then the drop by GM3C (the titles' vectors), the trees, the linear probe and the words probe
 # (the linear model and the trees on the titles' own words: without it they read 39-44% of the datasets that
@@ -293,11 +300,13 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
         gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
                       **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {}),
                       **({"textual_cloze_pooled": {**TEXTUAL_POOL, "af_drop": TEXTUAL_AF_DROP}}
-                         if p.get("textual_cloze_pooled") else {})}
+                         if p.get("textual_cloze_pooled") else {}),
+                      **({"redrawn": {"settings": list(REDRAWN_SETTINGS), **REDRAWN_POOL}} if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
                              Tab("encoders"), Tab("neighbours")],
-                            [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]))
+                            [Tab("datasets", ("created_at",)), Tab("questions"), Tab("generation_skips")]
+                            + ([Tab("redrawn_images", ("created_at",))] if p.get("redrawn") else [])))
     if p["generate"]:
         gt = None
         if p["sample_recipes"]:
@@ -357,6 +366,8 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
     textual = ("textual_cloze",) if p.get("textual_cloze_pooled") and TEXTUAL_AF_DROP == "pooled" else ()
     res = generate_flow(all_settings=True, seed=p["seed"], encoder_id=p["encoder_id"], probe=not p["report"],
                         af_pooled_drop=(tuple(af_params["tasks"]) if af_params else ()) + textual)
+    if p.get("redrawn"):                   # before the pooled step rewrites its sources
+        res["redrawn"] = _redrawn(paths, p)
     if af_params:
         res["af_pool"] = _af_pool(paths, {**af_params, "seed": p["seed"], "encoder_id": p["encoder_id"]})
         _counts_after(res.get("datasets", []), _counts(paths))      # the counts as they are after it
@@ -435,6 +446,31 @@ def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
     pooled = _pooled_step("visual_coherence", p["seed"], "matched coherence", distractors="matched", **MATCHED_POOL)
     _counts_after(made, _kept(pooled))
     return {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}, "af_pool": pooled}, made
+
+
+def _redrawn(paths: Paths, p: dict) -> dict:
+    """The visual cloze AF settings REDRAWN_SETTINGS drawn again in each question's kitchen (`mrqa redraw`), then
+    their pooled step (`mrqa af-pool --distractors redrawn`, REDRAWN_POOL). A setting that cannot be drawn (no
+    ground truth: not a sample kitchen home; its AF dataset missing) is skipped with the reason. Returns
+    {datasets: {dataset_id: questions after the pooled step}, skipped: {setting: why}, af_pool: its summary}."""
+    from features.datasets.redraw import redraw
+    made, skipped = [], {}
+    con = connect(paths)
+    try:
+        for setting in REDRAWN_SETTINGS:
+            try:
+                made.append(redraw(con, setting, p["seed"], p.get("encoder_id"), paths))
+            except (ValueError, LookupError) as e:
+                log.warning("redrawn %s: not made: %s", setting, e)
+                skipped[setting] = str(e)
+    finally:
+        con.close()
+    pooled = _pooled_step("visual_cloze", p["seed"], "redrawn visual cloze", distractors="redrawn",
+                          **REDRAWN_POOL) if made else {"skipped": "no redrawn datasets"}
+    counts = _counts(paths)
+    return {"datasets": {r["dataset_id"]: counts.get(r["dataset_id"], 0) for r in made}, "skipped": skipped,
+            "photos": sum(r["photos_photos"] for r in made), "drawn": sum(r["photos_drawn"] for r in made),
+            "af_pool": pooled}
 
 
 def _af_pool(paths: Paths, params: dict) -> dict:
@@ -612,7 +648,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
-                  textual_cloze_pooled: bool = True, report: bool = True, train: bool = False,
+                  textual_cloze_pooled: bool = True, redrawn: bool = False, report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
                   reading_folds: ReadingFolds = "test",
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
@@ -641,6 +677,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     on a demo home keeps it): generate ends with the pooled step on the textual cloze AF datasets too
     (TEXTUAL_POOL: swap rounds of titles, then the drop). The demo leaves `af_pool` off to stay within 15
     minutes; the pipeline keeps both.
+    `redrawn`: generate also draws the visual cloze AF settings REDRAWN_SETTINGS again in each question's
+    kitchen (sample kitchen homes only; features/datasets/redraw.py) and runs their pooled step (REDRAWN_POOL).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

@@ -249,9 +249,14 @@ def _image_rows(con, export_dir: Path, encoder_id: str, lance_uri: str | None):
 
 
 def _image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
-    from features.vectors.store import vectors_matrix
+    """image_id -> vector: the export's, else the feature store's, with the photos drawn again in another
+    kitchen (`mrqa redraw`) that redrawn datasets show."""
+    from features.vectors.store import FeatureStore, vectors_matrix
     tbl = _image_rows(con, export_dir, encoder_id, lance_uri)
-    return dict(zip(tbl["id"].to_pylist(), vectors_matrix(tbl["vector"])))
+    out = dict(zip(tbl["id"].to_pylist(), vectors_matrix(tbl["vector"])))
+    if not (export_dir / "image_vectors.parquet").exists():
+        out.update(zip(*FeatureStore(lance_uri).redrawn_vectors(encoder_id)))
+    return out
 
 
 def _title_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str | None) -> dict[str, np.ndarray]:
@@ -277,9 +282,12 @@ def _step_image_vectors(con, export_dir: Path, encoder_id: str, lance_uri: str |
     from features.vectors.store import vectors_matrix
     tbl = _image_rows(con, export_dir, encoder_id, lance_uri)
     mat = vectors_matrix(tbl["vector"])
+    from etl.records import is_redrawn_image
     rows: dict[tuple, list[int]] = {}
-    for k, key in enumerate(zip(tbl["recipe_id"].to_pylist(), tbl["step_idx"].to_pylist())):
-        rows.setdefault((key[0], int(key[1])), []).append(k)
+    for k, (iid, *key) in enumerate(zip(tbl["id"].to_pylist(), tbl["recipe_id"].to_pylist(),
+                                       tbl["step_idx"].to_pylist())):
+        if not is_redrawn_image(iid):             # a step's own photos only (an export carries redrawn ones too)
+            rows.setdefault((key[0], int(key[1])), []).append(k)
     out = {}
     for key, ks in rows.items():
         v = mat[ks].mean(0, dtype=np.float64)

@@ -548,7 +548,9 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
     splits = {r[0] for r in con.execute("SELECT DISTINCT split FROM questions JOIN export_datasets "
                                         "USING (dataset_id)").fetchall()}
     meta = con.execute("SELECT i.image_id, i.recipe_id, i.step_idx, r.split FROM images i JOIN recipes r "
-                       "USING (recipe_id) WHERE i.status = 'ok' AND r.status = 'ok'").fetchall()
+                       "USING (recipe_id) WHERE i.status = 'ok' AND r.status = 'ok' UNION ALL "
+                       "SELECT i.image_id, i.recipe_id, i.step_idx, r.split FROM redrawn_images i JOIN recipes r "
+                       "USING (recipe_id) WHERE r.status = 'ok'").fetchall()      # redrawn: `mrqa redraw`'s photos
     img_meta = {a: (b, c, d) for a, b, c, d in meta if d in splits}
     rsplit = dict(con.execute("SELECT recipe_id, split FROM recipes WHERE status = 'ok'").fetchall())
     counts = {}
@@ -612,10 +614,12 @@ def _image_file(path: str | None, home: Path | None) -> Path | None:
 
 
 def _export_images(con, out: Path, home: Path | None) -> dict:
-    """images.parquet: every ok image of the recipes in recipes.parquet, bytes + path (= image_id)."""
+    """images.parquet: every ok image of the recipes in recipes.parquet, and every photo of their steps drawn
+    again in another kitchen (`mrqa redraw`), bytes + path (= image_id)."""
     rows = con.execute("WITH r AS (" + load_query("export_recipes") + ") SELECT i.image_id, i.recipe_id, "
                        "i.step_idx, r.split, i.path FROM images i JOIN r USING (recipe_id) "
-                       "WHERE i.status = 'ok' ORDER BY i.image_id").fetchall()
+                       "WHERE i.status = 'ok' UNION ALL SELECT i.image_id, i.recipe_id, i.step_idx, r.split, i.path "
+                       "FROM redrawn_images i JOIN r USING (recipe_id) ORDER BY image_id").fetchall()
     missing = 0
     writer = pq.ParquetWriter(out / "images.parquet", IMAGE_SCHEMA, compression="zstd")
     try:
@@ -716,7 +720,8 @@ def export_recipeqa_json(con: duckdb.DuckDBPyConnection, dataset_ids: list[str],
         shown = sorted({i for by_split in records.values() for recs in by_split.values() for rec in recs
                         for i in record_images(rec)})
         for iid, path in con.execute("SELECT image_id, path FROM images WHERE status = 'ok' AND "
-                                     "list_contains(?, image_id)", [shown]).fetchall():
+                                     "list_contains(?, image_id) UNION ALL SELECT image_id, path FROM redrawn_images "
+                                     "WHERE list_contains(?, image_id)", [shown, shown]).fetchall():
             f = _image_file(path, home)
             sources[iid] = str(f) if f is not None else None
     if len(dataset_ids) == 1:

@@ -30,6 +30,7 @@ from features.datasets.distractors import DenseKnn
 from features.datasets.knobs import (
     AF_ALL_TASKS,
     AF_DEFAULT_ROUNDS,
+    REDRAWN_RULE,
     KnobParams,
     dataset_id,
     parse_setting,
@@ -289,6 +290,8 @@ class Generator:
     # -- datasets -------------------------------------------------------------------------------
     def generate(self, task: str, params: KnobParams, seed: int) -> GeneratedDataset:
         params.validate(task)
+        if params.distractors == "redrawn":
+            raise ValueError(REDRAWN_RULE)
         fam = FAMILIES[task]
         b = self.batch(task, params, seed)
         prep = self._prepared[(fam.space, seed, params.k)]

@@ -28,9 +28,11 @@ N_CHOICES = 4
 AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze", "visual_ordering")
 AF_ALL_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")     # the AF variants `--all` makes
 AF_DEFAULT_ROUNDS = 3
-BEYOND = ("matched", "kitchen")         # distractor rules beyond the paper, each its own setting name
+BEYOND = ("matched", "kitchen", "redrawn")    # distractor rules beyond the paper, each its own setting name
 KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
                 "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
+REDRAWN_RULE = ("redrawn distractors are made by `mrqa redraw` from a visual cloze AF dataset of the sample kitchen "
+                "(e.g. `mrqa redraw --knobs 0-1-1-af` makes 0-1-1-redrawn-af); `mrqa generate` does not draw photos")
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class KnobParams:
     # knob 2 -- distance of distractors from the correct answer (ball in units of s_d around m_d)
     distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset) | matched
                                          # (coherence, beyond the paper: features/datasets/matched.py) |
-                                         # kitchen (visual cloze, beyond the paper: the recipe's own photos)
+                                         # kitchen (visual cloze, beyond the paper: the recipe's own photos) |
+                                         # redrawn (visual cloze AF: the ball's photos drawn again in the
+                                         # question's kitchen, features/datasets/redraw.py)
     k: int = 100                         # neighbours used for m_d, s_d and as candidates
     ball_lo_sd: float | None = None      # None: lower bound is distance 0
     ball_hi_sd: float = -1.0
@@ -102,7 +106,7 @@ class KnobParams:
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
         if self.distractors not in ("ball", "random_far") + BEYOND:
-            raise ValueError("distractors must be ball, random_far, matched or kitchen")
+            raise ValueError("distractors must be ball, random_far, matched, kitchen or redrawn")
         if self.distractors == "matched" and (task != "visual_coherence" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
@@ -110,6 +114,8 @@ class KnobParams:
         if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(KITCHEN_RULE)
+        if self.distractors == "redrawn" and (task != "visual_cloze" or self.preset or not self.af_rounds):
+            raise ValueError(REDRAWN_RULE)
         if self.distractors == "kitchen":       # options of the ball and knob 3, which the recipe replaces
             unused = [opt for opt, v, d in (("--k", self.k, 100), ("--ball-lo-sd", self.ball_lo_sd, None),
                                             ("--ball-hi-sd", self.ball_hi_sd, -1.0),
@@ -153,9 +159,9 @@ class KnobParams:
                   else "knob 3's coin and all modes only"),
                  ("--ordering-weight-power", self.ordering_weight_power != self._preset_weight_power(), ordering,
                   "visual ordering only"),
-                 ("--ball-lo-sd", self.ball_lo_sd != ball_lo, not ordering and self.distractors == "ball",
+                 ("--ball-lo-sd", self.ball_lo_sd != ball_lo, not ordering and self.distractors in ("ball", "redrawn"),
                   f"the knob-2 ball: {no_ball}"),
-                 ("--ball-hi-sd", self.ball_hi_sd != ball_hi, not ordering and self.distractors == "ball",
+                 ("--ball-hi-sd", self.ball_hi_sd != ball_hi, not ordering and self.distractors in ("ball", "redrawn"),
                   f"the knob-2 ball: {no_ball}"),
                  ("--k", self.k != 100, not ordering and self.distractors != "matched",
                   "visual ordering uses no neighbours" if ordering
@@ -255,7 +261,7 @@ PRESETS = ("recipeqa",)
 NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
 _SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
                              (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
-                             (?P<beyond>-matched|-kitchen)?
+                             (?P<beyond>-matched|-kitchen|-redrawn)?
                              (?P<af>-af)?$""", re.VERBOSE)
 
 
@@ -270,7 +276,7 @@ class Setting:
     adversarial: bool = False
     preset: str | None = None
     distractors: str = "ball"            # ball (knob 2) | matched (coherence) | kitchen (visual cloze): knobs 2
-                                         # and 3 = 0, beyond the paper
+                                         # and 3 = 0, beyond the paper | redrawn (visual cloze AF, any knobs)
 
     @property
     def name(self) -> str:
@@ -297,8 +303,8 @@ def setting_of(knobs: str) -> str:
 
 
 def setting_kind(name: str) -> str:
-    """Which distractors a setting's name says: `matched`, `kitchen` (beyond the paper) or `ball`."""
-    m = re.search(r"-(matched|kitchen)\b", str(name or ""))
+    """Which distractors a setting's name says: `matched`, `kitchen`, `redrawn` (beyond the paper) or `ball`."""
+    m = re.search(r"-(matched|kitchen|redrawn)\b", str(name or ""))
     return m[1] if m else "ball"
 
 
@@ -306,7 +312,8 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
                  distractors: str = "ball") -> str:
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
     than the paper's coin flip, then `-matched` for coherence's matched foreign images or `-kitchen` for
-    visual cloze's distractors from the question's own recipe (knobs 2 and 3 = 0 only, beyond the paper),
+    visual cloze's distractors from the question's own recipe (knobs 2 and 3 = 0 only, beyond the paper) or
+    `-redrawn` for visual cloze AF distractors drawn again in the question's kitchen (`0-1-1-redrawn-af`),
     then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`, `0-1-1-af`, `0-1-1-balanced-af`,
     `1-0-0-matched-af`, `0-0-0-kitchen-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
     for label, v in (("k1", k1), ("k2", k2), ("k3", k3)):
@@ -320,12 +327,14 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
     if k3 == 1 and mode == "off":
         mode = "coin"
     if distractors not in ("ball",) + BEYOND:
-        raise ValueError(f"a setting's distractors are ball, matched or kitchen, got {distractors!r}")
+        raise ValueError(f"a setting's distractors are ball, matched, kitchen or redrawn, got {distractors!r}")
     if distractors == "matched" and (k2 or k3):
         raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                          "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
     if distractors == "kitchen" and (k2 or k3):
         raise ValueError(KITCHEN_RULE)
+    if distractors == "redrawn" and not adversarial:
+        raise ValueError(REDRAWN_RULE)
     return (f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "")
             + (f"-{distractors}" if distractors in BEYOND else "") + ("-af" if adversarial else ""))
 
@@ -349,7 +358,8 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     if not m:
         raise ValueError(f"not a knob setting: {raw!r}; expected K1-K2-K3 with each 0 or 1, optionally "
                          f"-all or -balanced (k3=1), -matched (visual coherence) or -kitchen (visual cloze) at "
-                         f"K2 = K3 = 0, and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af, 0-0-0-kitchen-af; or "
+                         f"K2 = K3 = 0 or -redrawn (visual cloze AF), and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af, "
+                         f"0-0-0-kitchen-af; or "
                          f"{', '.join(PRESETS)}")
     k1, k2, k3 = (int(m[g]) for g in ("k1", "k2", "k3"))
     mode = m["mode"]

@@ -15,7 +15,8 @@ the encoder's space:
 - `LookSpace`: those statistics of every readable photo of the warehouse's `images` table (status ok),
   each block standardised over the photos, projected on their 32 principal axes (`principal`) and each
   row scaled to unit length (over every readable photo, so a dataset's figure does not depend on which
-  others are measured with it), in the shape of
+  others are measured with it); photos drawn again in another kitchen (`redrawn_images`, `mrqa redraw`)
+  are scaled and projected by the same statistics and axes, never fitted on, in the shape of
   bias.VectorLookup, so the probes of the encoder's space run on it unchanged. Photos that are missing
   or cannot be decoded are counted with their reason; a question with such a photo is left out and
   counted, never guessed.
@@ -50,34 +51,38 @@ class LookSpace:
     mat: np.ndarray
     index: dict[str, int] = field(repr=False)
     missing: dict[str, str] = field(default_factory=dict)       # image_id -> why it has no row
+    own: np.ndarray | None = field(repr=False, default=None)   # per row: a recipe's own photo (not redrawn)
 
     def rows(self, ids) -> list[int] | None:
         out = [self.index.get(i) for i in ids]
         return None if any(o is None for o in out) else out
 
 
-def standardise(blocks: dict[str, np.ndarray]) -> np.ndarray:
+def standardise(blocks: dict[str, np.ndarray], fit: np.ndarray | None = None) -> np.ndarray:
     """Each block z-scored over the photos (a constant column stays 0), the blocks side by side, each row
-    scaled to unit length (a photo whose statistics are all average stays the zero row)."""
+    scaled to unit length (a photo whose statistics are all average stays the zero row). `fit`: a mask of the
+    rows whose mean and spread are used (default: all); the other rows are scaled by them."""
     parts = []
     for name in BLOCKS:
         b = blocks[name].astype(np.float64)
-        parts.append((b - b.mean(0)) / np.where(b.std(0) > 1e-9, b.std(0), 1.0))
+        f = b if fit is None else b[fit]
+        parts.append((b - f.mean(0)) / np.where(f.std(0) > 1e-9, f.std(0), 1.0))
     m = np.concatenate(parts, axis=1)
     norm = np.linalg.norm(m, axis=1, keepdims=True)
     return (m / np.where(norm > 0, norm, 1.0)).astype(np.float32)
 
 
-def principal(m: np.ndarray, k: int = COMPONENTS) -> np.ndarray:
+def principal(m: np.ndarray, k: int = COMPONENTS, fit: np.ndarray | None = None) -> np.ndarray:
     """The rows of `m` on its first `k` principal axes (centred; each axis signed so that its largest
     loading is positive, so the result does not depend on the SVD's sign choice), scaled to unit length.
+    `fit`: a mask of the rows the centre and axes are found on (default: all); the others are projected.
     The probes' cost grows with the width (4 x width pair features per choice): 32 axes of the 124
     statistics read the demo's AF visual cloze and coherence datasets as well as all 124 (89.5-97.9%
     against 88-97%) in a quarter of the time."""
     from features.diagnostics.question_only import one_blas_thread
-    c = m.astype(np.float64) - m.mean(0)
+    c = m.astype(np.float64) - (m if fit is None else m[fit]).mean(0)
     with one_blas_thread():                       # the same axes whatever the machine's threads
-        _, _, vt = np.linalg.svd(c, full_matrices=False)
+        _, _, vt = np.linalg.svd(c if fit is None else c[fit], full_matrices=False)
     vt = vt[:k]
     vt *= np.where(vt[np.arange(len(vt)), np.abs(vt).argmax(1)] < 0, -1.0, 1.0)[:, None]
     z = c @ vt.T
@@ -89,8 +94,9 @@ def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True
     """The statistics of every `images` row with status ok, read from their files under `home`, in
     image_id order (one space for all datasets, so a dataset's figure does not depend on the others).
     The statistics of a photo whose file is unchanged come from the cache (look_statistics.py)."""
-    from features.diagnostics.look_statistics import photo_rows, read_statistics
+    from features.diagnostics.look_statistics import photo_rows, read_statistics, redrawn_photo_ids
     rows = photo_rows(con)
+    redrawn = redrawn_photo_ids(con)
     ids, blocks, missing = [], {b: [] for b in BLOCKS}, {}
     stats, _ = read_statistics(rows, home, progress=progress)
     for (iid, _), st in zip(rows, stats):
@@ -100,12 +106,14 @@ def look_space(con: duckdb.DuckDBPyConnection, home: Path, progress: bool = True
         ids.append(iid)
         for b in BLOCKS:
             blocks[b].append(st[b])
+    own = np.array([i not in redrawn for i in ids], dtype=bool)     # the axes: the recipes' own photos
     if missing:
         log.warning("look probe: %d of %d photos could not be read (e.g. %s: %s); questions showing them are "
                     "left out", len(missing), len(rows), *next(iter(missing.items())))
-    mat = principal(standardise({b: np.array(v, dtype=np.float32).reshape(len(ids), -1) for b, v in blocks.items()})) \
-        if len(ids) > 1 else np.zeros((len(ids), 1), np.float32)
-    return LookSpace(ids, mat, {i: n for n, i in enumerate(ids)}, missing)
+    fit = None if own.all() else own
+    mat = principal(standardise({b: np.array(v, dtype=np.float32).reshape(len(ids), -1) for b, v in blocks.items()},
+                                fit), fit=fit) if own.sum() > 1 else np.zeros((len(ids), 1), np.float32)
+    return LookSpace(ids, mat, {i: n for n, i in enumerate(ids)}, missing, own)
 
 
 def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
@@ -125,7 +133,9 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
         key = why.split(":")[0]
         reasons[key] = reasons.get(key, 0) + 1
     from features.diagnostics.background_cue import background_cue
-    cue = background_cue(con, space.ids, space.mat, "look").as_row() if len(space.ids) > 1 else None
+    own = space.own if space.own is not None else np.ones(len(space.ids), dtype=bool)
+    own_ids = [i for i, o in zip(space.ids, own) if o]
+    cue = background_cue(con, own_ids, space.mat[own], "look").as_row() if len(own_ids) > 1 else None
     return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed,
             "background_cue": cue}
 

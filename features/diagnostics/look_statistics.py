@@ -63,8 +63,25 @@ def cache_path(home: Path) -> Path:
 
 
 def photo_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str | None]]:
-    """(image_id, path) of every `images` row with status ok, in image_id order."""
-    return con.execute("SELECT image_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
+    """(image_id, path) of every `images` row with status ok and of every photo drawn again in another
+    kitchen (`redrawn_images`, `mrqa redraw`), in image_id order."""
+    if not _has_redrawn(con):
+        return con.execute("SELECT image_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
+    return con.execute("SELECT image_id, path FROM images WHERE status = 'ok' UNION ALL "
+                       "SELECT image_id, path FROM redrawn_images ORDER BY image_id").fetchall()
+
+
+def _has_redrawn(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the warehouse has the `redrawn_images` table (a read-only one opened before its migration may not)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'redrawn_images' "
+                            "AND database_name = current_database()").fetchall()[0][0])
+
+
+def redrawn_photo_ids(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The image ids of the photos drawn again in another kitchen."""
+    if not _has_redrawn(con):
+        return set()
+    return {i for (i,) in con.execute("SELECT image_id FROM redrawn_images").fetchall()}
 
 
 def _file_key(home: Path, rel: str | None) -> str | None:

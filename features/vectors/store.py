@@ -35,6 +35,7 @@ from etl.config import Paths
 log = logging.getLogger(__name__)
 
 IMAGE_TABLE = "image_vectors"
+REDRAWN_TABLE = "redrawn_image_vectors"     # photos drawn again in another kitchen (features/datasets/redraw.py)
 TEXT_TABLE = "step_text_vectors"
 ANN_MIN_ROWS = 4096
 TEXT_FIELDS = ("title", "body")
@@ -171,7 +172,7 @@ class FeatureStore:
         if not create:
             return None
         name = base if base not in self._names() else f"{base}_d{dim}"
-        schema = image_schema(dim) if base == IMAGE_TABLE else text_schema(dim)
+        schema = image_schema(dim) if base in (IMAGE_TABLE, REDRAWN_TABLE) else text_schema(dim)
         return self.db.create_table(name, schema=schema)
 
     def find_table(self, base: str, encoder_id: str):
@@ -189,7 +190,7 @@ class FeatureStore:
         tbl = self.find_table(base, encoder_id)
         if tbl is None:
             return {}
-        col = "sha256" if base == IMAGE_TABLE else "text_sha256"
+        col = "sha256" if base in (IMAGE_TABLE, REDRAWN_TABLE) else "text_sha256"
         t = (tbl.search().where(f"encoder_id = {_sql_str(encoder_id)}")
              .select(["id", col]).limit(None).to_arrow())
         return dict(zip(t["id"].to_pylist(), t[col].to_pylist()))
@@ -276,14 +277,30 @@ class FeatureStore:
         dim = self._dim_of(tbl)
         return t["id"].to_pylist(), vectors_matrix(t["vector"], dim), t
 
-    def image_vectors(self, encoder_id: str, ids: list[str] | None = None, split: str | None = None
-                      ) -> tuple[list[str], np.ndarray]:
-        """(ids sorted, float32 matrix [n, d]) of the encoder's image vectors."""
+    def image_vectors(self, encoder_id: str, ids: list[str] | None = None, split: str | None = None,
+                      redrawn: bool = True) -> tuple[list[str], np.ndarray]:
+        """(ids sorted, float32 matrix [n, d]) of the encoder's image vectors; with `redrawn`, those of the
+        photos drawn again in another kitchen (`redrawn_image_vectors`) too, which datasets beyond the paper
+        show (a generator's feature space never takes them: it keeps the warehouse's `images` rows)."""
         got, mat, _ = self._read(IMAGE_TABLE, encoder_id, ids, split)
+        if not redrawn:
+            return got, mat
+        more, extra, _ = self._read(REDRAWN_TABLE, encoder_id, ids, split)
+        if not more:
+            return got, mat
+        if not got:
+            return more, extra
+        both = np.array(got + more, dtype=object)
+        order = np.argsort(both, kind="stable")
+        return both[order].tolist(), np.concatenate([mat, extra])[order]
+
+    def redrawn_vectors(self, encoder_id: str, ids: list[str] | None = None) -> tuple[list[str], np.ndarray]:
+        """(ids sorted, matrix) of the photos drawn again in another kitchen only (`redrawn_image_vectors`)."""
+        got, mat, _ = self._read(REDRAWN_TABLE, encoder_id, ids)
         return got, mat
 
     def image_rows(self, encoder_id: str, split: str | None = None) -> pa.Table:
-        """The full rows (with recipe_id, split) sorted by id."""
+        """The full rows (with recipe_id, split) sorted by id: the recipes' own photos only."""
         return self._read(IMAGE_TABLE, encoder_id, None, split)[2]
 
     def text_vectors(self, encoder_id: str, field: str, ids: list[str] | None = None,

@@ -41,6 +41,7 @@ from flows.cli import (
     embed,
     ingest,
     orchestrate,
+    redraw,
     score,
     share,
     train,
@@ -51,7 +52,7 @@ from flows.cli.common import PREFECT_ENV, OneLineErrors, fail, package_version, 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
                        "de-biased benchmarks with control knobs, train and evaluate.")
-for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, train, score, orchestrate):
+for _stage in (warehouse, ingest, clean, embed, datasets, adversarial, redraw, train, score, orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
 share.register(embed.encoder_app)      # mrqa encoder export / import
 app.add_typer(bench.app, name="bench")

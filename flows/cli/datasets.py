@@ -58,7 +58,8 @@ def generate_cmd(
             None, "--distractors", help="ball (default): the knob-2 ball (the paper); matched: visual coherence "
             "at knobs 0-0 only, the foreign image whose cosines to the shown ones match a photo of the recipe's own "
             "(beyond the paper; the setting is named K1-0-0-matched[-af], which --knobs also takes); kitchen: visual "
-            "cloze at knobs 0-0 only, distractors from the question's own recipe, its kitchen (K1-0-0-kitchen[-af])."),
+            "cloze at knobs 0-0 only, distractors from the question's own recipe, its kitchen (K1-0-0-kitchen[-af]); "
+            "redrawn: made by `mrqa redraw`, not here."),
         wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from features.datasets.generate import POOLED_DROP_TASKS

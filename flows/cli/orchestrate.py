@@ -35,6 +35,10 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                     "visual coherence with matched foreign images (K1-0-0-matched"
                                                     "[-af], beyond the paper) and filters it with its own pooled "
                                                     "step: about 3 more minutes."),
+             redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws the AF visual cloze "
+                                          "settings 0-1-0, 0-1-1 and 1-1-1 again in each question's kitchen (`mrqa "
+                                          "redraw`, K1-K2-K3-redrawn-af) and filters them with their own pooled "
+                                          "step; the train stage's reading check reads them."),
              textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
                                                        help="Generate ends with the pooled step on the textual "
                                                        "cloze AF datasets (2 swap rounds of titles, then the "
@@ -51,7 +55,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
     server_up()
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
                         dask_address=dask_address, matched_coherence=matched_coherence,
-                        textual_cloze_pooled=textual_cloze_pooled)
+                        textual_cloze_pooled=textual_cloze_pooled, redrawn=redrawn)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -77,6 +81,8 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
+        redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze settings again "
+                                     "in each question's kitchen (a sample kitchen home) and their pooled step."),
         textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
                                                   help="Generate ends with the pooled step on the textual cloze "
                                                   "AF datasets too (the reading benchmark `make demo` makes)."),
@@ -107,7 +113,7 @@ def pipeline_cmd(
     summary = pipeline_flow(listing=listing, sitemap=sitemap, urls_file=str(urls) if urls else None,
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
-                            af_pool=af_pool, matched_coherence=matched_coherence,
+                            af_pool=af_pool, matched_coherence=matched_coherence, redrawn=redrawn,
                             textual_cloze_pooled=textual_cloze_pooled, train=train,
                             train_reading=train, reading_folds=reading_folds.value, sweep=sweep,
                             force=[f.value for f in force],

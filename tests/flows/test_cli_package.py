@@ -22,7 +22,7 @@ COMMANDS = {
     "encoder add", "encoder list", "encoder eval", "encoder words", "encoder export", "encoder import", "embed",
     "generate", "datasets", "af-report",
     "af-pool", "af-check",
-    "reading-check", "export", "report",
+    "reading-check", "redraw", "export", "report",
     "train", "evaluate", "baselines", "sweep", "score", "look-probe", "words-probe", "demo", "pipeline", "deploy",
     "bench parse",
     "bench sample",

@@ -1,0 +1,437 @@
+"""Visual cloze beyond the paper: the AF distractors drawn again in the question's kitchen (`mrqa redraw`).
+
+On the sample kitchen every photo of a recipe shares its kitchen (counter, light, framing; an author's
+recipes share the counter), and the knob-2 ball draws distractors from other recipes: a model that reads
+only the photos' pixels tells the answer from them (the look probe reads 95-98% of every AF visual cloze
+setting). The kitchen's renderer can draw any step's content in any kitchen from the ground truth, so a
+`redrawn` dataset is made from an AF dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`):
+
+1. Candidates: per question its 3 distractors, then its recorded alternates (`af_alternates`: the
+   knob-valid candidates AF did not pick). Each one from another recipe is drawn again by the renderer of
+   the question's recipe (its author's counter, the recipe's light and framing) from its step's ground
+   truth (`depicts`: action, vessel, items and their states, tool) with a jitter of its own, seeded by
+   (seed, question, source photo). Photos of the question's own recipe are its kitchen's already.
+2. The new photos are written under MRQA_HOME/images/redrawn/, registered in `redrawn_images` (source
+   photo, kitchen, jitter, sha256) and embedded with the dataset's encoder into the feature store's
+   `redrawn_image_vectors`; no other stage takes them for a recipe's photos.
+3. The knobs are checked again on the new photos' vectors: a distractor is kept where its new photo lies in
+   the question's knob-2 ball around the answer (the ball the source recorded); a slot whose photo left it
+   takes the next alternate that did not; knob 3's closer-than-the-answer count is met again (exactly in
+   balanced mode). A question that cannot meet them is dropped and counted (`redrawn_outside_knobs`).
+   The answer and the question's photos are never changed.
+4. The dataset is registered under its own setting name and id (`vc-0-1-1-redrawn-af-s0-<enc8>`); each
+   distractor and alternate in its provenance names its `source` photo (null: a photo of the question's own
+   recipe), `redrawn.kitchen_recipe_id` the kitchen; the valid candidates not shown stay its alternates,
+   so `mrqa af-pool --distractors redrawn` swaps among photos drawn in the same kitchen.
+
+Photos of a real site cannot be drawn again without an image model that moves a step's content into
+another kitchen; a home without the sample kitchen's ground truth is refused with that reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from etl.config import Paths
+from etl.records import REDRAWN_ORD
+from etl.warehouse import load_query, transaction, utcnow
+from features.datasets.knobs import KnobParams, dataset_id, parse_setting, stable_key
+from features.vectors.store import REDRAWN_TABLE, FeatureStore, vector_rows
+
+log = logging.getLogger(__name__)
+
+ORD_SPAN = 2 ** 31 - 1 - REDRAWN_ORD   # the ord stays an INTEGER
+SKIP_OUTSIDE = "redrawn_outside_knobs"
+SKIP_NO_TRUTH = "redrawn_no_ground_truth"
+TASK = "visual_cloze"
+NO_TRUTH = ("drawing distractors again needs the sample kitchen's ground truth (MRQA_HOME/sample/<build>/"
+            "ground_truth.jsonl, written by `mrqa sample build` and `mrqa demo`); a real site's photos cannot be "
+            "drawn again in another kitchen without an image model that moves a step's content (segmentation "
+            "and inpainting weights)")
+
+
+@dataclass
+class Truth:
+    """A sample kitchen build's ground truth: per recipe its kitchen, per photo its step and content."""
+    folder: Path
+    seed: int
+    size: int
+    content_sha256: str
+    recipes: dict            # recipe_id -> {"kitchen_style", "author_id"}
+    photos: dict             # image_id -> (recipe_id, step_idx, depicts)
+    _renderers: dict = None
+
+    def renderer(self, recipe_id: str):
+        from etl.sample.recipes import derive_seed
+        from etl.sample.render import KitchenRenderer
+        if self._renderers is None:
+            self._renderers = {}
+        if recipe_id not in self._renderers:
+            r = self.recipes[recipe_id]
+            seed = derive_seed("kitchen", self.seed, r["author_id"])          # the author's counter
+            self._renderers[recipe_id] = KitchenRenderer(r["kitchen_style"], seed, self.size)
+        return self._renderers[recipe_id]
+
+
+def read_truth(folder: Path) -> Truth:
+    """The ground truth of one sample kitchen build folder (ValueError naming the file when it is not one)."""
+    from etl.vocab import read_ground_truth
+    folder = Path(folder)
+    manifest = folder / "manifest.json"
+    try:
+        man = json.loads(manifest.read_text(encoding="utf-8"))
+        seed, size = int(man["seed"]), int(man["image_size"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{manifest}: not a finished sample kitchen build's manifest ({e}); rebuild it with "
+                         "`mrqa sample build`") from None
+    recipes, photos = {}, {}
+    for rec in read_ground_truth(folder / "ground_truth.jsonl"):
+        if rec.get("kitchen_style") is None or rec.get("author_id") is None:
+            continue
+        recipes[rec["recipe_id"]] = {"kitchen_style": rec["kitchen_style"], "author_id": rec["author_id"]}
+        for s in rec.get("steps", ()):
+            for im in s.get("images", ()):
+                if im.get("depicts") is not None:
+                    photos[im["image_id"]] = (rec["recipe_id"], s["step_idx"], im["depicts"])
+    return Truth(folder, seed, size, str(man.get("content_sha256", "")), recipes, photos)
+
+
+def find_truth(paths: Paths, recipe_ids: set[str], sample: Path | None = None) -> Truth:
+    """The build whose ground truth covers the most of `recipe_ids`: `sample` when given, else one of
+    MRQA_HOME/sample/*/. ValueError (NO_TRUTH) when there is none or it covers none of them."""
+    folders = [Path(sample)] if sample else \
+        sorted(p.parent for p in (paths.home / "sample").glob("*/ground_truth.jsonl"))
+    if sample and not (Path(sample) / "ground_truth.jsonl").is_file():
+        raise ValueError(f"{sample}: no ground_truth.jsonl there; {NO_TRUTH}")
+    best, cover = None, 0
+    for f in folders:
+        t = read_truth(f)
+        n = len(recipe_ids & set(t.recipes))
+        if n > cover:
+            best, cover = t, n
+    if best is None:
+        raise ValueError(f"no sample kitchen build under {paths.home / 'sample'} knows this dataset's recipes; "
+                         f"{NO_TRUTH}")
+    return best
+
+
+def jitter_for(key: int) -> dict:
+    """A photo's own jitter, drawn as the sample kitchen draws one (etl/sample/recipes.py `_images`)."""
+    rng = random.Random(key)
+    return {"dx": rng.randint(-4, 4), "dy": rng.randint(-4, 4), "scale": round(rng.uniform(0.94, 1.06), 3),
+            "brightness": round(rng.uniform(0.94, 1.06), 3)}
+
+
+def redrawn_id(source_image_id: str, source_recipe: str, source_step: int, key: int) -> str:
+    return f"{source_recipe}_{int(source_step)}_{REDRAWN_ORD + key % ORD_SPAN}.jpg"
+
+
+# ----------------------------------------------------------------------------- choosing again
+
+def choose(valid: list[bool], closer: list[bool], need: int, exact: bool) -> list[int] | None:
+    """The candidates of the 3 distractor slots, or None. Candidates 0..2 are the source's distractors (in
+    slot order), the rest its alternates in their recorded order; `valid`: the candidate's photo lies in the
+    knob-2 ball; `closer`: it is closer to the question than the answer. A valid source distractor keeps its
+    slot; the other slots take the first valid alternates; then, while fewer than `need` (knob 3) are closer,
+    the latest-chosen far one gives its slot to the next closer alternate (with `exact`, while more than
+    `need` are, the latest closer one to the next far one)."""
+    n = len(valid)
+    slots = [j if valid[j] else None for j in range(3)]
+    pool = [i for i in range(3, n) if valid[i]]
+    for s in range(3):
+        if slots[s] is None:
+            if not pool:
+                return None
+            slots[s] = pool.pop(0)
+
+    def fix(want_closer: bool) -> bool:
+        spare = [i for i in pool if closer[i] == want_closer]
+        for _ in range(3):
+            count = sum(closer[i] for i in slots)
+            if (count >= need) if want_closer else (count <= need):
+                return True
+            victims = [s for s in range(3) if closer[slots[s]] != want_closer]
+            if not victims or not spare:
+                return False
+            s = max(victims, key=lambda s: slots[s])
+            new = spare.pop(0)
+            pool.remove(new)
+            pool.append(slots[s])
+            slots[s] = new
+        return (sum(closer[i] for i in slots) >= need) if want_closer else (sum(closer[i] for i in slots) <= need)
+
+    if not fix(True):
+        return None
+    if exact and not fix(False):
+        return None
+    return slots
+
+
+# ----------------------------------------------------------------------------- the stage
+
+def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, encoder_id: str | None) -> dict:
+    """The registered visual cloze AF dataset of `setting` (ball distractors) to draw again; ValueError with
+    what to run when there is none, several (name --encoder), or it was filtered by the pooled step."""
+    st = parse_setting(setting)
+    if not st.adversarial or st.distractors != "ball" or st.preset:
+        raise ValueError(f"--knobs {setting}: redraw starts from a visual cloze AF setting of the knobs "
+                         "(e.g. 0-1-1-af); its result is named K1-K2-K3-redrawn-af")
+    rows = con.execute("SELECT dataset_id, encoder_id, params FROM datasets WHERE task = ? AND setting = ? "
+                       "AND seed = ? AND (? IS NULL OR encoder_id = ?) "
+                       "AND NOT regexp_matches(dataset_id, '-p[0-9a-f]{6}$') "
+                       "ORDER BY dataset_id", [TASK, st.name, seed, encoder_id, encoder_id]).fetchall()
+    if not rows:
+        raise ValueError(f"no visual cloze dataset {st.name} (seed {seed}) in the warehouse: run "
+                         f"`mrqa generate --task visual_cloze --knobs {st.name} --seed {seed}` first")
+    if len(rows) > 1:
+        raise ValueError(f"{len(rows)} datasets of {st.name} (seed {seed}), one per encoder: name one with --encoder "
+                         f"({', '.join(r[1] for r in rows)})")
+    did, enc, params = rows[0]
+    params = json.loads(params)
+    if "af_pooled" in params:
+        raise ValueError(f"{did} was filtered by the pooled step (mrqa af-pool) already: regenerate it "
+                         f"(`mrqa generate --task visual_cloze --knobs {st.name} --af-drop pooled`), redraw, then "
+                         "run the pooled step on the redrawn datasets (`mrqa af-pool --distractors redrawn`)")
+    return {"dataset_id": did, "encoder_id": enc, "params": params, "setting": st}
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64)
+    return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+def _embed(con, store: FeatureStore, paths: Paths, encoder_id: str, photos: dict[str, dict],
+           progress: bool) -> int:
+    """Vectors of the redrawn photos the store lacks (or holds for other bytes); returns how many it made."""
+    from features.embed.decode import image_loader, image_size_of
+    from features.embed.encoders import load_encoder
+    from features.embed.words_encoder import is_words_encoder
+    have = store.keys(REDRAWN_TABLE, encoder_id)
+    todo = sorted(i for i, ph in photos.items() if have.get(i) != ph["sha256"])
+    if not todo:
+        return 0
+    if is_words_encoder(encoder_id):
+        raise ValueError(f"encoder {encoder_id} is a words encoder: it has no image tower to embed photos")
+    import torch
+    from tqdm import tqdm
+    enc = load_encoder(con, encoder_id, paths=paths)
+    files = [paths.home / photos[i]["path"] for i in todo]
+    loader = image_loader(files, enc.preprocess, image_size_of(enc.model), 256, 0)
+    vecs = np.zeros((len(todo), enc.dim), np.float32)
+    bar = tqdm(total=len(todo), desc="embed redrawn photos", unit="img", disable=not progress)
+    with torch.no_grad():
+        for pos, x, err, detail in loader:
+            bad = [(files[int(p)], d) for p, e, d in zip(pos, err, detail) if e]
+            if bad:
+                raise RuntimeError(f"a redrawn photo could not be decoded: {bad[0][0]}: {bad[0][1]}; run "
+                                   "`mrqa redraw` again (it draws missing or changed files again)")
+            vecs[np.asarray(pos, dtype=np.int64)] = enc.encode_image_tensors(x)
+            bar.update(len(pos))
+    bar.close()
+    store.upsert(REDRAWN_TABLE, vector_rows(
+        todo, vecs, recipe_id=[photos[i]["recipe_id"] for i in todo],
+        step_idx=np.array([photos[i]["step_idx"] for i in todo], dtype=np.int32),
+        split=[photos[i]["split"] for i in todo], encoder_id=encoder_id,
+        sha256=[photos[i]["sha256"] for i in todo]))
+    store.finish_writes(REDRAWN_TABLE, encoder_id)
+    return len(todo)
+
+
+def _draw(con, paths: Paths, truth: Truth, photos: dict[str, dict], progress: bool) -> tuple[int, int]:
+    """Render the photos whose file is missing or other than its row says; write them and their rows.
+    Returns (drawn, reused)."""
+    from tqdm import tqdm
+    rows = {i: (sha, path) for i, sha, path in con.execute(
+        "SELECT image_id, sha256, path FROM redrawn_images WHERE list_contains(?, image_id)",
+        [sorted(photos)]).fetchall()}
+    drawn, new_rows = 0, []
+    for iid in tqdm(sorted(photos), desc="redraw photos", unit="img", disable=not progress):
+        ph = photos[iid]
+        f = paths.home / ph["path"]
+        old = rows.get(iid)
+        if old and old[1] == ph["path"] and f.is_file() and hashlib.sha256(f.read_bytes()).hexdigest() == old[0]:
+            ph["sha256"] = old[0]
+            continue
+        depicts = dict(ph["depicts"], jitter=ph["jitter"])
+        data = truth.renderer(ph["kitchen_recipe_id"]).render(depicts)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(f)
+        ph["sha256"] = hashlib.sha256(data).hexdigest()
+        if old and old[0] != ph["sha256"]:
+            log.warning("redraw: %s was drawn again with other bytes than its row said (%s)", iid, f)
+        drawn += 1
+        new_rows.append((iid, ph["source"], ph["recipe_id"], ph["step_idx"], ph["kitchen_recipe_id"],
+                         json.dumps(ph["jitter"], sort_keys=True), ph["seed"], ph["path"], ph["sha256"], utcnow()))
+    if new_rows:
+        import pyarrow as pa
+        names = ["image_id", "source_image_id", "recipe_id", "step_idx", "kitchen_recipe_id", "jitter", "seed", "path",
+                 "sha256", "created_at"]
+        tbl = pa.table({n: [r[k] for r in new_rows] for k, n in enumerate(names)})
+        with transaction(con):
+            con.register("redrawn_new", tbl)
+            con.execute(f"INSERT OR REPLACE INTO redrawn_images ({', '.join(names)}) SELECT {', '.join(names)} "
+                        "FROM redrawn_new")
+            con.unregister("redrawn_new")
+    return drawn, len(photos) - drawn
+
+
+def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
+           paths: Paths | None = None, sample: Path | None = None, progress: bool = True) -> dict:
+    """Make and register the redrawn dataset of one visual cloze AF setting (see the module's doc); returns
+    its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
+    paths = paths or Paths.from_env()
+    src = source_dataset(con, setting, seed, encoder_id)
+    enc = src["encoder_id"]
+    qs = con.execute("SELECT qid, recipe_id, split, question, choice_list, answer, question_step_ids, provenance "
+                     "FROM questions WHERE dataset_id = ? ORDER BY qid", [src["dataset_id"]]).fetchall()
+    truth = find_truth(paths, {q[1] for q in qs}, sample)
+    photos: dict[str, dict] = {}
+    plan = []                       # per question: (row, provenance, candidates [(item, source, pool, recipe)])
+    no_truth = 0
+    for row in qs:
+        qid, rid, split = row[0], row[1], row[2]
+        p = json.loads(row[7])
+        answer = row[5]
+        cols = [c for c in range(len(p["choice_items"])) if c != answer]
+        cands = [(d["item"], d["recipe_id"], p["af_pools"][c]) for d, c in zip(p["distractors"], cols)]
+        cands += [(a["item"], a["recipe_id"], a["pool"]) for a in p.get("af_alternates") or ()]
+        if rid not in truth.recipes or any(r != rid and it not in truth.photos for it, r, _ in cands[:3]):
+            no_truth += 1
+            continue
+        out = []
+        for item, r, pool in cands:
+            if r == rid:                               # the question's own kitchen already
+                out.append((item, None, pool, r))
+                continue
+            if item not in truth.photos:
+                continue
+            key = stable_key("redraw", seed, rid, qid, item)
+            src_recipe, src_step, depicts = truth.photos[item]
+            nid = redrawn_id(item, src_recipe, src_step, key)
+            ph = {"source": item, "recipe_id": src_recipe, "step_idx": src_step, "kitchen_recipe_id": rid,
+                  "jitter": jitter_for(key), "seed": seed, "depicts": depicts, "split": split,
+                  "path": f"images/redrawn/{rid}/{nid}"}
+            if nid in photos and (photos[nid]["source"], photos[nid]["kitchen_recipe_id"]) != (item, rid):
+                raise RuntimeError(f"two redrawn photos share the id {nid}; draw with another --seed")
+            photos[nid] = ph
+            out.append((nid, item, pool, r))
+        plan.append((row, p, out))
+    drawn, reused = _draw(con, paths, truth, photos, progress)
+    store = FeatureStore(paths.lance)
+    embedded = _embed(con, store, paths, enc, photos, progress)
+    need_ids = sorted({i for row, p, out in plan for i in [*p["question_items"], *(c[0] for c in out)]})
+    ids, mat = store.image_vectors(enc, ids=need_ids)
+    vec = dict(zip(ids, mat))
+    lacking = [i for i in need_ids if i not in vec]
+    if lacking:
+        raise LookupError(f"no vector of {lacking[0]} (and {len(lacking) - 1} more) for encoder {enc}: run "
+                          "`mrqa embed` and regenerate the source dataset")
+    new_q, outside, used = [], 0, set()
+    for row, p, out in plan:
+        qid, rid, split, question, choices, answer, steps, _ = row
+        a = _unit(vec[p["answer_item"]])
+        ctx = [_unit(vec[i]) for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
+        qm = _unit(np.mean(ctx, axis=0))
+        d_aq = 1.0 - float(a @ qm)
+        if abs(d_aq - p["d_answer_q"]) > 1e-4:
+            raise ValueError(f"{src['dataset_id']} {qid}: the answer's distance to the question is {d_aq:.6f} now "
+                             f"against {p['d_answer_q']} when it was generated: the vectors changed; regenerate it")
+        lo, hi = p["ball"]
+        dist = [1.0 - float(a @ _unit(vec[c[0]])) for c in out]
+        dq = [1.0 - float(qm @ _unit(vec[c[0]])) for c in out]
+        valid = [lo <= d <= hi for d in dist]
+        closer = [x < d_aq for x in dq]
+        exact = p["k3_mode"] == "balanced"
+        slots = choose(valid, closer, int(p["n_closer_required"] or 0), exact) if len(out) >= 3 else None
+        if slots is None:
+            outside += 1
+            continue
+        cols = [c for c in range(len(choices)) if c != answer]
+        items, pools = list(p["choice_items"]), list(p["af_pools"])
+        scores = list(p.get("af_scores") or [None] * len(choices))
+        dis = []
+        for s, c in zip(slots, cols):
+            item, source, pool, r = out[s]
+            items[c], pools[c] = item, pool
+            scores[c] = None                           # the ensemble scored the source's photo, not this one
+            dis.append({"closer": closer[s], "dist_q": round(dq[s], 6), "distance": round(dist[s], 6),
+                        "item": item, "recipe_id": r, "source": source})
+            used.add(item)
+        alts = [{"closer": closer[i], "dist_q": round(dq[i], 6), "distance": round(dist[i], 6), "item": out[i][0],
+                 "pool": out[i][2], "recipe_id": out[i][3], "source": out[i][1]}
+                for i in range(len(out)) if valid[i] and i not in slots]
+        used.update(x["item"] for x in alts)
+        q = dict(p, choice_items=items, af_pools=pools, af_scores=scores, distractors=dis, af_alternates=alts,
+                 n_closer=sum(x["closer"] for x in dis),
+                 redrawn={"kitchen_recipe_id": rid, "source_dataset_id": src["dataset_id"]})
+        new_q.append((qid, rid, split, list(question), items, answer, list(steps) if steps is not None else None,
+                      json.dumps(q, sort_keys=True, separators=(",", ":"))))
+    return _register(con, src, new_q, truth, {"photos": len(photos), "drawn": drawn, "reused": reused,
+                                              "embedded": embedded, "shown": len(used & set(photos))},
+                     {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed, enc)
+
+
+def _register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skips: dict, seed: int,
+              enc: str) -> dict:
+    sp = src["params"]
+    names = {f.name for f in fields(KnobParams)}
+    kp = replace(KnobParams(**{k: v for k, v in sp.items() if k in names}), distractors="redrawn")
+    kp.validate(TASK)
+    did = dataset_id(TASK, kp, seed, enc)
+    hits = 0
+    for _qid, _r, _s, _qu, _ch, answer, _st, prov in rows:
+        p = json.loads(prov)
+        dq = [d["dist_q"] for d in p["distractors"]]
+        dq.insert(answer, p["d_answer_q"])
+        hits += int(np.argmin(dq)) == answer
+    all_skips = {**(sp.get("skips") or {}), **{k: v for k, v in skips.items() if v}}
+    positions = [0] * 4
+    for r in rows:
+        positions[r[5]] += 1
+    params = {**sp, **kp.to_json(), "skips": all_skips, "answer_positions": positions,
+              "distance_probe_accuracy": round(hits / len(rows), 4) if rows else None,
+              "redraw": {"source_dataset_id": src["dataset_id"], "seed": seed, "sample": truth.folder.name,
+                         "sample_content_sha256": truth.content_sha256,
+                         "source_questions": len(rows) + sum(skips.values()), **photos}}
+    with transaction(con):
+        for t in ("questions", "datasets", "generation_skips"):
+            con.execute(f"DELETE FROM {t} WHERE dataset_id = ?", [did])
+        if rows:
+            import pyarrow as pa
+            cols = list(zip(*rows))
+            tbl = pa.table({"qid": pa.array(cols[0], pa.string()), "recipe_id": pa.array(cols[1], pa.string()),
+                            "split": pa.array(cols[2], pa.string()),
+                            "question": pa.array(cols[3], pa.list_(pa.string())),
+                            "choice_list": pa.array(cols[4], pa.list_(pa.string())),
+                            "answer": pa.array(cols[5], pa.int32()),
+                            "question_step_ids": pa.array(cols[6], pa.list_(pa.int32())),
+                            "provenance": pa.array(cols[7], pa.string())})
+            con.register("redrawn_questions", tbl)
+            con.execute("INSERT INTO questions SELECT ?, qid, ?, recipe_id, split, question, choice_list, answer, "
+                        "question_step_ids, provenance::JSON FROM redrawn_questions", [did, TASK])
+            con.unregister("redrawn_questions")
+        sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
+        con.execute("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, k3_mode, adversarial, setting,
+                       preset, seed, encoder_id, params, created_at, n_questions, n_recipes, content_sha256)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    [did, TASK, kp.knob1, kp.knob2, kp.knob3, kp.k3_mode, True, kp.setting.name, None, seed, enc,
+                     json.dumps(params, sort_keys=True), utcnow(), len(rows), len({r[1] for r in rows}), sha])
+        if all_skips:
+            con.executemany("INSERT INTO generation_skips VALUES (?, ?, ?)",
+                            [[did, k, v] for k, v in sorted(all_skips.items())])
+    log.info("redraw: %s %d of %d questions (%d outside the knobs, %d without ground truth); %d photos, %d drawn",
+             did, len(rows), len(rows) + sum(skips.values()), skips[SKIP_OUTSIDE], skips[SKIP_NO_TRUTH],
+             photos["photos"], photos["drawn"])
+    return {"dataset_id": did, "setting": kp.setting.name, "source_dataset_id": src["dataset_id"],
+            "n_questions": len(rows), "source_questions": len(rows) + sum(skips.values()), "skips": skips,
+            "content_sha256": sha, **{f"photos_{k}": v for k, v in photos.items()},
+            "distance_probe_accuracy": params["distance_probe_accuracy"]}

@@ -1,0 +1,67 @@
+"""`mrqa redraw`: visual cloze AF datasets whose distractors are drawn again in the question's kitchen by the
+sample kitchen's renderer (features/datasets/redraw.py; docs/knobs.md, "Redrawn distractors")."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from flows.cli.common import echo_json, fail, require_warehouse, wait_option
+
+app = typer.Typer()
+
+
+@app.command("redraw")
+def redraw_cmd(knobs: Optional[list[str]] = typer.Option(None, "--knobs", help="A visual cloze AF setting to draw "
+                                                          "again (repeat for more), e.g. 0-1-1-af; its result is "
+                                                          "0-1-1-redrawn-af. Default: every visual cloze AF setting "
+                                                          "of the knobs registered for --seed."),
+               seed: int = typer.Option(0, "--seed", help="The source datasets' seed; it seeds the new photos' "
+                                        "jitter too."),
+               encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id of the source dataset "
+                                                     "(needed only where several encoders made one)."),
+               sample: Optional[Path] = typer.Option(None, "--sample", help="The sample kitchen build whose ground "
+                                                     "truth draws the photos (default: the one under "
+                                                     "MRQA_HOME/sample/ that knows the recipes)."),
+               as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
+               wait: Optional[float] = wait_option()):
+    """Draw the distractors and alternates of visual cloze AF datasets again in each question's kitchen, embed
+    them, check the knobs again on the new photos and register the result as its own setting
+    (`K1-K2-K3[-mode]-redrawn-af`); then `mrqa af-pool --distractors redrawn` and `mrqa reading-check`."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.knobs import check_seed
+    from features.datasets.redraw import TASK, redraw
+    require_warehouse()
+    try:
+        check_seed(seed)
+    except ValueError as e:
+        fail(str(e))
+    paths = Paths.from_env()
+    con = connect(paths, wait=wait)
+    try:
+        settings = knobs or [s for (s,) in con.execute(
+            "SELECT DISTINCT setting FROM datasets WHERE task = ? AND seed = ? AND coalesce(adversarial, false) "
+            "AND coalesce(json_extract_string(params, '$.distractors'), 'ball') = 'ball' ORDER BY 1",
+            [TASK, seed]).fetchall()]
+        if not settings:
+            fail(f"no visual cloze AF dataset of seed {seed} to draw again: run `mrqa generate --task visual_cloze "
+                 "--knobs 0-1-1-af` (or `--all`) first")
+        out = []
+        for s in settings:
+            try:
+                out.append(redraw(con, s, seed, encoder, paths, sample))
+            except (ValueError, LookupError) as e:
+                fail(f"redraw {s}: {e}")
+    finally:
+        con.close()
+    if as_json:
+        echo_json(out)
+        return
+    for r in out:
+        sk = ", ".join(f"{k} {v}" for k, v in r["skips"].items() if v) or "none"
+        typer.echo(f"{r['dataset_id']}: {r['n_questions']:,d} of {r['source_questions']:,d} questions of "
+                   f"{r['source_dataset_id']} (dropped: {sk}); {r['photos_photos']:,d} photos "
+                   f"({r['photos_drawn']:,d} drawn, {r['photos_reused']:,d} kept, {r['photos_embedded']:,d} embedded); "
+                   f"distance probe {r['distance_probe_accuracy']}")

@@ -1,0 +1,272 @@
+"""`mrqa redraw` (features/datasets/redraw.py) on a real, small sample kitchen home: built, loaded, an encoder
+trained and every photo embedded, the visual cloze AF setting 0-1-1-af generated; then its distractors drawn
+again in each question's kitchen. Checked: the renderer gives a photo's own bytes back in its own kitchen with
+its own jitter; every knob holds on the new photos' vectors; the answer and the question never change;
+provenance names each photo's source and kitchen; the recipes' own stages never see the new photos;
+determinism and idempotence; a home without the kitchen's ground truth is refused with the reason."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from etl.config import Paths
+from etl.records import is_redrawn_image
+from etl.warehouse import connect
+from features.datasets.knobs import AF_DEFAULT_ROUNDS, KnobParams, parse_setting
+from features.datasets.redraw import NO_TRUTH, SKIP_OUTSIDE, choose, read_truth, redraw
+from features.vectors.store import FeatureStore
+
+SETTING = "0-1-1-af"
+SAMPLE = "n60-seed5"
+
+
+def _generate(con, enc: str, lance: str) -> dict:
+    from features.datasets.generate import generate_datasets
+    p = replace(KnobParams.preset_for("visual_cloze", 0, 1, 1), af_rounds=AF_DEFAULT_ROUNDS)
+    return generate_datasets(con, [("visual_cloze", p)], seed=0, encoder_id=enc, lance_uri=lance, progress=False)[0]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory, prefect_harness):
+    from sample_loader import load_sample
+
+    from etl.sample.generate import build_sample
+    from features.embed.train_encoder import TrainConfig, train_encoder
+    from flows.embed import run_embed
+    root = tmp_path_factory.mktemp("redraw") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRQA_HOME", str(root))
+        paths = Paths.from_env().ensure()
+        sample = paths.home / "sample" / SAMPLE
+        build_sample(sample, n_recipes=60, seed=5, workers=1, progress=False)
+        con = connect(paths)
+        load_sample(con, sample)
+        enc = train_encoder(con, paths, TrainConfig(epochs=1, batch_size=32, image_size=32,
+                                                    eval_max_pairs=20))["encoder_id"]
+        con.close()
+        run_embed(enc, k=100, num_workers=0, batch_size=64)
+        con = connect(paths)
+        source = _generate(con, enc, paths.lance)
+        neighbours = con.execute("SELECT count(*), sum(hash(image_id || neighbour_id)) FROM neighbours").fetchall()
+        first = redraw(con, SETTING, 0, paths=paths, progress=False)
+        yield {"paths": paths, "con": con, "enc": enc, "source": source, "first": first, "sample": sample,
+               "neighbours": neighbours, "mp": mp}
+        con.close()
+
+
+def _rows(con, did: str) -> dict:
+    return {q: (r, s, list(qu), list(ch), a, json.loads(p)) for q, r, s, qu, ch, a, p in con.execute(
+        "SELECT qid, recipe_id, split, question, choice_list, answer, provenance FROM questions "
+        "WHERE dataset_id = ? ORDER BY qid", [did]).fetchall()}
+
+
+def test_a_photo_drawn_again_in_its_own_kitchen_with_its_own_jitter_is_its_own_bytes(home):
+    truth = read_truth(home["sample"])
+    site = home["sample"] / "site"
+    checked = 0
+    for line in (home["sample"] / "ground_truth.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["recipe_id"] not in truth.recipes:
+            continue
+        for s in rec["steps"]:
+            for im in s["images"]:
+                if im["expected"] != "ok" or checked >= 150:
+                    continue
+                got = truth.renderer(rec["recipe_id"]).render(im["depicts"])
+                assert got == (site / im["url_path"].lstrip("/")).read_bytes(), im["image_id"]
+                checked += 1
+    assert checked == 150
+
+
+def test_every_knob_holds_on_the_redrawn_photos_and_the_answer_never_changes(home):
+    con, first = home["con"], home["first"]
+    assert first["setting"] == "0-1-1-redrawn-af" and first["dataset_id"].startswith("vc-0-1-1-redrawn-af-s0-")
+    src, new = _rows(con, first["source_dataset_id"]), _rows(con, first["dataset_id"])
+    assert 0 < len(new) <= len(src) and first["source_questions"] == len(src)
+    assert first["n_questions"] + first["skips"][SKIP_OUTSIDE] == len(src)
+    assert _check_knobs(home, src, new) > len(new)
+
+
+def _check_knobs(home, src: dict, new: dict) -> int:
+    """Assert every knob and provenance rule on the questions `new` (their source's `src`); returns how many
+    redrawn photos they show."""
+    con = home["con"]
+    ids, mat = FeatureStore(home["paths"].lance).image_vectors(home["enc"])
+    vec = dict(zip(ids, np.asarray(mat, dtype=np.float64)))
+    photos = {i: (s, r, st, k, p, sha) for i, s, r, st, k, p, sha in con.execute(
+        "SELECT image_id, source_image_id, recipe_id, step_idx, kitchen_recipe_id, path, sha256 FROM redrawn_images"
+    ).fetchall()}
+    split_of = dict(con.execute("SELECT recipe_id, split FROM recipes").fetchall())
+    redrawn_shown = 0
+
+    def d(a, b):
+        return 1.0 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+
+    for qid, (rid, split, question, choices, answer, p) in new.items():
+        s_rid, s_split, s_question, s_choices, s_answer, s_p = src[qid]
+        # the question and the answer are the source's, untouched
+        assert (rid, split, question, answer) == (s_rid, s_split, s_question, s_answer)
+        assert choices[answer] == s_choices[answer] == p["answer_item"]
+        assert len(set(choices)) == 4 and p["choice_items"] == choices
+        a = vec[p["answer_item"]]
+        ctx = [vec[i] for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
+        qm = np.mean([v / np.linalg.norm(v) for v in ctx], axis=0)
+        d_aq = d(a, qm)
+        lo, hi = p["ball"]
+        closer = 0
+        for col, dis in zip([c for c in range(4) if c != answer], p["distractors"]):
+            item = choices[col]
+            assert dis["item"] == item
+            dist = d(a, vec[item])
+            assert lo - 1e-5 < dist < hi + 1e-5, (qid, item, dist, lo, hi)          # knob 2 on the new photo
+            assert dist == pytest.approx(dis["distance"], abs=1e-5)
+            assert (d(qm, vec[item]) < d_aq) == dis["closer"]
+            closer += dis["closer"]
+            source = dis["source"]
+            if is_redrawn_image(item):
+                redrawn_shown += 1
+                s_img, s_rec, s_step, kitchen, path, sha = photos[item]
+                assert source == s_img and kitchen == rid and s_rec == dis["recipe_id"]
+                assert hashlib.sha256((home["paths"].home / path).read_bytes()).hexdigest() == sha
+            else:                                                      # a photo of the question's own recipe
+                assert source is None and dis["recipe_id"] == rid
+                s_rec, s_step = rid, int(item.rsplit("_", 2)[1])
+            assert (s_rec, s_step) != (rid, p["answer_step"])          # never the answer's own step
+            assert s_rec == rid or split_of[s_rec] == split            # another recipe of the split, or its own
+        assert p["redrawn"]["kitchen_recipe_id"] == rid
+        assert closer == p["n_closer"] >= (p["n_closer_required"] or 0)  # knob 3
+        for alt in p["af_alternates"]:                                  # what a swap may take keeps knob 2 too
+            assert lo - 1e-5 < d(a, vec[alt["item"]]) < hi + 1e-5
+    return redrawn_shown
+
+
+def test_the_recipes_own_stages_never_see_the_redrawn_photos(home):
+    con, paths = home["con"], home["paths"]
+    n_red = con.execute("SELECT count(*) FROM redrawn_images").fetchone()[0]
+    assert n_red > 0
+    assert con.execute("SELECT count(*) FROM images WHERE image_id IN (SELECT image_id FROM redrawn_images)"
+                       ).fetchone()[0] == 0
+    store = FeatureStore(paths.lance)
+    own = store.image_rows(home["enc"])["id"].to_pylist()
+    assert not any(is_redrawn_image(i) for i in own)
+    assert len(store.image_vectors(home["enc"])[0]) == len(own) + n_red
+    assert len(store.image_vectors(home["enc"], redrawn=False)[0]) == len(own)
+    again = _generate(con, home["enc"], paths.lance)                    # the generator's space: own photos only
+    assert again["content_sha256"] == home["source"]["content_sha256"]
+    assert con.execute("SELECT count(*), sum(hash(image_id || neighbour_id)) FROM neighbours").fetchall() == \
+        home["neighbours"]
+
+
+def test_redraw_is_deterministic_and_idempotent(home):
+    con, paths, first = home["con"], home["paths"], home["first"]
+    victim = con.execute("SELECT path, sha256 FROM redrawn_images ORDER BY image_id LIMIT 1").fetchone()
+    (paths.home / victim[0]).unlink()                        # a lost file is drawn again, byte for byte
+    again = redraw(con, SETTING, 0, paths=paths, progress=False)
+    assert again["content_sha256"] == first["content_sha256"] and again["dataset_id"] == first["dataset_id"]
+    assert again["photos_drawn"] == 1 and again["photos_embedded"] == 0
+    assert hashlib.sha256((paths.home / victim[0]).read_bytes()).hexdigest() == victim[1]
+    other = redraw(con, SETTING, 0, paths=paths, progress=False)
+    assert other["photos_drawn"] == 0 and other["content_sha256"] == first["content_sha256"]
+
+
+def test_the_look_space_projects_redrawn_photos_on_the_own_photos_axes(home):
+    from features.diagnostics.look_probe import look_space
+    con, paths = home["con"], home["paths"]
+    space = look_space(con, paths.home, progress=False)
+    assert space.own is not None and (~space.own).sum() == con.execute(
+        "SELECT count(*) FROM redrawn_images").fetchone()[0]
+    tmp = paths.home / "no-redrawn.duckdb"
+    con.execute(f"ATTACH '{tmp}' AS plain")                 # the same photos without the redrawn ones
+    try:
+        con.execute("CREATE TABLE plain.images AS SELECT * FROM images")
+        con.execute("USE plain")
+        alone = look_space(con, paths.home, progress=False)
+    finally:
+        con.execute("USE warehouse")
+        con.execute("DETACH plain")
+    keep = [space.index[i] for i in alone.ids]
+    np.testing.assert_allclose(space.mat[keep], alone.mat, atol=1e-5)     # own photos' rows as without them
+
+
+def test_a_home_without_the_kitchens_ground_truth_is_refused_with_the_reason(home):
+    con, paths, sample = home["con"], home["paths"], home["sample"]
+    away = sample.parent.parent / "sample-away"          # out of MRQA_HOME/sample/
+    shutil.move(sample, away)
+    try:
+        with pytest.raises(ValueError, match="segmentation and inpainting") as e:
+            redraw(con, SETTING, 0, paths=paths, progress=False)
+        assert NO_TRUTH in str(e.value)
+        from flows.cli import app
+        con.close()
+        r = CliRunner().invoke(app, ["redraw", "--knobs", SETTING])
+        assert r.exit_code != 0 and "ground truth" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--knobs", "0-1-1"])
+        assert r.exit_code != 0 and "AF setting" in r.output, r.output
+    finally:
+        shutil.move(away, sample)
+        home["con"] = connect(paths)
+    with pytest.raises(ValueError, match="mrqa redraw"):
+        parse_setting("0-1-1-redrawn-af").params("visual_cloze").validate("visual_coherence")
+
+
+def test_choose_keeps_valid_distractors_and_meets_knob_three():
+    # candidates 0-2 are the source's distractors, the rest alternates in order
+    assert choose([True, True, True, True], [False] * 4, 0, False) == [0, 1, 2]
+    assert choose([True, False, True, True, True], [False] * 5, 0, False) == [0, 3, 2]
+    assert choose([False, False, True, True], [False] * 4, 0, False) is None            # too few left
+    # knob 3 asks for a closer one: the latest-chosen far one gives its slot
+    assert choose([True, True, True, True, True], [False, False, False, False, True], 1, False) == [0, 1, 4]
+    assert choose([True, True, True, True], [False] * 4, 1, False) is None
+    # balanced: exactly `need` closer ones
+    assert choose([True, True, True, True], [True, True, False, False], 1, True) == [0, 3, 2]
+    assert choose([True, True, True], [True, True, False], 1, True) is None
+
+
+@pytest.mark.slow      # the pipeline's redrawn step with its pooled step, 2 swap rounds (~1 min)
+def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_knobs(home, monkeypatch):
+    """`mrqa demo/pipeline --redrawn`: the redrawn datasets, then their own pooled step: it keeps at least 40%
+    of the plain setting's questions, its swaps take only photos drawn in the question's kitchen (or of its
+    own recipe), and every knob still holds on what it kept. Without the flag the generate stage's parameters
+    (its fingerprint) are what they were."""
+    import inspect
+
+    from features.datasets.generate import generate_datasets
+    from flows import pipeline
+    con, paths = home["con"], home["paths"]
+    plain = generate_datasets(con, [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1))], seed=0,
+                              encoder_id=home["enc"], lance_uri=paths.lance, progress=False)[0]
+    con.close()
+    monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", (SETTING,))
+    monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
+                                                   "adversaries": 1, "tree": False})
+    try:
+        out = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]})
+    finally:
+        home["con"] = con = connect(paths)
+    did = home["first"]["dataset_id"]
+    assert out["skipped"] == {} and list(out["datasets"]) == [did]
+    params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+    step = params["af_pooled"]
+    assert step["distractors"] == "redrawn" and step["rounds"] == 2
+    n = out["datasets"][did]
+    assert n >= np.ceil(0.4 * plain["n_questions"]) and out["af_pool"][did]["kept"] == n
+    src, new = _rows(con, home["first"]["source_dataset_id"]), _rows(con, did)
+    assert len(new) == n
+    swaps = [s for r in new.values() for s in r[5].get("af_pooled_swaps", [])]
+    assert swaps, "the swap rounds swapped nothing"
+    for r in new.values():
+        for sw in r[5].get("af_pooled_swaps", []):
+            assert is_redrawn_image(sw["in"]) or sw["in"].startswith(r[0] + "_"), sw
+    _check_knobs(home, src, new)
+    defaults = {k: v.default for k, v in inspect.signature(pipeline.pipeline_flow.fn).parameters.items()}
+    gen = {m: next(s for s in pipeline.build_stages({**defaults, "redrawn": m}, paths) if s.name == "generate")
+           for m in (False, True)}
+    assert "redrawn" not in gen[False].params and gen[True].params["redrawn"]["settings"] == [SETTING]
+    assert {k: v for k, v in gen[True].params.items() if k != "redrawn"} == gen[False].params
+    redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
