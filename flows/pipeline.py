@@ -76,7 +76,7 @@ REDRAWN_SETTINGS = ("0-1-0-af", "0-1-1-af", "1-1-1-af")
 # distractors and alternates drawn again in each question's kitchen, the knobs checked again on the new photos,
 # then their own pooled step (REDRAWN_POOL, swap rounds among the redrawn alternates): the visual datasets of
 # the sample kitchen that need reading (docs/knobs.md, "Redrawn distractors")
-REDRAWN_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
+REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}
 # `textual_cloze_pooled`: the textual cloze AF datasets (made with AF's own drop) get the pooled step too: 2 swap
 # rounds of titles, then the drop by GM3C (the titles' vectors), the trees, the linear probe and the words probe

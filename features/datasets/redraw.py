@@ -14,8 +14,13 @@ setting). The kitchen's renderer can draw any step's content in any kitchen from
 2. The new photos are written under MRQA_HOME/images/redrawn/, registered in `redrawn_images` (source
    photo, kitchen, jitter, sha256) and embedded with the dataset's encoder into the feature store's
    `redrawn_image_vectors`; no other stage takes them for a recipe's photos.
-3. The knobs are checked again on the new photos' vectors: a distractor is kept where its new photo lies in
-   the question's knob-2 ball around the answer (the ball the source recorded); a slot whose photo left it
+3. The knob-2 ball is measured again in the question's kitchen: BALL_SAMPLE of the answer's K nearest photos
+   (the `neighbours` table; seeded by question), drawn there too, give m_d and s_d, and the setting's bounds
+   (`ball_sd`, e.g. m_d +- s_d) give the ball (provenance: `ball`, `m_d`, `s_d`, `ball_sample`; the source's in
+   `source_ball`). A ball measured among other kitchens' photos would keep only the redrawn photos whose
+   content is farther from the answer (a photo in the answer's kitchen comes nearer it), a cue trees read.
+   The knobs are checked on the new photos' vectors: a distractor is kept where its new photo lies in
+   that ball around the answer; a slot whose photo left it
    takes the next alternate that did not; knob 3's closer-than-the-answer count is met again (exactly in
    balanced mode). A question that cannot meet them is dropped and counted (`redrawn_outside_knobs`).
    The answer and the question's photos are never changed.
@@ -48,6 +53,8 @@ from features.vectors.store import REDRAWN_TABLE, FeatureStore, vector_rows
 log = logging.getLogger(__name__)
 
 ORD_SPAN = 2 ** 31 - 1 - REDRAWN_ORD   # the ord stays an INTEGER
+BALL_SAMPLE = 16                       # the answer's neighbours drawn in the question's kitchen to measure its ball
+BALL_SAMPLE_MIN = 8                    # fewer (a tiny split): the question is dropped
 SKIP_OUTSIDE = "redrawn_outside_knobs"
 SKIP_NO_TRUTH = "redrawn_no_ground_truth"
 TASK = "visual_cloze"
@@ -131,6 +138,26 @@ def jitter_for(key: int) -> dict:
 
 def redrawn_id(source_image_id: str, source_recipe: str, source_step: int, key: int) -> str:
     return f"{source_recipe}_{int(source_step)}_{REDRAWN_ORD + key % ORD_SPAN}.jpg"
+
+
+def _photo(photos: dict, truth: Truth, seed: int, rid: str, qid: str, item: str, split: str) -> str:
+    """The id of `item` drawn again in recipe `rid`'s kitchen for question `qid`, added to `photos` (one photo
+    per (question, source): a candidate that is also in the ball's sample is the same photo)."""
+    key = stable_key("redraw", seed, rid, qid, item)
+    src_recipe, src_step, depicts = truth.photos[item]
+    nid = redrawn_id(item, src_recipe, src_step, key)
+    if nid in photos and (photos[nid]["source"], photos[nid]["kitchen_recipe_id"]) != (item, rid):
+        raise RuntimeError(f"two redrawn photos share the id {nid}; draw with another --seed")
+    photos[nid] = {"source": item, "recipe_id": src_recipe, "step_idx": src_step, "kitchen_recipe_id": rid,
+                   "jitter": jitter_for(key), "seed": seed, "depicts": depicts, "split": split,
+                   "path": f"images/redrawn/{rid}/{nid}"}
+    return nid
+
+
+def ball_sample(neighbours: list[str], seed: int, qid: str, n: int = BALL_SAMPLE) -> list[str]:
+    """`n` of the answer's K nearest photos (the `neighbours` table's, other recipes of its split), picked by a
+    seeded key of (question, photo), in that order: drawn in the question's kitchen, they measure its ball."""
+    return sorted(neighbours, key=lambda i: stable_key("redraw-ball", seed, qid, i))[:n]
 
 
 # ----------------------------------------------------------------------------- choosing again
@@ -294,6 +321,12 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
     qs = con.execute("SELECT qid, recipe_id, split, question, choice_list, answer, question_step_ids, provenance "
                      "FROM questions WHERE dataset_id = ? ORDER BY qid", [src["dataset_id"]]).fetchall()
     truth = find_truth(paths, {q[1] for q in qs}, sample)
+    k = int(src["params"].get("k", 100))
+    nbrs: dict[str, list[str]] = {}
+    for a, n in con.execute("SELECT image_id, neighbour_id FROM neighbours WHERE encoder_id = ? AND rank <= ? AND "
+                            "list_contains(?, image_id) ORDER BY image_id, rank",
+                            [enc, k, sorted({json.loads(q[7])["answer_item"] for q in qs})]).fetchall():
+        nbrs.setdefault(a, []).append(n)
     photos: dict[str, dict] = {}
     plan = []                       # per question: (row, provenance, candidates [(item, source, pool, recipe)])
     no_truth = 0
@@ -311,24 +344,15 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         for item, r, pool in cands:
             if r == rid:                               # the question's own kitchen already
                 out.append((item, None, pool, r))
-                continue
-            if item not in truth.photos:
-                continue
-            key = stable_key("redraw", seed, rid, qid, item)
-            src_recipe, src_step, depicts = truth.photos[item]
-            nid = redrawn_id(item, src_recipe, src_step, key)
-            ph = {"source": item, "recipe_id": src_recipe, "step_idx": src_step, "kitchen_recipe_id": rid,
-                  "jitter": jitter_for(key), "seed": seed, "depicts": depicts, "split": split,
-                  "path": f"images/redrawn/{rid}/{nid}"}
-            if nid in photos and (photos[nid]["source"], photos[nid]["kitchen_recipe_id"]) != (item, rid):
-                raise RuntimeError(f"two redrawn photos share the id {nid}; draw with another --seed")
-            photos[nid] = ph
-            out.append((nid, item, pool, r))
-        plan.append((row, p, out))
+            elif item in truth.photos:
+                out.append((_photo(photos, truth, seed, rid, qid, item, split), item, pool, r))
+        sample_ids = [_photo(photos, truth, seed, rid, qid, item, split)
+                      for item in ball_sample(nbrs.get(p["answer_item"], []), seed, qid) if item in truth.photos]
+        plan.append((row, p, out, sample_ids))
     drawn, reused = _draw(con, paths, truth, photos, progress)
     store = FeatureStore(paths.lance)
     embedded = _embed(con, store, paths, enc, photos, progress)
-    need_ids = sorted({i for row, p, out in plan for i in [*p["question_items"], *(c[0] for c in out)]})
+    need_ids = sorted({i for row, p, out, smp in plan for i in [*p["question_items"], *(c[0] for c in out), *smp]})
     ids, mat = store.image_vectors(enc, ids=need_ids)
     vec = dict(zip(ids, mat))
     lacking = [i for i in need_ids if i not in vec]
@@ -336,7 +360,7 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         raise LookupError(f"no vector of {lacking[0]} (and {len(lacking) - 1} more) for encoder {enc}: run "
                           "`mrqa embed` and regenerate the source dataset")
     new_q, outside, used = [], 0, set()
-    for row, p, out in plan:
+    for row, p, out, smp in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
         a = _unit(vec[p["answer_item"]])
         ctx = [_unit(vec[i]) for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
@@ -345,7 +369,13 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         if abs(d_aq - p["d_answer_q"]) > 1e-4:
             raise ValueError(f"{src['dataset_id']} {qid}: the answer's distance to the question is {d_aq:.6f} now "
                              f"against {p['d_answer_q']} when it was generated: the vectors changed; regenerate it")
-        lo, hi = p["ball"]
+        if len(smp) < BALL_SAMPLE_MIN:
+            outside += 1
+            continue
+        nd = np.array([1.0 - float(a @ _unit(vec[i])) for i in smp])
+        m_d, s_d = float(nd.mean()), float(nd.std())           # the ball measured in the question's kitchen
+        lo_sd, hi_sd = p["ball_sd"]
+        lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
         dist = [1.0 - float(a @ _unit(vec[c[0]])) for c in out]
         dq = [1.0 - float(qm @ _unit(vec[c[0]])) for c in out]
         valid = [lo <= d <= hi for d in dist]
@@ -371,7 +401,9 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
                 for i in range(len(out)) if valid[i] and i not in slots]
         used.update(x["item"] for x in alts)
         q = dict(p, choice_items=items, af_pools=pools, af_scores=scores, distractors=dis, af_alternates=alts,
-                 n_closer=sum(x["closer"] for x in dis),
+                 n_closer=sum(x["closer"] for x in dis), ball=[round(lo, 6), round(hi, 6)], m_d=round(m_d, 6),
+                 s_d=round(s_d, 6), ball_sample=smp,
+                 source_ball={"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]},
                  redrawn={"kitchen_recipe_id": rid, "source_dataset_id": src["dataset_id"]})
         new_q.append((qid, rid, split, list(question), items, answer, list(steps) if steps is not None else None,
                       json.dumps(q, sort_keys=True, separators=(",", ":"))))

@@ -103,7 +103,7 @@ def _check_knobs(home, src: dict, new: dict) -> int:
         "SELECT image_id, source_image_id, recipe_id, step_idx, kitchen_recipe_id, path, sha256 FROM redrawn_images"
     ).fetchall()}
     split_of = dict(con.execute("SELECT recipe_id, split FROM recipes").fetchall())
-    redrawn_shown = 0
+    redrawn_shown, neighbours = 0, {}
 
     def d(a, b):
         return 1.0 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
@@ -118,7 +118,19 @@ def _check_knobs(home, src: dict, new: dict) -> int:
         ctx = [vec[i] for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
         qm = np.mean([v / np.linalg.norm(v) for v in ctx], axis=0)
         d_aq = d(a, qm)
+        # knob 2's ball, measured again in the question's kitchen: its sample is the answer's neighbours there
+        nd = np.array([d(a, vec[i]) for i in p["ball_sample"]])
+        assert len(nd) >= 8 and nd.mean() == pytest.approx(p["m_d"], abs=1e-5)
+        assert nd.std() == pytest.approx(p["s_d"], abs=1e-5)
+        knn = neighbours.setdefault(p["answer_item"], {n for (n,) in con.execute(
+            "SELECT neighbour_id FROM neighbours WHERE encoder_id = ? AND image_id = ? AND rank <= ?",
+            [home["enc"], p["answer_item"], p["k"]]).fetchall()})
+        for i in p["ball_sample"]:
+            assert photos[i][3] == rid and photos[i][0] in knn
         lo, hi = p["ball"]
+        assert lo == pytest.approx(0.0 if p["ball_sd"][0] is None else p["m_d"] + p["ball_sd"][0] * p["s_d"], abs=2e-6)
+        assert hi == pytest.approx(p["m_d"] + p["ball_sd"][1] * p["s_d"], abs=2e-6)
+        assert p["source_ball"]["ball"] == s_p["ball"]
         closer = 0
         for col, dis in zip([c for c in range(4) if c != answer], p["distractors"]):
             item = choices[col]
@@ -228,7 +240,7 @@ def test_choose_keeps_valid_distractors_and_meets_knob_three():
     assert choose([True, True, True], [True, True, False], 1, True) is None
 
 
-@pytest.mark.slow      # the pipeline's redrawn step with its pooled step, 2 swap rounds (~1 min)
+@pytest.mark.slow      # the pipeline's redrawn step with its pooled step, a swap round (~1 min)
 def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_knobs(home, monkeypatch):
     """`mrqa demo/pipeline --redrawn`: the redrawn datasets, then their own pooled step: it keeps at least 40%
     of the plain setting's questions, its swaps take only photos drawn in the question's kitchen (or of its
@@ -253,7 +265,7 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     assert out["skipped"] == {} and list(out["datasets"]) == [did]
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
     step = params["af_pooled"]
-    assert step["distractors"] == "redrawn" and step["rounds"] == 2
+    assert step["distractors"] == "redrawn" and step["rounds"] == 1
     n = out["datasets"][did]
     assert n >= np.ceil(0.4 * plain["n_questions"]) and out["af_pool"][did]["kept"] == n
     src, new = _rows(con, home["first"]["source_dataset_id"]), _rows(con, did)
