@@ -569,6 +569,8 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | No
     if adversarial:
         params = replace(params, af_rounds=af_rounds)
     params.validate(task)
+    if params.distractors == "redrawn":          # drawn by `mrqa redraw` from the AF dataset, not generated
+        raise ValueError(REDRAWN_RULE)
     return [(task, params)]
 
 

@@ -225,6 +225,11 @@ def test_a_home_without_the_kitchens_ground_truth_is_refused_with_the_reason(hom
         home["con"] = connect(paths)
     with pytest.raises(ValueError, match="mrqa redraw"):
         parse_setting("0-1-1-redrawn-af").params("visual_cloze").validate("visual_coherence")
+    from features.datasets.generate import settings_for
+    with pytest.raises(ValueError, match="`mrqa generate` does not draw photos"):
+        settings_for("visual_cloze", "0-1-1-redrawn-af")
+    with pytest.raises(ValueError, match="mrqa redraw"):
+        parse_setting("0-1-1-redrawn")
 
 
 def test_choose_keeps_valid_distractors_and_meets_knob_three():
