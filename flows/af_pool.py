@@ -216,16 +216,17 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     return {"task": task, "datasets": res, **info}
 
 
-KIND_TASKS = {"matched": "visual_coherence", "kitchen": "visual_cloze",     # the one task each kind beyond the
-              "redrawn": "visual_cloze"}                                    # paper has
+KIND_TASKS = {"matched": ("visual_coherence",), "kitchen": ("visual_cloze",),     # the tasks each kind beyond
+              "redrawn": ("visual_cloze", "visual_coherence")}                    # the paper has
 
 
 def check_kind(task: str, distractors: str) -> None:
     """Refuse a kind of AF dataset the task has none of (before any work): --distractors matched is visual
-    coherence's, kitchen and redrawn visual cloze's."""
-    if distractors in KIND_TASKS and task != KIND_TASKS[distractors]:
-        raise ValueError(f"--distractors {distractors} names {KIND_TASKS[distractors].replace('_', ' ')}'s AF "
-                         f"datasets; {task} has none (use --distractors ball, the default)")
+    coherence's, kitchen visual cloze's, redrawn visual cloze's and coherence's."""
+    if distractors in KIND_TASKS and task not in KIND_TASKS[distractors]:
+        names = " and ".join(t.replace("_", " ") for t in KIND_TASKS[distractors])
+        raise ValueError(f"--distractors {distractors} names {names}'s AF datasets; {task} has none (use "
+                         "--distractors ball, the default)")
 
 
 def _example(task: str, distractors: str) -> str:
@@ -233,7 +234,8 @@ def _example(task: str, distractors: str) -> str:
     if distractors in ("matched", "kitchen"):
         return f"`mrqa generate --task {task} --knobs 0-0-0-{distractors}-af`"
     if distractors == "redrawn":
-        return "`mrqa redraw --knobs 0-1-1-af` (after `mrqa generate --task visual_cloze --knobs 0-1-1-af`)"
+        return (f"`mrqa redraw --task {task} --knobs 0-1-1-af` (after `mrqa generate --task {task} --knobs "
+                "0-1-1-af`)")
     return f"`mrqa generate --task {task} --knobs 0-1-1-af` (or `mrqa generate --all`)"
 
 

@@ -76,7 +76,9 @@ def demo_digest(summary: dict) -> dict:
                       if gen.get("textual_cloze_pooled") else {})
                    | ({"visual_coherence (matched)": _pooled(gen["matched_coherence"]["af_pool"])}
                       if gen.get("matched_coherence") else {})
-                   | ({"visual_cloze (redrawn)": _pooled(gen["redrawn"]["af_pool"])} if gen.get("redrawn") else {}),
+                   | {f"{task} (redrawn)": _pooled(r)
+                      for task, r in ((gen.get("redrawn") or {}).get("af_pool") or {}).items()
+                      if task in ("visual_cloze", "visual_coherence")},
     }
     vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}
              for ph in ("before", "after")} if cln else {}

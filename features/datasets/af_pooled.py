@@ -110,6 +110,7 @@ def summed_distance(seq: list[str], vectors: dict[str, np.ndarray]) -> float:
 FOREIGN_FIELDS = {"anchor_item": "anchor_item", "distance": "distance", "dist_q": "dist_q",
                   "distance_probe_hit": "distance_probe_hit", "foreign_rank": "foreign_rank",
                   "foreign_item": "item", "foreign_recipe_id": "recipe_id"}
+# a redrawn question's foreign photo also names its source photo (features/datasets/redraw_coherence.py)
 
 
 def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int, alt_ix: int, rnd: int,
@@ -117,9 +118,10 @@ def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int,
     """Coherence: make alternate `alt_ix` the foreign image (the answer) of one question (in place)."""
     alts = p["af_alternates"]
     new = alts[alt_ix]
-    alts[alt_ix] = {**{a: p[f] for f, a in FOREIGN_FIELDS.items()}, "pool": p["af_pools"][answer]}
+    fields = {**FOREIGN_FIELDS, "foreign_source": "source"} if "foreign_source" in p else FOREIGN_FIELDS
+    alts[alt_ix] = {**{a: p[f] for f, a in fields.items()}, "pool": p["af_pools"][answer]}
     old = p["foreign_item"]
-    for f, a in FOREIGN_FIELDS.items():
+    for f, a in fields.items():
         p[f] = new[a]
     p["af_pools"][answer] = new["pool"]
     p["af_scores"] = [None] * len(p["af_scores"])

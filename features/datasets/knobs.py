@@ -31,8 +31,9 @@ AF_DEFAULT_ROUNDS = 3
 BEYOND = ("matched", "kitchen", "redrawn")    # distractor rules beyond the paper, each its own setting name
 KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
                 "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
-REDRAWN_RULE = ("redrawn distractors are made by `mrqa redraw` from a visual cloze AF dataset of the sample kitchen "
-                "(e.g. `mrqa redraw --knobs 0-1-1-af` makes 0-1-1-redrawn-af); `mrqa generate` does not draw photos")
+REDRAWN_RULE = ("redrawn distractors (visual cloze) and foreign photos (visual coherence) are made by `mrqa redraw` "
+                "from an AF dataset of the sample kitchen (e.g. `mrqa redraw --knobs 0-1-1-af` makes "
+                "0-1-1-redrawn-af); `mrqa generate` does not draw photos")
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class KnobParams:
     distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset) | matched
                                          # (coherence, beyond the paper: features/datasets/matched.py) |
                                          # kitchen (visual cloze, beyond the paper: the recipe's own photos) |
-                                         # redrawn (visual cloze AF: the ball's photos drawn again in the
-                                         # question's kitchen, features/datasets/redraw.py)
+                                         # redrawn (visual cloze and coherence AF: the ball's photos drawn
+                                         # again in the question's kitchen, features/datasets/redraw.py)
     k: int = 100                         # neighbours used for m_d, s_d and as candidates
     ball_lo_sd: float | None = None      # None: lower bound is distance 0
     ball_hi_sd: float = -1.0
@@ -114,7 +115,8 @@ class KnobParams:
         if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(KITCHEN_RULE)
-        if self.distractors == "redrawn" and (task != "visual_cloze" or self.preset or not self.af_rounds):
+        if self.distractors == "redrawn" and (task not in ("visual_cloze", "visual_coherence") or self.preset
+                                              or not self.af_rounds):
             raise ValueError(REDRAWN_RULE)
         if self.distractors == "kitchen":       # options of the ball and knob 3, which the recipe replaces
             unused = [opt for opt, v, d in (("--k", self.k, 100), ("--ball-lo-sd", self.ball_lo_sd, None),
@@ -276,7 +278,7 @@ class Setting:
     adversarial: bool = False
     preset: str | None = None
     distractors: str = "ball"            # ball (knob 2) | matched (coherence) | kitchen (visual cloze): knobs 2
-                                         # and 3 = 0, beyond the paper | redrawn (visual cloze AF, any knobs)
+                                         # and 3 = 0, beyond the paper | redrawn (visual cloze/coherence AF)
 
     @property
     def name(self) -> str:
@@ -313,7 +315,8 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
     than the paper's coin flip, then `-matched` for coherence's matched foreign images or `-kitchen` for
     visual cloze's distractors from the question's own recipe (knobs 2 and 3 = 0 only, beyond the paper) or
-    `-redrawn` for visual cloze AF distractors drawn again in the question's kitchen (`0-1-1-redrawn-af`),
+    `-redrawn` for visual cloze AF distractors (coherence: foreign photos) drawn again in the question's kitchen
+    (`0-1-1-redrawn-af`),
     then `-af` for adversarial filtering: `0-0-1`, `0-0-1-balanced`, `0-1-1-af`, `0-1-1-balanced-af`,
     `1-0-0-matched-af`, `0-0-0-kitchen-af` (docs/knobs.md). The RecipeQA-style preset is `recipeqa`."""
     for label, v in (("k1", k1), ("k2", k2), ("k3", k3)):
@@ -358,7 +361,8 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     if not m:
         raise ValueError(f"not a knob setting: {raw!r}; expected K1-K2-K3 with each 0 or 1, optionally "
                          f"-all or -balanced (k3=1), -matched (visual coherence) or -kitchen (visual cloze) at "
-                         f"K2 = K3 = 0 or -redrawn (visual cloze AF), and -af, e.g. 0-1-0, 0-0-1-balanced, 0-1-1-af, "
+                         f"K2 = K3 = 0 or -redrawn (visual cloze and coherence AF), and -af, e.g. 0-1-0, "
+                         f"0-0-1-balanced, 0-1-1-af, "
                          f"0-0-0-kitchen-af; or "
                          f"{', '.join(PRESETS)}")
     k1, k2, k3 = (int(m[g]) for g in ("k1", "k2", "k3"))

@@ -38,7 +38,7 @@ import hashlib
 import json
 import logging
 import random
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import duckdb
@@ -46,7 +46,7 @@ import numpy as np
 
 from etl.config import Paths
 from etl.records import REDRAWN_ORD
-from etl.warehouse import load_query, transaction, utcnow
+from etl.warehouse import transaction, utcnow
 from features.datasets.knobs import KnobParams, dataset_id, parse_setting, stable_key
 from features.vectors.store import REDRAWN_TABLE, FeatureStore, vector_rows
 
@@ -58,6 +58,7 @@ BALL_SAMPLE_MIN = 8                    # fewer (a tiny split): the question is d
 SKIP_OUTSIDE = "redrawn_outside_knobs"
 SKIP_NO_TRUTH = "redrawn_no_ground_truth"
 TASK = "visual_cloze"
+TASKS = ("visual_cloze", "visual_coherence")
 NO_TRUTH = ("drawing distractors again needs the sample kitchen's ground truth (MRQA_HOME/sample/<build>/"
             "ground_truth.jsonl, written by `mrqa sample build` and `mrqa demo`); a real site's photos cannot be "
             "drawn again in another kitchen without an image model that moves a step's content (segmentation "
@@ -73,13 +74,11 @@ class Truth:
     content_sha256: str
     recipes: dict            # recipe_id -> {"kitchen_style", "author_id"}
     photos: dict             # image_id -> (recipe_id, step_idx, depicts)
-    _renderers: dict = None
+    _renderers: dict = field(default_factory=dict)
 
     def renderer(self, recipe_id: str):
         from etl.sample.recipes import derive_seed
         from etl.sample.render import KitchenRenderer
-        if self._renderers is None:
-            self._renderers = {}
         if recipe_id not in self._renderers:
             r = self.recipes[recipe_id]
             seed = derive_seed("kitchen", self.seed, r["author_id"])          # the author's counter
@@ -140,7 +139,7 @@ def redrawn_id(source_image_id: str, source_recipe: str, source_step: int, key: 
     return f"{source_recipe}_{int(source_step)}_{REDRAWN_ORD + key % ORD_SPAN}.jpg"
 
 
-def _photo(photos: dict, truth: Truth, seed: int, rid: str, qid: str, item: str, split: str) -> str:
+def photo_for(photos: dict, truth: Truth, seed: int, rid: str, qid: str, item: str, split: str) -> str:
     """The id of `item` drawn again in recipe `rid`'s kitchen for question `qid`, added to `photos` (one photo
     per (question, source): a candidate that is also in the ball's sample is the same photo)."""
     key = stable_key("redraw", seed, rid, qid, item)
@@ -180,7 +179,7 @@ def choose(valid: list[bool], closer: list[bool], need: int, exact: bool) -> lis
 
     def fix(want_closer: bool) -> bool:
         spare = [i for i in pool if closer[i] == want_closer]
-        for _ in range(3):
+        while True:                                    # each turn takes one spare: it ends
             count = sum(closer[i] for i in slots)
             if (count >= need) if want_closer else (count <= need):
                 return True
@@ -192,7 +191,6 @@ def choose(valid: list[bool], closer: list[bool], need: int, exact: bool) -> lis
             pool.remove(new)
             pool.append(slots[s])
             slots[s] = new
-        return (sum(closer[i] for i in slots) >= need) if want_closer else (sum(closer[i] for i in slots) <= need)
 
     if not fix(True):
         return None
@@ -203,20 +201,25 @@ def choose(valid: list[bool], closer: list[bool], need: int, exact: bool) -> lis
 
 # ----------------------------------------------------------------------------- the stage
 
-def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, encoder_id: str | None) -> dict:
-    """The registered visual cloze AF dataset of `setting` (ball distractors) to draw again; ValueError with
-    what to run when there is none, several (name --encoder), or it was filtered by the pooled step."""
+def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, encoder_id: str | None,
+                   task: str = TASK) -> dict:
+    """The registered AF dataset of `task` (visual cloze or coherence) and `setting` (ball distractors) to draw
+    again; ValueError with what to run when there is none, several (name --encoder), or it was filtered by the
+    pooled step."""
+    if task not in TASKS:
+        raise ValueError(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos "
+                         f"again ({', '.join(TASKS)})")
     st = parse_setting(setting)
     if not st.adversarial or st.distractors != "ball" or st.preset:
-        raise ValueError(f"--knobs {setting}: redraw starts from a visual cloze AF setting of the knobs "
-                         "(e.g. 0-1-1-af); its result is named K1-K2-K3-redrawn-af")
+        raise ValueError(f"--knobs {setting}: redraw starts from an AF setting of the knobs (e.g. 0-1-1-af); its "
+                         "result is named K1-K2-K3-redrawn-af")
     rows = con.execute("SELECT dataset_id, encoder_id, params FROM datasets WHERE task = ? AND setting = ? "
                        "AND seed = ? AND (? IS NULL OR encoder_id = ?) "
                        "AND NOT regexp_matches(dataset_id, '-p[0-9a-f]{6}$') "
-                       "ORDER BY dataset_id", [TASK, st.name, seed, encoder_id, encoder_id]).fetchall()
+                       "ORDER BY dataset_id", [task, st.name, seed, encoder_id, encoder_id]).fetchall()
     if not rows:
-        raise ValueError(f"no visual cloze dataset {st.name} (seed {seed}) in the warehouse: run "
-                         f"`mrqa generate --task visual_cloze --knobs {st.name} --seed {seed}` first")
+        raise ValueError(f"no {task} dataset {st.name} (seed {seed}) in the warehouse: run "
+                         f"`mrqa generate --task {task} --knobs {st.name} --seed {seed}` first")
     if len(rows) > 1:
         raise ValueError(f"{len(rows)} datasets of {st.name} (seed {seed}), one per encoder: name one with --encoder "
                          f"({', '.join(r[1] for r in rows)})")
@@ -224,9 +227,45 @@ def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, enco
     params = json.loads(params)
     if "af_pooled" in params:
         raise ValueError(f"{did} was filtered by the pooled step (mrqa af-pool) already: regenerate it "
-                         f"(`mrqa generate --task visual_cloze --knobs {st.name} --af-drop pooled`), redraw, then "
-                         "run the pooled step on the redrawn datasets (`mrqa af-pool --distractors redrawn`)")
-    return {"dataset_id": did, "encoder_id": enc, "params": params, "setting": st}
+                         f"(`mrqa generate --task {task} --knobs {st.name} --af-drop pooled`), redraw, then "
+                         f"run the pooled step on the redrawn datasets (`mrqa af-pool --task {task} "
+                         "--distractors redrawn`)")
+    return {"dataset_id": did, "encoder_id": enc, "params": params, "setting": st, "task": task}
+
+
+def load_source(con: duckdb.DuckDBPyConnection, src: dict, anchors, paths: Paths,
+                sample: Path | None) -> tuple[list[tuple], Truth, dict[str, list[str]]]:
+    """The source dataset's questions (qid, recipe_id, split, question, choice_list, answer, question_step_ids,
+    provenance), the ground truth that draws them and the K nearest photos (`neighbours`, rank order) of the
+    photos `anchors(provenance)` names (whose ball is measured again)."""
+    qs = con.execute("SELECT qid, recipe_id, split, question, choice_list, answer, question_step_ids, provenance "
+                     "FROM questions WHERE dataset_id = ? ORDER BY qid", [src["dataset_id"]]).fetchall()
+    truth = find_truth(paths, {q[1] for q in qs}, sample)
+    k = int(src["params"].get("k", 100))
+    ids = sorted({a for q in qs for a in anchors(json.loads(q[7]))})
+    nbrs: dict[str, list[str]] = {}
+    for a, n in con.execute("SELECT image_id, neighbour_id FROM neighbours WHERE encoder_id = ? AND rank <= ? AND "
+                            "list_contains(?, image_id) ORDER BY image_id, rank",
+                            [src["encoder_id"], k, ids]).fetchall():
+        nbrs.setdefault(a, []).append(n)
+    return qs, truth, nbrs
+
+
+def draw_and_embed(con, paths: Paths, truth: Truth, photos: dict[str, dict], encoder_id: str, need_ids,
+                   progress: bool) -> tuple[dict, dict[str, np.ndarray]]:
+    """Draw and embed `photos` where needed; returns the photo counts and the unit vectors of `need_ids`
+    (LookupError naming what to run when one has none)."""
+    drawn, reused = _draw(con, paths, truth, photos, progress)
+    store = FeatureStore(paths.lance)
+    embedded = _embed(con, store, paths, encoder_id, photos, progress)
+    need_ids = sorted(set(need_ids))
+    ids, mat = store.image_vectors(encoder_id, ids=need_ids)
+    vec = {i: _unit(v) for i, v in zip(ids, mat)}
+    lacking = [i for i in need_ids if i not in vec]
+    if lacking:
+        raise LookupError(f"no vector of {lacking[0]} (and {len(lacking) - 1} more) for encoder {encoder_id}: run "
+                          "`mrqa embed` and regenerate the source dataset")
+    return {"photos": len(photos), "drawn": drawn, "reused": reused, "embedded": embedded}, vec
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -316,17 +355,9 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
     """Make and register the redrawn dataset of one visual cloze AF setting (see the module's doc); returns
     its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
     paths = paths or Paths.from_env()
-    src = source_dataset(con, setting, seed, encoder_id)
+    src = source_dataset(con, setting, seed, encoder_id, TASK)
     enc = src["encoder_id"]
-    qs = con.execute("SELECT qid, recipe_id, split, question, choice_list, answer, question_step_ids, provenance "
-                     "FROM questions WHERE dataset_id = ? ORDER BY qid", [src["dataset_id"]]).fetchall()
-    truth = find_truth(paths, {q[1] for q in qs}, sample)
-    k = int(src["params"].get("k", 100))
-    nbrs: dict[str, list[str]] = {}
-    for a, n in con.execute("SELECT image_id, neighbour_id FROM neighbours WHERE encoder_id = ? AND rank <= ? AND "
-                            "list_contains(?, image_id) ORDER BY image_id, rank",
-                            [enc, k, sorted({json.loads(q[7])["answer_item"] for q in qs})]).fetchall():
-        nbrs.setdefault(a, []).append(n)
+    qs, truth, nbrs = load_source(con, src, lambda p: [p["answer_item"]], paths, sample)
     photos: dict[str, dict] = {}
     plan = []                       # per question: (row, provenance, candidates [(item, source, pool, recipe)])
     no_truth = 0
@@ -345,25 +376,18 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
             if r == rid:                               # the question's own kitchen already
                 out.append((item, None, pool, r))
             elif item in truth.photos:
-                out.append((_photo(photos, truth, seed, rid, qid, item, split), item, pool, r))
-        sample_ids = [_photo(photos, truth, seed, rid, qid, item, split)
+                out.append((photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r))
+        sample_ids = [photo_for(photos, truth, seed, rid, qid, item, split)
                       for item in ball_sample(nbrs.get(p["answer_item"], []), seed, qid) if item in truth.photos]
         plan.append((row, p, out, sample_ids))
-    drawn, reused = _draw(con, paths, truth, photos, progress)
-    store = FeatureStore(paths.lance)
-    embedded = _embed(con, store, paths, enc, photos, progress)
-    need_ids = sorted({i for row, p, out, smp in plan for i in [*p["question_items"], *(c[0] for c in out), *smp]})
-    ids, mat = store.image_vectors(enc, ids=need_ids)
-    vec = dict(zip(ids, mat))
-    lacking = [i for i in need_ids if i not in vec]
-    if lacking:
-        raise LookupError(f"no vector of {lacking[0]} (and {len(lacking) - 1} more) for encoder {enc}: run "
-                          "`mrqa embed` and regenerate the source dataset")
+    counts, vec = draw_and_embed(con, paths, truth, photos, enc,
+                                 [i for row, p, out, smp in plan for i in [*p["question_items"], *(c[0] for c in out),
+                                                                           *smp]], progress)
     new_q, outside, used = [], 0, set()
     for row, p, out, smp in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
-        a = _unit(vec[p["answer_item"]])
-        ctx = [_unit(vec[i]) for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
+        a = vec[p["answer_item"]]
+        ctx = [vec[i] for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
         qm = _unit(np.mean(ctx, axis=0))
         d_aq = 1.0 - float(a @ qm)
         if abs(d_aq - p["d_answer_q"]) > 1e-4:
@@ -372,12 +396,12 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         if len(smp) < BALL_SAMPLE_MIN:
             outside += 1
             continue
-        nd = np.array([1.0 - float(a @ _unit(vec[i])) for i in smp])
+        nd = np.array([1.0 - float(a @ vec[i]) for i in smp])
         m_d, s_d = float(nd.mean()), float(nd.std())           # the ball measured in the question's kitchen
         lo_sd, hi_sd = p["ball_sd"]
         lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
-        dist = [1.0 - float(a @ _unit(vec[c[0]])) for c in out]
-        dq = [1.0 - float(qm @ _unit(vec[c[0]])) for c in out]
+        dist = [1.0 - float(a @ vec[c[0]]) for c in out]
+        dq = [1.0 - float(qm @ vec[c[0]]) for c in out]
         valid = [lo <= d <= hi for d in dist]
         closer = [x < d_aq for x in dq]
         exact = p["k3_mode"] == "balanced"
@@ -407,35 +431,31 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
                  redrawn={"kitchen_recipe_id": rid, "source_dataset_id": src["dataset_id"]})
         new_q.append((qid, rid, split, list(question), items, answer, list(steps) if steps is not None else None,
                       json.dumps(q, sort_keys=True, separators=(",", ":"))))
-    return _register(con, src, new_q, truth, {"photos": len(photos), "drawn": drawn, "reused": reused,
-                                              "embedded": embedded, "shown": len(used & set(photos))},
-                     {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed, enc)
+    counts["shown"] = len(used & set(photos))
+    return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed)
 
 
-def _register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skips: dict, seed: int,
-              enc: str) -> dict:
-    sp = src["params"]
+def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skips: dict, seed: int) -> dict:
+    """Register the redrawn dataset of `src` (its task, its knobs with distractors `redrawn`): its questions
+    `rows`, its params (the source's, with the redraw's provenance and skips), its counts, content hash and
+    distance probe (af_pooled._rewrite); a dataset of that id before it is replaced, its metrics with it."""
+    from features.datasets.af_pooled import _rewrite
+    task, sp, enc = src["task"], src["params"], src["encoder_id"]
     names = {f.name for f in fields(KnobParams)}
     kp = replace(KnobParams(**{k: v for k, v in sp.items() if k in names}), distractors="redrawn")
-    kp.validate(TASK)
-    did = dataset_id(TASK, kp, seed, enc)
-    hits = 0
-    for _qid, _r, _s, _qu, _ch, answer, _st, prov in rows:
-        p = json.loads(prov)
-        dq = [d["dist_q"] for d in p["distractors"]]
-        dq.insert(answer, p["d_answer_q"])
-        hits += int(np.argmin(dq)) == answer
+    kp.validate(task)
+    did = dataset_id(task, kp, seed, enc)
     all_skips = {**(sp.get("skips") or {}), **{k: v for k, v in skips.items() if v}}
     positions = [0] * 4
     for r in rows:
         positions[r[5]] += 1
     params = {**sp, **kp.to_json(), "skips": all_skips, "answer_positions": positions,
-              "distance_probe_accuracy": round(hits / len(rows), 4) if rows else None,
+              "distance_probe_accuracy": None,
               "redraw": {"source_dataset_id": src["dataset_id"], "seed": seed, "sample": truth.folder.name,
                          "sample_content_sha256": truth.content_sha256,
                          "source_questions": len(rows) + sum(skips.values()), **photos}}
     with transaction(con):
-        for t in ("questions", "datasets", "generation_skips"):
+        for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
             con.execute(f"DELETE FROM {t} WHERE dataset_id = ?", [did])
         if rows:
             import pyarrow as pa
@@ -449,21 +469,23 @@ def _register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, ski
                             "provenance": pa.array(cols[7], pa.string())})
             con.register("redrawn_questions", tbl)
             con.execute("INSERT INTO questions SELECT ?, qid, ?, recipe_id, split, question, choice_list, answer, "
-                        "question_step_ids, provenance::JSON FROM redrawn_questions", [did, TASK])
+                        "question_step_ids, provenance::JSON FROM redrawn_questions", [did, task])
             con.unregister("redrawn_questions")
-        sha = con.execute(load_query("questions_content_hash"), {"dataset_id": did}).fetchall()[0][0]
         con.execute("""INSERT INTO datasets (dataset_id, task, knob1, knob2, knob3, k3_mode, adversarial, setting,
                        preset, seed, encoder_id, params, created_at, n_questions, n_recipes, content_sha256)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                    [did, TASK, kp.knob1, kp.knob2, kp.knob3, kp.k3_mode, True, kp.setting.name, None, seed, enc,
-                     json.dumps(params, sort_keys=True), utcnow(), len(rows), len({r[1] for r in rows}), sha])
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '')""",
+                    [did, task, kp.knob1, kp.knob2, kp.knob3, kp.k3_mode, True, kp.setting.name, None, seed, enc,
+                     json.dumps(params, sort_keys=True), utcnow()])
+        _rewrite(con, did)           # counts, content hash, distance probe from the questions just written
         if all_skips:
             con.executemany("INSERT INTO generation_skips VALUES (?, ?, ?)",
                             [[did, k, v] for k, v in sorted(all_skips.items())])
-    log.info("redraw: %s %d of %d questions (%d outside the knobs, %d without ground truth); %d photos, %d drawn",
-             did, len(rows), len(rows) + sum(skips.values()), skips[SKIP_OUTSIDE], skips[SKIP_NO_TRUTH],
+        sha, probe = con.execute("SELECT content_sha256, json_extract(params, '$.distance_probe_accuracy')::DOUBLE "
+                                 "FROM datasets WHERE dataset_id = ?", [did]).fetchone()
+    log.info("redraw: %s %d of %d questions (%s); %d photos, %d drawn", did, len(rows),
+             len(rows) + sum(skips.values()), ", ".join(f"{k} {v}" for k, v in skips.items()),
              photos["photos"], photos["drawn"])
-    return {"dataset_id": did, "setting": kp.setting.name, "source_dataset_id": src["dataset_id"],
+    return {"dataset_id": did, "task": task, "setting": kp.setting.name, "source_dataset_id": src["dataset_id"],
             "n_questions": len(rows), "source_questions": len(rows) + sum(skips.values()), "skips": skips,
             "content_sha256": sha, **{f"photos_{k}": v for k, v in photos.items()},
-            "distance_probe_accuracy": params["distance_probe_accuracy"]}
+            "distance_probe_accuracy": probe}

@@ -185,9 +185,11 @@ def encoder_cue(con: duckdb.DuckDBPyConnection, lance_uri: str, encoder_id: str,
     else:
         from features.datasets.generate import read_store_vectors
         ids, mat = read_store_vectors(lance_uri, encoder_id, "image")
+    from etl.records import is_redrawn_image
+    own = [k for k, i in enumerate(ids) if not is_redrawn_image(i)]     # a recipe's own photos, never redrawn ones
+    ids, mat = [ids[k] for k in own], np.asarray(mat, dtype=np.float32)[own]
     if len(ids) < 2:
         return None
-    mat = np.asarray(mat, dtype=np.float32)
     norm = np.linalg.norm(mat, axis=1, keepdims=True)
     return background_cue(con, list(ids), mat / np.where(norm > 0, norm, 1.0), "encoder", encoder_id)
 
@@ -200,8 +202,9 @@ def report_cues(con: duckdb.DuckDBPyConnection, look, lance_uri: str, encoder_id
     import time
     t0, cues = time.perf_counter(), []
     try:
-        if look is not None and len(look.ids) > 1:
-            cues.append(background_cue(con, look.ids, look.mat, "look"))
+        own = None if look is None else (np.ones(len(look.ids), dtype=bool) if look.own is None else look.own)
+        if look is not None and own.sum() > 1:                    # the recipes' own photos (not redrawn ones)
+            cues.append(background_cue(con, [i for i, o in zip(look.ids, own) if o], look.mat[own], "look"))
         for enc in encoder_ids:
             c = encoder_cue(con, lance_uri, enc, (lookups or {}).get(enc))
             if c is not None:

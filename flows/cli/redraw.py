@@ -1,5 +1,6 @@
-"""`mrqa redraw`: visual cloze AF datasets whose distractors are drawn again in the question's kitchen by the
-sample kitchen's renderer (features/datasets/redraw.py; docs/knobs.md, "Redrawn distractors")."""
+"""`mrqa redraw`: visual cloze AF datasets whose distractors (visual coherence: foreign photos) are drawn again in
+the question's kitchen by the sample kitchen's renderer (features/datasets/redraw.py, redraw_coherence.py;
+docs/knobs.md, "Redrawn distractors")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,10 +14,12 @@ app = typer.Typer()
 
 
 @app.command("redraw")
-def redraw_cmd(knobs: Optional[list[str]] = typer.Option(None, "--knobs", help="A visual cloze AF setting to draw "
+def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_cloze (the distractors are drawn "
+                                        "again) or visual_coherence (the foreign photo)."),
+               knobs: Optional[list[str]] = typer.Option(None, "--knobs", help="An AF setting of --task to draw "
                                                           "again (repeat for more), e.g. 0-1-1-af; its result is "
-                                                          "0-1-1-redrawn-af. Default: every visual cloze AF setting "
-                                                          "of the knobs registered for --seed."),
+                                                          "0-1-1-redrawn-af. Default: every AF setting of the knobs "
+                                                          "of --task registered for --seed."),
                seed: int = typer.Option(0, "--seed", help="The source datasets' seed; it seeds the new photos' "
                                         "jitter too."),
                encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id of the source dataset "
@@ -26,32 +29,38 @@ def redraw_cmd(knobs: Optional[list[str]] = typer.Option(None, "--knobs", help="
                                                      "MRQA_HOME/sample/ that knows the recipes)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
-    """Draw the distractors and alternates of visual cloze AF datasets again in each question's kitchen, embed
-    them, check the knobs again on the new photos and register the result as its own setting
-    (`K1-K2-K3[-mode]-redrawn-af`); then `mrqa af-pool --distractors redrawn` and `mrqa reading-check`."""
+    """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
+    its alternates) again in each question's kitchen, embed them, check the knobs again on the new photos and
+    register the result as its own setting (`K1-K2-K3[-mode]-redrawn-af`); then `mrqa af-pool --task T
+    --distractors redrawn` and `mrqa reading-check`."""
     from etl.config import Paths
     from etl.warehouse import connect
     from features.datasets.knobs import check_seed
-    from features.datasets.redraw import TASK, redraw
+    from features.datasets.redraw import TASKS, redraw
+    from features.datasets.redraw_coherence import redraw_coherence
     require_warehouse()
     try:
         check_seed(seed)
     except ValueError as e:
         fail(str(e))
+    if task not in TASKS:
+        fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
+             f"(one of {', '.join(TASKS)})")
+    make = redraw_coherence if task == "visual_coherence" else redraw
     paths = Paths.from_env()
     con = connect(paths, wait=wait)
     try:
         settings = knobs or [s for (s,) in con.execute(
             "SELECT DISTINCT setting FROM datasets WHERE task = ? AND seed = ? AND coalesce(adversarial, false) "
             "AND coalesce(json_extract_string(params, '$.distractors'), 'ball') = 'ball' ORDER BY 1",
-            [TASK, seed]).fetchall()]
+            [task, seed]).fetchall()]
         if not settings:
-            fail(f"no visual cloze AF dataset of seed {seed} to draw again: run `mrqa generate --task visual_cloze "
+            fail(f"no {task} AF dataset of seed {seed} to draw again: run `mrqa generate --task {task} "
                  "--knobs 0-1-1-af` (or `--all`) first")
         out = []
         for s in settings:
             try:
-                out.append(redraw(con, s, seed, encoder, paths, sample))
+                out.append(make(con, s, seed, encoder, paths, sample))
             except (ValueError, LookupError) as e:
                 fail(f"redraw {s}: {e}")
     finally:

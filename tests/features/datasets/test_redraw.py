@@ -169,6 +169,13 @@ def test_the_recipes_own_stages_never_see_the_redrawn_photos(home):
     assert not any(is_redrawn_image(i) for i in own)
     assert len(store.image_vectors(home["enc"])[0]) == len(own) + n_red
     assert len(store.image_vectors(home["enc"], redrawn=False)[0]) == len(own)
+    from features.diagnostics.background_cue import background_cue, encoder_cue
+    from features.diagnostics.bias import VectorLookup
+    ids, mat = store.image_vectors(home["enc"], redrawn=False)          # the background cue: own photos only
+    mat = np.asarray(mat, dtype=np.float32)
+    alone = background_cue(con, ids, mat / np.linalg.norm(mat, axis=1, keepdims=True), "encoder", home["enc"])
+    for lookup in (None, VectorLookup(paths.lance, home["enc"], "image")):
+        assert encoder_cue(con, paths.lance, home["enc"], lookup).as_row() == alone.as_row()
     again = _generate(con, home["enc"], paths.lance)                    # the generator's space: own photos only
     assert again["content_sha256"] == home["source"]["content_sha256"]
     assert con.execute("SELECT count(*), sum(hash(image_id || neighbour_id)) FROM neighbours").fetchall() == \
@@ -224,7 +231,7 @@ def test_a_home_without_the_kitchens_ground_truth_is_refused_with_the_reason(hom
         shutil.move(away, sample)
         home["con"] = connect(paths)
     with pytest.raises(ValueError, match="mrqa redraw"):
-        parse_setting("0-1-1-redrawn-af").params("visual_cloze").validate("visual_coherence")
+        parse_setting("0-1-1-redrawn-af").params("visual_cloze").validate("textual_cloze")
     from features.datasets.generate import settings_for
     with pytest.raises(ValueError, match="`mrqa generate` does not draw photos"):
         settings_for("visual_cloze", "0-1-1-redrawn-af")
@@ -260,6 +267,7 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
                               encoder_id=home["enc"], lance_uri=paths.lance, progress=False)[0]
     con.close()
     monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", (SETTING,))
+    monkeypatch.setattr(pipeline, "REDRAWN_TASKS", ("visual_cloze",))
     monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
                                                    "adversaries": 1, "tree": False})
     try:
@@ -272,7 +280,7 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     step = params["af_pooled"]
     assert step["distractors"] == "redrawn" and step["rounds"] == 1
     n = out["datasets"][did]
-    assert n >= np.ceil(0.4 * plain["n_questions"]) and out["af_pool"][did]["kept"] == n
+    assert n >= np.ceil(0.4 * plain["n_questions"]) and out["af_pool"]["visual_cloze"][did]["kept"] == n
     src, new = _rows(con, home["first"]["source_dataset_id"]), _rows(con, did)
     assert len(new) == n
     swaps = [s for r in new.values() for s in r[5].get("af_pooled_swaps", [])]
@@ -285,5 +293,141 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     gen = {m: next(s for s in pipeline.build_stages({**defaults, "redrawn": m}, paths) if s.name == "generate")
            for m in (False, True)}
     assert "redrawn" not in gen[False].params and gen[True].params["redrawn"]["settings"] == [SETTING]
+    assert gen[True].params["redrawn"]["tasks"] == ["visual_cloze"]
     assert {k: v for k, v in gen[True].params.items() if k != "redrawn"} == gen[False].params
     redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
+
+
+# ----------------------------------------------------------------------------- visual coherence
+
+@pytest.fixture(scope="module")
+def coherence(home):
+    """The visual coherence AF setting 0-1-1-af of the same home, and its foreign photos drawn again."""
+    from features.datasets.generate import generate_datasets
+    from features.datasets.redraw_coherence import redraw_coherence
+    con, paths = home["con"], home["paths"]
+    p = replace(KnobParams.preset_for("visual_coherence", 0, 1, 1), af_rounds=AF_DEFAULT_ROUNDS)
+    source = generate_datasets(con, [("visual_coherence", p)], seed=0, encoder_id=home["enc"], lance_uri=paths.lance,
+                               progress=False)[0]
+    first = redraw_coherence(con, SETTING, 0, paths=paths, progress=False)
+    return {"source": source, "first": first}
+
+
+def _coherence_fields(shown: list[np.ndarray], c: np.ndarray) -> tuple[int, float, float, int, bool]:
+    """A foreign photo's nearest shown photo, its distance, its distance to the shown photos' mean, its foreign
+    rank and whether the photo farthest from the mean of the other three is it (computed here on its own)."""
+    def cos(a, b):
+        return float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+    four = [*shown, c]
+    loo = [1.0 - cos(four[i], sum(four[j] for j in range(4) if j != i)) for i in range(4)]
+    d3 = [1.0 - cos(s, c) for s in shown]
+    near = int(np.argmin(d3))
+    return near, d3[near], loo[3], sum(x > loo[3] for x in loo[:3]), int(np.argmax(loo)) == 3
+
+
+def _check_coherence(home, src: dict, new: dict) -> int:
+    """Assert every knob and provenance rule on the redrawn coherence questions `new` (their source's `src`);
+    returns how many show a redrawn foreign photo."""
+    con = home["con"]
+    ids, mat = FeatureStore(home["paths"].lance).image_vectors(home["enc"])
+    vec = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
+    photos = {i: (s, r, k, p, sha) for i, s, r, k, p, sha in con.execute(
+        "SELECT image_id, source_image_id, recipe_id, kitchen_recipe_id, path, sha256 FROM redrawn_images").fetchall()}
+    shown_redrawn, knn = 0, {}
+    for qid, (rid, split, question, choices, answer, p) in new.items():
+        s_rid, s_split, s_question, s_choices, s_answer, s_p = src[qid]
+        assert (rid, split, answer) == (s_rid, s_split, s_answer) and question == choices and len(set(choices)) == 4
+        shown_ids = [c for j, c in enumerate(choices) if j != answer]
+        assert shown_ids == p["question_items"] == [c for j, c in enumerate(s_choices) if j != s_answer]
+        shown = [vec[i] for i in shown_ids]
+        # the ball, measured again in the question's kitchen on the shown photos' neighbours drawn there
+        nd = []
+        for anchor, photo in p["ball_sample"]:
+            assert anchor in shown_ids and photos[photo][2] == rid
+            near = knn.setdefault(anchor, {n for (n,) in con.execute(
+                "SELECT neighbour_id FROM neighbours WHERE encoder_id = ? AND image_id = ? AND rank <= ?",
+                [home["enc"], anchor, p["k"]]).fetchall()})
+            assert photos[photo][0] in near
+            nd.append(1.0 - float(vec[anchor] @ vec[photo]))
+        assert len(nd) >= 8 and np.mean(nd) == pytest.approx(p["m_d"], abs=1e-5)
+        assert np.std(nd) == pytest.approx(p["s_d"], abs=1e-5)
+        lo, hi = p["ball"]
+        assert lo == pytest.approx(0.0 if p["ball_sd"][0] is None else p["m_d"] + p["ball_sd"][0] * p["s_d"], abs=2e-6)
+        assert hi == pytest.approx(p["m_d"] + p["ball_sd"][1] * p["s_d"], abs=2e-6)
+        assert p["source_ball"]["ball"] == s_p["ball"] and p["redrawn"]["kitchen_recipe_id"] == rid
+        foreign = choices[answer]
+        sources = {s_p["foreign_item"], *(a["item"] for a in s_p["af_alternates"])}
+        entries = [{"item": foreign, "source": p["foreign_source"], "recipe_id": p["foreign_recipe_id"],
+                    "anchor_item": p["anchor_item"], "distance": p["distance"], "dist_q": p["dist_q"],
+                    "foreign_rank": p["foreign_rank"], "distance_probe_hit": p["distance_probe_hit"]},
+                   *p["af_alternates"]]
+        assert p["foreign_item"] == foreign
+        for e in entries:                      # the foreign photo, and every alternate a swap may take
+            near, dist, dq, rank, hit = _coherence_fields(shown, vec[e["item"]])
+            assert lo - 1e-5 < dist < hi + 1e-5, (qid, e["item"], dist, lo, hi)        # knob 2 on the new photo
+            assert (shown_ids[near], dist, dq, rank) == (e["anchor_item"], pytest.approx(e["distance"], abs=1e-5),
+                                                         pytest.approx(e["dist_q"], abs=1e-5), e["foreign_rank"])
+            assert hit == e["distance_probe_hit"]
+            if p["k3_rule"] == "paper":                                                 # knob 3
+                assert dq < p["min_pair"] + 1e-6
+            elif p["k3_rule"] == "rank":
+                assert rank == p["target_rank"]
+            assert e["recipe_id"] != rid and e["source"] in sources
+            s_img, s_rec, kitchen, path, sha = photos[e["item"]]
+            assert (s_img, s_rec, kitchen) == (e["source"], e["recipe_id"], rid)
+            assert hashlib.sha256((home["paths"].home / path).read_bytes()).hexdigest() == sha
+        shown_redrawn += is_redrawn_image(foreign)
+    return shown_redrawn
+
+
+def test_coherence_every_knob_holds_on_the_redrawn_foreign_photo_and_the_shown_photos_never_change(home, coherence):
+    con, first = home["con"], coherence["first"]
+    assert first["setting"] == "0-1-1-redrawn-af" and first["dataset_id"].startswith("vcoh-0-1-1-redrawn-af-s0-")
+    assert first["task"] == "visual_coherence" and first["source_dataset_id"] == coherence["source"]["dataset_id"]
+    src, new = _rows(con, first["source_dataset_id"]), _rows(con, first["dataset_id"])
+    assert 0 < len(new) <= len(src) and first["n_questions"] + first["skips"][SKIP_OUTSIDE] == len(src)
+    assert _check_coherence(home, src, new) == len(new)
+    hits = np.mean([r[5]["distance_probe_hit"] for r in new.values()])
+    params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                    [first["dataset_id"]]).fetchone()[0])
+    assert params["distance_probe_accuracy"] == round(hits, 4) and params["distractors"] == "redrawn"
+
+
+def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
+    from features.datasets.redraw_coherence import redraw_coherence
+    con, paths, first = home["con"], home["paths"], coherence["first"]
+    again = redraw_coherence(con, SETTING, 0, paths=paths, progress=False)
+    assert again["content_sha256"] == first["content_sha256"] and again["dataset_id"] == first["dataset_id"]
+    assert again["photos_drawn"] == again["photos_embedded"] == 0 and again["photos_photos"] == first["photos_photos"]
+    from flows.cli import app
+    con.close()
+    try:
+        r = CliRunner().invoke(app, ["redraw", "--task", "visual_ordering", "--knobs", SETTING])
+        assert r.exit_code != 0 and "visual coherence foreign photos" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--knobs", "1-0-1-balanced-af"])
+        assert r.exit_code != 0 and "mrqa generate --task visual_coherence" in r.output, r.output
+    finally:
+        home["con"] = connect(paths)
+
+
+@pytest.mark.slow      # the pooled step on the redrawn coherence dataset, a swap round (~1 min)
+def test_coherence_pooled_step_swaps_among_redrawn_photos_and_keeps_the_knobs(home, coherence):
+    from features.datasets.redraw_coherence import redraw_coherence
+    from flows import pipeline
+    con, paths, did = home["con"], home["paths"], coherence["first"]["dataset_id"]
+    con.close()
+    try:
+        out = pipeline._pooled_step("visual_coherence", 0, "redrawn coherence", distractors="redrawn",
+                                    **{**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2, "adversaries": 1,
+                                       "tree": False, "min_kept": 0.0, "tau": 0.9})
+    finally:
+        home["con"] = con = connect(paths)
+    assert list(out) == [did], out
+    src, new = _rows(con, coherence["first"]["source_dataset_id"]), _rows(con, did)
+    swaps = [(r, s) for r in new.values() for s in r[5].get("af_pooled_swaps", [])]
+    assert swaps, "the swap round swapped nothing"
+    for r, sw in swaps:             # a foreign photo of the question's kitchen for another
+        assert is_redrawn_image(sw["in"]) and is_redrawn_image(sw["out"]), sw
+        assert sw["out"] in {x["item"] for x in r[5]["af_alternates"]} and r[3][r[4]] == r[5]["foreign_item"]
+    _check_coherence(home, src, new)
+    redraw_coherence(con, SETTING, 0, paths=paths, progress=False)     # as the other tests expect it

@@ -1,0 +1,163 @@
+"""Visual coherence beyond the paper: the AF foreign photo drawn again in the question's kitchen (`mrqa redraw
+--task visual_coherence`).
+
+A coherence question shows 3 photos of one recipe and a foreign photo of another recipe; on the sample kitchen
+the foreign one is the only photo of another kitchen (counter, light, framing), so a model that reads only the
+pixels spots it. As for visual cloze (features/datasets/redraw.py), a `redrawn` dataset is made from the AF
+dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redrawn-af-s0-<enc8>`):
+
+1. Candidates: per question its foreign photo, then its recorded alternates (`af_alternates`: the knob-valid
+   foreign photos AF did not pick, no text twin of a step of the recipe, told apart by the shown steps' texts).
+   Each is drawn again by the renderer of the question's recipe from its step's ground truth, with a jitter of
+   its own seeded by (seed, question, source photo).
+2. The knob-2 ball is measured again in the question's kitchen: COH_SAMPLE of each shown photo's K nearest
+   photos (the `neighbours` table; seeded by question and photo), drawn there too, give m_d and s_d over their
+   distances to that shown photo (as the source's ball pools the 3 shown photos' neighbour lists), and the
+   setting's bounds (`ball_sd`) give the ball (provenance: `ball`, `m_d`, `s_d`, `ball_sample`; the source's in
+   `source_ball`).
+3. The knobs are checked on the new photos' vectors: a candidate is valid where its distance to the nearest
+   shown photo lies in that ball and knob 3 holds (the question's rule: `paper`, closer to the shown photos'
+   mean than their closest pair; `rank`, balanced mode, the foreign rank of the source's target; `none`). The
+   first valid candidate (the source's foreign photo where it stays valid) is the foreign photo; the other
+   valid ones are its alternates (so `mrqa af-pool --task visual_coherence --distractors redrawn` swaps among
+   photos drawn in the same kitchen). A question with none is dropped and counted (`redrawn_outside_knobs`).
+   The shown photos and the answer's position are never changed.
+4. Provenance: `foreign_item` is the new photo, `foreign_source` its source photo, `foreign_recipe_id` the
+   source's recipe; `anchor_item`, `distance`, `dist_q`, `foreign_rank` and `distance_probe_hit` are measured
+   on the new photos; `redrawn.kitchen_recipe_id` names the kitchen.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from etl.config import Paths
+from features.datasets.redraw import (
+    BALL_SAMPLE_MIN,
+    SKIP_NO_TRUTH,
+    SKIP_OUTSIDE,
+    ball_sample,
+    draw_and_embed,
+    load_source,
+    photo_for,
+    register,
+    source_dataset,
+)
+
+TASK = "visual_coherence"
+COH_SAMPLE = 6              # per shown photo: 18 of the 3 photos' neighbours measure the ball
+
+
+def foreign_fields(shown: list[np.ndarray], c: np.ndarray) -> dict:
+    """What a coherence question records of foreign photo vector `c` among the 3 shown unit vectors: the
+    nearest shown photo (`anchor`, its index) and its cosine distance, the distance to the shown photos' mean
+    (`dist_q`), the foreign rank (how many shown photos look more out of place: leave-one-out distance above
+    the foreign one's; features/datasets/distractors.py `coherence_scores`) and whether the distance probe (the
+    photo farthest from the mean of the other three) picks it."""
+    v = np.stack(shown)
+    d3 = 1.0 - v @ c
+    near = int(np.argmin(d3))
+    qm = v.sum(0)
+    dq = 1.0 - float(c @ qm) / max(float(np.linalg.norm(qm)), 1e-12)
+    every = np.vstack([v, c[None, :]])
+    total = every.sum(0)
+    loo = []
+    for i in range(4):
+        rest = total - every[i]
+        loo.append(1.0 - float(every[i] @ rest) / max(float(np.linalg.norm(every[i]) * np.linalg.norm(rest)), 1e-12))
+    return {"anchor": near, "distance": float(d3[near]), "dist_q": dq,
+            "foreign_rank": int(sum(x > dq for x in loo[:3])), "distance_probe_hit": int(np.argmax(loo)) == 3}
+
+
+def knob3_holds(p: dict, f: dict) -> bool:
+    """Knob 3 of a coherence question's rule (`k3_rule`) for a foreign photo's fields `f`."""
+    rule = p.get("k3_rule")
+    if rule == "paper":
+        return f["dist_q"] < p["min_pair"]
+    if rule == "rank":
+        return f["foreign_rank"] == p["target_rank"]
+    return True
+
+
+def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
+    """A foreign photo's provenance (the question's fields, an alternate's names) from its measured fields."""
+    item, source, pool, r = cand
+    return {"anchor_item": shown_ids[f["anchor"]], "distance": round(f["distance"], 6), "dist_q": round(f["dist_q"], 6),
+            "distance_probe_hit": f["distance_probe_hit"], "foreign_rank": f["foreign_rank"], "item": item,
+            "pool": pool, "recipe_id": r, "source": source}
+
+
+def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
+                     paths: Paths | None = None, sample: Path | None = None, progress: bool = True) -> dict:
+    """Make and register the redrawn dataset of one visual coherence AF setting (see the module's doc); returns
+    its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
+    paths = paths or Paths.from_env()
+    src = source_dataset(con, setting, seed, encoder_id, TASK)
+    qs, truth, nbrs = load_source(con, src, lambda p: p["question_items"], paths, sample)
+    photos: dict[str, dict] = {}
+    plan, no_truth = [], 0
+    for row in qs:
+        qid, rid, split, answer = row[0], row[1], row[2], row[5]
+        p = json.loads(row[7])
+        cands = [(p["foreign_item"], p["foreign_recipe_id"], p["af_pools"][answer])]
+        cands += [(a["item"], a["recipe_id"], a["pool"]) for a in p.get("af_alternates") or ()]
+        if rid not in truth.recipes or (cands[0][1] != rid and cands[0][0] not in truth.photos):
+            no_truth += 1
+            continue
+        out = [(item, None, pool, r) if r == rid
+               else (photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
+               for item, r, pool in cands if r == rid or item in truth.photos]
+        smp = [(a, photo_for(photos, truth, seed, rid, qid, n, split))
+               for a in p["question_items"]
+               for n in ball_sample(nbrs.get(a, []), seed, f"{qid}/{a}", COH_SAMPLE) if n in truth.photos]
+        plan.append((row, p, out, smp))
+    counts, vec = draw_and_embed(con, paths, truth, photos, src["encoder_id"],
+                                 [i for _, p, out, smp in plan
+                                  for i in [*p["question_items"], *(c[0] for c in out), *(s[1] for s in smp)]],
+                                 progress)
+    new_q, outside, used = [], 0, set()
+    for row, p, out, smp in plan:
+        qid, rid, split, question, choices, answer, steps, _ = row
+        shown = [vec[i] for i in p["question_items"]]
+        gram = np.stack(shown) @ np.stack(shown).T
+        min_pair = float(min(1.0 - gram[0, 1], 1.0 - gram[0, 2], 1.0 - gram[1, 2]))
+        if abs(min_pair - p["min_pair"]) > 1e-4:
+            raise ValueError(f"{src['dataset_id']} {qid}: the shown photos' closest pair is {min_pair:.6f} apart now "
+                             f"against {p['min_pair']} when it was generated: the vectors changed; regenerate it")
+        if len(smp) < BALL_SAMPLE_MIN:
+            outside += 1
+            continue
+        pos = {a: j for j, a in enumerate(p["question_items"])}
+        nd = np.array([1.0 - float(shown[pos[a]] @ vec[i]) for a, i in smp])
+        m_d, s_d = float(nd.mean()), float(nd.std())           # the ball measured in the question's kitchen
+        lo_sd, hi_sd = p["ball_sd"]
+        lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
+        fs = [foreign_fields(shown, vec[c[0]]) for c in out]
+        in_ball = [lo < f["distance"] < hi for f in fs]
+        valid = [b and knob3_holds(p, f) for b, f in zip(in_ball, fs)]
+        if not any(valid):
+            outside += 1
+            continue
+        pick = valid.index(True)
+        e = _entry(p["question_items"], fs[pick], out[pick])
+        alts = [_entry(p["question_items"], fs[i], out[i]) for i in range(len(out)) if valid[i] and i != pick]
+        question, choices = list(question), list(choices)
+        question[answer] = choices[answer] = e["item"]
+        pools = list(p["af_pools"])
+        pools[answer] = e["pool"]
+        used.update([e["item"], *(x["item"] for x in alts)])
+        q = dict(p, foreign_item=e["item"], foreign_source=e["source"], foreign_recipe_id=e["recipe_id"],
+                 anchor_item=e["anchor_item"], distance=e["distance"], dist_q=e["dist_q"],
+                 foreign_rank=e["foreign_rank"], distance_probe_hit=e["distance_probe_hit"], af_pools=pools,
+                 af_scores=[None] * len(choices), af_alternates=alts, n_ball_candidates=sum(in_ball),
+                 n_eligible=sum(valid), ball=[round(lo, 6), round(hi, 6)], m_d=round(m_d, 6), s_d=round(s_d, 6),
+                 ball_sample=[list(s) for s in smp],
+                 source_ball={"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]},
+                 redrawn={"kitchen_recipe_id": rid, "source_dataset_id": src["dataset_id"]})
+        new_q.append((qid, rid, split, question, choices, answer, list(steps) if steps is not None else None,
+                      json.dumps(q, sort_keys=True, separators=(",", ":"))))
+    counts["shown"] = len(used & set(photos))
+    return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed)
