@@ -217,7 +217,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
 
 
 KIND_TASKS = {"matched": ("visual_coherence",), "kitchen": ("visual_cloze",),     # the tasks each kind beyond
-              "redrawn": ("visual_cloze", "visual_coherence")}                    # the paper has
+              "redrawn": ("visual_cloze", "visual_coherence"),                    # the paper has
+              "matched-redrawn": ("visual_coherence",)}
 
 
 def check_kind(task: str, distractors: str) -> None:
@@ -236,6 +237,9 @@ def _example(task: str, distractors: str) -> str:
     if distractors == "redrawn":
         return (f"`mrqa redraw --task {task} --knobs 0-1-1-af` (after `mrqa generate --task {task} --knobs "
                 "0-1-1-af`)")
+    if distractors == "matched-redrawn":
+        return ("`mrqa redraw --task visual_coherence --knobs 0-0-0-matched-af` (after `mrqa generate --task "
+                "visual_coherence --knobs 0-0-0-matched-af`)")
     return f"`mrqa generate --task {task} --knobs 0-1-1-af` (or `mrqa generate --all`)"
 
 

@@ -110,7 +110,8 @@ def summed_distance(seq: list[str], vectors: dict[str, np.ndarray]) -> float:
 FOREIGN_FIELDS = {"anchor_item": "anchor_item", "distance": "distance", "dist_q": "dist_q",
                   "distance_probe_hit": "distance_probe_hit", "foreign_rank": "foreign_rank",
                   "foreign_item": "item", "foreign_recipe_id": "recipe_id"}
-# a redrawn question's foreign photo also names its source photo (features/datasets/redraw_coherence.py)
+# a redrawn question's foreign photo also names its source photo and, matched, its profile's distance to the
+# reference's (features/datasets/redraw_coherence.py)
 
 
 def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int, alt_ix: int, rnd: int,
@@ -118,7 +119,8 @@ def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int,
     """Coherence: make alternate `alt_ix` the foreign image (the answer) of one question (in place)."""
     alts = p["af_alternates"]
     new = alts[alt_ix]
-    fields = {**FOREIGN_FIELDS, "foreign_source": "source"} if "foreign_source" in p else FOREIGN_FIELDS
+    fields = {**FOREIGN_FIELDS, **{f: a for f, a in (("foreign_source", "source"), ("match_l1", "match_l1"))
+                                   if f in p}}
     alts[alt_ix] = {**{a: p[f] for f, a in fields.items()}, "pool": p["af_pools"][answer]}
     old = p["foreign_item"]
     for f, a in fields.items():
@@ -256,7 +258,8 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0, distra
         FROM datasets a LEFT JOIN LATERAL (
             SELECT p.n_questions, p.dataset_id FROM datasets p WHERE p.task = a.task
               AND NOT coalesce(p.adversarial, false)
-              AND p.setting = regexp_replace(a.setting, '(-matched|-redrawn)?-af$', '') AND p.seed = a.seed
+              AND p.setting = regexp_replace(a.setting, '(-matched-redrawn|-matched|-redrawn)?-af$', '')
+              AND p.seed = a.seed
               AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
             ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) p ON true
         WHERE a.task = ? AND a.seed = ? AND coalesce(a.adversarial, false)

@@ -129,14 +129,15 @@ def af_report(con, lance_uri: str) -> list[dict]:
     for did, task, seed, enc, params, n in datasets:
         params = json.loads(params)
         base_params = KnobParams(**{k: v for k, v in params.items() if k in fields and k != "af_rounds"})
-        redrawn = base_params.distractors == "redrawn"
-        if redrawn:                          # drawn again from an AF dataset: its plain setting is the paper's
-            base_params = replace(base_params, distractors="ball")
+        kind = base_params.distractors
+        redrawn = kind in ("redrawn", "matched-redrawn")
+        if redrawn:                          # drawn again from an AF dataset: its plain setting is the source's
+            base_params = replace(base_params, distractors="matched" if kind == "matched-redrawn" else "ball")
         base = dataset_id(task, base_params, seed, enc)
         base_n = con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?", [base]).fetchall()
         adv = params["adversarial"]
         name = setting_name(base_params.knob1, base_params.knob2, base_params.knob3, base_params.k3_mode,
-                            adversarial=True, distractors="redrawn" if redrawn else "ball")
+                            adversarial=True, distractors=kind if redrawn else "ball")
         row = {"dataset_id": did, "task": task, "knobs": name,
                "k3_mode": base_params.k3_mode, "knob_questions": adv["n_knob_questions"], "af_questions": n,
                "kept_share": adv["kept_share"], "probe_before": adv.get("probe_before"),

@@ -30,6 +30,7 @@ from features.datasets.distractors import DenseKnn
 from features.datasets.knobs import (
     AF_ALL_TASKS,
     AF_DEFAULT_ROUNDS,
+    REDRAWN_KINDS,
     REDRAWN_RULE,
     KnobParams,
     dataset_id,
@@ -290,7 +291,7 @@ class Generator:
     # -- datasets -------------------------------------------------------------------------------
     def generate(self, task: str, params: KnobParams, seed: int) -> GeneratedDataset:
         params.validate(task)
-        if params.distractors == "redrawn":
+        if params.distractors in REDRAWN_KINDS:
             raise ValueError(REDRAWN_RULE)
         fam = FAMILIES[task]
         b = self.batch(task, params, seed)
@@ -569,7 +570,7 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | No
     if adversarial:
         params = replace(params, af_rounds=af_rounds)
     params.validate(task)
-    if params.distractors == "redrawn":          # drawn by `mrqa redraw` from the AF dataset, not generated
+    if params.distractors in REDRAWN_KINDS:          # drawn by `mrqa redraw` from the AF dataset, not generated
         raise ValueError(REDRAWN_RULE)
     return [(task, params)]
 

@@ -28,12 +28,15 @@ N_CHOICES = 4
 AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze", "visual_ordering")
 AF_ALL_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")     # the AF variants `--all` makes
 AF_DEFAULT_ROUNDS = 3
-BEYOND = ("matched", "kitchen", "redrawn")    # distractor rules beyond the paper, each its own setting name
+BEYOND = ("matched", "kitchen", "redrawn", "matched-redrawn")   # distractor rules beyond the paper, each its
+                                                                # own setting name
+REDRAWN_KINDS = ("redrawn", "matched-redrawn")   # made by `mrqa redraw` from an AF dataset, never generated
 KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
                 "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
 REDRAWN_RULE = ("redrawn distractors (visual cloze) and foreign photos (visual coherence) are made by `mrqa redraw` "
                 "from an AF dataset of the sample kitchen (e.g. `mrqa redraw --knobs 0-1-1-af` makes "
-                "0-1-1-redrawn-af); `mrqa generate` does not draw photos")
+                "0-1-1-redrawn-af; `mrqa redraw --task visual_coherence --knobs 0-0-0-matched-af` makes "
+                "0-0-0-matched-redrawn-af); `mrqa generate` does not draw photos")
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class KnobParams:
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
         if self.distractors not in ("ball", "random_far") + BEYOND:
-            raise ValueError("distractors must be ball, random_far, matched, kitchen or redrawn")
+            raise ValueError("distractors must be ball, random_far, matched, kitchen, redrawn or matched-redrawn")
         if self.distractors == "matched" and (task != "visual_coherence" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
@@ -117,6 +120,9 @@ class KnobParams:
             raise ValueError(KITCHEN_RULE)
         if self.distractors == "redrawn" and (task not in ("visual_cloze", "visual_coherence") or self.preset
                                               or not self.af_rounds):
+            raise ValueError(REDRAWN_RULE)
+        if self.distractors == "matched-redrawn" and (task != "visual_coherence" or self.preset or not self.af_rounds
+                                                      or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(REDRAWN_RULE)
         if self.distractors == "kitchen":       # options of the ball and knob 3, which the recipe replaces
             unused = [opt for opt, v, d in (("--k", self.k, 100), ("--ball-lo-sd", self.ball_lo_sd, None),
@@ -165,7 +171,7 @@ class KnobParams:
                   f"the knob-2 ball: {no_ball}"),
                  ("--ball-hi-sd", self.ball_hi_sd != ball_hi, not ordering and self.distractors in ("ball", "redrawn"),
                   f"the knob-2 ball: {no_ball}"),
-                 ("--k", self.k != 100, not ordering and self.distractors != "matched",
+                 ("--k", self.k != 100, not ordering and self.distractors not in ("matched", "matched-redrawn"),
                   "visual ordering uses no neighbours" if ordering
                   else "the matched foreign image is drawn from no neighbours"))
         unused = [f"{opt} ({why})" for opt, changed, used, why in rules if changed and not used]
@@ -263,7 +269,7 @@ PRESETS = ("recipeqa",)
 NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
 _SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
                              (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
-                             (?P<beyond>-matched|-kitchen|-redrawn)?
+                             (?P<beyond>-matched-redrawn|-matched|-kitchen|-redrawn)?
                              (?P<af>-af)?$""", re.VERBOSE)
 
 
@@ -306,7 +312,7 @@ def setting_of(knobs: str) -> str:
 
 def setting_kind(name: str) -> str:
     """Which distractors a setting's name says: `matched`, `kitchen`, `redrawn` (beyond the paper) or `ball`."""
-    m = re.search(r"-(matched|kitchen|redrawn)\b", str(name or ""))
+    m = re.search(r"-(matched-redrawn|matched|kitchen|redrawn)\b", str(name or ""))
     return m[1] if m else "ball"
 
 
@@ -330,13 +336,14 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
     if k3 == 1 and mode == "off":
         mode = "coin"
     if distractors not in ("ball",) + BEYOND:
-        raise ValueError(f"a setting's distractors are ball, matched, kitchen or redrawn, got {distractors!r}")
+        raise ValueError(f"a setting's distractors are ball, matched, kitchen, redrawn or matched-redrawn, got "
+                         f"{distractors!r}")
     if distractors == "matched" and (k2 or k3):
         raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                          "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
     if distractors == "kitchen" and (k2 or k3):
         raise ValueError(KITCHEN_RULE)
-    if distractors == "redrawn" and not adversarial:
+    if distractors in REDRAWN_KINDS and not adversarial or distractors == "matched-redrawn" and (k2 or k3):
         raise ValueError(REDRAWN_RULE)
     return (f"{k1}-{k2}-{k3}" + (f"-{mode}" if mode in NAMED_MODES else "")
             + (f"-{distractors}" if distractors in BEYOND else "") + ("-af" if adversarial else ""))

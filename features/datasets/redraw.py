@@ -210,9 +210,11 @@ def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, enco
         raise ValueError(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos "
                          f"again ({', '.join(TASKS)})")
     st = parse_setting(setting)
-    if not st.adversarial or st.distractors != "ball" or st.preset:
-        raise ValueError(f"--knobs {setting}: redraw starts from an AF setting of the knobs (e.g. 0-1-1-af); its "
-                         "result is named K1-K2-K3-redrawn-af")
+    matched = st.distractors == "matched" and task == "visual_coherence"
+    if not st.adversarial or (st.distractors != "ball" and not matched) or st.preset:
+        raise ValueError(f"--knobs {setting}: redraw starts from an AF setting of the knobs (e.g. 0-1-1-af; visual "
+                         "coherence: or K1-0-0-matched-af); its result is named K1-K2-K3-redrawn-af "
+                         "(K1-0-0-matched-redrawn-af)")
     rows = con.execute("SELECT dataset_id, encoder_id, params FROM datasets WHERE task = ? AND setting = ? "
                        "AND seed = ? AND (? IS NULL OR encoder_id = ?) "
                        "AND NOT regexp_matches(dataset_id, '-p[0-9a-f]{6}$') "
@@ -442,7 +444,8 @@ def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skip
     from features.datasets.af_pooled import _rewrite
     task, sp, enc = src["task"], src["params"], src["encoder_id"]
     names = {f.name for f in fields(KnobParams)}
-    kp = replace(KnobParams(**{k: v for k, v in sp.items() if k in names}), distractors="redrawn")
+    kind = "matched-redrawn" if sp.get("distractors") == "matched" else "redrawn"
+    kp = replace(KnobParams(**{k: v for k, v in sp.items() if k in names}), distractors=kind)
     kp.validate(task)
     did = dataset_id(task, kp, seed, enc)
     all_skips = {**(sp.get("skips") or {}), **{k: v for k, v in skips.items() if v}}

@@ -22,6 +22,11 @@ dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redr
    valid ones are its alternates (so `mrqa af-pool --task visual_coherence --distractors redrawn` swaps among
    photos drawn in the same kitchen). A question with none is dropped and counted (`redrawn_outside_knobs`).
    The shown photos and the answer's position are never changed.
+   From a matched source (`K1-0-0-matched-af`, features/datasets/matched.py: no ball, the foreign photo's
+   sorted cosines to the 3 shown photos near those of a reference photo of the recipe) the rule is the
+   match: a candidate is valid where its new photo's profile is at most `match_bound` (L1) from the
+   reference's, the farthest of the source's own candidates in the source's space (`match_l1` per photo);
+   the result is `K1-0-0-matched-redrawn-af`.
 4. Provenance: `foreign_item` is the new photo, `foreign_source` its source photo, `foreign_recipe_id` the
    source's recipe; `anchor_item`, `distance`, `dist_q`, `foreign_rank` and `distance_probe_hit` are measured
    on the new photos; `redrawn.kitchen_recipe_id` names the kitchen.
@@ -72,6 +77,13 @@ def foreign_fields(shown: list[np.ndarray], c: np.ndarray) -> dict:
             "foreign_rank": int(sum(x > dq for x in loo[:3])), "distance_probe_hit": int(np.argmax(loo)) == 3}
 
 
+def match_l1(shown: list[np.ndarray], c: np.ndarray, ref: np.ndarray) -> float:
+    """L1 distance between photo `c`'s cosines to the 3 shown unit vectors, sorted high to low, and those of
+    the reference photo `ref` (features/datasets/matched.py `matched_pool`)."""
+    v = np.stack(shown)
+    return float(np.abs(-np.sort(-(v @ c)) - -np.sort(-(v @ ref))).sum())
+
+
 def knob3_holds(p: dict, f: dict) -> bool:
     """Knob 3 of a coherence question's rule (`k3_rule`) for a foreign photo's fields `f`."""
     rule = p.get("k3_rule")
@@ -87,7 +99,8 @@ def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
     item, source, pool, r = cand
     return {"anchor_item": shown_ids[f["anchor"]], "distance": round(f["distance"], 6), "dist_q": round(f["dist_q"], 6),
             "distance_probe_hit": f["distance_probe_hit"], "foreign_rank": f["foreign_rank"], "item": item,
-            "pool": pool, "recipe_id": r, "source": source}
+            "pool": pool, "recipe_id": r, "source": source,
+            **({"match_l1": round(f["match_l1"], 6)} if "match_l1" in f else {})}
 
 
 def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
@@ -96,7 +109,8 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
     paths = paths or Paths.from_env()
     src = source_dataset(con, setting, seed, encoder_id, TASK)
-    qs, truth, nbrs = load_source(con, src, lambda p: p["question_items"], paths, sample)
+    matched = src["params"].get("distractors") == "matched"
+    qs, truth, nbrs = load_source(con, src, lambda p: [] if matched else p["question_items"], paths, sample)
     photos: dict[str, dict] = {}
     plan, no_truth = [], 0
     for row in qs:
@@ -110,13 +124,16 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         out = [(item, None, pool, r) if r == rid
                else (photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
                for item, r, pool in cands if r == rid or item in truth.photos]
-        smp = [(a, photo_for(photos, truth, seed, rid, qid, n, split))
-               for a in p["question_items"]
-               for n in ball_sample(nbrs.get(a, []), seed, f"{qid}/{a}", COH_SAMPLE) if n in truth.photos]
+        smp = [] if matched else [(a, photo_for(photos, truth, seed, rid, qid, n, split))
+                                  for a in p["question_items"]
+                                  for n in ball_sample(nbrs.get(a, []), seed, f"{qid}/{a}", COH_SAMPLE)
+                                  if n in truth.photos]
         plan.append((row, p, out, smp))
     counts, vec = draw_and_embed(con, paths, truth, photos, src["encoder_id"],
                                  [i for _, p, out, smp in plan
-                                  for i in [*p["question_items"], *(c[0] for c in out), *(s[1] for s in smp)]],
+                                  for i in [*p["question_items"], *(c[0] for c in out), *(s[1] for s in smp),
+                                            *([p["reference_item"], *(c[1] for c in out if c[1])] if matched
+                                              else [])]],
                                  progress)
     new_q, outside, used = [], 0, set()
     for row, p, out, smp in plan:
@@ -127,17 +144,28 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         if abs(min_pair - p["min_pair"]) > 1e-4:
             raise ValueError(f"{src['dataset_id']} {qid}: the shown photos' closest pair is {min_pair:.6f} apart now "
                              f"against {p['min_pair']} when it was generated: the vectors changed; regenerate it")
-        if len(smp) < BALL_SAMPLE_MIN:
-            outside += 1
-            continue
-        pos = {a: j for j, a in enumerate(p["question_items"])}
-        nd = np.array([1.0 - float(shown[pos[a]] @ vec[i]) for a, i in smp])
-        m_d, s_d = float(nd.mean()), float(nd.std())           # the ball measured in the question's kitchen
-        lo_sd, hi_sd = p["ball_sd"]
-        lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
         fs = [foreign_fields(shown, vec[c[0]]) for c in out]
-        in_ball = [lo < f["distance"] < hi for f in fs]
-        valid = [b and knob3_holds(p, f) for b, f in zip(in_ball, fs)]
+        if matched:                 # the match to the reference, as good as the source's own candidates
+            ref = vec[p["reference_item"]]
+            bound = max(match_l1(shown, vec[c[1] or c[0]], ref) for c in out)
+            for f, c in zip(fs, out):
+                f["match_l1"] = match_l1(shown, vec[c[0]], ref)
+            in_ball = valid = [f["match_l1"] <= bound + 1e-9 for f in fs]
+            extra = {"match_bound": round(bound, 6)}
+        else:
+            if len(smp) < BALL_SAMPLE_MIN:
+                outside += 1
+                continue
+            pos = {a: j for j, a in enumerate(p["question_items"])}
+            nd = np.array([1.0 - float(shown[pos[a]] @ vec[i]) for a, i in smp])
+            m_d, s_d = float(nd.mean()), float(nd.std())       # the ball measured in the question's kitchen
+            lo_sd, hi_sd = p["ball_sd"]
+            lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
+            in_ball = [lo < f["distance"] < hi for f in fs]
+            valid = [b and knob3_holds(p, f) for b, f in zip(in_ball, fs)]
+            extra = {"ball": [round(lo, 6), round(hi, 6)], "m_d": round(m_d, 6), "s_d": round(s_d, 6),
+                     "ball_sample": [list(x) for x in smp],
+                     "source_ball": {"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]}}
         if not any(valid):
             outside += 1
             continue
@@ -153,10 +181,10 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                  anchor_item=e["anchor_item"], distance=e["distance"], dist_q=e["dist_q"],
                  foreign_rank=e["foreign_rank"], distance_probe_hit=e["distance_probe_hit"], af_pools=pools,
                  af_scores=[None] * len(choices), af_alternates=alts, n_ball_candidates=sum(in_ball),
-                 n_eligible=sum(valid), ball=[round(lo, 6), round(hi, 6)], m_d=round(m_d, 6), s_d=round(s_d, 6),
-                 ball_sample=[list(s) for s in smp],
-                 source_ball={"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]},
+                 n_eligible=sum(valid), **extra,
                  redrawn={"kitchen_recipe_id": rid, "source_dataset_id": src["dataset_id"]})
+        if matched:
+            q["match_l1"] = e["match_l1"]
         new_q.append((qid, rid, split, question, choices, answer, list(steps) if steps is not None else None,
                       json.dumps(q, sort_keys=True, separators=(",", ":"))))
     counts["shown"] = len(used & set(photos))

@@ -310,7 +310,11 @@ def coherence(home):
     source = generate_datasets(con, [("visual_coherence", p)], seed=0, encoder_id=home["enc"], lance_uri=paths.lance,
                                progress=False)[0]
     first = redraw_coherence(con, SETTING, 0, paths=paths, progress=False)
-    return {"source": source, "first": first}
+    m = replace(parse_setting("0-0-0-matched-af").params("visual_coherence"))
+    matched_source = generate_datasets(con, [("visual_coherence", m)], seed=0, encoder_id=home["enc"],
+                                       lance_uri=paths.lance, progress=False)[0]
+    matched = redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False)
+    return {"source": source, "first": first, "matched_source": matched_source, "matched": matched}
 
 
 def _coherence_fields(shown: list[np.ndarray], c: np.ndarray) -> tuple[int, float, float, int, bool]:
@@ -340,28 +344,23 @@ def _check_coherence(home, src: dict, new: dict) -> int:
         shown_ids = [c for j, c in enumerate(choices) if j != answer]
         assert shown_ids == p["question_items"] == [c for j, c in enumerate(s_choices) if j != s_answer]
         shown = [vec[i] for i in shown_ids]
-        # the ball, measured again in the question's kitchen on the shown photos' neighbours drawn there
-        nd = []
-        for anchor, photo in p["ball_sample"]:
-            assert anchor in shown_ids and photos[photo][2] == rid
-            near = knn.setdefault(anchor, {n for (n,) in con.execute(
-                "SELECT neighbour_id FROM neighbours WHERE encoder_id = ? AND image_id = ? AND rank <= ?",
-                [home["enc"], anchor, p["k"]]).fetchall()})
-            assert photos[photo][0] in near
-            nd.append(1.0 - float(vec[anchor] @ vec[photo]))
-        assert len(nd) >= 8 and np.mean(nd) == pytest.approx(p["m_d"], abs=1e-5)
-        assert np.std(nd) == pytest.approx(p["s_d"], abs=1e-5)
-        lo, hi = p["ball"]
-        assert lo == pytest.approx(0.0 if p["ball_sd"][0] is None else p["m_d"] + p["ball_sd"][0] * p["s_d"], abs=2e-6)
-        assert hi == pytest.approx(p["m_d"] + p["ball_sd"][1] * p["s_d"], abs=2e-6)
-        assert p["source_ball"]["ball"] == s_p["ball"] and p["redrawn"]["kitchen_recipe_id"] == rid
         foreign = choices[answer]
         sources = {s_p["foreign_item"], *(a["item"] for a in s_p["af_alternates"])}
         entries = [{"item": foreign, "source": p["foreign_source"], "recipe_id": p["foreign_recipe_id"],
                     "anchor_item": p["anchor_item"], "distance": p["distance"], "dist_q": p["dist_q"],
-                    "foreign_rank": p["foreign_rank"], "distance_probe_hit": p["distance_probe_hit"]},
-                   *p["af_alternates"]]
-        assert p["foreign_item"] == foreign
+                    "foreign_rank": p["foreign_rank"], "distance_probe_hit": p["distance_probe_hit"],
+                    **({"match_l1": p["match_l1"]} if "match_l1" in p else {})}, *p["af_alternates"]]
+        if "match_bound" in p:          # matched: each photo's profile as near the reference's as the source's were
+            ref = p["reference_item"]
+            assert ref == s_p["reference_item"] and ref.startswith(rid + "_") and "ball" not in p
+            assert p["match_bound"] == pytest.approx(max(_l1(shown, vec[i], vec[ref]) for i in sources), abs=1e-5)
+            for e in entries:
+                assert _l1(shown, vec[e["item"]], vec[ref]) == pytest.approx(e["match_l1"], abs=1e-5)
+                assert e["match_l1"] <= p["match_bound"] + 1e-5
+            lo, hi = 0.0, np.inf
+        else:
+            lo, hi = _coherence_ball(home, p, s_p, rid, shown_ids, vec, photos, knn)
+        assert p["redrawn"]["kitchen_recipe_id"] == rid and p["foreign_item"] == foreign
         for e in entries:                      # the foreign photo, and every alternate a swap may take
             near, dist, dq, rank, hit = _coherence_fields(shown, vec[e["item"]])
             assert lo - 1e-5 < dist < hi + 1e-5, (qid, e["item"], dist, lo, hi)        # knob 2 on the new photo
@@ -380,6 +379,33 @@ def _check_coherence(home, src: dict, new: dict) -> int:
     return shown_redrawn
 
 
+def _l1(shown: list[np.ndarray], c: np.ndarray, ref: np.ndarray) -> float:
+    """The L1 distance of photo c's sorted cosines to the shown photos from the reference's (computed here)."""
+    v = np.stack(shown)
+    return float(np.abs(np.sort(v @ c) - np.sort(v @ ref)).sum())
+
+
+def _coherence_ball(home, p, s_p, rid, shown_ids, vec, photos, knn) -> tuple[float, float]:
+    """Assert the ball of a redrawn coherence question (measured again in its kitchen on the shown photos'
+    neighbours drawn there); returns it."""
+    con = home["con"]
+    nd = []
+    for anchor, photo in p["ball_sample"]:
+        assert anchor in shown_ids and photos[photo][2] == rid
+        near = knn.setdefault(anchor, {n for (n,) in con.execute(
+            "SELECT neighbour_id FROM neighbours WHERE encoder_id = ? AND image_id = ? AND rank <= ?",
+            [home["enc"], anchor, p["k"]]).fetchall()})
+        assert photos[photo][0] in near
+        nd.append(1.0 - float(vec[anchor] @ vec[photo]))
+    assert len(nd) >= 8 and np.mean(nd) == pytest.approx(p["m_d"], abs=1e-5)
+    assert np.std(nd) == pytest.approx(p["s_d"], abs=1e-5)
+    lo, hi = p["ball"]
+    assert lo == pytest.approx(0.0 if p["ball_sd"][0] is None else p["m_d"] + p["ball_sd"][0] * p["s_d"], abs=2e-6)
+    assert hi == pytest.approx(p["m_d"] + p["ball_sd"][1] * p["s_d"], abs=2e-6)
+    assert p["source_ball"]["ball"] == s_p["ball"]
+    return lo, hi
+
+
 def test_coherence_every_knob_holds_on_the_redrawn_foreign_photo_and_the_shown_photos_never_change(home, coherence):
     con, first = home["con"], coherence["first"]
     assert first["setting"] == "0-1-1-redrawn-af" and first["dataset_id"].startswith("vcoh-0-1-1-redrawn-af-s0-")
@@ -391,6 +417,18 @@ def test_coherence_every_knob_holds_on_the_redrawn_foreign_photo_and_the_shown_p
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                     [first["dataset_id"]]).fetchone()[0])
     assert params["distance_probe_accuracy"] == round(hits, 4) and params["distractors"] == "redrawn"
+
+
+def test_coherence_matched_redraw_keeps_the_match_to_the_recipes_own_reference_photo(home, coherence):
+    con, m = home["con"], coherence["matched"]
+    assert m["setting"] == "0-0-0-matched-redrawn-af" and m["dataset_id"].startswith("vcoh-0-0-0-matched-redrawn-af-")
+    assert m["source_dataset_id"] == coherence["matched_source"]["dataset_id"]
+    src, new = _rows(con, m["source_dataset_id"]), _rows(con, m["dataset_id"])
+    assert 0 < len(new) <= len(src) and m["n_questions"] + m["skips"][SKIP_OUTSIDE] == len(src)
+    assert _check_coherence(home, src, new) == len(new)
+    assert parse_setting("0-0-0-matched-redrawn-af").distractors == "matched-redrawn"
+    with pytest.raises(ValueError, match="mrqa redraw"):
+        parse_setting("0-1-0-matched-redrawn-af")
 
 
 def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
