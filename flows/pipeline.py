@@ -71,13 +71,12 @@ MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0
 MATCHED_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}       # the val and test splits held out whole, as for visual
                                                   # cloze: their questions read 29.0-29.2% instead of 32.9-34.5%
-REDRAWN_SETTINGS = ("0-1-0-af", "0-1-1-af", "1-1-1-af")
-REDRAWN_TASKS = ("visual_cloze", "visual_coherence")
-# `redrawn`: visual cloze and coherence beyond the paper (features/datasets/redraw.py, redraw_coherence.py, sample
-# kitchen only): those AF settings' distractors (coherence: foreign photos) and alternates drawn again in each
-# question's kitchen, the knobs checked again on the new photos,
-# then their own pooled step (REDRAWN_POOL, swap rounds among the redrawn alternates): the visual datasets of
-# the sample kitchen that need reading (docs/knobs.md, "Redrawn distractors")
+REDRAWN_SETTINGS = {"visual_cloze": ("0-1-0-af", "0-1-1-af", "1-1-0-af", "1-1-1-af")}
+# `redrawn`: beyond the paper (features/datasets/redraw.py, sample kitchen only): those AF settings' distractors
+# and alternates drawn again in each question's kitchen, the knobs checked again on the new photos, then their own
+# pooled step (REDRAWN_POOL, swap rounds among the redrawn alternates): the visual datasets of the sample kitchen
+# that need reading (docs/knobs.md, "Redrawn distractors"). Visual coherence drawn again (redraw_coherence.py)
+# is not among them: a learned question-only model still reads 46-54% of it (docs/knobs.md)
 REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}
 # `textual_cloze_pooled`: the textual cloze AF datasets (made with AF's own drop) get the pooled step too: 2 swap
@@ -303,7 +302,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                       **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {}),
                       **({"textual_cloze_pooled": {**TEXTUAL_POOL, "af_drop": TEXTUAL_AF_DROP}}
                          if p.get("textual_cloze_pooled") else {}),
-                      **({"redrawn": {"tasks": list(REDRAWN_TASKS), "settings": list(REDRAWN_SETTINGS), **REDRAWN_POOL}}
+                      **({"redrawn": {"settings": {t: list(s) for t, s in REDRAWN_SETTINGS.items()}, **REDRAWN_POOL}}
                          if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -452,7 +451,7 @@ def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
 
 
 def _redrawn(paths: Paths, p: dict) -> dict:
-    """The AF settings REDRAWN_SETTINGS of each task of REDRAWN_TASKS drawn again in each question's kitchen
+    """The AF settings REDRAWN_SETTINGS of each task drawn again in each question's kitchen
     (`mrqa redraw --task T`: visual cloze distractors, visual coherence foreign photos), then each task's pooled
     step (`mrqa af-pool --task T --distractors redrawn`, REDRAWN_POOL). A setting that cannot be drawn (no
     ground truth: not a sample kitchen home; its AF dataset missing) is skipped with the reason. Returns
@@ -461,12 +460,12 @@ def _redrawn(paths: Paths, p: dict) -> dict:
     from features.datasets.redraw import redraw
     from features.datasets.redraw_coherence import redraw_coherence
     made, skipped, pooled = [], {}, {}
-    for task in REDRAWN_TASKS:
+    for task, settings in REDRAWN_SETTINGS.items():
         make = redraw_coherence if task == "visual_coherence" else redraw
         done = []
         con = connect(paths)
         try:
-            for setting in REDRAWN_SETTINGS:
+            for setting in settings:
                 try:
                     done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths))
                 except (ValueError, LookupError) as e:
@@ -687,9 +686,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     on a demo home keeps it): generate ends with the pooled step on the textual cloze AF datasets too
     (TEXTUAL_POOL: swap rounds of titles, then the drop). The demo leaves `af_pool` off to stay within 15
     minutes; the pipeline keeps both.
-    `redrawn`: generate also draws the visual cloze and coherence AF settings REDRAWN_SETTINGS again in each
-    question's kitchen (sample kitchen homes only; features/datasets/redraw.py, redraw_coherence.py) and runs
-    their pooled step per task (REDRAWN_POOL).
+    `redrawn`: generate also draws the AF settings REDRAWN_SETTINGS (visual cloze) again in each question's
+    kitchen (sample kitchen homes only; features/datasets/redraw.py) and runs their pooled step per task
+    (REDRAWN_POOL).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

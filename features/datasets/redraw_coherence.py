@@ -26,7 +26,8 @@ dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redr
    sorted cosines to the 3 shown photos near those of a reference photo of the recipe) the rule is the
    match: a candidate is valid where its new photo's profile is at most `match_bound` (L1) from the
    reference's, the farthest of the source's own candidates in the source's space (`match_l1` per photo);
-   the result is `K1-0-0-matched-redrawn-af`.
+   the foreign photo is the best-matched valid one there (the matched rule's pick; AF's pick is no longer
+   the source's), its alternates in order of the match; the result is `K1-0-0-matched-redrawn-af`.
 4. Provenance: `foreign_item` is the new photo, `foreign_source` its source photo, `foreign_recipe_id` the
    source's recipe; `anchor_item`, `distance`, `dist_q`, `foreign_rank` and `distance_probe_hit` are measured
    on the new photos; `redrawn.kitchen_recipe_id` names the kitchen.
@@ -170,8 +171,11 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             outside += 1
             continue
         pick = valid.index(True)
+        if matched:                 # the best match in the question's kitchen, as the matched rule picks
+            pick = min((i for i in range(len(out)) if valid[i]), key=lambda i: (fs[i]["match_l1"], i))
         e = _entry(p["question_items"], fs[pick], out[pick])
-        alts = [_entry(p["question_items"], fs[i], out[i]) for i in range(len(out)) if valid[i] and i != pick]
+        order = sorted(range(len(out)), key=lambda i: (fs[i]["match_l1"], i)) if matched else range(len(out))
+        alts = [_entry(p["question_items"], fs[i], out[i]) for i in order if valid[i] and i != pick]
         question, choices = list(question), list(choices)
         question[answer] = choices[answer] = e["item"]
         pools = list(p["af_pools"])

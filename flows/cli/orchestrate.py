@@ -36,7 +36,7 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                     "[-af], beyond the paper) and filters it with its own pooled "
                                                     "step: about 3 more minutes."),
              redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws the AF visual cloze "
-                                          "and coherence settings 0-1-0, 0-1-1 and 1-1-1 again in each question's "
+                                          "settings 0-1-0, 0-1-1, 1-1-0 and 1-1-1 again in each question's "
                                           "kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them with their "
                                           "own pooled step; the train stage's checks read them."),
              textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
@@ -81,9 +81,9 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
-        redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze and "
-                                     "coherence settings again in each question's kitchen (a sample kitchen home) "
-                                     "and their pooled step."),
+        redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze settings "
+                                     "again in each question's kitchen (a sample kitchen home) and their pooled "
+                                     "step."),
         textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
                                                   help="Generate ends with the pooled step on the textual cloze "
                                                   "AF datasets too (the reading benchmark `make demo` makes)."),

@@ -266,8 +266,7 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     plain = generate_datasets(con, [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1))], seed=0,
                               encoder_id=home["enc"], lance_uri=paths.lance, progress=False)[0]
     con.close()
-    monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", (SETTING,))
-    monkeypatch.setattr(pipeline, "REDRAWN_TASKS", ("visual_cloze",))
+    monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
     monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
                                                    "adversaries": 1, "tree": False})
     try:
@@ -292,8 +291,8 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     defaults = {k: v.default for k, v in inspect.signature(pipeline.pipeline_flow.fn).parameters.items()}
     gen = {m: next(s for s in pipeline.build_stages({**defaults, "redrawn": m}, paths) if s.name == "generate")
            for m in (False, True)}
-    assert "redrawn" not in gen[False].params and gen[True].params["redrawn"]["settings"] == [SETTING]
-    assert gen[True].params["redrawn"]["tasks"] == ["visual_cloze"]
+    assert "redrawn" not in gen[False].params
+    assert gen[True].params["redrawn"]["settings"] == {"visual_cloze": [SETTING]}
     assert {k: v for k, v in gen[True].params.items() if k != "redrawn"} == gen[False].params
     redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
 
@@ -426,6 +425,9 @@ def test_coherence_matched_redraw_keeps_the_match_to_the_recipes_own_reference_p
     src, new = _rows(con, m["source_dataset_id"]), _rows(con, m["dataset_id"])
     assert 0 < len(new) <= len(src) and m["n_questions"] + m["skips"][SKIP_OUTSIDE] == len(src)
     assert _check_coherence(home, src, new) == len(new)
+    for r in new.values():          # the best match in the question's kitchen, the alternates in its order
+        ranks = [r[5]["match_l1"]] + [a["match_l1"] for a in r[5]["af_alternates"]]
+        assert ranks == sorted(ranks)
     assert parse_setting("0-0-0-matched-redrawn-af").distractors == "matched-redrawn"
     with pytest.raises(ValueError, match="mrqa redraw"):
         parse_setting("0-1-0-matched-redrawn-af")
