@@ -3,7 +3,9 @@ trained and every photo embedded, the visual cloze AF setting 0-1-1-af generated
 again in each question's kitchen. Checked: the renderer gives a photo's own bytes back in its own kitchen with
 its own jitter; every knob holds on the new photos' vectors; the answer and the question never change;
 provenance names each photo's source and kitchen; the recipes' own stages never see the new photos;
-determinism and idempotence; a home without the kitchen's ground truth is refused with the reason."""
+determinism and idempotence; a home without the kitchen's ground truth is refused with the reason. Then the
+same for visual coherence (features/datasets/redraw_coherence.py): 0-1-1-af's foreign photo and 0-0-0-matched-af's
+drawn again, every rule recomputed on every question and alternate."""
 from __future__ import annotations
 
 import hashlib
