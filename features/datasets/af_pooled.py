@@ -119,8 +119,9 @@ def _swap_foreign(p: dict, question: list[str], choices: list[str], answer: int,
     """Coherence: make alternate `alt_ix` the foreign image (the answer) of one question (in place)."""
     alts = p["af_alternates"]
     new = alts[alt_ix]
-    fields = {**FOREIGN_FIELDS, **{f: a for f, a in (("foreign_source", "source"), ("match_l1", "match_l1"))
-                                   if f in p}}
+    fields = {**FOREIGN_FIELDS, **{f: a for f, a in (("foreign_source", "source"), ("match_l1", "match_l1"),
+                                                     ("items_share", "items_share"),
+                                                     ("items_shown_min", "items_shown_min")) if f in p}}
     alts[alt_ix] = {**{a: p[f] for f, a in fields.items()}, "pool": p["af_pools"][answer]}
     old = p["foreign_item"]
     for f, a in fields.items():

@@ -27,6 +27,9 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                sample: Optional[Path] = typer.Option(None, "--sample", help="The sample kitchen build whose ground "
                                                      "truth draws the photos (default: the one under "
                                                      "MRQA_HOME/sample/ that knows the recipes)."),
+               items: bool = typer.Option(False, "--items-rule/--no-items-rule", help="visual_coherence: leave "
+                                          "out a foreign photo that is the odd one out by its ingredients alone "
+                                          "(its step's ground truth)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -46,7 +49,8 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     if task not in TASKS:
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
-    make = redraw_coherence if task == "visual_coherence" else redraw
+    def make(*args):
+        return redraw_coherence(*args, items=items) if task == "visual_coherence" else redraw(*args)
     paths = Paths.from_env()
     con = connect(paths, wait=wait)
     try:

@@ -330,7 +330,7 @@ def _coherence_fields(shown: list[np.ndarray], c: np.ndarray) -> tuple[int, floa
     return near, d3[near], loo[3], sum(x > loo[3] for x in loo[:3]), int(np.argmax(loo)) == 3
 
 
-def _check_coherence(home, src: dict, new: dict) -> int:
+def _check_coherence(home, src: dict, new: dict, items: bool = False) -> int:
     """Assert every knob and provenance rule on the redrawn coherence questions `new` (their source's `src`);
     returns how many show a redrawn foreign photo."""
     con = home["con"]
@@ -338,7 +338,7 @@ def _check_coherence(home, src: dict, new: dict) -> int:
     vec = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
     photos = {i: (s, r, k, p, sha) for i, s, r, k, p, sha in con.execute(
         "SELECT image_id, source_image_id, recipe_id, kitchen_recipe_id, path, sha256 FROM redrawn_images").fetchall()}
-    shown_redrawn, knn = 0, {}
+    shown_redrawn, knn, truth = 0, {}, read_truth(home["sample"])
     for qid, (rid, split, question, choices, answer, p) in new.items():
         s_rid, s_split, s_question, s_choices, s_answer, s_p = src[qid]
         assert (rid, split, answer) == (s_rid, s_split, s_answer) and question == choices and len(set(choices)) == 4
@@ -350,6 +350,7 @@ def _check_coherence(home, src: dict, new: dict) -> int:
         entries = [{"item": foreign, "source": p["foreign_source"], "recipe_id": p["foreign_recipe_id"],
                     "anchor_item": p["anchor_item"], "distance": p["distance"], "dist_q": p["dist_q"],
                     "foreign_rank": p["foreign_rank"], "distance_probe_hit": p["distance_probe_hit"],
+                    "items_share": p["items_share"], "items_shown_min": p["items_shown_min"],
                     **({"match_l1": p["match_l1"]} if "match_l1" in p else {})}, *p["af_alternates"]]
         if "match_bound" in p:          # matched: each photo's profile as near the reference's as the source's were
             ref = p["reference_item"]
@@ -363,6 +364,13 @@ def _check_coherence(home, src: dict, new: dict) -> int:
             lo, hi = _coherence_ball(home, p, s_p, rid, shown_ids, vec, photos, knn)
         assert p["redrawn"]["kitchen_recipe_id"] == rid and p["foreign_item"] == foreign
         for e in entries:                      # the foreign photo, and every alternate a swap may take
+            # never the odd one out by its ingredients alone (the steps' ground truth)
+            names = [{it["name"] for it in truth.photos[i][2].get("items") or ()} for i in [*shown_ids, e["source"]]]
+            share = [len(names[j] & set().union(*(names[k] for k in range(4) if k != j))) / max(len(names[j]), 1)
+                     for j in range(4)]
+            assert (e["items_share"], e["items_shown_min"]) == (pytest.approx(share[3], abs=1e-5),
+                                                                pytest.approx(min(share[:3]), abs=1e-5))
+            assert share[3] >= min(share[:3]) - 1e-9 or not items
             near, dist, dq, rank, hit = _coherence_fields(shown, vec[e["item"]])
             assert lo - 1e-5 < dist < hi + 1e-5, (qid, e["item"], dist, lo, hi)        # knob 2 on the new photo
             assert (shown_ids[near], dist, dq, rank) == (e["anchor_item"], pytest.approx(e["distance"], abs=1e-5),
@@ -412,7 +420,8 @@ def test_coherence_every_knob_holds_on_the_redrawn_foreign_photo_and_the_shown_p
     assert first["setting"] == "0-1-1-redrawn-af" and first["dataset_id"].startswith("vcoh-0-1-1-redrawn-af-s0-")
     assert first["task"] == "visual_coherence" and first["source_dataset_id"] == coherence["source"]["dataset_id"]
     src, new = _rows(con, first["source_dataset_id"]), _rows(con, first["dataset_id"])
-    assert 0 < len(new) <= len(src) and first["n_questions"] + first["skips"][SKIP_OUTSIDE] == len(src)
+    assert 0 < len(new) <= len(src)
+    assert first["n_questions"] + first["skips"][SKIP_OUTSIDE] + first["skips"]["redrawn_items_odd"] == len(src)
     assert _check_coherence(home, src, new) == len(new)
     hits = np.mean([r[5]["distance_probe_hit"] for r in new.values()])
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
@@ -425,7 +434,8 @@ def test_coherence_matched_redraw_keeps_the_match_to_the_recipes_own_reference_p
     assert m["setting"] == "0-0-0-matched-redrawn-af" and m["dataset_id"].startswith("vcoh-0-0-0-matched-redrawn-af-")
     assert m["source_dataset_id"] == coherence["matched_source"]["dataset_id"]
     src, new = _rows(con, m["source_dataset_id"]), _rows(con, m["dataset_id"])
-    assert 0 < len(new) <= len(src) and m["n_questions"] + m["skips"][SKIP_OUTSIDE] == len(src)
+    assert 0 < len(new) <= len(src)
+    assert m["n_questions"] + m["skips"][SKIP_OUTSIDE] + m["skips"]["redrawn_items_odd"] == len(src)
     assert _check_coherence(home, src, new) == len(new)
     for r in new.values():          # the best match in the question's kitchen, the alternates in its order
         ranks = [r[5]["match_l1"]] + [a["match_l1"] for a in r[5]["af_alternates"]]
@@ -433,6 +443,18 @@ def test_coherence_matched_redraw_keeps_the_match_to_the_recipes_own_reference_p
     assert parse_setting("0-0-0-matched-redrawn-af").distractors == "matched-redrawn"
     with pytest.raises(ValueError, match="mrqa redraw"):
         parse_setting("0-1-0-matched-redrawn-af")
+
+
+def test_coherence_items_rule_leaves_out_the_odd_one_by_its_ingredients(home, coherence):
+    from features.datasets.redraw_coherence import SKIP_ITEMS, redraw_coherence
+    con, paths, first = home["con"], home["paths"], coherence["first"]
+    try:
+        r = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, items=True)
+        assert r["dataset_id"] == first["dataset_id"] and r["photos_items_rule"] is True
+        assert r["skips"][SKIP_ITEMS] > 0 and r["n_questions"] < first["n_questions"]
+        _check_coherence(home, _rows(con, r["source_dataset_id"]), _rows(con, r["dataset_id"]), items=True)
+    finally:
+        redraw_coherence(con, SETTING, 0, paths=paths, progress=False)      # as the other tests expect it
 
 
 def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
