@@ -208,12 +208,12 @@ def apply_swaps(con: duckdb.DuckDBPyConnection, swaps: dict[str, dict[str, list[
                         "provenance = s.provenance FROM af_swapped s "
                         "WHERE questions.dataset_id = ? AND questions.qid = s.qid", [did])
             con.execute("DROP TABLE af_swapped")
-            _rewrite(con, did)
+            rewrite_dataset(con, did)
         out[did] = len(new)
     return out
 
 
-def _rewrite(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
+def rewrite_dataset(con: duckdb.DuckDBPyConnection, did: str, step=None) -> int:
     """The dataset's counts, content hash and distance-probe accuracy from its questions now (the probe
     only where every question records what it needs), `step(params)` applied to its params, its stale
     `bias_metrics` row removed; returns its question count. Inside the caller's transaction."""
@@ -306,7 +306,7 @@ def apply_drops(con: duckdb.DuckDBPyConnection, plan: dict[str, list[str]],
 
         with transaction(con):
             con.execute("DELETE FROM questions WHERE dataset_id = ? AND list_contains(?, qid)", [did, drop])
-            n = _rewrite(con, did, record)
+            n = rewrite_dataset(con, did, record)
             con.execute("INSERT OR REPLACE INTO generation_skips VALUES (?, ?, ?)", [did, SKIP_REASON, len(drop)])
         out.append({"dataset_id": did, "dropped": len(drop), "kept": n, **{k: step[k] for k in (
             "oof_question_only_acc", "oof_question_only_acc_kept")}})

@@ -44,7 +44,7 @@ def reference_items(sp, items: np.ndarray, shown_steps: np.ndarray, qkeys: np.nd
     return out
 
 
-def _profile(sims: np.ndarray) -> np.ndarray:
+def profile(sims: np.ndarray) -> np.ndarray:
     """Cosines to the 3 shown images, sorted high to low (the last axis)."""
     return -np.sort(-sims, axis=-1)
 
@@ -68,8 +68,8 @@ def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) 
             r = rows[b:b + BLOCK]
             shown = V[items[r]].astype(np.float32)                              # (B, 3, d)
             S = np.einsum("nd,bjd->bnj", Vp, shown)                              # (B, N, 3)
-            target = _profile(np.einsum("bd,bjd->bj", V[ref[r]].astype(np.float32), shown))   # (B, 3)
-            c = np.abs(_profile(S) - target[:, None, :]).sum(-1).astype(np.float64)          # (B, N)
+            target = profile(np.einsum("bd,bjd->bj", V[ref[r]].astype(np.float32), shown))   # (B, 3)
+            c = np.abs(profile(S) - target[:, None, :]).sum(-1).astype(np.float64)          # (B, N)
             c[sp.recipe_code[pool][None, :] == sp.recipe_code[items[r, 0]][:, None]] = np.inf
             k = min(m, len(pool))
             if k < len(pool):

@@ -440,8 +440,8 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
 def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skips: dict, seed: int) -> dict:
     """Register the redrawn dataset of `src` (its task, its knobs with distractors `redrawn`): its questions
     `rows`, its params (the source's, with the redraw's provenance and skips), its counts, content hash and
-    distance probe (af_pooled._rewrite); a dataset of that id before it is replaced, its metrics with it."""
-    from features.datasets.af_pooled import _rewrite
+    distance probe (af_pooled.rewrite_dataset); a dataset of that id before it is replaced, its metrics with it."""
+    from features.datasets.af_pooled import rewrite_dataset
     task, sp, enc = src["task"], src["params"], src["encoder_id"]
     names = {f.name for f in fields(KnobParams)}
     kind = "matched-redrawn" if sp.get("distractors") == "matched" else "redrawn"
@@ -479,7 +479,7 @@ def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skip
                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '')""",
                     [did, task, kp.knob1, kp.knob2, kp.knob3, kp.k3_mode, True, kp.setting.name, None, seed, enc,
                      json.dumps(params, sort_keys=True), utcnow()])
-        _rewrite(con, did)           # counts, content hash, distance probe from the questions just written
+        rewrite_dataset(con, did)           # counts, content hash, distance probe from the questions just written
         if all_skips:
             con.executemany("INSERT INTO generation_skips VALUES (?, ?, ?)",
                             [[did, k, v] for k, v in sorted(all_skips.items())])

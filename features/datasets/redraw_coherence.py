@@ -47,6 +47,7 @@ import duckdb
 import numpy as np
 
 from etl.config import Paths
+from features.datasets.matched import profile
 from features.datasets.redraw import (
     BALL_SAMPLE_MIN,
     SKIP_NO_TRUTH,
@@ -66,7 +67,7 @@ SKIP_ITEMS = "redrawn_items_odd"
 
 def item_names(truth, image_id: str) -> set[str]:
     """The names of the items a photo shows (its step's ground truth)."""
-    return {it["name"] if isinstance(it, dict) else str(it) for it in truth.photos[image_id][2].get("items") or ()}
+    return {it["name"] for it in truth.photos[image_id][2].get("items") or ()}
 
 
 def items_shares(truth, shown: list[str], cand: str) -> tuple[float, float]:
@@ -79,7 +80,7 @@ def items_shares(truth, shown: list[str], cand: str) -> tuple[float, float]:
     return sc[3], min(sc[:3])
 
 
-def foreign_fields(shown: list[np.ndarray], c: np.ndarray) -> dict:
+def measure_foreign(shown: list[np.ndarray], c: np.ndarray) -> dict:
     """What a coherence question records of foreign photo vector `c` among the 3 shown unit vectors: the
     nearest shown photo (`anchor`, its index) and its cosine distance, the distance to the shown photos' mean
     (`dist_q`), the foreign rank (how many shown photos look more out of place: leave-one-out distance above
@@ -104,7 +105,7 @@ def match_l1(shown: list[np.ndarray], c: np.ndarray, ref: np.ndarray) -> float:
     """L1 distance between photo `c`'s cosines to the 3 shown unit vectors, sorted high to low, and those of
     the reference photo `ref` (features/datasets/matched.py `matched_pool`)."""
     v = np.stack(shown)
-    return float(np.abs(-np.sort(-(v @ c)) - -np.sort(-(v @ ref))).sum())
+    return float(np.abs(profile(v @ c) - profile(v @ ref)).sum())
 
 
 def knob3_holds(p: dict, f: dict) -> bool:
@@ -143,13 +144,13 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         p = json.loads(row[7])
         cands = [(p["foreign_item"], p["foreign_recipe_id"], p["af_pools"][answer])]
         cands += [(a["item"], a["recipe_id"], a["pool"]) for a in p.get("af_alternates") or ()]
-        if rid not in truth.recipes or (cands[0][1] != rid and cands[0][0] not in truth.photos) or \
+        if rid not in truth.recipes or cands[0][0] not in truth.photos or \
                 any(i not in truth.photos for i in p["question_items"]):
             no_truth += 1
             continue
-        out = [(item, None, pool, r) if r == rid
-               else (photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
-               for item, r, pool in cands if r == rid or item in truth.photos]
+        # (new photo, source photo, pool, source recipe): a foreign photo is always another recipe's
+        out = [(photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
+               for item, r, pool in cands if item in truth.photos]
         smp = [] if matched else [(a, photo_for(photos, truth, seed, rid, qid, n, split))
                                   for a in p["question_items"]
                                   for n in ball_sample(nbrs.get(a, []), seed, f"{qid}/{a}", COH_SAMPLE)
@@ -158,7 +159,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     counts, vec = draw_and_embed(con, paths, truth, photos, src["encoder_id"],
                                  [i for _, p, out, smp in plan
                                   for i in [*p["question_items"], *(c[0] for c in out), *(s[1] for s in smp),
-                                            *([p["reference_item"], *(c[1] for c in out if c[1])] if matched
+                                            *([p["reference_item"], *(c[1] for c in out)] if matched
                                               else [])]],
                                  progress)
     new_q, outside, odd, used = [], 0, 0, set()
@@ -170,10 +171,10 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         if abs(min_pair - p["min_pair"]) > 1e-4:
             raise ValueError(f"{src['dataset_id']} {qid}: the shown photos' closest pair is {min_pair:.6f} apart now "
                              f"against {p['min_pair']} when it was generated: the vectors changed; regenerate it")
-        fs = [foreign_fields(shown, vec[c[0]]) for c in out]
+        fs = [measure_foreign(shown, vec[c[0]]) for c in out]
         if matched:                 # the match to the reference, as good as the source's own candidates
             ref = vec[p["reference_item"]]
-            bound = max(match_l1(shown, vec[c[1] or c[0]], ref) for c in out)
+            bound = max(match_l1(shown, vec[c[1]], ref) for c in out)
             for f, c in zip(fs, out):
                 f["match_l1"] = match_l1(shown, vec[c[0]], ref)
             in_ball = valid = [f["match_l1"] <= bound + 1e-9 for f in fs]
@@ -196,7 +197,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             outside += 1
             continue
         for f, c in zip(fs, out):
-            f["items_share"], f["items_shown_min"] = items_shares(truth, p["question_items"], c[1] or c[0])
+            f["items_share"], f["items_shown_min"] = items_shares(truth, p["question_items"], c[1])
         if items:                   # never the odd one out by its ingredients alone
             valid = [v and f["items_share"] >= f["items_shown_min"] for v, f in zip(valid, fs)]
             if not any(valid):

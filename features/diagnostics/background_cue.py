@@ -202,9 +202,9 @@ def report_cues(con: duckdb.DuckDBPyConnection, look, lance_uri: str, encoder_id
     import time
     t0, cues = time.perf_counter(), []
     try:
-        own = None if look is None else (np.ones(len(look.ids), dtype=bool) if look.own is None else look.own)
-        if look is not None and own.sum() > 1:                    # the recipes' own photos (not redrawn ones)
-            cues.append(background_cue(con, [i for i, o in zip(look.ids, own) if o], look.mat[own], "look"))
+        own_ids, own_mat = look.own_photos() if look is not None else ([], None)
+        if len(own_ids) > 1:                                      # the recipes' own photos (not redrawn ones)
+            cues.append(background_cue(con, own_ids, own_mat, "look"))
         for enc in encoder_ids:
             c = encoder_cue(con, lance_uri, enc, (lookups or {}).get(enc))
             if c is not None:

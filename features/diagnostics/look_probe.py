@@ -57,6 +57,12 @@ class LookSpace:
         out = [self.index.get(i) for i in ids]
         return None if any(o is None for o in out) else out
 
+    def own_photos(self) -> tuple[list[str], np.ndarray]:
+        """The ids and rows of the recipes' own photos (not the redrawn ones)."""
+        if self.own is None:
+            return self.ids, self.mat
+        return [i for i, o in zip(self.ids, self.own) if o], self.mat[self.own]
+
 
 def standardise(blocks: dict[str, np.ndarray], fit: np.ndarray | None = None) -> np.ndarray:
     """Each block z-scored over the photos (a constant column stays 0), the blocks side by side, each row
@@ -133,9 +139,8 @@ def look_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: lis
         key = why.split(":")[0]
         reasons[key] = reasons.get(key, 0) + 1
     from features.diagnostics.background_cue import background_cue
-    own = space.own if space.own is not None else np.ones(len(space.ids), dtype=bool)
-    own_ids = [i for i, o in zip(space.ids, own) if o]
-    cue = background_cue(con, own_ids, space.mat[own], "look").as_row() if len(own_ids) > 1 else None
+    own_ids, own_mat = space.own_photos()
+    cue = background_cue(con, own_ids, own_mat, "look").as_row() if len(own_ids) > 1 else None
     return {"datasets": out, "photos": len(space.ids), "photos_unreadable": reasons, "seed": seed,
             "background_cue": cue}
 

@@ -49,6 +49,10 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     if task not in TASKS:
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
+    if items and task != "visual_coherence":
+        fail("--items-rule is a visual_coherence rule (the foreign photo's ingredients); add --task visual_coherence "
+             "or leave it out")
+
     def make(*args):
         return redraw_coherence(*args, items=items) if task == "visual_coherence" else redraw(*args)
     paths = Paths.from_env()

@@ -468,6 +468,8 @@ def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
     try:
         r = CliRunner().invoke(app, ["redraw", "--task", "visual_ordering", "--knobs", SETTING])
         assert r.exit_code != 0 and "visual coherence foreign photos" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--items-rule", "--knobs", SETTING])
+        assert r.exit_code != 0 and "--task visual_coherence" in r.output, r.output
         r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--knobs", "1-0-1-balanced-af"])
         assert r.exit_code != 0 and "mrqa generate --task visual_coherence" in r.output, r.output
     finally:
