@@ -59,10 +59,38 @@ from features.datasets.redraw import (
     register,
     source_dataset,
 )
+from features.datasets.step_matched import StepPool
 
 TASK = "visual_coherence"
 COH_SAMPLE = 6              # per shown photo: 18 of the 3 photos' neighbours measure the ball
 SKIP_ITEMS = "redrawn_items_odd"
+SKIP_NO_STEP = "redrawn_no_step_match"
+POOLS = ("af", "steps")
+
+
+def step_texts(con, paths: Paths, encoder_id: str) -> dict[tuple[str, int], np.ndarray]:
+    """(recipe_id, step_idx) -> the unit body-text vector of the step in the encoder's joint space."""
+    from features.vectors.store import FeatureStore
+    ids, mat = FeatureStore(paths.lance).text_vectors(encoder_id, "body")
+    if len(ids) == 0:
+        raise LookupError(f"encoder {encoder_id} embedded no step text: --foreign-pool steps reads the shown "
+                          "steps' texts (AF's answerability rule); run `mrqa embed`")
+    out = {}
+    for i, v in zip(ids, np.asarray(mat, dtype=np.float64)):
+        r, s, _ = i.rsplit("_", 2)
+        out[(r, int(s))] = v / max(float(np.linalg.norm(v)), 1e-12)
+    return out
+
+
+def readable(shown: list[np.ndarray], keys: list[tuple[str, int]], body: dict, c: np.ndarray) -> bool:
+    """AF's answerability rule on drawn photos: every shown step's text (`keys`: (recipe_id, step_idx) of the
+    shown photos) is closer to its own photo than to candidate `c` (adversarial.readable_coherence, READ_MARGIN
+    0); a shown step without text: never."""
+    for v, k in zip(shown, keys):
+        t = body.get(k)
+        if t is None or not float(c @ t) < float(v @ t):
+            return False
+    return True
 
 
 def item_names(truth, image_id: str) -> set[str]:
@@ -121,7 +149,8 @@ def knob3_holds(p: dict, f: dict) -> bool:
 def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
     """A foreign photo's provenance (the question's fields, an alternate's names) from its measured fields."""
     item, source, pool, r = cand
-    return {"anchor_item": shown_ids[f["anchor"]], "distance": round(f["distance"], 6), "dist_q": round(f["dist_q"], 6),
+    return {**({"step_match": f["step_match"]} if "step_match" in f else {}),
+            "anchor_item": shown_ids[f["anchor"]], "distance": round(f["distance"], 6), "dist_q": round(f["dist_q"], 6),
             "distance_probe_hit": f["distance_probe_hit"], "foreign_rank": f["foreign_rank"], "item": item,
             "pool": pool, "recipe_id": r, "source": source, "items_share": round(f["items_share"], 6),
             "items_shown_min": round(f["items_shown_min"], 6),
@@ -130,15 +159,23 @@ def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
 
 def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
                      paths: Paths | None = None, sample: Path | None = None, progress: bool = True,
-                     items: bool = False) -> dict:
+                     items: bool = False, pool: str = "af") -> dict:
     """Make and register the redrawn dataset of one visual coherence AF setting (see the module's doc); returns
-    its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
+    its summary. `pool`: "af", the source's foreign photo and its alternates; "steps", photos of other
+    recipes that show what a held-out step of the recipe does (features/datasets/step_matched.py).
+    Idempotent: the same inputs give the same photos, vectors and questions."""
+    if pool not in POOLS:
+        raise ValueError(f"--foreign-pool {pool}: one of {', '.join(POOLS)}")
     paths = paths or Paths.from_env()
     src = source_dataset(con, setting, seed, encoder_id, TASK)
     matched = src["params"].get("distractors") == "matched"
+    if matched and pool != "af":
+        raise ValueError(f"--foreign-pool {pool} draws from a knob setting's ball (e.g. 0-1-1-af); a matched source "
+                         "keeps its own candidates")
     qs, truth, nbrs = load_source(con, src, lambda p: [] if matched else p["question_items"], paths, sample)
+    steps = StepPool(con, truth) if pool == "steps" else None
     photos: dict[str, dict] = {}
-    plan, no_truth = [], 0
+    plan, no_truth, no_step = [], 0, 0
     for row in qs:
         qid, rid, split, answer = row[0], row[1], row[2], row[5]
         p = json.loads(row[7])
@@ -148,6 +185,13 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                 any(i not in truth.photos for i in p["question_items"]):
             no_truth += 1
             continue
+        if steps is not None:       # what a held-out step of the recipe would show, instead of AF's
+            got = steps.candidates(rid, p["question_items"], split, seed, qid)
+            if not got:
+                no_step += 1
+                continue
+            cands = [(c, r, "step") for c, r, _, _ in got]
+            p = dict(p, _step_match={c: {"step_idx": hs, "fields": sc} for c, _, hs, sc in got})
         # (new photo, source photo, pool, source recipe): a foreign photo is always another recipe's
         out = [(photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
                for item, r, pool in cands if item in truth.photos]
@@ -162,6 +206,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                                             *([p["reference_item"], *(c[1] for c in out)] if matched
                                               else [])]],
                                  progress)
+    body = step_texts(con, paths, src["encoder_id"]) if steps is not None else None
     new_q, outside, odd, used = [], 0, 0, set()
     for row, p, out, smp in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
@@ -190,6 +235,11 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
             in_ball = [lo < f["distance"] < hi for f in fs]
             valid = [b and knob3_holds(p, f) for b, f in zip(in_ball, fs)]
+            if body is not None:    # the shown steps' texts tell it from the shown photos (AF's rule)
+                keys = [(rid, int(truth.photos[i][1])) for i in p["question_items"]]
+                valid = [v and readable(shown, keys, body, vec[c[0]]) for v, c in zip(valid, out)]
+                for f, c in zip(fs, out):
+                    f["step_match"] = p["_step_match"][c[1]]
             extra = {"ball": [round(lo, 6), round(hi, 6)], "m_d": round(m_d, 6), "s_d": round(s_d, 6),
                      "ball_sample": [list(x) for x in smp],
                      "source_ball": {"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]}}
@@ -214,6 +264,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         pools = list(p["af_pools"])
         pools[answer] = e["pool"]
         used.update([e["item"], *(x["item"] for x in alts)])
+        p.pop("_step_match", None)
         q = dict(p, foreign_item=e["item"], foreign_source=e["source"], foreign_recipe_id=e["recipe_id"],
                  anchor_item=e["anchor_item"], distance=e["distance"], dist_q=e["dist_q"],
                  foreign_rank=e["foreign_rank"], distance_probe_hit=e["distance_probe_hit"], af_pools=pools,
@@ -223,9 +274,12 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         q.update(items_share=e["items_share"], items_shown_min=e["items_shown_min"])
         if matched:
             q["match_l1"] = e["match_l1"]
+        if "step_match" in e:
+            q["step_match"] = e["step_match"]
         new_q.append((qid, rid, split, question, choices, answer, list(steps) if steps is not None else None,
                       json.dumps(q, sort_keys=True, separators=(",", ":"))))
     counts["shown"] = len(used & set(photos))
     counts["items_rule"] = items
+    counts["foreign_pool"] = pool
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth,
-                                                     SKIP_ITEMS: odd}, seed)
+                                                     SKIP_ITEMS: odd, SKIP_NO_STEP: no_step}, seed)

@@ -30,6 +30,9 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                items: bool = typer.Option(False, "--items-rule/--no-items-rule", help="visual_coherence: leave "
                                           "out a foreign photo that is the odd one out by its ingredients alone "
                                           "(its step's ground truth)."),
+               foreign_pool: str = typer.Option("af", "--foreign-pool", help="visual_coherence: af (the source's "
+                                                "foreign photo and alternates) or steps (other recipes' photos "
+                                                "that show what a held-out step of the recipe does)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -40,7 +43,7 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     from etl.warehouse import connect
     from features.datasets.knobs import check_seed
     from features.datasets.redraw import TASKS, redraw
-    from features.datasets.redraw_coherence import redraw_coherence
+    from features.datasets.redraw_coherence import POOLS, redraw_coherence
     require_warehouse()
     try:
         check_seed(seed)
@@ -49,12 +52,15 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     if task not in TASKS:
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
-    if items and task != "visual_coherence":
-        fail("--items-rule is a visual_coherence rule (the foreign photo's ingredients); add --task visual_coherence "
-             "or leave it out")
+    if (items or foreign_pool != "af") and task != "visual_coherence":
+        fail("--items-rule and --foreign-pool are visual_coherence rules (the foreign photo); add --task "
+             "visual_coherence or leave them out")
+    if foreign_pool not in POOLS:
+        fail(f"--foreign-pool {foreign_pool}: one of {', '.join(POOLS)}")
 
     def make(*args):
-        return redraw_coherence(*args, items=items) if task == "visual_coherence" else redraw(*args)
+        return redraw_coherence(*args, items=items, pool=foreign_pool) if task == "visual_coherence" \
+            else redraw(*args)
     paths = Paths.from_env()
     con = connect(paths, wait=wait)
     try:

@@ -330,9 +330,11 @@ def _coherence_fields(shown: list[np.ndarray], c: np.ndarray) -> tuple[int, floa
     return near, d3[near], loo[3], sum(x > loo[3] for x in loo[:3]), int(np.argmax(loo)) == 3
 
 
-def _check_coherence(home, src: dict, new: dict, items: bool = False) -> int:
+def _check_coherence(home, src: dict, new: dict, items: bool = False, steps: bool = False) -> int:
     """Assert every knob and provenance rule on the redrawn coherence questions `new` (their source's `src`);
-    returns how many show a redrawn foreign photo."""
+    with `steps`, the foreign-pool rule (each candidate shows what a held-out step of the recipe does, no text
+    twin of a step of it, and the shown steps' texts tell it from the shown photos). Returns how many show a
+    redrawn foreign photo."""
     con = home["con"]
     ids, mat = FeatureStore(home["paths"].lance).image_vectors(home["enc"])
     vec = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
@@ -351,7 +353,8 @@ def _check_coherence(home, src: dict, new: dict, items: bool = False) -> int:
                     "anchor_item": p["anchor_item"], "distance": p["distance"], "dist_q": p["dist_q"],
                     "foreign_rank": p["foreign_rank"], "distance_probe_hit": p["distance_probe_hit"],
                     "items_share": p["items_share"], "items_shown_min": p["items_shown_min"],
-                    **({"match_l1": p["match_l1"]} if "match_l1" in p else {})}, *p["af_alternates"]]
+                    **({"match_l1": p["match_l1"]} if "match_l1" in p else {}),
+                    **({"step_match": p["step_match"]} if "step_match" in p else {})}, *p["af_alternates"]]
         if "match_bound" in p:          # matched: each photo's profile as near the reference's as the source's were
             ref = p["reference_item"]
             assert ref == s_p["reference_item"] and ref.startswith(rid + "_") and "ball" not in p
@@ -380,12 +383,41 @@ def _check_coherence(home, src: dict, new: dict, items: bool = False) -> int:
                 assert dq < p["min_pair"] + 1e-6
             elif p["k3_rule"] == "rank":
                 assert rank == p["target_rank"]
-            assert e["recipe_id"] != rid and e["source"] in sources
+            assert e["recipe_id"] != rid and (e["source"] in sources or steps)
+            if steps:
+                _check_step_match(home, truth, rid, split, shown_ids, shown, e, vec[e["item"]])
             s_img, s_rec, kitchen, path, sha = photos[e["item"]]
             assert (s_img, s_rec, kitchen) == (e["source"], e["recipe_id"], rid)
             assert hashlib.sha256((home["paths"].home / path).read_bytes()).hexdigest() == sha
         shown_redrawn += is_redrawn_image(foreign)
     return shown_redrawn
+
+
+def _check_step_match(home, truth, rid: str, split: str, shown_ids: list[str], shown: list[np.ndarray], e: dict,
+                      c: np.ndarray) -> None:
+    """A step-pool foreign photo: its source shows the kind and action of a held-out step of the recipe (as many
+    of state, vessel and tool as recorded), of a recipe of the same split, no text twin of a step of the recipe,
+    and every shown step's text is closer to its own photo than to it."""
+    from features.datasets.twins import TWIN_JACCARD, StepWords
+    con = home["con"]
+    if "words" not in home:
+        home["words"] = StepWords.from_warehouse(con)
+        ids, mat = FeatureStore(home["paths"].lance).text_vectors(home["enc"], "body")
+        home["body"] = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
+    src_rid, _, dep = truth.photos[e["source"]]
+    held = e["step_match"]["step_idx"]
+    shown_steps = {truth.photos[i][1] for i in shown_ids}
+    assert held not in shown_steps
+    own = [d for r, s, d in truth.photos.values() if r == rid and s == held]
+    assert own and (dep["kind"], dep["action"]) == (own[0]["kind"], own[0]["action"])
+    assert e["step_match"]["fields"] == sum(dep.get(k) == own[0].get(k) for k in ("state", "vessel", "tool"))
+    assert con.execute("SELECT split FROM recipes WHERE recipe_id = ?", [src_rid]).fetchone()[0] == split
+    words = home["words"]
+    cand = words.rows([src_rid], [truth.photos[e["source"]][1]])
+    assert (words.jaccard(cand, words.recipe_rows([rid])[0]) < TWIN_JACCARD).all()
+    for v, i in zip(shown, shown_ids):
+        t = home["body"][f"{rid}_{truth.photos[i][1]}_body"]
+        assert float(c @ t) < float(v @ t)
 
 
 def _l1(shown: list[np.ndarray], c: np.ndarray, ref: np.ndarray) -> float:
@@ -453,6 +485,25 @@ def test_coherence_items_rule_leaves_out_the_odd_one_by_its_ingredients(home, co
         assert r["dataset_id"] == first["dataset_id"] and r["photos_items_rule"] is True
         assert r["skips"][SKIP_ITEMS] > 0 and r["n_questions"] < first["n_questions"]
         _check_coherence(home, _rows(con, r["source_dataset_id"]), _rows(con, r["dataset_id"]), items=True)
+    finally:
+        redraw_coherence(con, SETTING, 0, paths=paths, progress=False)      # as the other tests expect it
+
+
+def test_coherence_step_pool_shows_what_a_held_out_step_of_the_recipe_does(home, coherence):
+    from features.datasets.redraw_coherence import SKIP_NO_STEP, redraw_coherence
+    con, paths, first = home["con"], home["paths"], coherence["first"]
+    try:
+        r = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps")
+        assert r["dataset_id"] == first["dataset_id"] and r["photos_foreign_pool"] == "steps"
+        src, new = _rows(con, r["source_dataset_id"]), _rows(con, r["dataset_id"])
+        assert 0 < len(new) and r["n_questions"] + sum(r["skips"].values()) == len(src)
+        assert SKIP_NO_STEP in r["skips"]
+        assert _check_coherence(home, src, new, steps=True) == len(new)
+        assert all(q[5]["af_pools"][q[4]] == "step" for q in new.values())
+        again = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps")
+        assert _rows(con, again["dataset_id"]) == new
+        with pytest.raises(ValueError, match="matched source"):
+            redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False, pool="steps")
     finally:
         redraw_coherence(con, SETTING, 0, paths=paths, progress=False)      # as the other tests expect it
 
