@@ -34,6 +34,12 @@ dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redr
    questions so); with `items` it is left out, and a question left without a candidate is dropped
    (`redrawn_items_odd`). `items_share` and `items_shown_min` record both shares. Off by default: on the demo
    it dropped 17% more questions and GM3C question-only read as much after the pooled step (43-49%).
+   With `pool` "steps" (`--foreign-pool steps`, features/datasets/step_matched.py) the candidates are not AF's
+   but photos of other recipes that show what a held-out step of the recipe does (a matched source: its
+   reference's step), no text twin of a step of the recipe; a candidate is valid only where, on the drawn
+   photos, every shown step's text is closer to its own photo than to it (AF's answerability rule); a
+   question with no candidate is dropped (`redrawn_no_step_match`), and each photo records `step_match`
+   (the held-out step, how many of state, vessel and tool it matches).
 4. Provenance: `foreign_item` is the new photo, `foreign_source` its source photo, `foreign_recipe_id` the
    source's recipe; `anchor_item`, `distance`, `dist_q`, `foreign_rank` and `distance_probe_hit` are measured
    on the new photos; `redrawn.kitchen_recipe_id` names the kitchen.
@@ -59,7 +65,7 @@ from features.datasets.redraw import (
     register,
     source_dataset,
 )
-from features.datasets.step_matched import StepPool
+from features.datasets.step_matched import StepPool, item_names
 
 TASK = "visual_coherence"
 COH_SAMPLE = 6              # per shown photo: 18 of the 3 photos' neighbours measure the ball
@@ -91,11 +97,6 @@ def readable(shown: list[np.ndarray], keys: list[tuple[str, int]], body: dict, c
         if t is None or not float(c @ t) < float(v @ t):
             return False
     return True
-
-
-def item_names(truth, image_id: str) -> set[str]:
-    """The names of the items a photo shows (its step's ground truth)."""
-    return {it["name"] for it in truth.photos[image_id][2].get("items") or ()}
 
 
 def items_shares(truth, shown: list[str], cand: str) -> tuple[float, float]:
@@ -159,7 +160,7 @@ def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
 
 def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
                      paths: Paths | None = None, sample: Path | None = None, progress: bool = True,
-                     items: bool = False, pool: str = "af") -> dict:
+                     items: bool = False, pool: str = "af", twin_rule: str = "words") -> dict:
     """Make and register the redrawn dataset of one visual coherence AF setting (see the module's doc); returns
     its summary. `pool`: "af", the source's foreign photo and its alternates; "steps", photos of other
     recipes that show what a held-out step of the recipe does (features/datasets/step_matched.py).
@@ -169,11 +170,8 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     paths = paths or Paths.from_env()
     src = source_dataset(con, setting, seed, encoder_id, TASK)
     matched = src["params"].get("distractors") == "matched"
-    if matched and pool != "af":
-        raise ValueError(f"--foreign-pool {pool} draws from a knob setting's ball (e.g. 0-1-1-af); a matched source "
-                         "keeps its own candidates")
     qs, truth, nbrs = load_source(con, src, lambda p: [] if matched else p["question_items"], paths, sample)
-    steps = StepPool(con, truth) if pool == "steps" else None
+    spool = StepPool(con, truth, twin_rule=twin_rule) if pool == "steps" else None
     photos: dict[str, dict] = {}
     plan, no_truth, no_step = [], 0, 0
     for row in qs:
@@ -185,30 +183,32 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                 any(i not in truth.photos for i in p["question_items"]):
             no_truth += 1
             continue
-        if steps is not None:       # what a held-out step of the recipe would show, instead of AF's
-            got = steps.candidates(rid, p["question_items"], split, seed, qid)
+        bound_from = [c[0] for c in cands if c[0] in truth.photos] if matched else []
+        if spool is not None:       # what a held-out step of the recipe would show, instead of AF's
+            # matched: the reference's step (the photo the foreign one stands in for)
+            only = truth.photos[p["reference_item"]][1] if matched else None
+            got = spool.candidates(rid, p["question_items"], split, seed, qid, only=only)
             if not got:
                 no_step += 1
                 continue
             cands = [(c, r, "step") for c, r, _, _ in got]
             p = dict(p, _step_match={c: {"step_idx": hs, "fields": sc} for c, _, hs, sc in got})
         # (new photo, source photo, pool, source recipe): a foreign photo is always another recipe's
-        out = [(photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r)
-               for item, r, pool in cands if item in truth.photos]
+        out = [(photo_for(photos, truth, seed, rid, qid, item, split), item, pl, r)
+               for item, r, pl in cands if item in truth.photos]
         smp = [] if matched else [(a, photo_for(photos, truth, seed, rid, qid, n, split))
                                   for a in p["question_items"]
                                   for n in ball_sample(nbrs.get(a, []), seed, f"{qid}/{a}", COH_SAMPLE)
                                   if n in truth.photos]
-        plan.append((row, p, out, smp))
+        plan.append((row, p, out, smp, bound_from))
     counts, vec = draw_and_embed(con, paths, truth, photos, src["encoder_id"],
-                                 [i for _, p, out, smp in plan
+                                 [i for _, p, out, smp, bf in plan
                                   for i in [*p["question_items"], *(c[0] for c in out), *(s[1] for s in smp),
-                                            *([p["reference_item"], *(c[1] for c in out)] if matched
-                                              else [])]],
+                                            *([p["reference_item"], *bf] if matched else [])]],
                                  progress)
-    body = step_texts(con, paths, src["encoder_id"]) if steps is not None else None
+    body = step_texts(con, paths, src["encoder_id"]) if spool is not None else None
     new_q, outside, odd, used = [], 0, 0, set()
-    for row, p, out, smp in plan:
+    for row, p, out, smp, bound_from in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
         shown = [vec[i] for i in p["question_items"]]
         gram = np.stack(shown) @ np.stack(shown).T
@@ -219,7 +219,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
         fs = [measure_foreign(shown, vec[c[0]]) for c in out]
         if matched:                 # the match to the reference, as good as the source's own candidates
             ref = vec[p["reference_item"]]
-            bound = max(match_l1(shown, vec[c[1]], ref) for c in out)
+            bound = max(match_l1(shown, vec[i], ref) for i in bound_from)
             for f, c in zip(fs, out):
                 f["match_l1"] = match_l1(shown, vec[c[0]], ref)
             in_ball = valid = [f["match_l1"] <= bound + 1e-9 for f in fs]
@@ -235,14 +235,14 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             lo, hi = (0.0 if lo_sd is None else m_d + lo_sd * s_d), m_d + hi_sd * s_d
             in_ball = [lo < f["distance"] < hi for f in fs]
             valid = [b and knob3_holds(p, f) for b, f in zip(in_ball, fs)]
-            if body is not None:    # the shown steps' texts tell it from the shown photos (AF's rule)
-                keys = [(rid, int(truth.photos[i][1])) for i in p["question_items"]]
-                valid = [v and readable(shown, keys, body, vec[c[0]]) for v, c in zip(valid, out)]
-                for f, c in zip(fs, out):
-                    f["step_match"] = p["_step_match"][c[1]]
             extra = {"ball": [round(lo, 6), round(hi, 6)], "m_d": round(m_d, 6), "s_d": round(s_d, 6),
                      "ball_sample": [list(x) for x in smp],
                      "source_ball": {"ball": p["ball"], "m_d": p["m_d"], "s_d": p["s_d"]}}
+        if body is not None:        # the shown steps' texts tell it from the shown photos (AF's rule)
+            keys = [(rid, int(truth.photos[i][1])) for i in p["question_items"]]
+            valid = [v and readable(shown, keys, body, vec[c[0]]) for v, c in zip(valid, out)]
+            for f, c in zip(fs, out):
+                f["step_match"] = p["_step_match"][c[1]]
         if not any(valid):
             outside += 1
             continue
@@ -281,5 +281,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     counts["shown"] = len(used & set(photos))
     counts["items_rule"] = items
     counts["foreign_pool"] = pool
+    if spool is not None:
+        counts["twin_rule"] = twin_rule
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth,
                                                      SKIP_ITEMS: odd, SKIP_NO_STEP: no_step}, seed)

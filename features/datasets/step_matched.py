@@ -11,7 +11,9 @@ same kind and action, then as many as can be of its state, vessel and tool; so t
 its look, one more step of the recipe, and only its ingredients and the recipe's text tell it apart.
 
 Per question, the held-out steps are taken in a seeded order and their candidates interleaved (best match
-first, then the most of the recipe's shown items, then a seeded key), STEP_POOL in all; a candidate whose
+first, then the most of the recipe's shown items, then a seeded key), STEP_POOL in all; from a matched source
+(`K1-0-0-matched-af`) only the step of its reference photo (the recipe's own photo whose place the foreign
+one takes, features/datasets/matched.py), and the best match to the reference wins. A candidate whose
 step text twins a step of the recipe (features/datasets/twins.py, the AF rule) is never one, and the
 redraw then keeps a candidate only where the shown steps' texts tell it from the shown photos (AF's
 answerability rule, adversarial.readable_coherence, on the redrawn photos' vectors) and the knobs hold in
@@ -26,13 +28,21 @@ from features.datasets.twins import TWIN_JACCARD, StepWords
 
 STEP_POOL = 12                          # step-matched candidates per question
 MATCH_FIELDS = ("state", "vessel", "tool")
+TWIN_RULES = ("words", "items")
+
+
+def item_names(truth, image_id: str) -> set[str]:
+    """The names of the items a photo shows (its step's ground truth)."""
+    return {it["name"] for it in truth.photos[image_id][2].get("items") or ()}
 
 
 class StepPool:
     """Photos by (split, kind, action), the recipes' photos, and the steps' content words of a warehouse."""
 
-    def __init__(self, con, truth, words: StepWords | None = None):
-        self.truth = truth
+    def __init__(self, con, truth, words: StepWords | None = None, twin_rule: str = "words"):
+        if twin_rule not in TWIN_RULES:
+            raise ValueError(f"--twin-rule {twin_rule}: one of {', '.join(TWIN_RULES)}")
+        self.truth, self.twin_rule = truth, twin_rule
         self.split = dict(con.execute("SELECT recipe_id, split FROM recipes WHERE status = 'ok'").fetchall())
         self.by_recipe: dict[str, list[tuple[str, int, dict]]] = {}
         self.by_action: dict[tuple, list[str]] = {}
@@ -52,13 +62,23 @@ class StepPool:
                 out.append((iid, s, d))
         return out
 
-    def candidates(self, rid: str, shown: list[str], split: str, seed: int, qid: str,
-                   n: int = STEP_POOL) -> list[tuple[str, str, int, int]]:
+    def item_twin(self, rid: str, photo: str) -> bool:
+        """Does a step of recipe `rid` do what `photo` shows (its kind and action) to an item it shows too? Then
+        the recipe's text could be read as telling of it."""
+        d = self.truth.photos[photo][2]
+        names = item_names(self.truth, photo)
+        return any(hd.get("kind") == d.get("kind") and hd.get("action") == d.get("action")
+                   and names & {it["name"] for it in hd.get("items") or ()}
+                   for _, _, hd in self.by_recipe.get(rid, ()))
+
+    def candidates(self, rid: str, shown: list[str], split: str, seed: int, qid: str, n: int = STEP_POOL,
+                   only: int | None = None) -> list[tuple[str, str, int, int]]:
         """Up to `n` (photo, its recipe, the held-out step it matches, fields matched) for question `qid` of
-        recipe `rid` showing photos `shown`; no text twin of a step of the recipe."""
-        from features.datasets.redraw_coherence import item_names
+        recipe `rid` showing photos `shown` (`only`: for held-out step `only` alone); no text twin of a step of
+        the recipe."""
         shown_items = set().union(*(item_names(self.truth, i) for i in shown))
-        held = sorted(self.held_out(rid, shown), key=lambda h: stable_key("step-held", seed, qid, h[0]))
+        held = sorted((h for h in self.held_out(rid, shown) if only is None or h[1] == only),
+                      key=lambda h: stable_key("step-held", seed, qid, h[0]))
         lists = []
         for _hid, hs, hd in held:
             ranked = []
@@ -80,6 +100,10 @@ class StepPool:
                     picked.append(ranked[depth])
         if not picked:
             return []
+        if self.twin_rule == "items":
+            out = [(p[3], self.truth.photos[p[3]][0], p[4], p[5]) for p in picked
+                   if not self.item_twin(rid, p[3])]
+            return out[:n]
         # never a text twin of a step of the recipe (it would read as belonging to it)
         steps = self.words.recipe_rows([rid])[0]
         steps = steps[steps >= 0]

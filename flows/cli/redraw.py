@@ -33,6 +33,10 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                foreign_pool: str = typer.Option("af", "--foreign-pool", help="visual_coherence: af (the source's "
                                                 "foreign photo and alternates) or steps (other recipes' photos "
                                                 "that show what a held-out step of the recipe does)."),
+               twin_rule: str = typer.Option("words", "--twin-rule", help="--foreign-pool steps: leave out a text "
+                                             "twin of a step of the recipe by its words (AF's rule) or by its "
+                                             "ground truth (items: a step of the recipe does the same to an item "
+                                             "the photo shows)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -44,6 +48,7 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     from features.datasets.knobs import check_seed
     from features.datasets.redraw import TASKS, redraw
     from features.datasets.redraw_coherence import POOLS, redraw_coherence
+    from features.datasets.step_matched import TWIN_RULES
     require_warehouse()
     try:
         check_seed(seed)
@@ -57,9 +62,12 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
              "visual_coherence or leave them out")
     if foreign_pool not in POOLS:
         fail(f"--foreign-pool {foreign_pool}: one of {', '.join(POOLS)}")
+    if twin_rule not in TWIN_RULES:
+        fail(f"--twin-rule {twin_rule}: one of {', '.join(TWIN_RULES)}")
 
     def make(*args):
-        return redraw_coherence(*args, items=items, pool=foreign_pool) if task == "visual_coherence" \
+        return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule) \
+            if task == "visual_coherence" \
             else redraw(*args)
     paths = Paths.from_env()
     con = connect(paths, wait=wait)

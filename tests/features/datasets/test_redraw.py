@@ -502,10 +502,20 @@ def test_coherence_step_pool_shows_what_a_held_out_step_of_the_recipe_does(home,
         assert all(q[5]["af_pools"][q[4]] == "step" for q in new.values())
         again = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps")
         assert _rows(con, again["dataset_id"]) == new
-        with pytest.raises(ValueError, match="matched source"):
-            redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False, pool="steps")
+        # matched: the reference's step alone, the best match in the question's kitchen
+        m = redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False, pool="steps")
+        src, new = _rows(con, m["source_dataset_id"]), _rows(con, m["dataset_id"])
+        assert 0 < len(new) and _check_coherence(home, src, new, steps=True) == len(new)
+        truth = read_truth(home["sample"])
+        for r in new.values():
+            p = r[5]
+            held = truth.photos[p["reference_item"]][1]
+            assert {e["step_match"]["step_idx"] for e in [p, *p["af_alternates"]]} == {held}
+            ranks = [p["match_l1"]] + [a["match_l1"] for a in p["af_alternates"]]
+            assert ranks == sorted(ranks)
     finally:
         redraw_coherence(con, SETTING, 0, paths=paths, progress=False)      # as the other tests expect it
+        redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False)
 
 
 def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
