@@ -47,12 +47,15 @@ dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redr
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from pathlib import Path
 
 import duckdb
 import numpy as np
 
 from etl.config import Paths
+from features.datasets.knobs import stable_key
 from features.datasets.matched import profile
 from features.datasets.redraw import (
     BALL_SAMPLE_MIN,
@@ -71,7 +74,50 @@ TASK = "visual_coherence"
 COH_SAMPLE = 6              # per shown photo: 18 of the 3 photos' neighbours measure the ball
 SKIP_ITEMS = "redrawn_items_odd"
 SKIP_NO_STEP = "redrawn_no_step_match"
+SKIP_ACTIONS = "redrawn_action_quota"
 POOLS = ("af", "steps")
+
+
+def action_of(truth, image_id: str) -> str | None:
+    return truth.photos[image_id][2].get("action")
+
+
+def pick_foreign(pending: list[tuple], truth, matched: bool, seed: int, balance: bool) -> list[int | None]:
+    """Per question (row, provenance, candidates, fields, valid, ...) the index of its foreign photo: the first
+    valid candidate (matched: the best match). With `balance` (the step pool) the foreign photos' actions are
+    distributed as the shown photos' are over the dataset: in a seeded order of the questions each takes the
+    valid candidate whose action is furthest below its share (then the first), and then each action keeps at
+    most its share of the questions kept (rounded up; the rest: None, dropped as `redrawn_action_quota`), so
+    a model that learns which actions are foreign more often than shown learns nothing."""
+    def valid_order(x):
+        idx = [i for i, v in enumerate(x[4]) if v]
+        return sorted(idx, key=lambda i: (x[3][i]["match_l1"], i)) if matched else idx
+    if not balance:
+        return [valid_order(x)[0] for x in pending]
+    shown = Counter(action_of(truth, i) for x in pending for i in x[1]["question_items"])
+    share = {a: c / max(sum(shown.values()), 1) for a, c in shown.items()}
+    order = sorted(range(len(pending)), key=lambda k: stable_key("redraw-actions", seed, pending[k][0][0]))
+    picks: list[int | None] = [None] * len(pending)
+    got: Counter = Counter()
+    for n, k in enumerate(order, start=1):
+        idx = valid_order(pending[k])
+        act = {i: action_of(truth, pending[k][2][i][1]) for i in idx}
+        best = max(idx, key=lambda i: (share.get(act[i], 0.0) * n - got[act[i]], -idx.index(i)))
+        picks[k] = best
+        got[act[best]] += 1
+    n_keep = len(order)
+    while True:                 # the most questions with every action at most its share of them
+        keep = {a: min(c, math.ceil(share.get(a, 0.0) * n_keep - 1e-9)) for a, c in got.items()}
+        if sum(keep.values()) >= n_keep:
+            break
+        n_keep = sum(keep.values())
+    seen: Counter = Counter()
+    for k in order:
+        a = action_of(truth, pending[k][2][picks[k]][1])
+        seen[a] += 1
+        if seen[a] > keep[a]:
+            picks[k] = None
+    return picks
 
 
 def step_texts(con, paths: Paths, encoder_id: str) -> dict[tuple[str, int], np.ndarray]:
@@ -207,7 +253,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                                             *([p["reference_item"], *bf] if matched else [])]],
                                  progress)
     body = step_texts(con, paths, src["encoder_id"]) if spool is not None else None
-    new_q, outside, odd, used = [], 0, 0, set()
+    new_q, outside, odd, used, pending = [], 0, 0, set(), []
     for row, p, out, smp, bound_from in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
         shown = [vec[i] for i in p["question_items"]]
@@ -253,12 +299,19 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             if not any(valid):
                 odd += 1
                 continue
-        pick = valid.index(True)
-        if matched:                 # the best match in the question's kitchen, as the matched rule picks
-            pick = min((i for i in range(len(out)) if valid[i]), key=lambda i: (fs[i]["match_l1"], i))
+        pending.append((row, p, out, fs, valid, in_ball, extra))
+    picks = pick_foreign(pending, truth, matched, seed, balance=spool is not None)
+    quota = sum(k is None for k in picks)
+    for (row, p, out, fs, valid, in_ball, extra), pick in zip(pending, picks):
+        if pick is None:
+            continue
+        qid, rid, split, question, choices, answer, steps, _ = row
         e = _entry(p["question_items"], fs[pick], out[pick])
         order = sorted(range(len(out)), key=lambda i: (fs[i]["match_l1"], i)) if matched else range(len(out))
-        alts = [_entry(p["question_items"], fs[i], out[i]) for i in order if valid[i] and i != pick]
+        # the pooled step's swaps keep the balance of the actions (the step pool)
+        act = action_of(truth, out[pick][1]) if spool is not None else None
+        alts = [_entry(p["question_items"], fs[i], out[i]) for i in order if valid[i] and i != pick
+                and (act is None or action_of(truth, out[i][1]) == act)]
         question, choices = list(question), list(choices)
         question[answer] = choices[answer] = e["item"]
         pools = list(p["af_pools"])
@@ -284,4 +337,5 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     if spool is not None:
         counts["twin_rule"] = twin_rule
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth,
-                                                     SKIP_ITEMS: odd, SKIP_NO_STEP: no_step}, seed)
+                                                     SKIP_ITEMS: odd, SKIP_NO_STEP: no_step,
+                                                     SKIP_ACTIONS: quota}, seed)

@@ -500,13 +500,17 @@ def test_coherence_step_pool_shows_what_a_held_out_step_of_the_recipe_does(home,
         assert SKIP_NO_STEP in r["skips"]
         assert _check_coherence(home, src, new, steps=True) == len(new)
         assert all(q[5]["af_pools"][q[4]] == "step" for q in new.values())
+        truth = read_truth(home["sample"])
+        act = lambda i: truth.photos[i][2]["action"]
+        for q in new.values():      # a swap keeps the foreign photo's action (the balance of the actions)
+            assert all(act(a["source"]) == act(q[5]["foreign_source"]) for a in q[5]["af_alternates"])
+        assert "redrawn_action_quota" in r["skips"]
         again = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps")
         assert _rows(con, again["dataset_id"]) == new
         # matched: the reference's step alone, the best match in the question's kitchen
         m = redraw_coherence(con, "0-0-0-matched-af", 0, paths=paths, progress=False, pool="steps")
         src, new = _rows(con, m["source_dataset_id"]), _rows(con, m["dataset_id"])
         assert 0 < len(new) and _check_coherence(home, src, new, steps=True) == len(new)
-        truth = read_truth(home["sample"])
         for r in new.values():
             p = r[5]
             held = truth.photos[p["reference_item"]][1]
@@ -558,3 +562,31 @@ def test_coherence_pooled_step_swaps_among_redrawn_photos_and_keeps_the_knobs(ho
         assert sw["out"] in {x["item"] for x in r[5]["af_alternates"]} and r[3][r[4]] == r[5]["foreign_item"]
     _check_coherence(home, src, new)
     redraw_coherence(con, SETTING, 0, paths=paths, progress=False)     # as the other tests expect it
+
+
+def test_the_step_pool_balances_the_foreign_photos_actions_to_the_shown_ones():
+    """40 questions whose shown photos are half slicing, half serving; 30 can only take a slicing foreign
+    photo, 10 either: the 10 take serving, and slicing keeps as many, rounded up (the rest dropped), so a model of which
+    actions are foreign learns nothing; without the balance each takes its first valid candidate."""
+    from types import SimpleNamespace
+
+    from features.datasets.redraw_coherence import pick_foreign
+    photos, pending = {}, []
+    for k in range(40):
+        shown = [f"r{k}_{j}.jpg" for j in range(3)]
+        for j, i in enumerate(shown):
+            photos[i] = (f"r{k}", j, {"action": ("slice", "serve")[(j + k) % 2]})
+        acts = ("slice", "serve") if k < 10 else ("slice", "slice")
+        out = []
+        for m, a in enumerate(acts):
+            photos[f"o{k}_{m}.jpg"] = (f"o{k}", m, {"action": a})
+            out.append((f"n{k}_{m}.jpg", f"o{k}_{m}.jpg", "step", f"o{k}"))
+        pending.append(((f"q{k}",), {"question_items": shown}, out, [{}, {}], [True, True], [True, True], {}))
+    truth = SimpleNamespace(photos=photos)
+    picks = pick_foreign(pending, truth, False, 0, balance=True)
+    kept = [(k, p) for k, p in enumerate(picks) if p is not None]
+    acts = [photos[pending[k][2][p][1]][2]["action"] for k, p in kept]
+    assert sorted(acts) == ["serve"] * 10 + ["slice"] * 11
+    assert all(photos[pending[k][2][p][1]][2]["action"] == "serve" for k, p in kept if k < 10)
+    assert picks == pick_foreign(pending, truth, False, 0, balance=True)
+    assert pick_foreign(pending, truth, False, 0, balance=False) == [0] * 40
