@@ -75,6 +75,7 @@ COH_SAMPLE = 6              # per shown photo: 18 of the 3 photos' neighbours me
 SKIP_ITEMS = "redrawn_items_odd"
 SKIP_NO_STEP = "redrawn_no_step_match"
 SKIP_ACTIONS = "redrawn_action_quota"
+SKIP_REMARKABLE = "redrawn_remarkable"
 POOLS = ("af", "steps")
 
 
@@ -176,6 +177,19 @@ def measure_foreign(shown: list[np.ndarray], c: np.ndarray) -> dict:
             "foreign_rank": int(sum(x > dq for x in loo[:3])), "distance_probe_hit": int(np.argmax(loo)) == 3}
 
 
+def remarkable(shown: list[np.ndarray], c: np.ndarray) -> bool:
+    """Does a rule on the distances among the 4 photos (3 shown unit vectors, then `c`) single out `c`: is it in
+    the closest pair, the photo nearest the mean of the other three (the centre rule) or the farthest from it
+    (the distance probe)?"""
+    v = np.vstack([np.stack(shown), c[None, :]])
+    g = v @ v.T
+    iu = np.triu_indices(4, 1)
+    a, b = iu[0][np.argmax(g[iu])], iu[1][np.argmax(g[iu])]
+    total = v.sum(0)
+    loo = [float(v[i] @ (total - v[i])) / max(float(np.linalg.norm(total - v[i])), 1e-12) for i in range(4)]
+    return 3 in (a, b) or int(np.argmax(loo)) == 3 or int(np.argmin(loo)) == 3
+
+
 def match_l1(shown: list[np.ndarray], c: np.ndarray, ref: np.ndarray) -> float:
     """L1 distance between photo `c`'s cosines to the 3 shown unit vectors, sorted high to low, and those of
     the reference photo `ref` (features/datasets/matched.py `matched_pool`)."""
@@ -206,7 +220,8 @@ def _entry(shown_ids: list[str], f: dict, cand: tuple) -> dict:
 
 def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
                      paths: Paths | None = None, sample: Path | None = None, progress: bool = True,
-                     items: bool = False, pool: str = "af", twin_rule: str = "words") -> dict:
+                     items: bool = False, pool: str = "af", twin_rule: str = "words",
+                     unremarkable: bool = False) -> dict:
     """Make and register the redrawn dataset of one visual coherence AF setting (see the module's doc); returns
     its summary. `pool`: "af", the source's foreign photo and its alternates; "steps", photos of other
     recipes that show what a held-out step of the recipe does (features/datasets/step_matched.py).
@@ -253,7 +268,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
                                             *([p["reference_item"], *bf] if matched else [])]],
                                  progress)
     body = step_texts(con, paths, src["encoder_id"]) if spool is not None else None
-    new_q, outside, odd, used, pending = [], 0, 0, set(), []
+    new_q, outside, odd, marked, used, pending = [], 0, 0, 0, set(), []
     for row, p, out, smp, bound_from in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
         shown = [vec[i] for i in p["question_items"]]
@@ -289,6 +304,11 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
             valid = [v and readable(shown, keys, body, vec[c[0]]) for v, c in zip(valid, out)]
             for f, c in zip(fs, out):
                 f["step_match"] = p["_step_match"][c[1]]
+        if unremarkable and any(valid):     # no rule on the 4 photos' distances singles it out
+            valid = [v and not remarkable(shown, vec[c[0]]) for v, c in zip(valid, out)]
+            if not any(valid):
+                marked += 1
+                continue
         if not any(valid):
             outside += 1
             continue
@@ -336,6 +356,7 @@ def redraw_coherence(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0
     counts["foreign_pool"] = pool
     if spool is not None:
         counts["twin_rule"] = twin_rule
+    counts["unremarkable"] = unremarkable
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth,
                                                      SKIP_ITEMS: odd, SKIP_NO_STEP: no_step,
-                                                     SKIP_ACTIONS: quota}, seed)
+                                                     SKIP_ACTIONS: quota, SKIP_REMARKABLE: marked}, seed)

@@ -62,15 +62,6 @@ class StepPool:
                 out.append((iid, s, d))
         return out
 
-    def item_twin(self, rid: str, photo: str) -> bool:
-        """Does a step of recipe `rid` do what `photo` shows (its kind and action) to an item it shows too? Then
-        the recipe's text could be read as telling of it."""
-        d = self.truth.photos[photo][2]
-        names = item_names(self.truth, photo)
-        return any(hd.get("kind") == d.get("kind") and hd.get("action") == d.get("action")
-                   and names & {it["name"] for it in hd.get("items") or ()}
-                   for _, _, hd in self.by_recipe.get(rid, ()))
-
     def candidates(self, rid: str, shown: list[str], split: str, seed: int, qid: str, n: int = STEP_POOL,
                    only: int | None = None) -> list[tuple[str, str, int, int]]:
         """Up to `n` (photo, its recipe, the held-out step it matches, fields matched) for question `qid` of
@@ -81,13 +72,17 @@ class StepPool:
                       key=lambda h: stable_key("step-held", seed, qid, h[0]))
         lists = []
         for _hid, hs, hd in held:
+            # the items the recipe's own steps of this kind and action show (an item twin shows one of them)
+            twin_items = set().union(*({it["name"] for it in d.get("items") or ()}
+                                       for _, _, d in self.by_recipe.get(rid, ())
+                                       if (d.get("kind"), d.get("action")) == (hd.get("kind"), hd.get("action"))))
             ranked = []
             for c in self.by_action.get((split, hd.get("kind"), hd.get("action")), ()):
                 cr, cs, cd = self.truth.photos[c]
-                if cr == rid:
+                names = item_names(self.truth, c)
+                if cr == rid or (self.twin_rule == "items" and names & twin_items):
                     continue
                 score = sum(cd.get(k) == hd.get(k) for k in MATCH_FIELDS)
-                names = item_names(self.truth, c)
                 share = len(names & shown_items) / max(len(names), 1)
                 ranked.append((-score, -share, stable_key("step-cand", seed, qid, c), c, hs, score))
             ranked.sort()
@@ -100,10 +95,8 @@ class StepPool:
                     picked.append(ranked[depth])
         if not picked:
             return []
-        if self.twin_rule == "items":
-            out = [(p[3], self.truth.photos[p[3]][0], p[4], p[5]) for p in picked
-                   if not self.item_twin(rid, p[3])]
-            return out[:n]
+        if self.twin_rule == "items":       # item twins were left out above
+            return [(p[3], self.truth.photos[p[3]][0], p[4], p[5]) for p in picked][:n]
         # never a text twin of a step of the recipe (it would read as belonging to it)
         steps = self.words.recipe_rows([rid])[0]
         steps = steps[steps >= 0]

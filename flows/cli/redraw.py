@@ -37,6 +37,9 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                                              "twin of a step of the recipe by its words (AF's rule) or by its "
                                              "ground truth (items: a step of the recipe does the same to an item "
                                              "the photo shows)."),
+               unremarkable: bool = typer.Option(False, "--unremarkable", help="visual_coherence: leave out a "
+                                                 "foreign photo that a rule on the 4 photos' distances singles "
+                                                 "out (the closest pair, the centre, the farthest)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -57,7 +60,7 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     if task not in TASKS:
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
-    if (items or foreign_pool != "af") and task != "visual_coherence":
+    if (items or unremarkable or foreign_pool != "af") and task != "visual_coherence":
         fail("--items-rule and --foreign-pool are visual_coherence rules (the foreign photo); add --task "
              "visual_coherence or leave them out")
     if foreign_pool not in POOLS:
@@ -66,7 +69,8 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
         fail(f"--twin-rule {twin_rule}: one of {', '.join(TWIN_RULES)}")
 
     def make(*args):
-        return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule) \
+        return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule,
+                                unremarkable=unremarkable) \
             if task == "visual_coherence" \
             else redraw(*args)
     paths = Paths.from_env()

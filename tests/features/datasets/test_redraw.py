@@ -505,6 +505,16 @@ def test_coherence_step_pool_shows_what_a_held_out_step_of_the_recipe_does(home,
         for q in new.values():      # a swap keeps the foreign photo's action (the balance of the actions)
             assert all(act(a["source"]) == act(q[5]["foreign_source"]) for a in q[5]["af_alternates"])
         assert "redrawn_action_quota" in r["skips"]
+        # the twin rule by the ground truth: no step of the recipe does the same to an item the photo shows
+        it = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps", twin_rule="items")
+        assert it["photos_twin_rule"] == "items" and it["n_questions"] > 0
+        names = lambda d: {x["name"] for x in d.get("items") or ()}
+        for q in _rows(con, it["dataset_id"]).values():
+            rid, p = q[0], q[5]
+            for e in [{"source": p["foreign_source"]}, *p["af_alternates"]]:
+                d = truth.photos[e["source"]][2]
+                assert not any((o["kind"], o["action"]) == (d["kind"], d["action"]) and names(o) & names(d)
+                               for r, _, o in truth.photos.values() if r == rid)
         again = redraw_coherence(con, SETTING, 0, paths=paths, progress=False, pool="steps")
         assert _rows(con, again["dataset_id"]) == new
         # matched: the reference's step alone, the best match in the question's kitchen
@@ -590,3 +600,21 @@ def test_the_step_pool_balances_the_foreign_photos_actions_to_the_shown_ones():
     assert all(photos[pending[k][2][p][1]][2]["action"] == "serve" for k, p in kept if k < 10)
     assert picks == pick_foreign(pending, truth, False, 0, balance=True)
     assert pick_foreign(pending, truth, False, 0, balance=False) == [0] * 40
+
+
+def test_a_foreign_photo_is_remarkable_when_a_distance_rule_singles_it_out():
+    """In the closest pair, nearest the others' mean, or farthest from it: remarkable; among the shown
+    photos' own spread: not."""
+    from features.datasets.redraw_coherence import remarkable
+
+    def unit(*x):
+        v = np.array(x, dtype=np.float64)
+        return v / np.linalg.norm(v)
+    shown = [unit(1, 0, 0, 0), unit(0, 1, 0, 0), unit(0, 0, 1, 0)]
+    assert remarkable(shown, unit(1, 0.05, 0, 0))            # a near twin of a shown photo: the closest pair
+    assert remarkable(shown, unit(1, 1, 1, 0))               # the centre of the three
+    close = [unit(1, 0.4, 0.4, 0), unit(0.4, 1, 0.4, 0), unit(0.4, 0.4, 1, 0)]
+    assert remarkable(close, unit(0, 0, 0, 1))               # far from all: the distance probe's pick
+    # the shown photos spread unevenly (a close pair among them); the candidate sits like a fourth step
+    shown = [unit(1, 0.3, 0, 0), unit(0.3, 1, 0, 0), unit(0, 0, 1, 0.2)]
+    assert not remarkable(shown, unit(0.2, 0, 0.3, 1))
