@@ -39,7 +39,10 @@ dataset of a knob setting (`0-1-1-af` -> `0-1-1-redrawn-af`, id `vcoh-0-1-1-redr
    reference's step), no text twin of a step of the recipe; a candidate is valid only where, on the drawn
    photos, every shown step's text is closer to its own photo than to it (AF's answerability rule); a
    question with no candidate is dropped (`redrawn_no_step_match`), and each photo records `step_match`
-   (the held-out step, how many of state, vessel and tool it matches).
+   (the held-out step, how many of state, vessel and tool it matches); the foreign photos' actions are then
+   balanced to the shown photos' (`pick_foreign`, `redrawn_action_quota`). With `unremarkable`, any pool, a
+   candidate that a rule on the 4 photos' distances singles out is left out (`remarkable`,
+   `redrawn_remarkable`).
 4. Provenance: `foreign_item` is the new photo, `foreign_source` its source photo, `foreign_recipe_id` the
    source's recipe; `anchor_item`, `distance`, `dist_q`, `foreign_rank` and `distance_probe_hit` are measured
    on the new photos; `redrawn.kitchen_recipe_id` names the kitchen.
@@ -80,6 +83,7 @@ POOLS = ("af", "steps")
 
 
 def action_of(truth, image_id: str) -> str | None:
+    """The action a photo shows (its step's ground truth)."""
     return truth.photos[image_id][2].get("action")
 
 
