@@ -13,8 +13,9 @@ its look, one more step of the recipe, and only its ingredients and the recipe's
 Per question, the held-out steps are taken in a seeded order and their candidates interleaved (best match
 first, then the most of the recipe's shown items, then a seeded key), STEP_POOL in all; from a matched source
 (`K1-0-0-matched-af`) only the step of its reference photo (the recipe's own photo whose place the foreign
-one takes, features/datasets/matched.py), and the best match to the reference wins. A candidate whose
-step text twins a step of the recipe (features/datasets/twins.py, the AF rule) is never one, and the
+one takes, features/datasets/matched.py), and the best match to the reference wins. A twin of a step of the
+recipe is never one: by its step text (`words`, features/datasets/twins.py, the AF rule) or by the ground truth
+(`items`: a step of the recipe does the same kind and action to an item the photo shows); and the
 redraw then keeps a candidate only where the shown steps' texts tell it from the shown photos (AF's
 answerability rule, adversarial.readable_coherence, on the redrawn photos' vectors) and the knobs hold in
 the question's kitchen.
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from features.datasets.knobs import stable_key
-from features.datasets.twins import TWIN_JACCARD, StepWords
+from features.datasets.twins import StepWords
 
 STEP_POOL = 12                          # step-matched candidates per question
 MATCH_FIELDS = ("state", "vessel", "tool")
@@ -102,7 +103,7 @@ class StepPool:
         steps = steps[steps >= 0]
         rows = self.words.rows([self.truth.photos[p[3]][0] for p in picked],
                                [self.truth.photos[p[3]][1] for p in picked])
-        twin = (self.words.jaccard(rows[:, None], steps[None, :]) >= TWIN_JACCARD).any(1) if len(steps) else \
+        twin = self.words.twins(rows[:, None], steps[None, :]).any(1) if len(steps) else \
             np.zeros(len(picked), dtype=bool)
         out = [(p[3], self.truth.photos[p[3]][0], p[4], p[5]) for p, t, r in zip(picked, twin, rows)
                if not t and r >= 0]

@@ -61,12 +61,14 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
     if (items or unremarkable or foreign_pool != "af") and task != "visual_coherence":
-        fail("--items-rule and --foreign-pool are visual_coherence rules (the foreign photo); add --task "
-             "visual_coherence or leave them out")
+        fail("--items-rule, --unremarkable and --foreign-pool are visual_coherence rules (the foreign photo); add "
+             "--task visual_coherence or leave them out")
     if foreign_pool not in POOLS:
         fail(f"--foreign-pool {foreign_pool}: one of {', '.join(POOLS)}")
     if twin_rule not in TWIN_RULES:
         fail(f"--twin-rule {twin_rule}: one of {', '.join(TWIN_RULES)}")
+    if twin_rule != "words" and foreign_pool != "steps":
+        fail(f"--twin-rule {twin_rule} chooses the step pool's twin rule; add --foreign-pool steps or leave it out")
 
     def make(*args):
         return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule,

@@ -548,6 +548,12 @@ def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
         assert r.exit_code != 0 and "visual coherence foreign photos" in r.output, r.output
         r = CliRunner().invoke(app, ["redraw", "--items-rule", "--knobs", SETTING])
         assert r.exit_code != 0 and "--task visual_coherence" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--unremarkable", "--knobs", SETTING])
+        assert r.exit_code != 0 and "--task visual_coherence" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--foreign-pool", "ball"])
+        assert r.exit_code != 0 and "one of af, steps" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--twin-rule", "items"])
+        assert r.exit_code != 0 and "--foreign-pool steps" in r.output, r.output
         r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--knobs", "1-0-1-balanced-af"])
         assert r.exit_code != 0 and "mrqa generate --task visual_coherence" in r.output, r.output
     finally:
