@@ -216,14 +216,14 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     return {"task": task, "datasets": res, **info}
 
 
-KIND_TASKS = {"matched": ("visual_coherence",), "kitchen": ("visual_cloze",),     # the tasks each kind beyond
-              "redrawn": ("visual_cloze", "visual_coherence"),                    # the paper has
+KIND_TASKS = {"matched": ("visual_coherence",), "author": ("visual_coherence",),  # the tasks each kind beyond
+              "kitchen": ("visual_cloze",), "redrawn": ("visual_cloze", "visual_coherence"),  # the paper has
               "matched-redrawn": ("visual_coherence",)}
 
 
 def check_kind(task: str, distractors: str) -> None:
-    """Refuse a kind of AF dataset the task has none of (before any work): --distractors matched is visual
-    coherence's, kitchen visual cloze's, redrawn visual cloze's and coherence's."""
+    """Refuse a kind of AF dataset the task has none of (before any work): --distractors matched and author are
+    visual coherence's, kitchen visual cloze's, redrawn visual cloze's and coherence's."""
     if distractors in KIND_TASKS and task not in KIND_TASKS[distractors]:
         names = " and ".join(t.replace("_", " ") for t in KIND_TASKS[distractors])
         raise ValueError(f"--distractors {distractors} names {names}'s AF datasets; {task} has none (use "
@@ -232,7 +232,7 @@ def check_kind(task: str, distractors: str) -> None:
 
 def _example(task: str, distractors: str) -> str:
     """The generate command that makes AF datasets of a kind (for an error message)."""
-    if distractors in ("matched", "kitchen"):
+    if distractors in ("matched", "author", "kitchen"):
         return f"`mrqa generate --task {task} --knobs 0-0-0-{distractors}-af`"
     if distractors == "redrawn":
         return (f"`mrqa redraw --task {task} --knobs 0-1-1-af` (after `mrqa generate --task {task} --knobs "

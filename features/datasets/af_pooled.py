@@ -251,7 +251,8 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0, distra
     benchmarks, never pooled together): dataset_id, setting, params, n_questions, and n_plain (the
     question count of the same setting without AF, same seed and encoder: the paper setting's where a
     parameter variant of it (a `-p<hash>` id) was generated too, and for a matched setting
-    (`0-0-0-matched-af`) and a redrawn one (`0-1-1-redrawn-af`) the paper setting's (`0-0-0`, `0-1-1`); None
+    (`0-0-0-matched-af`, `0-0-0-author-af`) and a redrawn one (`0-1-1-redrawn-af`) the paper setting's (`0-0-0`,
+    `0-1-1`); None
     when not generated) and plain_id (that
     plain dataset's id, or None)."""
     rows = con.execute("""
@@ -259,7 +260,7 @@ def af_datasets(con: duckdb.DuckDBPyConnection, task: str, seed: int = 0, distra
         FROM datasets a LEFT JOIN LATERAL (
             SELECT p.n_questions, p.dataset_id FROM datasets p WHERE p.task = a.task
               AND NOT coalesce(p.adversarial, false)
-              AND p.setting = regexp_replace(a.setting, '(-matched-redrawn|-matched|-redrawn)?-af$', '')
+              AND p.setting = regexp_replace(a.setting, '(-matched-redrawn|-matched|-author|-redrawn)?-af$', '')
               AND p.seed = a.seed
               AND p.encoder_id IS NOT DISTINCT FROM a.encoder_id
             ORDER BY regexp_matches(p.dataset_id, '-p[0-9a-f]{6}$'), p.dataset_id LIMIT 1) p ON true

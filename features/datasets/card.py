@@ -68,11 +68,12 @@ PROVENANCE_KEYS = {
     "preset": "The preset name, or null.",
     "k3_mode": "off | coin | all | balanced.",
     "rule": "How the distractors were chosen: ball (knob 2), random_far (RecipeQA-style preset), matched "
-            "(coherence beyond the paper: matched to reference_item), kitchen (visual cloze beyond the paper: "
+            "(coherence beyond the paper: matched to reference_item), author (the same among the recipes of the "
+            "question's author), kitchen (visual cloze beyond the paper: "
             "photos of the question's own recipe), uniform or weighted_by_summed_distance "
             "(ordering).",
-    "reference_item": "Coherence, --distractors matched: the held-out photo of the question's recipe whose cosines "
-                      "to the shown photos the foreign image's match.",
+    "reference_item": "Coherence, --distractors matched or author: the held-out photo of the question's recipe "
+                      "whose cosines to the shown photos the foreign image's match.",
     "answer_step": "step_idx of the answer step (cloze: the blank; coherence/ordering: the drawn step).",
     "extra_removed_step": "Knob 1 = 1: the other step removed from the recipe's pool after this question; else null.",
     "question_items": "The items the question shows (image ids or `<recipe>_<step>_title`).",
@@ -149,6 +150,8 @@ KNOB_LEGEND = "\n".join((
     '0..3 |',
     "| `-matched` | visual coherence, knobs 2 and 3 = 0: the foreign image's cosines to the shown images "
     "match a held-out photo of the recipe's own (beyond the paper) |",
+    "| `-author` | the same, the foreign image from another recipe of the question's author: their kitchen, "
+    "so the photos' own pixels tell it less (beyond the paper) |",
     "| `-kitchen` | visual cloze, knobs 2 and 3 = 0: the distractors are photos of the question's own recipe, "
     "from steps it neither shows nor could fill the blank with (beyond the paper) |",
     '| `-af` | adversarially filtered: distractors a learned question-only ensemble cannot reject |',

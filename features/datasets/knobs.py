@@ -28,11 +28,15 @@ N_CHOICES = 4
 AF_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze", "visual_ordering")
 AF_ALL_TASKS = ("visual_cloze", "visual_coherence", "textual_cloze")     # the AF variants `--all` makes
 AF_DEFAULT_ROUNDS = 3
-BEYOND = ("matched", "kitchen", "redrawn", "matched-redrawn")   # distractor rules beyond the paper, each its
-                                                                # own setting name
+BEYOND = ("matched", "author", "kitchen", "redrawn", "matched-redrawn")  # distractor rules beyond the paper,
+                                                                          # each its own setting name
+MATCHED_KINDS = ("matched", "author")    # coherence's foreign photo matched to a held-out photo of the recipe
 REDRAWN_KINDS = ("redrawn", "matched-redrawn")   # made by `mrqa redraw` from an AF dataset, never generated
 KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
                 "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
+AUTHOR_RULE = ("--distractors author is defined for visual coherence at knob 2 = 0 and knob 3 = 0 (the foreign "
+               "photo of another recipe by the question's author, matched to a held-out photo of the recipe, "
+               "replaces their distances: the setting is K1-0-0-author, e.g. 0-0-0-author-af)")
 REDRAWN_RULE = ("redrawn distractors (visual cloze) and foreign photos (visual coherence) are made by `mrqa redraw` "
                 "from an AF dataset of the sample kitchen (e.g. `mrqa redraw --knobs 0-1-1-af` makes "
                 "0-1-1-redrawn-af; `mrqa redraw --task visual_coherence --knobs 0-0-0-matched-af` makes "
@@ -58,6 +62,7 @@ class KnobParams:
     # knob 2 -- distance of distractors from the correct answer (ball in units of s_d around m_d)
     distractors: str = "ball"            # ball (knob 2) | random_far (RecipeQA-style preset) | matched
                                          # (coherence, beyond the paper: features/datasets/matched.py) |
+                                         # author (coherence: matched among the recipes of the question's author) |
                                          # kitchen (visual cloze, beyond the paper: the recipe's own photos) |
                                          # redrawn (visual cloze and coherence AF: the ball's photos drawn
                                          # again in the question's kitchen, features/datasets/redraw.py)
@@ -110,11 +115,15 @@ class KnobParams:
         if not 0 < self.questions_per_step <= 1:
             raise ValueError("questions_per_step must be in (0, 1]")
         if self.distractors not in ("ball", "random_far") + BEYOND:
-            raise ValueError("distractors must be ball, random_far, matched, kitchen, redrawn or matched-redrawn")
+            raise ValueError("distractors must be ball, random_far, matched, author, kitchen, redrawn or "
+                             "matched-redrawn")
         if self.distractors == "matched" and (task != "visual_coherence" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                              "(it replaces their distances: e.g. --task visual_coherence --knobs 0-0-0-af)")
+        if self.distractors == "author" and (task != "visual_coherence" or self.preset
+                                             or self.knob2 or self.knob3 or self.k3_mode != "off"):
+            raise ValueError(AUTHOR_RULE)
         if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(KITCHEN_RULE)
@@ -158,7 +167,8 @@ class KnobParams:
         ball_lo, ball_hi = self._preset_ball()
         no_ball = ("visual ordering draws wrong orders, no distractors from a ball" if ordering else
                    {"random_far": "the preset's random far distractors replace it",
-                    "matched": "the matched foreign image replaces it"}.get(
+                    "matched": "the matched foreign image replaces it",
+                    "author": "the matched foreign image of the author's recipes replaces it"}.get(
                        self.distractors, f"{self.distractors} distractors replace it"))
         # (option, set away from the preset, used by this setting, why not)
         rules = (("--k3-prob", self.k3_prob != 0.5, self.k3_mode == "coin", "knob 3's coin mode only"),
@@ -171,7 +181,7 @@ class KnobParams:
                   f"the knob-2 ball: {no_ball}"),
                  ("--ball-hi-sd", self.ball_hi_sd != ball_hi, not ordering and self.distractors in ("ball", "redrawn"),
                   f"the knob-2 ball: {no_ball}"),
-                 ("--k", self.k != 100, not ordering and self.distractors not in ("matched", "matched-redrawn"),
+                 ("--k", self.k != 100, not ordering and self.distractors not in (*MATCHED_KINDS, "matched-redrawn"),
                   "visual ordering uses no neighbours" if ordering
                   else "the matched foreign image is drawn from no neighbours"))
         unused = [f"{opt} ({why})" for opt, changed, used, why in rules if changed and not used]
@@ -269,7 +279,7 @@ PRESETS = ("recipeqa",)
 NAMED_MODES = ("all", "balanced")        # knob-3 modes a setting name spells; coin (the paper's) is the default
 _SETTING_RE = re.compile(r"""^(?P<k1>\d+)\s*[-,]\s*(?P<k2>\d+)\s*[-,]\s*(?P<k3>\d+)
                              (?:[-:(]?(?P<mode>off|coin|all|balanced)\)?)?
-                             (?P<beyond>-matched-redrawn|-matched|-kitchen|-redrawn)?
+                             (?P<beyond>-matched-redrawn|-matched|-author|-kitchen|-redrawn)?
                              (?P<af>-af)?$""", re.VERBOSE)
 
 
@@ -283,7 +293,7 @@ class Setting:
     k3_mode: str = "off"                 # off (k3=0) | coin (the paper's) | all | balanced
     adversarial: bool = False
     preset: str | None = None
-    distractors: str = "ball"            # ball (knob 2) | matched (coherence) | kitchen (visual cloze): knobs 2
+    distractors: str = "ball"            # ball (knob 2) | matched, author (coherence) | kitchen (visual cloze): knobs 2
                                          # and 3 = 0, beyond the paper | redrawn (visual cloze/coherence AF)
 
     @property
@@ -311,15 +321,17 @@ def setting_of(knobs: str) -> str:
 
 
 def setting_kind(name: str) -> str:
-    """Which distractors a setting's name says: `matched`, `kitchen`, `redrawn` (beyond the paper) or `ball`."""
-    m = re.search(r"-(matched-redrawn|matched|kitchen|redrawn)\b", str(name or ""))
+    """Which distractors a setting's name says: `matched`, `author`, `kitchen`, `redrawn`, `matched-redrawn`
+    (beyond the paper) or `ball`."""
+    m = re.search(r"-(matched-redrawn|matched|author|kitchen|redrawn)\b", str(name or ""))
     return m[1] if m else "ball"
 
 
 def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversarial: bool = False,
                  distractors: str = "ball") -> str:
     """The one name of a knob setting: `k1-k2-k3`, then `-all` or `-balanced` for a knob-3 mode other
-    than the paper's coin flip, then `-matched` for coherence's matched foreign images or `-kitchen` for
+    than the paper's coin flip, then `-matched` for coherence's matched foreign images (`-author`: matched among
+    the recipes of the question's author) or `-kitchen` for
     visual cloze's distractors from the question's own recipe (knobs 2 and 3 = 0 only, beyond the paper) or
     `-redrawn` for visual cloze AF distractors (coherence: foreign photos) drawn again in the question's kitchen
     (`0-1-1-redrawn-af`),
@@ -336,11 +348,13 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
     if k3 == 1 and mode == "off":
         mode = "coin"
     if distractors not in ("ball",) + BEYOND:
-        raise ValueError(f"a setting's distractors are ball, matched, kitchen, redrawn or matched-redrawn, got "
+        raise ValueError(f"a setting's distractors are ball, matched, author, kitchen, redrawn or matched-redrawn, got "
                          f"{distractors!r}")
     if distractors == "matched" and (k2 or k3):
         raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
                          "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
+    if distractors == "author" and (k2 or k3):
+        raise ValueError(AUTHOR_RULE)
     if distractors == "kitchen" and (k2 or k3):
         raise ValueError(KITCHEN_RULE)
     if distractors in REDRAWN_KINDS and not adversarial or distractors == "matched-redrawn" and (k2 or k3):
@@ -355,8 +369,9 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
 
     Accepted: `0-0-1-balanced` (the name), `0,0,1` with `k3_mode="balanced"` (`--knobs 0,0,1
     --k3-mode balanced`), `0-0-1:balanced` (the old knob label), `0-0-1balanced` (the old partition),
-    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, `K1-0-0-matched[-af]` and
-    `K1-0-0-kitchen[-af]` (or `K1-0-0[-af]` with `distractors="matched"` / `"kitchen"`), and `recipeqa`.
+    `0-0-1(balanced)`, `0-0-1-coin` (= `0-0-1`), any of them with `-af`, `K1-0-0-matched[-af]`,
+    `K1-0-0-author[-af]` and `K1-0-0-kitchen[-af]` (or `K1-0-0[-af]` with `distractors="matched"`, `"author"` or
+    `"kitchen"`), and `recipeqa`.
     `k3_mode` / `adversarial` / `distractors` given beside the text must agree with it. Raises ValueError otherwise."""
     raw = str(text)
     s = raw.strip().lower()
@@ -367,7 +382,8 @@ def parse_setting(text: str, k3_mode: str | None = None, adversarial: bool | Non
     m = _SETTING_RE.match(s)
     if not m:
         raise ValueError(f"not a knob setting: {raw!r}; expected K1-K2-K3 with each 0 or 1, optionally "
-                         f"-all or -balanced (k3=1), -matched (visual coherence) or -kitchen (visual cloze) at "
+                         f"-all or -balanced (k3=1), -matched or -author (visual coherence) or -kitchen (visual "
+                         f"cloze) at "
                          f"K2 = K3 = 0 or -redrawn (visual cloze and coherence AF), and -af, e.g. 0-1-0, "
                          f"0-0-1-balanced, 0-1-1-af, "
                          f"0-0-0-kitchen-af; or "

@@ -13,6 +13,13 @@ Knobs 2 and 3 are not applied (their distances are what it replaces); knob 1 is.
 named `K1-0-0-matched` (`-af` for its AF variant): its own dataset id, Parquet partition and card
 config, never a paper setting's.
 
+With `distractors = "author"` (`K1-0-0-author[-af]`) the candidates are only the photos of the other recipes
+of the question's author in its split. Every photo of a recipe shares its kitchen (counter, light, framing),
+and on a recipe site an author's kitchen is the same from recipe to recipe, so a foreign photo from another
+author's kitchen is told from the shown ones by its pixels alone (the look probe, `mrqa look-probe`, reads 97%
+of the matched AF questions so); one from the author's own kitchen differs only by the small per-recipe
+change of light and framing. Questions whose author has no other recipe in the split get no candidate.
+
 `matched_pool` returns per question its `MATCHED_POOL` best-matched candidates in that order; text
 twins and photos the shown steps' texts cannot tell apart are left out by the caller (questions.py),
 as for the ball.
@@ -49,10 +56,12 @@ def profile(sims: np.ndarray) -> np.ndarray:
     return -np.sort(-sims, axis=-1)
 
 
-def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) -> np.ndarray:
+def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL, same_author: bool = False
+                 ) -> np.ndarray:
     """(Q, m) candidate items, best match first (-1 padding): by the L1 distance between a candidate's
     sorted cosines to the 3 shown images and the reference's. Candidates:
-    images of other recipes of the question's split. Rows without a reference get none. Ties go to the
+    images of other recipes of the question's split (`same_author`: only those of the recipes of the question
+    recipe's author; a recipe without an author gets none). Rows without a reference get none. Ties go to the
     lower item row (a stable order: the same inputs give the same pool)."""
     V = sp.vecs
     Q = len(items)
@@ -71,6 +80,9 @@ def matched_pool(sp, items: np.ndarray, ref: np.ndarray, m: int = MATCHED_POOL) 
             target = profile(np.einsum("bd,bjd->bj", V[ref[r]].astype(np.float32), shown))   # (B, 3)
             c = np.abs(profile(S) - target[:, None, :]).sum(-1).astype(np.float64)          # (B, N)
             c[sp.recipe_code[pool][None, :] == sp.recipe_code[items[r, 0]][:, None]] = np.inf
+            if same_author:
+                a = sp.author_code[items[r, 0]][:, None]
+                c[(a < 0) | (sp.author_code[pool][None, :] != a)] = np.inf
             k = min(m, len(pool))
             if k < len(pool):
                 part = np.argpartition(c, k - 1, axis=1)[:, :k]

@@ -352,8 +352,8 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
                         heads)
         return
     P = _coherence_pool(b, sp, knn)
-    if p.distractors == "matched":
-        _coherence_matched(ds, b, sp, P, heads)
+    if p.distractors in ("matched", "author"):
+        _coherence_matched(ds, b, sp, P, heads, same_author=p.distractors == "author")
         return
     lo = np.zeros(q) if p.ball_lo_sd is None else P["m_d"] + p.ball_lo_sd * P["s_d"]
     hi = P["m_d"] + p.ball_hi_sd * P["s_d"]
@@ -408,21 +408,22 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     _emit_coherence(ds, b, sp, keep, pick["foreign"], P, extra, heads)
 
 
-def _coherence_matched(ds, b, sp, P, heads) -> None:
+def _coherence_matched(ds, b, sp, P, heads, same_author: bool = False) -> None:
     """Beyond the paper (features/datasets/matched.py): the foreign image whose cosines to the 3 shown
     images match those of a held-out photo of the question's recipe; no text twin of a step of the
     recipe, and one the shown steps' texts tell apart (as for the ball). The best-matched valid
-    candidate, or with AF the one its adversary finds most plausible among them."""
+    candidate, or with AF the one its adversary finds most plausible among them. `same_author` (the
+    `author` setting): the candidates are photos of the other recipes of the question's author."""
     from features.datasets.adversarial import foreign_fields, readable_coherence, twin_of_recipe
     from features.datasets.matched import matched_pool, reference_items
     ref = reference_items(sp, b.items, b.sk.steps, b.qkeys)
     ds.skip("no_reference_image", (ref < 0).sum())
-    cand = matched_pool(sp, b.items, ref)
+    cand = matched_pool(sp, b.items, ref, same_author=same_author)
     bad = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids)
     bad |= (cand >= 0) & ~readable_coherence(sp, b.items, np.maximum(cand, 0))
     valid = (cand >= 0) & ~bad
     ok = valid.any(1)
-    ds.skip("no_matched_candidate", ((ref >= 0) & ~ok).sum())
+    ds.skip("no_author_candidate" if same_author else "no_matched_candidate", ((ref >= 0) & ~ok).sum())
     keep = np.flatnonzero(ok)
     col = np.argmax(valid[keep], axis=1)
     foreign = cand[keep, col]
@@ -430,12 +431,14 @@ def _coherence_matched(ds, b, sp, P, heads) -> None:
     if ds.params.af_rounds:
         from features.datasets.adversarial import config, refine_coherence
         sub, pick, af = refine_coherence(ds, b, sp, P, keep, foreign, None, None, None, None, None, exact=False,
-                                         matched=np.where(valid[keep], cand[keep], -1))
+                                         matched=np.where(valid[keep], cand[keep], -1),
+                                         matched_pool="author" if same_author else "matched")
         keep, foreign = keep[sub], pick["foreign"]
         af["adversarial"] = config(ds)
     near, D, dq, frank = (x[:, 0] for x in foreign_fields(sp, P, keep, foreign[:, None]))
     anchor = b.items[keep][np.arange(len(keep)), near]
-    extra = {"rule": "matched", "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
+    extra = {"rule": "author" if same_author else "matched",
+             "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
              "anchor_item": pa.array(sp.item_ids[anchor].tolist(), pa.string()), "distance": pa.array(_r(D)),
              "dist_q": pa.array(_r(dq)), "foreign_rank": pa.array(frank), "k3_rule": None, "target_rank": None,
              **af}

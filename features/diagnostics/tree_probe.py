@@ -317,7 +317,8 @@ def tree_table(home: str, task: str, seeds: tuple[int, ...] = (0, 1, 2), fold_by
     try:
         rows = [(d, s) for d, s in con.execute(
             "SELECT dataset_id, setting FROM datasets WHERE task = ? AND setting LIKE '%-af' AND n_questions > 0 "
-            "ORDER BY setting", [task]).fetchall() if ("-matched-" in s) == matched and "-kitchen-" not in s]
+            "ORDER BY setting", [task]).fetchall()
+            if ("-matched-" in s) == matched and "-kitchen-" not in s and "-author-" not in s]
         if not rows:
             raise LookupError(f"no AF datasets of {task} in {db}: run `mrqa generate --task {task} --knobs 0-1-1-af`")
         ids = [d for d, _ in rows]

@@ -81,7 +81,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                 seed: int = typer.Option(0, "--seed", help="The datasets' seed, and the folds' and models'."),
                 distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                         "datasets: the knob settings' (ball), coherence's matched "
-                                                        "variants (matched), visual cloze's kitchen variants "
+                                                        "variants (matched, author), visual cloze's kitchen variants "
                                                         "(kitchen) or redrawn ones (`mrqa redraw`); never pooled "
                                                         "together."),
                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
@@ -158,8 +158,8 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                  as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
                  distractors: Distractors = typer.Option(Distractors.ball, "--distractors", help="Which AF "
                                                          "datasets: the knob settings' (ball), coherence's matched "
-                                                         "variants (matched), visual cloze's kitchen ones (kitchen) "
-                                                         "or redrawn ones (redrawn)."),
+                                                         "variants (matched, author), visual cloze's kitchen ones "
+                                                         "(kitchen) or redrawn ones (redrawn)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core, at most one per "
                                                        "seed, or with more cores than seeds and 2,000 questions or "

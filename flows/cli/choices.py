@@ -30,8 +30,8 @@ Size = choices("Size", SIZES)
 Split = choices("Split", SPLITS)
 Preset = choices("Preset", ("recipeqa",))                      # features.datasets.generate.settings_for
 AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
-Distractors = choices("Distractors", ("ball", "matched", "kitchen", "redrawn",     # KnobParams.distractors (knobs)
-                                       "matched-redrawn"))
+Distractors = choices("Distractors", ("ball", "matched", "author", "kitchen",     # KnobParams.distractors
+                                       "redrawn", "matched-redrawn"))
 FloorBy = choices("FloorBy", ("dataset", "split"))            # training.af_pooled.FLOOR_BY
 SwapFirst = choices("SwapFirst", ("auto", "confident", "movable"))   # flows.af_pool.af_pool_flow swap_first
 FoldBy = choices("FoldBy", ("recipe", "split"))               # training.af_pooled.FOLD_BY

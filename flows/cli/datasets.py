@@ -57,9 +57,10 @@ def generate_cmd(
         distractors: Optional[Distractors] = typer.Option(
             None, "--distractors", help="ball (default): the knob-2 ball (the paper); matched: visual coherence "
             "at knobs 0-0 only, the foreign image whose cosines to the shown ones match a photo of the recipe's own "
-            "(beyond the paper; the setting is named K1-0-0-matched[-af], which --knobs also takes); kitchen: visual "
-            "cloze at knobs 0-0 only, distractors from the question's own recipe, its kitchen (K1-0-0-kitchen[-af]); "
-            "redrawn: made by `mrqa redraw`, not here."),
+            "(beyond the paper; the setting is named K1-0-0-matched[-af], which --knobs also takes); author: the "
+            "same, the foreign image from another recipe of the question's author (K1-0-0-author[-af]); kitchen: "
+            "visual cloze at knobs 0-0 only, distractors from the question's own recipe, its kitchen "
+            "(K1-0-0-kitchen[-af]); redrawn: made by `mrqa redraw`, not here."),
         wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from features.datasets.generate import POOLED_DROP_TASKS

@@ -14,7 +14,9 @@ from features.datasets.knobs import (
     dataset_id,
     legacy_dataset_id,
     parse_setting,
+    previous_dataset_ids,
     recipe_rng,
+    setting_kind,
     setting_name,
     uniforms,
 )
@@ -162,7 +164,7 @@ def test_matched_settings_have_their_own_name_id_and_earlier_id():
     said it (the paper setting's name with -p<hash>) is replaced on re-generation."""
     import hashlib
 
-    from features.datasets.knobs import params_hash, previous_dataset_ids
+    from features.datasets.knobs import params_hash
     enc8 = hashlib.sha256(b"enc").hexdigest()[:8]
     for k1, af in ((0, False), (1, True)):
         name, old = f"{k1}-0-0-matched" + ("-af" if af else ""), f"{k1}-0-0" + ("-af" if af else "")
@@ -181,6 +183,36 @@ def test_matched_settings_have_their_own_name_id_and_earlier_id():
                               ("0-0-0-af-matched", None, "not a knob setting")):
         with pytest.raises(ValueError, match=match):
             parse_setting(text, distractors=dist)
+
+
+def test_author_settings_have_their_own_name_and_id():
+    """Coherence's foreign photo matched among the recipes of the question's author: `K1-0-0-author[-af]`,
+    read from the name or from `--distractors author`; only at knobs 2 and 3 = 0, for visual coherence."""
+    import hashlib
+    enc8 = hashlib.sha256(b"enc").hexdigest()[:8]
+    for k1, af in ((0, False), (1, True)):
+        name = f"{k1}-0-0-author" + ("-af" if af else "")
+        s = parse_setting(name)
+        assert s == Setting(k1, 0, 0, "off", af, distractors="author") and s.name == name
+        assert parse_setting(f"{k1}-0-0" + ("-af" if af else ""), distractors="author") == s
+        p = s.params("visual_coherence")
+        assert p.distractors == "author" and p.setting == s and p.knobs_label == name
+        assert dataset_id("visual_coherence", p, 0, "enc") == f"vcoh-{name}-s0-{enc8}"
+        assert len(previous_dataset_ids("visual_coherence", p, 0, "enc")) == 1      # no earlier name
+        assert setting_kind(name) == "author"
+    for text, dist, match in (("0-1-0-author", None, "knob 2 = 0 and knob 3 = 0"),
+                              ("0-0-1-author-af", None, "knob 2 = 0 and knob 3 = 0"),
+                              ("0-0-0-author", "matched", "--distractors is 'matched'"),
+                              ("0-0-0-af-author", None, "not a knob setting")):
+        with pytest.raises(ValueError, match=match):
+            parse_setting(text, distractors=dist)
+    for task in ("visual_cloze", "textual_cloze", "visual_ordering"):
+        with pytest.raises(ValueError, match="--distractors author is defined for visual coherence"):
+            parse_setting("0-0-0-author").params(task).validate(task)
+    with pytest.raises(ValueError, match="--distractors author"):
+        KnobParams.recipeqa_preset(distractors="author").validate("visual_coherence")
+    with pytest.raises(ValueError, match="--k"):          # the matched rule draws from no neighbours
+        parse_setting("0-0-0-author").params("visual_coherence", k=40).validate("visual_coherence")
 
 
 # every older spelling of a setting, and the name it is read as

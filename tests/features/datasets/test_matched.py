@@ -21,13 +21,15 @@ ENC = "synthetic-enc-0001"
 TASK = "visual_coherence"
 
 
-def _matched(k1: int, af: bool) -> tuple[str, KnobParams]:
-    p = KnobParams.preset_for(TASK, k1, 0, 0, distractors="matched")
+def _matched(k1: int, af: bool, kind: str = "matched") -> tuple[str, KnobParams]:
+    p = KnobParams.preset_for(TASK, k1, 0, 0, distractors=kind)
     return TASK, replace(p, af_rounds=AF_DEFAULT_ROUNDS) if af else p
 
 
 SETTINGS = [_matched(0, False), _matched(1, False), _matched(0, True),
-            (TASK, KnobParams.preset_for(TASK, 0, 0, 0))]       # the paper's 0-0-0, to compare
+            (TASK, KnobParams.preset_for(TASK, 0, 0, 0)),       # the paper's 0-0-0, to compare
+            _matched(1, False, "author"), _matched(0, True, "author")]   # among the author's recipes
+MATCHED = [0, 1, 2, 4, 5]                                       # SETTINGS with a matched foreign photo
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,7 @@ def world(tmp_path_factory):
         w["vec"] = {i: np.asarray(v, np.float64) / np.linalg.norm(v) for i, _, v in iv}
         w["images"] = [(i, r) for i, r, _ in iv]
         w["split"] = dict(duckdb.sql(f"SELECT recipe_id, split FROM '{out}/recipes.parquet'").fetchall())
+        w["author"] = dict(w["con"].execute("SELECT recipe_id, author FROM recipes").fetchall())
         yield w
 
 
@@ -47,12 +50,12 @@ def test_ids_params_and_refusals(world):
         params = json.loads(world["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                                  [did]).fetchone()[0])
         setting = world["con"].execute("SELECT setting FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0]
-        if p.distractors == "matched":      # its own setting name: never a paper setting's id or partition
-            name = f"{p.knob1}-0-0-matched" + ("-af" if p.af_rounds else "")
+        if p.distractors in ("matched", "author"):     # its own setting name: never a paper setting's
+            name = f"{p.knob1}-0-0-{p.distractors}" + ("-af" if p.af_rounds else "")     # id or partition
             assert setting == name and did == f"vcoh-{name}-s0-{did.rsplit('-', 1)[-1]}"
-            assert params["distractors"] == "matched"
+            assert params["distractors"] == p.distractors
             if p.af_rounds:
-                assert params["adversarial"]["pools"] == ["matched"]
+                assert params["adversarial"]["pools"] == [p.distractors]
         else:
             assert setting == "0-0-0" and "matched" not in did
         assert "-p" not in did.rsplit("-", 1)[-1][:2]
@@ -65,25 +68,46 @@ def test_ids_params_and_refusals(world):
 
 
 def test_every_foreign_image_is_matched_to_a_held_out_photo_of_the_recipe(world):
-    """On every question: the foreign image (the answer) is a photo of another recipe of the same split;
-    the reference is a photo of the question's recipe from a step it does not show; and the foreign
-    image is among the MATCHED_POOL candidates whose sorted cosines to the 3 shown photos are nearest the
-    reference's (recomputed here from the exported vectors over every photo of the split)."""
-    n = 0
-    for did in world["ids"][:3]:
-        rows = dataset_rows(world, did)
+    """On every question: the foreign image (the answer) is a photo of another recipe of the same split
+    (`author`: by the question recipe's author); the reference is a photo of the question's recipe from a
+    step it does not show; and the foreign image is among the MATCHED_POOL candidates whose sorted cosines
+    to the 3 shown photos are nearest the reference's (recomputed here from the exported vectors over every
+    photo of the split, `author`: every photo of the author's other recipes there)."""
+    n = Counter()
+    for i in MATCHED:
+        kind = SETTINGS[i][1].distractors
+        rows = dataset_rows(world, world["ids"][i])
         assert rows
         for r in rows:
             assert set(r["prov"]) <= set(PROVENANCE_KEYS), set(r["prov"]) - set(PROVENANCE_KEYS)   # on the card
-            _check_matched(world, r)
-            n += 1
-    assert n > 100
+            _check_matched(world, r, kind)
+            n[kind] += 1
+    assert n["matched"] > 100 and n["author"] > 100, n
 
 
-def _check_matched(world, r) -> None:
-    """The foreign image of question row r is a photo of another recipe of its split, among the
-    MATCHED_POOL best matches of the reference, a photo of r's recipe from a step it does not show."""
-    vec, split = world["vec"], world["split"]
+def test_author_candidates_only_where_the_author_has_another_recipe(world):
+    """A question whose recipe's author has no other recipe in its split gets no foreign photo (counted as
+    `no_author_candidate`); the author variant keeps fewer questions than the matched one, never more."""
+    con = world["con"]
+    author, split = world["author"], world["split"]
+    mates = {r: sum(1 for o in author if o != r and author[o] == author[r] and split[o] == split[r])
+             for r in author}
+    for i in (4, 5):
+        rows = dataset_rows(world, world["ids"][i])
+        assert all(mates[r["recipe_id"]] > 0 for r in rows)
+    plain = dict(con.execute("SELECT setting, n_questions FROM datasets").fetchall())
+    assert plain["1-0-0-author"] <= plain["1-0-0-matched"]
+    lonely = {r["recipe_id"] for r in dataset_rows(world, world["ids"][1]) if mates[r["recipe_id"]] == 0}
+    skipped = dict(con.execute("SELECT reason, n_skipped FROM generation_skips WHERE dataset_id = ?",
+                               [world["ids"][4]]).fetchall())
+    assert lonely and skipped.get("no_author_candidate", 0) >= len(lonely)     # each asked at least once
+
+
+def _check_matched(world, r, kind: str = "matched") -> None:
+    """The foreign image of question row r is a photo of another recipe of its split (`author`: by r's
+    recipe's author), among the MATCHED_POOL best matches of the reference, a photo of r's recipe from a step
+    it does not show."""
+    vec, split, author = world["vec"], world["split"], world["author"]
     if "by_split" not in world:
         world["by_split"] = {}
         for img, rid in world["images"]:
@@ -91,16 +115,19 @@ def _check_matched(world, r) -> None:
     p, choices = r["prov"], list(r["choice_list"])
     foreign = choices[r["answer"]]
     shown = [c for i, c in enumerate(choices) if i != r["answer"]]
-    assert p["rule"] == "matched" and p["foreign_item"] == foreign
+    assert p["rule"] == kind and p["foreign_item"] == foreign
     frid, rid = item_step(foreign)[0], r["recipe_id"]
     assert frid != rid and split[frid] == split[rid] == r["split"]
+    if kind == "author":
+        assert author[frid] == author[rid]
     ref_rid, ref_step = item_step(p["reference_item"])
     assert ref_rid == rid and p["reference_item"] not in shown
     assert ref_step not in {item_step(c)[1] for c in shown}
     S = np.stack([vec[c] for c in shown])
     prof = lambda x: -np.sort(-(S @ vec[x]))
     target = prof(p["reference_item"])
-    pool = [i for i in world["by_split"][r["split"]] if item_step(i)[0] != rid]
+    pool = [i for i in world["by_split"][r["split"]] if item_step(i)[0] != rid
+            and (kind == "matched" or author[item_step(i)[0]] == author[rid])]
     costs = np.array([np.abs(prof(i) - target).sum() for i in pool])
     assert (costs < np.abs(prof(foreign) - target).sum() - 1e-5).sum() < MATCHED_POOL
 
@@ -132,7 +159,7 @@ def test_the_distance_rules_lose_the_foreign_image(world):
 
 
 def test_matched_generation_is_deterministic(world):
-    assert_deterministic(world, SETTINGS[:3])
+    assert_deterministic(world, SETTINGS)
 
 
 def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
@@ -158,6 +185,12 @@ def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
     for args in (["--knobs", "0-1-0-matched"], ["--knobs", "0-0-0-matched", "--distractors", "ball"]):
         r = runner.invoke(app, ["generate", "--task", TASK, *args])
         assert r.exit_code == 2 and "Traceback" not in r.output and "matched" in r.output, (args, r.output)
+    for cmd in (["generate", "--task", "visual_cloze", "--knobs", "0-0-0-author-af"],
+                ["generate", "--task", TASK, "--knobs", "0-1-1-author"],
+                ["af-pool", "--task", "visual_cloze", "--distractors", "author"],
+                ["af-check", "--task", "textual_cloze", "--distractors", "author"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 2 and "Traceback" not in r.output and "author" in r.output, (cmd, r.output)
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0"])
     assert r.exit_code == 0, r.output
     plain = r.output.split()[0]
@@ -185,6 +218,8 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     matched_af, paper_plain = world["ids"][2], world["ids"][3]
     rows = af_datasets(con, TASK, 0, "matched")
     assert [r["dataset_id"] for r in rows] == [matched_af] and af_datasets(con, TASK, 0) == []
+    author = af_datasets(con, TASK, 0, "author")        # a benchmark of its own, its floor the paper setting's
+    assert [(r["dataset_id"], r["n_plain"]) for r in author] == [(world["ids"][5], rows[0]["n_plain"])]
     assert rows[0]["n_plain"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
                                              [paper_plain]).fetchone()[0]
     split_of, n_split = split_counts(con, rows)         # what the per-split floor counts against
