@@ -7,6 +7,8 @@ and to the question) are cached on the Batch, so the knob-2/3 settings of a skel
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 
@@ -21,6 +23,8 @@ from features.datasets.distractors import (
     take_first,
 )
 from features.datasets.knobs import uniforms
+
+log = logging.getLogger(__name__)
 
 PLACEHOLDER = "@placeholder"
 STREAM_ORDER, STREAM_FAR = 7, 11
@@ -418,6 +422,10 @@ def _coherence_matched(ds, b, sp, P, heads, same_author: bool = False) -> None:
     from features.datasets.matched import matched_pool, reference_items
     ref = reference_items(sp, b.items, b.sk.steps, b.qkeys)
     ds.skip("no_reference_image", (ref < 0).sum())
+    if same_author and len(sp.author_code) and (sp.author_code < 0).all():
+        log.warning("%s: no recipe of the warehouse records its author, so no question has a foreign photo from "
+                    "its author's kitchen (skipped: no_author_candidate); instructables pages carry the author, "
+                    "RecipeQA's JSON does not", ds.dataset_id)
     cand = matched_pool(sp, b.items, ref, same_author=same_author)
     bad = (cand >= 0) & twin_of_recipe(sp, cand, b.recipe_ids)
     bad |= (cand >= 0) & ~readable_coherence(sp, b.items, np.maximum(cand, 0))

@@ -191,6 +191,11 @@ def test_cli_distractors_matched_and_its_bad_input(paths, con, prefect_harness):
                 ["af-check", "--task", "textual_cloze", "--distractors", "author"]):
         r = runner.invoke(app, cmd)
         assert r.exit_code == 2 and "Traceback" not in r.output and "author" in r.output, (cmd, r.output)
+    # this world records no author: every question is skipped with its reason, none is lost silently
+    r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0-author-af"])
+    assert r.exit_code == 0 and r.exception is None, r.output      # (its warning may meet a closed test stream)
+    line = next(x for x in r.output.splitlines() if x.startswith("vcoh-0-0-0-author-af-s0-") and "skipped" in x)
+    assert line.split()[1] == "0" and "'no_author_candidate': " in line, line
     r = runner.invoke(app, ["generate", "--task", TASK, "--knobs", "0-0-0"])
     assert r.exit_code == 0, r.output
     plain = r.output.split()[0]
