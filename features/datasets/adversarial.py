@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 
 from features.datasets.distractors import N_RANKS, coherence_scores, pick_keys
-from features.datasets.knobs import md5_key, splitmix64, stable_key
+from features.datasets.knobs import MATCHED_KINDS, md5_key, splitmix64, stable_key
 from features.datasets.twins import TWIN_JACCARD
 from features.diagnostics.question_only import (
     N_DISTANCE_FEATURES,
@@ -114,10 +114,8 @@ def config(ds) -> dict:
     pools = COHERENCE_POOLS if ds.task == "visual_coherence" else CLOZE_POOLS
     if ds.task == "visual_ordering":             # the knob's own draw of wrong orders (refine_ordering)
         pools = ORDERING_POOLS
-    if ds.params.distractors == "matched":       # beyond the knobs: one pool (features/datasets/matched.py)
-        pools = ("matched",)
-    if ds.params.distractors == "author":        # the matched rule among the recipes of the question's author
-        pools = ("author",)
+    if ds.params.distractors in MATCHED_KINDS:   # beyond the knobs: one pool (features/datasets/matched.py)
+        pools = (ds.params.distractors,)
     if ds.params.distractors == "kitchen":       # beyond the knobs: the question's own recipe (kitchen_candidates)
         pools = ("recipe",)
     out = {"rounds": ds.params.af_rounds, "pools": list(pools), "n_folds": N_FOLDS,
@@ -831,14 +829,13 @@ def _foreign_rank(S: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 @_single_blas_thread
 def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, ball_elig: np.ndarray | None,
                      rule: np.ndarray | None, target: np.ndarray | None, lo: np.ndarray | None,
-                     hi: np.ndarray | None, exact: bool, matched: np.ndarray | None = None,
-                     matched_pool: str = "matched"):
+                     hi: np.ndarray | None, exact: bool, matched: np.ndarray | None = None):
     """AF of the coherence questions `keep` with knob-selected foreign images `foreign` (K,).
     ball_elig (K, W): the ball pool's eligible cells (knob 2 and knob 3 of the setting); rule (K,):
     the knob-3 rule per question (paper | none | rank); target (K,): the rank under `rank`.
     matched (K, M): beyond the knobs (features/datasets/matched.py), the candidates instead of the ball
-    and author pools (valid cells only; `foreign` among them); the knob arguments are then unused, and
-    `matched_pool` names their pool (`matched`, or `author` for the matched rule among the author's recipes).
+    and author pools (valid cells only; `foreign` among them); the knob arguments are then unused, and their
+    pool is named by the setting's distractors (`matched`, or `author`: the matched rule among the author's).
     Returns (rows of `keep` kept, {foreign, anchor, distance, dist_q, foreign_rank} of the kept, provenance)."""
     K, R, seed = len(keep), ds.params.af_rounds, ds.seed
     if K == 0:
@@ -871,7 +868,7 @@ def refine_coherence(ds, b, sp, P: dict, keep: np.ndarray, foreign: np.ndarray, 
         ok = ca >= 0
     cand = _dedupe(np.concatenate([cand_b, np.where(ok, ca, -1)], axis=1))
     pool = _pool_label(sp, cand, items[:, 0]) if matched is None else np.zeros(cand.shape, dtype=np.int64)
-    pool_names = COHERENCE_POOLS if matched is None else (matched_pool,)
+    pool_names = COHERENCE_POOLS if matched is None else (ds.params.distractors,)
     fields = {"anchor": np.concatenate([fields_b["anchor"], np.take_along_axis(items, near, 1) if K else near], 1),
               "D": np.concatenate([fields_b["D"], D], 1), "dq": np.concatenate([fields_b["dq"], dq], 1),
               "frank": np.concatenate([fields_b["frank"], frank], 1)}

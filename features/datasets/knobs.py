@@ -34,6 +34,8 @@ MATCHED_KINDS = ("matched", "author")    # coherence's foreign photo matched to 
 REDRAWN_KINDS = ("redrawn", "matched-redrawn")   # made by `mrqa redraw` from an AF dataset, never generated
 KITCHEN_RULE = ("--distractors kitchen is defined for visual cloze at knob 2 = 0 and knob 3 = 0 (the question's "
                 "own recipe replaces their ball: the setting is K1-0-0-kitchen, e.g. 0-0-0-kitchen-af)")
+MATCHED_RULE = ("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 (it replaces "
+                "their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
 AUTHOR_RULE = ("--distractors author is defined for visual coherence at knob 2 = 0 and knob 3 = 0 (the foreign "
                "photo of another recipe by the question's author, matched to a held-out photo of the recipe, "
                "replaces their distances: the setting is K1-0-0-author, e.g. 0-0-0-author-af)")
@@ -117,13 +119,9 @@ class KnobParams:
         if self.distractors not in ("ball", "random_far") + BEYOND:
             raise ValueError("distractors must be ball, random_far, matched, author, kitchen, redrawn or "
                              "matched-redrawn")
-        if self.distractors == "matched" and (task != "visual_coherence" or self.preset
-                                              or self.knob2 or self.knob3 or self.k3_mode != "off"):
-            raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
-                             "(it replaces their distances: e.g. --task visual_coherence --knobs 0-0-0-af)")
-        if self.distractors == "author" and (task != "visual_coherence" or self.preset
-                                             or self.knob2 or self.knob3 or self.k3_mode != "off"):
-            raise ValueError(AUTHOR_RULE)
+        if self.distractors in MATCHED_KINDS and (task != "visual_coherence" or self.preset
+                                                  or self.knob2 or self.knob3 or self.k3_mode != "off"):
+            raise ValueError(AUTHOR_RULE if self.distractors == "author" else MATCHED_RULE)
         if self.distractors == "kitchen" and (task != "visual_cloze" or self.preset
                                               or self.knob2 or self.knob3 or self.k3_mode != "off"):
             raise ValueError(KITCHEN_RULE)
@@ -350,11 +348,8 @@ def setting_name(k1: int, k2: int, k3: int, k3_mode: str | None = None, adversar
     if distractors not in ("ball",) + BEYOND:
         raise ValueError(f"a setting's distractors are ball, matched, author, kitchen, redrawn or matched-redrawn, got "
                          f"{distractors!r}")
-    if distractors == "matched" and (k2 or k3):
-        raise ValueError("--distractors matched is defined for visual coherence at knob 2 = 0 and knob 3 = 0 "
-                         "(it replaces their distances: the setting is K1-0-0-matched, e.g. 0-0-0-matched-af)")
-    if distractors == "author" and (k2 or k3):
-        raise ValueError(AUTHOR_RULE)
+    if distractors in MATCHED_KINDS and (k2 or k3):
+        raise ValueError(AUTHOR_RULE if distractors == "author" else MATCHED_RULE)
     if distractors == "kitchen" and (k2 or k3):
         raise ValueError(KITCHEN_RULE)
     if distractors in REDRAWN_KINDS and not adversarial or distractors == "matched-redrawn" and (k2 or k3):

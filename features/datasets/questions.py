@@ -22,7 +22,7 @@ from features.datasets.distractors import (
     rows_cols,
     take_first,
 )
-from features.datasets.knobs import uniforms
+from features.datasets.knobs import MATCHED_KINDS, uniforms
 
 log = logging.getLogger(__name__)
 
@@ -356,8 +356,8 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
                         heads)
         return
     P = _coherence_pool(b, sp, knn)
-    if p.distractors in ("matched", "author"):
-        _coherence_matched(ds, b, sp, P, heads, same_author=p.distractors == "author")
+    if p.distractors in MATCHED_KINDS:
+        _coherence_matched(ds, b, sp, P, heads)
         return
     lo = np.zeros(q) if p.ball_lo_sd is None else P["m_d"] + p.ball_lo_sd * P["s_d"]
     hi = P["m_d"] + p.ball_hi_sd * P["s_d"]
@@ -412,14 +412,17 @@ def coherence(ds, b, sp, knn: DenseKnn) -> None:
     _emit_coherence(ds, b, sp, keep, pick["foreign"], P, extra, heads)
 
 
-def _coherence_matched(ds, b, sp, P, heads, same_author: bool = False) -> None:
+def _coherence_matched(ds, b, sp, P, heads) -> None:
     """Beyond the paper (features/datasets/matched.py): the foreign image whose cosines to the 3 shown
     images match those of a held-out photo of the question's recipe; no text twin of a step of the
     recipe, and one the shown steps' texts tell apart (as for the ball). The best-matched valid
-    candidate, or with AF the one its adversary finds most plausible among them. `same_author` (the
-    `author` setting): the candidates are photos of the other recipes of the question's author."""
+    candidate, or with AF the one its adversary finds most plausible among them. The `author` setting: the
+    candidates are photos of the other recipes of the question's author (its skips, rule and AF pool say
+    `author`)."""
     from features.datasets.adversarial import foreign_fields, readable_coherence, twin_of_recipe
     from features.datasets.matched import matched_pool, reference_items
+    kind = ds.params.distractors                   # matched | author
+    same_author = kind == "author"
     ref = reference_items(sp, b.items, b.sk.steps, b.qkeys)
     ds.skip("no_reference_image", (ref < 0).sum())
     if same_author and len(sp.author_code) and (sp.author_code < 0).all():
@@ -431,7 +434,7 @@ def _coherence_matched(ds, b, sp, P, heads, same_author: bool = False) -> None:
     bad |= (cand >= 0) & ~readable_coherence(sp, b.items, np.maximum(cand, 0))
     valid = (cand >= 0) & ~bad
     ok = valid.any(1)
-    ds.skip("no_author_candidate" if same_author else "no_matched_candidate", ((ref >= 0) & ~ok).sum())
+    ds.skip(f"no_{kind}_candidate", ((ref >= 0) & ~ok).sum())
     keep = np.flatnonzero(ok)
     col = np.argmax(valid[keep], axis=1)
     foreign = cand[keep, col]
@@ -439,14 +442,12 @@ def _coherence_matched(ds, b, sp, P, heads, same_author: bool = False) -> None:
     if ds.params.af_rounds:
         from features.datasets.adversarial import config, refine_coherence
         sub, pick, af = refine_coherence(ds, b, sp, P, keep, foreign, None, None, None, None, None, exact=False,
-                                         matched=np.where(valid[keep], cand[keep], -1),
-                                         matched_pool="author" if same_author else "matched")
+                                         matched=np.where(valid[keep], cand[keep], -1))
         keep, foreign = keep[sub], pick["foreign"]
         af["adversarial"] = config(ds)
     near, D, dq, frank = (x[:, 0] for x in foreign_fields(sp, P, keep, foreign[:, None]))
     anchor = b.items[keep][np.arange(len(keep)), near]
-    extra = {"rule": "author" if same_author else "matched",
-             "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
+    extra = {"rule": kind, "reference_item": pa.array(sp.item_ids[ref[keep]].tolist(), pa.string()),
              "anchor_item": pa.array(sp.item_ids[anchor].tolist(), pa.string()), "distance": pa.array(_r(D)),
              "dist_q": pa.array(_r(dq)), "foreign_rank": pa.array(frank), "k3_rule": None, "target_rank": None,
              **af}
