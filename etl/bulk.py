@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from etl.load import recipe_content_sha256
 from etl.records import RecipeRecord, image_id
-from etl.splits import assign_split
+from etl.splits import split_of, split_unit
 from etl.warehouse import utcnow
 
 
@@ -62,11 +62,12 @@ def load_recipes(con: duckdb.DuckDBPyConnection,
     if not items:
         return {"recipes": 0, "images_new": 0}
     at = fetched_at or utcnow()
+    by = split_unit(con)
     ids = [rec.recipe_id for rec, _, _ in items]
     upsert_rows(con, "recipes", [
         {"recipe_id": rec.recipe_id, "source": src, "url": rec.url, "title": rec.title,
          "category": rec.category, "channel": rec.channel, "author": rec.author,
-         "license": rec.license, "split": split or assign_split(rec.recipe_id), "fetched_at": at,
+         "license": rec.license, "split": split or split_of(rec.recipe_id, rec.author, by), "fetched_at": at,
          "content_sha256": recipe_content_sha256(rec), "status": "ok", "status_reason": None}
         for rec, src, split in items])
     con.execute("DELETE FROM steps WHERE list_contains(?, recipe_id)", [ids])

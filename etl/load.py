@@ -8,7 +8,7 @@ from datetime import datetime
 import duckdb
 
 from etl.records import RecipeRecord, image_id
-from etl.splits import assign_split
+from etl.splits import split_of, split_unit
 from etl.warehouse import transaction, utcnow
 
 
@@ -25,7 +25,7 @@ def load_recipe(con: duckdb.DuckDBPyConnection, rec: RecipeRecord, source: str,
     keep their download state when the URL is unchanged; new URLs start as `pending`.
     Returns counts {steps, images_new, images_kept}.
     """
-    split = split or assign_split(rec.recipe_id)
+    split = split or split_of(rec.recipe_id, rec.author, split_unit(con))
     sha = recipe_content_sha256(rec)
     with transaction(con):
         con.execute("""INSERT OR REPLACE INTO recipes (recipe_id, source, url, title, category, channel,

@@ -21,6 +21,7 @@ from prefect import flow
 
 from etl.config import DEMO_RECIPES
 from features.diagnostics.background_cue import format_cue
+from flows.params import SplitBy
 from flows.pipeline import pipeline_flow, stage_summary
 from flows.train import with_ci
 
@@ -33,14 +34,16 @@ DEFAULT_RECIPES = DEMO_RECIPES
 def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None = None,
               crawl_workers: int = 8, train: bool = True, af_pool: bool = False,
               dask_address: str | None = None, matched_coherence: bool = False,
-              textual_cloze_pooled: bool = True, redrawn: bool = False) -> dict:
+              textual_cloze_pooled: bool = True, redrawn: bool = False, split_by: SplitBy | None = None,
+              author_coherence: bool = False) -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
     t0 = time.perf_counter()
     summary = pipeline_flow(sample_recipes=recipes, sample_seed=seed, sample_workers=workers,
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             matched_coherence=matched_coherence, textual_cloze_pooled=textual_cloze_pooled,
-                            redrawn=redrawn, train_reading=True,
+                            redrawn=redrawn, train_reading=True, split_by=split_by,
+                            author_coherence=author_coherence,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)
@@ -74,8 +77,8 @@ def demo_digest(summary: dict) -> dict:
         "af_pool": {task: _pooled(r) for task, r in (gen.get("af_pool") or {}).items()}
                    | ({"textual_cloze": _pooled(gen["textual_cloze_pooled"])}
                       if gen.get("textual_cloze_pooled") else {})
-                   | ({"visual_coherence (matched)": _pooled(gen["matched_coherence"]["af_pool"])}
-                      if gen.get("matched_coherence") else {})
+                   | {f"visual_coherence ({kind})": _pooled(gen[f"{kind}_coherence"]["af_pool"])
+                      for kind in ("matched", "author") if gen.get(f"{kind}_coherence")}
                    | {f"{task} (redrawn)": _pooled(r)
                       for task, r in ((gen.get("redrawn") or {}).get("af_pool") or {}).items()
                       if task in ("visual_cloze", "visual_coherence")},

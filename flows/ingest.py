@@ -26,8 +26,10 @@ from prefect.cache_policies import NO_CACHE
 from etl.config import Paths
 from etl.crawl import CrawlConfig, Crawler
 from etl.http_fetch import FetchConfig
+from etl.splits import set_split_unit
 from etl.warehouse import connect
 from flows import scale
+from flows.params import SplitBy
 from flows.tasks import run_task
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,16 @@ def _finish(c: Crawler) -> dict:
 
 
 # ----------------------------------------------------------------------------- extract (network IO)
+
+@task(name="set-split-unit", cache_policy=NO_CACHE)
+def set_splits(split_by: str) -> dict:
+    """Store how splits are drawn (etl/splits.py `set_split_unit`) before the crawl loads a recipe."""
+    con = connect(Paths.from_env().ensure())
+    try:
+        return set_split_unit(con, split_by)
+    finally:
+        con.close()
+
 
 @task(name="discover-recipe-urls", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
 def discover_urls(config: CrawlConfig, listing: str | None, urls_file: str | None,
@@ -105,7 +117,7 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
                          allow_private_network: bool = False, allow_private: bool = False,
                          source: str = "instructables", delay_s: float = 1.0, workers: int = 4,
                          max_pages: int | None = None, stale_days: float | None = None,
-                         progress: bool = True, processes: int = 1) -> dict:
+                         progress: bool = True, processes: int = 1, split_by: SplitBy | None = None) -> dict:
     """Discover recipe URLs, fetch and load their pages, download their step images.
 
     `allow_loopback` lets the crawl reach 127.0.0.0/8 and ::1 (the local sample site),
@@ -115,6 +127,10 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
 
     `processes` > 1: the page and image jobs in that many spawned processes of `workers` threads each,
     each waiting `processes` x `delay_s` between requests to one host (the same rows as one process).
+
+    `split_by`: draw the splits of this and every later crawl per `recipe` or per `author` (every recipe of
+    an author in one split; etl/splits.py), stored in the warehouse and applied to its recipes at once;
+    None keeps the warehouse's setting (`recipe` until set).
 
     Returns a summary: discovered, fetched, cached, not_modified, parsed, loaded, images_* and
     rejected counts by `stage/reason` for this run, and rejected_total.
@@ -129,6 +145,7 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
                                            allow_loopback=allow_loopback or allow_private,
                                            allow_private_network=allow_private_network,
                                            delay_s=delay_s))
+    resplit = run_task(set_splits, split_by) if split_by is not None else None
     if scale.dask_address():
         log.info("ingest runs in the flow process (per-host rate limit %.1fs); %s is used by the "
                  "embed stage only", delay_s, scale.describe())
@@ -138,6 +155,8 @@ def ingest_instructables(listing: str | None = None, urls_file: Path | None = No
     s_images = run_task(download_images, config, rescrape)
     summary = merge_summaries(s_discover, s_pages, s_images)
     summary["discovered"] = len(urls)
+    if resplit is not None:
+        summary["splits"] = resplit
     log.info("ingest summary: %s", summary)
     log.info("ingest: %d loaded, %d rejected (see `mrqa status` / the rejects table)",
              summary.get("loaded", 0), summary["rejected_total"])

@@ -15,6 +15,7 @@ NeighbourMethod = Literal["auto", "ann", "exact", "lance"]      # features.vecto
 DecodeMode = Literal["threads", "processes"]                    # features.embed.decode.image_loader
 ImportMethod = Literal["arrow", "executemany"]                  # etl.recipeqa.import_recipeqa
 ProbeModel = Literal["logreg", "svm"]                           # features.diagnostics.bias.distance_probe
+SplitBy = Literal["recipe", "author"]                            # etl.splits.SPLIT_UNITS
 ReadingFolds = Literal["test", "split"]                         # training.split_folds.FOLDS
 PipelineStage = Literal["all", "ingest", "clean", "embed", "generate", "competence", "report", "train",
                         "sweep"]                                # "all" + flows.pipeline.STAGES

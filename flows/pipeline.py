@@ -33,7 +33,7 @@ from flows.competence import competence_flow, ground_truth_if_planned
 from flows.embed import embed_flow
 from flows.generate import generate_flow
 from flows.ingest import ingest_instructables
-from flows.params import PipelineStage, ReadingFolds, Scorer, VisualTask
+from flows.params import PipelineStage, ReadingFolds, Scorer, SplitBy, VisualTask
 from flows.report import report_flow
 from flows.train import (
     READING_QUESTION_ONLY,
@@ -71,6 +71,12 @@ MATCHED_SETTINGS = ("0-0-0-matched", "1-0-0-matched", "0-0-0-matched-af", "1-0-0
 MATCHED_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}       # the val and test splits held out whole, as for visual
                                                   # cloze: their questions read 29.0-29.2% instead of 32.9-34.5%
+AUTHOR_SETTINGS = ("0-0-0-author", "1-0-0-author", "0-0-0-author-af", "1-0-0-author-af")
+# `author_coherence`: the matched rule among the other recipes of the question's author (features/datasets/
+# matched.py, same_author): its AF datasets leave their drop to their pooled step, 3 swap rounds, as docs/knobs.md
+# ("the foreign photo from the author's kitchen") measured it; best with splits drawn by author (etl/splits.py)
+AUTHOR_POOL = {"rounds": 3, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 2,
+               "fold_by": AF_POOL_FOLD_BY}
 REDRAWN_SETTINGS = {"visual_cloze": ("0-1-0-af", "0-1-1-af", "1-1-0-af", "1-1-1-af")}
 # `redrawn`: beyond the paper (features/datasets/redraw.py, sample kitchen only): those AF settings' distractors
 # and alternates drawn again in each question's kitchen, the knobs checked again on the new photos, then their own
@@ -227,7 +233,7 @@ def run_stage(paths: Paths, stage: Stage, force: bool = False) -> dict:
 def _ingest(params: dict, paths: Paths) -> dict:
     common = dict(allow_hosts=list(params["allow_hosts"]), allow_private=params["allow_private"],
                   delay_s=params["delay_s"], workers=params["crawl_workers"], max_pages=params["max_pages"],
-                  stale_days=params["stale_days"])
+                  stale_days=params["stale_days"], split_by=params.get("split_by"))
     if params.get("sample_recipes"):
         with served_sample(paths, params["sample_recipes"], params["sample_seed"],
                            params["sample_workers"]) as (sample, url):
@@ -275,6 +281,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
     if has_source:
         ingest_params = {k: p[k] for k in ("listing", "sitemap", "urls_file", "rescrape", "sample_recipes",
                                            "sample_seed", "source", "max_pages", "stale_days")}
+        if p.get("split_by"):
+            ingest_params["split_by"] = p["split_by"]
         stages.append(Stage("ingest", lambda: _ingest(p, paths), ingest_params, [],
                             [_RECIPES_CORE, _STEPS_RAW, _IMAGES],
                             cacheable=bool(p["sample_recipes"]) and not p["rescrape"]))
@@ -300,6 +308,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                      "fold_by": AF_POOL_FOLD_BY} if p["af_pool"] else None
         gen_params = {"seed": p["seed"], "encoder_id": p["encoder_id"], "af_pool": af_params,
                       **({"matched_coherence": MATCHED_POOL} if p["matched_coherence"] else {}),
+                      **({"author_coherence": AUTHOR_POOL} if p.get("author_coherence") else {}),
                       **({"textual_cloze_pooled": {**TEXTUAL_POOL, "af_drop": TEXTUAL_AF_DROP}}
                          if p.get("textual_cloze_pooled") else {}),
                       **({"redrawn": {"settings": {t: list(s) for t, s in REDRAWN_SETTINGS.items()}, **REDRAWN_POOL}}
@@ -378,11 +387,12 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
         res["textual_cloze_pooled"] = _textual(paths, p)
         _counts_after(res.get("datasets", []), _counts(paths))
         res["n_questions"] = sum(d["n_questions"] for d in res.get("datasets", []))
-    if p.get("matched_coherence"):
-        res["matched_coherence"], made = _matched(paths, p)
-        res["datasets"] = res.get("datasets", []) + made
-        res["n_datasets"] = len(res["datasets"])
-        res["n_questions"] = sum(d["n_questions"] for d in res["datasets"])
+    for kind in ("matched", "author"):
+        if p.get(f"{kind}_coherence"):
+            res[f"{kind}_coherence"], made = _matched(paths, p, kind)
+            res["datasets"] = res.get("datasets", []) + made
+            res["n_datasets"] = len(res["datasets"])
+            res["n_questions"] = sum(d["n_questions"] for d in res["datasets"])
     return res
 
 
@@ -435,17 +445,24 @@ def _textual(paths: Paths, p: dict) -> dict:
     return out
 
 
-def _matched(paths: Paths, p: dict) -> tuple[dict, list[dict]]:
-    """Visual coherence with matched foreign images (MATCHED_SETTINGS), then their pooled step
-    (`mrqa af-pool --task visual_coherence --distractors matched`, MATCHED_POOL): the coherence datasets
-    that need reading, beside the paper's. Returns ({datasets: {dataset_id: questions}, af_pool: the pooled
-    step's dropped/kept per dataset}, the datasets' summaries with their final question counts)."""
+def _matched(paths: Paths, p: dict, kind: str = "matched") -> tuple[dict, list[dict]]:
+    """Visual coherence with matched foreign images (kind `matched`: MATCHED_SETTINGS; `author`: from the
+    author's other recipes, AUTHOR_SETTINGS), then their pooled step (`mrqa af-pool --task visual_coherence
+    --distractors KIND`, MATCHED_POOL / AUTHOR_POOL): the coherence datasets that need reading, beside the
+    paper's. Returns ({datasets: {dataset_id: questions}, af_pool: the pooled step's dropped/kept per dataset},
+    the datasets' summaries with their final question counts)."""
     from features.datasets.generate import settings_for
     from flows.generate import generate_and_register
-    settings = [st for name in MATCHED_SETTINGS for st in settings_for("visual_coherence", name)]
-    made = generate_and_register(settings, p["seed"], p.get("encoder_id"))
-    # when the step cannot run (e.g. too few recipes for its folds) the AF datasets keep AF's own drop
-    pooled = _pooled_step("visual_coherence", p["seed"], "matched coherence", distractors="matched", **MATCHED_POOL)
+    names, pool = (AUTHOR_SETTINGS, AUTHOR_POOL) if kind == "author" else (MATCHED_SETTINGS, MATCHED_POOL)
+    settings = [st for name in names for st in settings_for("visual_coherence", name)]
+    made = generate_and_register(settings, p["seed"], p.get("encoder_id"),
+                                 af_pooled_drop=("visual_coherence",) if kind == "author" else ())
+    # when the step cannot run (e.g. too few recipes for its folds) the matched AF datasets keep AF's own drop
+    pooled = _pooled_step("visual_coherence", p["seed"], f"{kind} coherence", distractors=kind, **pool)
+    if kind == "author" and "skipped" in pooled:     # made leaving their drop to the step: AF's own drop then
+        again = {d["dataset_id"]: d for d in generate_and_register([st for st in settings if st[1].af_rounds],
+                                                                    p["seed"], p.get("encoder_id"))}
+        made = [again.get(d["dataset_id"], d) for d in made]
     _counts_after(made, _kept(pooled))
     return {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}, "af_pool": pooled}, made
 
@@ -648,7 +665,7 @@ class PipelineStageFailed(RuntimeError):
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_file: str | None = None,
-                  rescrape: bool = False, stale_days: float | None = None,
+                  rescrape: bool = False, stale_days: float | None = None, split_by: SplitBy | None = None,
                   sample_recipes: int | None = None, sample_seed: int = 0, sample_workers: int | None = None,
                   source: str | None = None, allow_hosts: list[str] = (), allow_private: bool = False,
                   delay_s: float = 1.0, crawl_workers: int = 4, crawl_processes: int | None = None,
@@ -657,7 +674,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
                   generate: bool = True, af_pool: bool = True, af_pool_rounds: int = AF_POOL_ROUNDS,
                   af_pool_min_kept: float = AF_POOL_MIN_KEPT,
                   af_pool_tasks: list[VisualTask] = AF_POOL_TASKS, matched_coherence: bool = False,
-                  textual_cloze_pooled: bool = True, redrawn: bool = False, report: bool = True, train: bool = False,
+                  author_coherence: bool = False, textual_cloze_pooled: bool = True, redrawn: bool = False,
+                  report: bool = True, train: bool = False,
                   train_datasets: list[str] | None = None, train_epochs: int = 3, train_reading: bool = False,
                   reading_folds: ReadingFolds = "test",
                   sweep: bool = False, sweep_scorers: list[Scorer] = ("transformer", "impatient"),
@@ -674,6 +692,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     with another recipe's steps); with neither the train stage is skipped and says why. `reading_folds`
     "split": the reading check holds every split out in turn (training/split_folds.py; for a home whose test
     splits are a few dozen questions), "test" its test split only.
+    `split_by`: the ingest stage draws splits per `recipe` or per `author` (etl/splits.py), stored in the
+    warehouse; None keeps its setting.
     `crawl_processes`: the crawl's processes (`crawl_process_count`; None: one per core, at most 4, when the
     crawl is unthrottled, as the sample kitchen's is, else 1).
     `clean_workers` defaults to 1: etl/clean.py forks its pool, and a fork inside this threaded
@@ -682,6 +702,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     of `af_pool_tasks` (`af_pool_rounds` rounds, never below `af_pool_min_kept` of a plain setting).
     `matched_coherence`: generate also makes visual coherence with matched foreign images (MATCHED_SETTINGS,
     beyond the paper) and filters its AF datasets with their own pooled step (MATCHED_POOL).
+    `author_coherence`: the same with the foreign photo from another recipe of the question's author
+    (AUTHOR_SETTINGS, AUTHOR_POOL); with `split_by` "author" every split holds its authors' other recipes.
     `textual_cloze_pooled` (default on, as in `mrqa demo`, whose reading benchmark it makes: a pipeline run
     on a demo home keeps it): generate ends with the pooled step on the textual cloze AF datasets too
     (TEXTUAL_POOL: swap rounds of titles, then the drop). The demo leaves `af_pool` off to stay within 15
@@ -696,6 +718,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     """
     p = dict(locals())
     crawl_process_count(crawl_processes, delay_s)          # a bad count is refused before any stage runs
+    if split_by is not None and not (sample_recipes or listing or sitemap or urls_file or rescrape):
+        raise ValueError("split_by is applied by the ingest stage, which runs with a source only: give one, "
+                         "or choose the splits with `mrqa splits --by`")
     previous = os.environ.get(DASK_ENV)
     if dask_address:                       # read by flows/scale.py in the fan-out stages
         os.environ[DASK_ENV] = dask_address

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from etl.splits import SPLITS
+from etl.splits import SPLIT_UNITS, SPLITS
 from training.config import READER_TASKS, SCORERS, SIZES, TEXT_FEATURES, VISUAL_TASKS
 
 
@@ -28,6 +28,7 @@ Scorer = choices("Scorer", SCORERS)
 TextFeatures = choices("TextFeatures", TEXT_FEATURES)
 Size = choices("Size", SIZES)
 Split = choices("Split", SPLITS)
+SplitBy = choices("SplitBy", SPLIT_UNITS)
 Preset = choices("Preset", ("recipeqa",))                      # features.datasets.generate.settings_for
 AfDrop = choices("AfDrop", ("linear", "pooled"))               # GeneratedDataset.af_drop
 Distractors = choices("Distractors", ("ball", "matched", "author", "kitchen",     # KnobParams.distractors

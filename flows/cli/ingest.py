@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import ImportMethod
+from flows.cli.choices import ImportMethod, SplitBy
 from flows.cli.common import check_out_path, echo_json, fail, run_flow, wait_option
 
 app = typer.Typer()
@@ -97,6 +97,9 @@ def ingest_instructables_cmd(
                                                 help="Stop after this many recipe pages."),
         source: str = typer.Option("instructables", "--source", help="recipes.source value "
                                    "(instructables, or sample for the sample kitchen)."),
+        split_by: Optional[SplitBy] = typer.Option(None, "--split-by", help="Draw splits per recipe or per "
+                                                   "author (every recipe of an author in one split), from now on "
+                                                   "and for the recipes already there; default: as stored."),
         no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
         wait: float = wait_option()):
     """Crawl recipe pages and step images into the warehouse (resumable; prints a summary).
@@ -115,7 +118,8 @@ def ingest_instructables_cmd(
                                    allow_hosts=list(allow_host), allow_loopback=allow_loopback,
                                    allow_private_network=allow_private_network,
                                    source=source, delay_s=delay, workers=workers, max_pages=max_pages,
-                                   stale_days=stale_days, progress=not no_progress, processes=processes)
+                                   stale_days=stale_days, progress=not no_progress, processes=processes,
+                                   split_by=split_by.value if split_by else None)
     echo_json(summary)
 
 

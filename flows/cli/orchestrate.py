@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from etl.config import DEMO_RECIPES
-from flows.cli.choices import ForceStage, ReadingFolds
+from flows.cli.choices import ForceStage, ReadingFolds, SplitBy
 from flows.cli.common import echo_json, fail, prefect_server_early, wait_option
 
 app = typer.Typer()
@@ -35,6 +35,10 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                     "visual coherence with matched foreign images (K1-0-0-matched"
                                                     "[-af], beyond the paper) and filters it with its own pooled "
                                                     "step: about 3 more minutes."),
+             author_coherence: bool = typer.Option(False, "--author-coherence", help="Generate also makes visual "
+                                                   "coherence with the foreign photo from another recipe of the "
+                                                   "question's author (K1-0-0-author[-af]) and its pooled step; "
+                                                   "best with --split-by author."),
              redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws the AF visual cloze "
                                           "settings 0-1-0, 0-1-1, 1-1-0 and 1-1-1 again in each question's "
                                           "kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them with their "
@@ -44,6 +48,9 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                        "cloze AF datasets (2 swap rounds of titles, then the "
                                                        "drop): the sample kitchen's reading benchmark; about 4 "
                                                        "minutes with its checks in the train stage."),
+             split_by: Optional[SplitBy] = typer.Option(None, "--split-by", help="Draw the splits per recipe "
+                                                        "or per author (every recipe of an author in one split); "
+                                                        "default: as the warehouse has it (recipe when new)."),
              dask_address: Optional[str] = typer.Option(None, "--dask-address", help="Dask scheduler "
                                                         "for the fan-out stages (tcp://HOST:8786)."),
              summary_json: Optional[Path] = typer.Option(None, "--summary-json",
@@ -55,7 +62,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
     server_up()
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
                         dask_address=dask_address, matched_coherence=matched_coherence,
-                        textual_cloze_pooled=textual_cloze_pooled, redrawn=redrawn)
+                        textual_cloze_pooled=textual_cloze_pooled, redrawn=redrawn,
+                        split_by=split_by.value if split_by else None, author_coherence=author_coherence)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -81,6 +89,9 @@ def pipeline_cmd(
                                      "on the AF visual cloze datasets (`mrqa af-pool`)."),
         matched_coherence: bool = typer.Option(False, "--matched-coherence", help="Generate also makes visual "
                                                "coherence with matched foreign images and their pooled step."),
+        author_coherence: bool = typer.Option(False, "--author-coherence", help="Generate also makes visual "
+                                              "coherence with the foreign photo from the author's other recipes "
+                                              "and its pooled step."),
         redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze settings "
                                      "again in each question's kitchen (a sample kitchen home) and their pooled "
                                      "step."),
@@ -94,6 +105,8 @@ def pipeline_cmd(
         reading_folds: ReadingFolds = typer.Option(ReadingFolds.test, "--reading-folds", help="With --train: the "
                                                    "reading check scores the test split, or (split) every split "
                                                    "held out in turn, for a home of a few hundred recipes."),
+        split_by: Optional[SplitBy] = typer.Option(None, "--split-by", help="The ingest stage draws splits per "
+                                                   "recipe or per author; default: as the warehouse has it."),
         sweep: bool = typer.Option(False, "--sweep", help="End with a tiny training sweep."),
         force: list[ForceStage] = typer.Option([], "--force", help="Stage to run even if unchanged (repeat; "
                                         "'all' for every stage)."),
@@ -108,6 +121,9 @@ def pipeline_cmd(
     existing warehouse."""
     if urls is not None and not urls.is_file():
         fail(f"--urls {urls}: no such file")
+    if split_by is not None and not (listing or sitemap or urls or rescrape or sample):
+        fail("--split-by is applied by the ingest stage, which runs with a source only: give --sample, "
+             "--listing, --sitemap, --urls or --rescrape, or choose the splits with `mrqa splits --by`")
     server_up = prefect_server_early()
     from flows.pipeline import pipeline_flow
     server_up()
@@ -115,7 +131,9 @@ def pipeline_cmd(
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
                             af_pool=af_pool, matched_coherence=matched_coherence, redrawn=redrawn,
+                            author_coherence=author_coherence,
                             textual_cloze_pooled=textual_cloze_pooled, train=train,
+                            split_by=split_by.value if split_by else None,
                             train_reading=train, reading_folds=reading_folds.value, sweep=sweep,
                             force=[f.value for f in force],
                             dask_address=dask_address, raise_on_failure=False)

@@ -1,13 +1,15 @@
-"""`mrqa init`, `sql-test`, `query`, `status`: create, test, query and count the warehouse."""
+"""`mrqa init`, `sql-test`, `query`, `status`, `splits`: create, test, query and count the warehouse, and
+show or choose how its splits are drawn."""
 from __future__ import annotations
 
 import json
 import re
 import sys
+from typing import Optional
 
 import typer
 
-from flows.cli.choices import QueryFormat
+from flows.cli.choices import QueryFormat, SplitBy
 from flows.cli.common import fail, require_warehouse, wait_option
 
 app = typer.Typer()
@@ -133,3 +135,32 @@ def status_cmd(wait: float = wait_option()):
         typer.echo(f"{table:12s} {n:>10,d}")
     for stage, reason, n, *_ in rejects:
         typer.echo(f"  reject {stage}/{reason}: {n}")
+
+
+@app.command("splits")
+def splits_cmd(by: Optional[SplitBy] = typer.Option(None, "--by", help="Draw every recipe's split again per "
+                                                    "recipe or per author (every recipe of an author in one "
+                                                    "split) and store the choice for later crawls; RecipeQA "
+                                                    "imports keep their split. Default: only show."),
+               wait: float = wait_option()):
+    """How the splits are drawn, with recipes, authors and the recipes whose author has another recipe in
+    their split (the pool of the author coherence settings), per split."""
+    from etl.splits import set_split_unit, split_unit
+    from etl.warehouse import connect, connect_reader, load_query
+    require_warehouse()
+    if by is not None:
+        con = connect()
+        try:
+            res = set_split_unit(con, by.value)
+        finally:
+            con.close()
+        typer.echo(f"splits drawn by {res['split_by']}: {res['moved']} of {res['recipes']} recipes moved")
+    con = connect_reader()
+    try:
+        unit, rows = split_unit(con), con.execute(load_query("split_authors")).fetchall()
+    finally:
+        con.close()
+    typer.echo(f"split_by {unit}")
+    typer.echo(f"{'split':<6} {'recipes':>8} {'authors':>8} {'with an author-mate':>20}")
+    for split, n, authors, mates in rows:
+        typer.echo(f"{split:<6} {n:>8,d} {authors:>8,d} {mates:>20,d}")

@@ -17,7 +17,7 @@ from flows.cli import app
 
 CLI_DIR = Path(__file__).resolve().parents[2] / "flows" / "cli"
 COMMANDS = {
-    "init", "sql-test", "query", "status", "parse", "ingest instructables", "ingest recipeqa",
+    "init", "sql-test", "query", "status", "splits", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
     "encoder add", "encoder list", "encoder eval", "encoder words", "encoder export", "encoder import", "embed",
     "generate", "datasets", "af-report",

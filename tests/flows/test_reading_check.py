@@ -57,7 +57,7 @@ def test_the_reader_against_question_only_per_af_dataset(world):
     assert again["settings"] == rows            # deterministic, and the same in 2 processes as in turn
     con = duckdb.connect(str(paths.warehouse), read_only=True)
     try:
-        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0     # it records no runs
+        assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 0     # it records no runs
     finally:
         con.close()
     text = "\n".join(_reading_lines(res))

@@ -77,3 +77,28 @@ def test_crawl_then_clean_reproduces_ground_truth(sample, paths, prefect_harness
     assert all(n == 0 for n in run_sql_tests(con).values()), run_sql_tests(con)
     assert summary["loaded"] == len(truth) - planted["ingest"]
     con.close()
+
+
+def test_crawl_with_splits_by_author_puts_every_recipe_of_an_author_in_one_split(sample, paths, prefect_harness):
+    from etl.splits import split_of, split_unit
+    from flows.ingest import ingest_instructables
+
+    out, truth = sample
+    with SiteServer(out / "site") as server:
+        summary = ingest_instructables(listing=f"{server.url}/cooking/", allow_private=True, source="sample",
+                                       delay_s=0.0, workers=4, progress=False, split_by="author")
+    assert summary["splits"]["split_by"] == "author" and summary["splits"]["recipes"] == 0   # set before the crawl
+    con = connect(paths)
+    try:
+        assert split_unit(con) == "author"
+        rows = con.execute("SELECT recipe_id, author, split FROM recipes WHERE split IS NOT NULL").fetchall()
+        assert len(rows) >= len(truth) - 2
+        by_author: dict[str, set] = {}
+        for rid, author, split in rows:
+            assert split == split_of(rid, author, "author"), rid
+            by_author.setdefault(author, set()).add(split)
+        assert all(len(s) == 1 for s in by_author.values()), by_author
+        assert sum(1 for r in rows if sum(1 for q in rows if q[1] == r[1]) > 1) > 0   # some authors have several
+        assert all(n == 0 for n in run_sql_tests(con).values()), run_sql_tests(con)
+    finally:
+        con.close()

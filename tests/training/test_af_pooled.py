@@ -591,8 +591,8 @@ def test_an_ensemble_of_adversaries_is_refused_below_one_and_recorded(home, path
     from flows.cli import app
     r = CliRunner().invoke(app, ["--no-prefect", "af-pool", "--adversaries", "0"])
     assert r.exit_code == 2 and "--adversaries must be at least 1" in r.output
-    step = json.loads(home["con"].execute(
-        "SELECT params FROM datasets WHERE task = 'visual_cloze' AND adversarial LIMIT 1").fetchone()[0])["af_pooled"]
+    step = json.loads(home["con"].execute("SELECT params FROM datasets WHERE task = 'visual_cloze' "
+                                          "AND adversarial LIMIT 1").fetchall()[0][0])["af_pooled"]
     assert step["adversaries"] == 1
 
 
@@ -979,9 +979,9 @@ def test_textual_cloze_is_dropped_by_gm3c_the_trees_and_the_linear_probe(tmp_pat
                 floor = np.ceil(0.4 * rows[d]["n_plain"])                       # the floor (a dataset AF's
                 assert len(kept) >= min(floor, rows[d]["n_questions"]) - 1e-9    # twins left below it keeps all)
                 assert len(kept) == r["kept"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
-                                                             [d]).fetchone()[0]
+                                                             [d]).fetchall()[0][0]
                 step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
-                                              [d]).fetchone()[0])["af_pooled"]
+                                              [d]).fetchall()[0][0])["af_pooled"]
                 assert step["adversary"].startswith("GM3C question_only (the titles' vectors)") and step["tree"]
                 assert step["drop_order"] == "questions on more lists first, then in turn"
                 assert 0 <= r["oof_question_only_acc_kept"] <= 1 and 0 <= r["oof_question_only_acc"] <= 1

@@ -197,7 +197,7 @@ def test_af_report_shows_the_dataset_as_it_is_now(world):
                                      [TASK]).fetchall()]
     rows = {r["dataset_id"]: r for r in af_report(con, world["paths"].lance)}
     for did in ids:
-        step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        step = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
         step = step["af_pooled"]
         r = rows[did]
         assert r["pooled_dropped"] == step["dropped"] > 0 and r["af_questions"] == step["scored"] - step["dropped"]

@@ -110,7 +110,7 @@ def test_af_ids_partitions_and_params(world):
     assert len(world["af_ids"]) == len(AF_SETTINGS)
     for (task, p), did in zip(AF_SETTINGS, world["af_ids"]):
         assert did == dataset_id(task, p, 0, ENC) and "-af-" in did
-        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
         adv = params["adversarial"]
         assert adv["rounds"] == params["af_rounds"] == AF_DEFAULT_ROUNDS
         assert adv["pools"] == (["ball", "author"] if task == "visual_coherence" else ["ball", "author", "recipe"])
@@ -127,7 +127,7 @@ def test_af_ids_partitions_and_params(world):
         assert r["knobs"].endswith("-af") and r["prov"]["adversarial"]["rounds"] == AF_DEFAULT_ROUNDS
     # the paper settings' params carry no AF field
     p0 = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
-                                [world["base_of"][world["af_ids"][0]]]).fetchone()[0])
+                                [world["base_of"][world["af_ids"][0]]]).fetchall()[0][0])
     assert "af_rounds" not in p0 and "adversarial" not in p0
 
 
@@ -208,7 +208,7 @@ def test_textual_af_never_offers_a_recipes_intro_title(world):
     base = world["base_of"][next(d for d in world["af_ids"] if d.startswith("tc-"))]
     intro_picks = con.execute("""SELECT count(*) FROM questions, unnest(json_extract_string(provenance,
                                  '$.choice_items[*]')) AS t(item) WHERE dataset_id = ? AND item LIKE '%\\_0\\_title'
-                                 ESCAPE '\\'""", [base]).fetchone()[0]
+                                 ESCAPE '\\'""", [base]).fetchall()[0][0]
     assert intro_picks > 0                               # the plain setting has them: the rule had work to do
     d = next(d for d in world["af_ids"] if d.startswith("tc-"))
     assert s[d]["adversarial"]["intro_titles_in_knob_picks"] > 0
@@ -327,7 +327,7 @@ def test_af_keeps_a_reported_share_of_the_knob_questions(world):
         dropped = sum(n for k, n in s[did]["skips"].items() if k.startswith("af_"))     # every reason AF drops for
         assert dropped == adv["n_knob_questions"] - adv["n_kept"]
         assert adv["kept_share"] >= 0.4, (did, adv)
-        stored = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        stored = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
         assert stored["adversarial"]["kept_share"] == adv["kept_share"]
 
 
@@ -595,7 +595,7 @@ def test_a_pooled_drop_keeps_every_question_the_linear_drop_keeps_and_skips_only
             "SELECT qid, choice_list, answer FROM questions WHERE dataset_id = ?", [did]).fetchall()}
         assert set(theirs) <= set(mine) and all(mine[q] == v for q, v in theirs.items())
         assert ds.prov["adversarial"]["drop"] == "pooled" and "drop" not in json.loads(con.execute(
-            "SELECT provenance FROM questions WHERE dataset_id = ? LIMIT 1", [did]).fetchone()[0])["adversarial"]
+            "SELECT provenance FROM questions WHERE dataset_id = ? LIMIT 1", [did]).fetchall()[0][0])["adversarial"]
         if p.k3_mode == "balanced":
             counts = np.bincount(np.asarray(ds.prov["n_closer"].to_pylist()), minlength=4)
             assert len(set(counts.tolist())) == 1, counts

@@ -67,7 +67,7 @@ def test_ids_partitions_and_params(world):
     con = world["con"]
     for (task, p), did in zip(PLAIN + AF, world["ids"]):
         assert did == dataset_id(task, p, 0, ENC)
-        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
         if p.af_rounds:
             assert "-af-" in did and params["adversarial"]["pools"] == ["knob"]
             assert params["adversarial"]["order_pool"] == 23 and params["af_rounds"] == AF_DEFAULT_ROUNDS

@@ -38,7 +38,8 @@ def _min_pair(v: np.ndarray) -> float:
 
 def test_valid_questions_are_the_plain_settings(world):
     for s, room in world["rooms"].items():
-        n = world["con"].execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [world["ids"][s]]).fetchone()[0]
+        n = world["con"].execute("SELECT count(*) FROM questions WHERE dataset_id = ?",
+                                 [world["ids"][s]]).fetchall()[0][0]
         assert int(room.valid.sum()) == n > 0
         assert not (room.room_as_drawn & ~room.valid).any()
         assert not (room.room_as_drawn & ~room.room_with_swaps).any()     # swaps only add room
@@ -100,7 +101,7 @@ def test_cli_and_table(tmp_path_factory):
     with synthetic_home(tmp_path_factory, "room_cli", n_recipes=40, seed=2, dim=24, k=100) as (home, paths, con):
         generate_datasets(con, [(TASK, parse_setting("0-0-0").params(TASK))], seed=0, encoder_id=ENC,
                           lance_uri=paths.lance, progress=False)
-        n = con.execute("SELECT count(*) FROM questions").fetchone()[0]
+        n = con.execute("SELECT count(*) FROM questions").fetchall()[0][0]
         con.close()
         rows = room_table(str(home), ("0-0-0",), encoder_id=ENC)
         assert rows[0]["setting"] == "0-0-0" and rows[0]["questions"] == n > 0

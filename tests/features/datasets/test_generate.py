@@ -273,7 +273,7 @@ def test_coherence_variants(world):
         assert d_anchor == pytest.approx(p["distance"], abs=1e-5)
         listing = [c for c in coherent if con.execute(
             "SELECT count(*) FROM neighbours WHERE encoder_id = ? AND image_id = ? AND neighbour_id = ? "
-            "AND rank <= ?", [ENC, c, p["foreign_item"], p["k"]]).fetchone()[0]]
+            "AND rank <= ?", [ENC, c, p["foreign_item"], p["k"]]).fetchall()[0][0]]
         assert p["anchor_item"] in listing
         assert d_anchor == pytest.approx(min(_d(f, vec[c]) for c in listing), abs=1e-5)
         assert_coherence_knob3(r, vec, coherent, f)
@@ -452,6 +452,6 @@ def test_regenerating_replaces_the_rows_kept_under_the_id_before_setting_names(w
     counts = dict(con.execute("SELECT dataset_id, count(*) FROM questions WHERE dataset_id IN (?, ?) GROUP BY 1",
                               [old_id, new_id]).fetchall())
     assert counts == {new_id: ds.n_questions}
-    assert con.execute("SELECT count(*) FROM datasets WHERE dataset_id = ?", [old_id]).fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM datasets WHERE dataset_id = ?", [old_id]).fetchall()[0][0] == 0
     assert con.execute("SELECT setting, knob3, k3_mode FROM datasets WHERE dataset_id = ?",
-                       [new_id]).fetchone() == ("0-1-1-balanced", 1, "balanced")
+                       [new_id]).fetchall()[0] == ("0-1-1-balanced", 1, "balanced")

@@ -43,7 +43,7 @@ def test_names_ids_params_and_refusals(world):
     for (task, p), did in zip(SETTINGS, world["ids"]):
         assert did == dataset_id(task, p, 0, ENC)
         setting, params = world["con"].execute("SELECT setting, params FROM datasets WHERE dataset_id = ?",
-                                               [did]).fetchone()
+                                               [did]).fetchall()[0]
         params = json.loads(params)
         if p.distractors == "kitchen":          # its own setting name: never a paper setting's id or partition
             name = f"{p.knob1}-0-0-kitchen" + ("-af" if p.af_rounds else "")

@@ -48,8 +48,8 @@ def test_ids_params_and_refusals(world):
     for (task, p), did in zip(SETTINGS, world["ids"]):
         assert did == dataset_id(task, p, 0, ENC)
         params = json.loads(world["con"].execute("SELECT params FROM datasets WHERE dataset_id = ?",
-                                                 [did]).fetchone()[0])
-        setting = world["con"].execute("SELECT setting FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0]
+                                                 [did]).fetchall()[0][0])
+        setting = world["con"].execute("SELECT setting FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0]
         if p.distractors in ("matched", "author"):     # its own setting name: never a paper setting's
             name = f"{p.knob1}-0-0-{p.distractors}" + ("-af" if p.af_rounds else "")     # id or partition
             assert setting == name and did == f"vcoh-{name}-s0-{did.rsplit('-', 1)[-1]}"
@@ -226,7 +226,7 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     author = af_datasets(con, TASK, 0, "author")        # a benchmark of its own, its floor the paper setting's
     assert [(r["dataset_id"], r["n_plain"]) for r in author] == [(world["ids"][5], rows[0]["n_plain"])]
     assert rows[0]["n_plain"] == con.execute("SELECT n_questions FROM datasets WHERE dataset_id = ?",
-                                             [paper_plain]).fetchone()[0]
+                                             [paper_plain]).fetchall()[0][0]
     split_of, n_split = split_counts(con, rows)         # what the per-split floor counts against
     assert split_of == {matched_af: dict(con.execute("SELECT qid, split FROM questions WHERE dataset_id = ?",
                                                      [matched_af]).fetchall())}
@@ -247,21 +247,21 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
     from features.datasets.card import _bias
     con = world["con"]
     row = con.execute("SELECT c.accuracy, c.n, c.content_sha256 = d.content_sha256 FROM af_checks c "
-                      "JOIN datasets d USING (dataset_id) WHERE dataset_id = ?", [matched_af]).fetchone()
+                      "JOIN datasets d USING (dataset_id) WHERE dataset_id = ?", [matched_af]).fetchall()[0]
     assert row == (chk["datasets"][0]["accuracy"], chk["datasets"][0]["n"], True) and chk["recorded"] == 1
     assert _bias(con, [matched_af])[matched_af]["gm3c_qo_acc"] == row[0]
     fold_by, by_split = con.execute("SELECT fold_by, by_split FROM af_checks WHERE dataset_id = ?",
-                                    [matched_af]).fetchone()
+                                    [matched_af]).fetchall()[0]
     assert fold_by == chk["fold_by"] == "split" and json.loads(by_split) == chk["datasets"][0]["by_split"]
     # the tree probe's figure beside it, recorded and read by the card's rules the same way
     tree = chk["datasets"][0]["tree"]
     assert 0 <= tree["accuracy"] <= 1 and tree["ci"][0] <= tree["accuracy"] <= tree["ci"][1]
     assert sum(v["n"] for v in tree["by_split"].values()) == chk["datasets"][0]["n"]
     t_acc, t_split = con.execute("SELECT tree_accuracy, tree_by_split FROM af_checks WHERE dataset_id = ?",
-                                 [matched_af]).fetchone()
+                                 [matched_af]).fetchall()[0]
     assert t_acc == tree["accuracy"] and json.loads(t_split) == tree["by_split"]
     assert _bias(con, [matched_af])[matched_af]["tree_qo_acc"] == t_acc
-    sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [matched_af]).fetchone()[0]
+    sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [matched_af]).fetchall()[0][0]
     con.execute("UPDATE datasets SET content_sha256 = 'changed' WHERE dataset_id = ?", [matched_af])
     assert "gm3c_qo_acc" not in _bias(con, [matched_af]).get(matched_af, {})       # stale: not read
     con.execute("UPDATE datasets SET content_sha256 = ? WHERE dataset_id = ?", [sha, matched_af])
@@ -286,44 +286,61 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
 
 
 @pytest.mark.slow      # the pipeline's opt-in matched step (~13 s)
-def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(tmp_path_factory, monkeypatch, prefect_harness):
-    """`mrqa demo/pipeline --matched-coherence`: after the paper's settings, the generate stage makes the
-    matched settings and runs their own pooled step, which keeps at least 40% of the paper setting's
-    questions; the stage's summary holds their final counts. Without the flag the stage's parameters
-    (its fingerprint) are what they were, so a home made before does not generate again."""
+@pytest.mark.parametrize("kind", ["matched", "author"])
+def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(kind, tmp_path_factory, monkeypatch,
+                                                                       prefect_harness):
+    """`mrqa demo/pipeline --matched-coherence` (`--author-coherence`): after the paper's settings, the
+    generate stage makes the matched (author) settings and runs their own pooled step, which keeps at least
+    40% of the paper setting's questions; the stage's summary holds their final counts. Without the flag the
+    stage's parameters (its fingerprint) are what they were, so a home made before does not generate again."""
     import inspect
 
     from flows import pipeline
-    from flows.pipeline import MATCHED_SETTINGS, build_stages, pipeline_flow
-    monkeypatch.setattr(pipeline, "MATCHED_POOL", {**pipeline.MATCHED_POOL, "size": "tiny", "folds": 2,
-                                                   "adversaries": 1})
-    with synthetic_home(tmp_path_factory, "matched_pipeline", n_recipes=90, seed=3, dim=24, k=100) as (
+    from flows.pipeline import AUTHOR_SETTINGS, MATCHED_SETTINGS, build_stages, pipeline_flow
+    pool_name = f"{kind.upper()}_POOL"
+    monkeypatch.setattr(pipeline, pool_name, {**getattr(pipeline, pool_name), "size": "tiny", "folds": 2,
+                                              "adversaries": 1})
+    with synthetic_home(tmp_path_factory, f"{kind}_pipeline", n_recipes=90, seed=3, dim=24, k=100) as (
             home, paths, con):
+        con.execute("""UPDATE recipes SET author = 'author-' ||
+                       CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % 6 AS VARCHAR)""")
+        author = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
         paper = [(TASK, KnobParams.preset_for(TASK, k1, 0, 0)) for k1 in (0, 1)]
         plain = {s["dataset_id"]: s["n_questions"] for s in generate_datasets(
             con, paper, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)}
         con.close()
-        out, made = pipeline._matched(paths, {"seed": 0, "encoder_id": ENC})
+        out, made = pipeline._matched(paths, {"seed": 0, "encoder_id": ENC}, kind)
         con = duckdb.connect(str(paths.warehouse))
         rows = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
         settings = dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall())
         params = {d: json.loads(p) for d, p in con.execute("SELECT dataset_id, params FROM datasets").fetchall()}
+        foreign = con.execute("SELECT q.dataset_id, q.recipe_id, q.provenance FROM questions q JOIN datasets d "
+                              "USING (dataset_id) WHERE list_contains(?, d.setting)",
+                              [list(AUTHOR_SETTINGS if kind == "author" else MATCHED_SETTINGS)]).fetchall()
         con.close()
-    assert sorted(settings[d["dataset_id"]] for d in made) == sorted(MATCHED_SETTINGS)
+    assert sorted(settings[d["dataset_id"]] for d in made) == sorted(
+        AUTHOR_SETTINGS if kind == "author" else MATCHED_SETTINGS)
+    assert foreign and all(json.loads(p)["rule"] == kind for _, _, p in foreign)
+    if kind == "author":          # the foreign photo: another recipe of the question's author
+        for _, rid, p in foreign:
+            frid = item_step(json.loads(p)["foreign_item"])[0]
+            assert frid != rid and author[frid] == author[rid], (rid, frid)
     assert out["datasets"] == {d["dataset_id"]: rows[d["dataset_id"]] for d in made}
     assert all(d["n_questions"] == rows[d["dataset_id"]] for d in made)
     af = [d["dataset_id"] for d in made if settings[d["dataset_id"]].endswith("-af")]
     assert sorted(out["af_pool"]) == sorted(af)
     for did in af:
         step = params[did]["af_pooled"]
-        assert step["distractors"] == "matched" and step["rounds"] == 2 and step["min_kept"] == 0.4
+        assert step["distractors"] == kind and step["min_kept"] == 0.4
+        assert step["rounds"] == (3 if kind == "author" else 2)
         assert step["fold_by"] == "split"        # held-out splits scored by models that never saw their images
         assert step["adversary"].endswith("out of fold by split (val and test each a fold of their own, "
                                           "the train split's recipes the others)")
         paper_id = next(p for p in plain if p.startswith(f"vcoh-{settings[did][:5]}-s0-"))
         assert rows[did] >= math.ceil(0.4 * plain[paper_id]) and out["af_pool"][did]["kept"] == rows[did]
     defaults = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
-    gen = {m: next(s for s in build_stages({**defaults, "matched_coherence": m}, paths) if s.name == "generate")
+    flag = f"{kind}_coherence"
+    gen = {m: next(s for s in build_stages({**defaults, flag: m}, paths) if s.name == "generate")
            for m in (False, True)}
-    assert "matched_coherence" not in gen[False].params and gen[True].params["matched_coherence"]
-    assert {k: v for k, v in gen[True].params.items() if k != "matched_coherence"} == gen[False].params
+    assert flag not in gen[False].params and gen[True].params[flag]
+    assert {k: v for k, v in gen[True].params.items() if k != flag} == gen[False].params

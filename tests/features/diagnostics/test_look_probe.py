@@ -225,9 +225,9 @@ def test_the_report_stores_the_look_figure_and_the_reading_gate_holds_back_on_it
         "SELECT space, encoder_id, n_photos, nn_same_recipe, chance_same_recipe, nn_same_author, "
         "photos_without_author FROM background_cue").fetchall()}
     assert set(cue) == {"look", "encoder"} and cue["encoder"][0] == ENC and cue["look"][0] is None
-    n_photos = con.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchone()[0]
+    n_photos = con.execute("SELECT count(*) FROM images WHERE status = 'ok'").fetchall()[0][0]
     assert cue["look"][1] == n_photos and cue["look"][2] > 0.9 > 0.2 > cue["look"][3]
-    authors = con.execute("SELECT count(*) FROM recipes WHERE coalesce(author, '') <> ''").fetchone()[0]
+    authors = con.execute("SELECT count(*) FROM recipes WHERE coalesce(author, '') <> ''").fetchall()[0][0]
     assert (cue["look"][4] is None) == (authors == 0) and (cue["look"][5] == 0) == (authors > 0)
     assert [c["space"] for c in res["background_cue"]] == ["look", "encoder"]
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")

@@ -627,9 +627,9 @@ def test_header_says_what_when_which_code_encoder_corpus_and_links_the_export(re
     from features.diagnostics.report import short_encoder
     assert page.header["encoder"] == f"{short_encoder(ENC)} ({ENC})"
     recipes, steps = con.execute("SELECT count(DISTINCT r.recipe_id), count(s.recipe_id) FROM recipes r "
-                                 "LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'").fetchone()
+                                 "LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'").fetchall()[0]
     images = con.execute("SELECT count(*) FROM images i JOIN recipes r USING (recipe_id) "
-                         "WHERE i.status = 'ok' AND r.status = 'ok'").fetchone()[0]
+                         "WHERE i.status = 'ok' AND r.status = 'ok'").fetchall()[0][0]
     questions = sum(s["n_questions"] for s in report["summaries"])
     assert page.header["corpus"] == (f"{recipes:,d} recipes, {steps:,d} steps, {images:,d} images; "
                                      f"{questions:,d} questions in {len(report['summaries'])} datasets")

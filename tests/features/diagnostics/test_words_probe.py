@@ -72,7 +72,7 @@ def test_the_space_is_exact_deterministic_and_one_for_every_dataset(world):
     write_titles(con, planted=True)
     a, b = words_space(con), words_space(con)
     assert a.ids == b.ids and np.array_equal(a.mat, b.mat)
-    n_titles = con.execute("SELECT count(*) FROM steps WHERE title IS NOT NULL").fetchone()[0]
+    n_titles = con.execute("SELECT count(*) FROM steps WHERE title IS NOT NULL").fetchall()[0][0]
     assert len(a.ids) == n_titles and np.allclose(np.linalg.norm(a.mat, axis=1), 1.0, atol=1e-5)
     one = words_probe_rows(con, [text[0]], seed=3)
     assert json.dumps(one, sort_keys=True) == json.dumps(words_probe_rows(con, [text[0]], seed=3), sort_keys=True)
@@ -168,7 +168,7 @@ def test_the_pooled_steps_words_lists_are_the_probes_verdicts(world):
     con, text = world["con"], world["text"]
     write_titles(con, planted=True)
     lin, trees = _words_oof(con, text, seed=5, fold_by="recipe")
-    n = {d: con.execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [d]).fetchone()[0] for d in text}
+    n = {d: con.execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [d]).fetchall()[0][0] for d in text}
     for v in (lin, trees):
         assert {d: len(q) for d, q in v.items()} == n
         solved = [r for q in v.values() for _, r in q.values()]
