@@ -416,7 +416,7 @@ def _drop_missing(con, staged_ids: pa.Table, staged_steps: pa.Table, i_rows: lis
     in_ids = "recipe_id IN (SELECT recipe_id FROM staged_ids)"
     n_steps = con.execute(f"""SELECT count(*) FROM steps WHERE {in_ids} AND NOT EXISTS (
         SELECT 1 FROM staged_steps s WHERE s.recipe_id = steps.recipe_id
-                                       AND s.step_idx = steps.step_idx)""").fetchone()[0]
+                                       AND s.step_idx = steps.step_idx)""").fetchall()[0][0]
     con.execute(f"DELETE FROM steps WHERE {in_ids}")
     keep = {r["image_id"] for r in i_rows}
     stale = [i for (i,) in con.execute(f"SELECT image_id FROM images WHERE {in_ids}").fetchall()
@@ -433,7 +433,7 @@ def _register_dataset(con, task: str, now) -> None:
         SELECT count(*), count(DISTINCT recipe_id),
                sha256(coalesce(string_agg(qid || '|' || answer || '|' || array_to_string(choice_list, ','),
                                           '\n' ORDER BY qid), ''))
-        FROM questions WHERE dataset_id = ?""", [did]).fetchone()
+        FROM questions WHERE dataset_id = ?""", [did]).fetchall()[0]
     con.execute("""
         INSERT INTO datasets (dataset_id, task, preset, setting, k3_mode, adversarial, params, created_at,
                               n_questions, n_recipes, content_sha256)

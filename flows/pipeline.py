@@ -119,7 +119,7 @@ def table_digest(con, tab: Tab) -> str:
     """count + order-independent sum of row hashes, computed inside DuckDB (fast on 100k rows)."""
     cols = [r[0] for r in con.execute(f"DESCRIBE {tab.table}").fetchall() if r[0] not in tab.exclude]
     row_hash = "hash(" + ", ".join(f'"{c}"' for c in cols) + ")"
-    n, s = con.execute(f"SELECT count(*), coalesce(sum({row_hash}::HUGEINT), 0) FROM {tab.table}").fetchone()
+    n, s = con.execute(f"SELECT count(*), coalesce(sum({row_hash}::HUGEINT), 0) FROM {tab.table}").fetchall()[0]
     return f"{tab.table}:{n}:{s}"
 
 
@@ -154,10 +154,11 @@ _IMAGES = Tab("images", ("url", "status_reason"))
 
 
 def _stage_record(con, stage: str) -> dict | None:
-    row = con.execute("SELECT status, inputs_fingerprint, outputs_fingerprint, summary FROM pipeline_stages "
-                      "WHERE stage = ?", [stage]).fetchone()
-    if row is None:
+    rows = con.execute("SELECT status, inputs_fingerprint, outputs_fingerprint, summary FROM pipeline_stages "
+                       "WHERE stage = ?", [stage]).fetchall()
+    if not rows:
         return None
+    row = rows[0]
     return {"status": row[0], "inputs": row[1], "outputs": row[2],
             "summary": json.loads(row[3]) if row[3] else {}}
 

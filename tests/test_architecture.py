@@ -160,3 +160,23 @@ def test_every_third_party_import_is_a_declared_dependency():
             undeclared[top] = sorted(users)[:3]
     assert not undeclared, f"imported but not declared in pyproject.toml's dependencies: {undeclared}"
     assert "scipy" in declared
+
+
+def test_the_library_never_leaves_a_duckdb_result_unfinished():
+    """DuckDB 2.0 keeps a result read with `fetchone()` open, and the connection then refuses `register`
+    (ResourceInUseException) until it is read to the end: a warehouse helper that peeks one row would break
+    its caller's next Arrow load. So the packages read results whole (`fetchall()`), never with fetchone."""
+    import duckdb
+    import pyarrow as pa
+    con = duckdb.connect()
+    con.execute("SELECT 1").fetchone()
+    try:                                       # the behaviour this guards against, as the installed DuckDB has it
+        con.register("t", pa.table({"a": [1]}))
+        refuses = False
+    except duckdb.Error:
+        refuses = True
+    con.execute("SELECT 1").fetchall()
+    con.register("t", pa.table({"a": [1]}))      # read whole: the connection is free
+    offenders = [f"{f.relative_to(REPO)}:{n}" for f in project_modules().values()
+                 for n, line in enumerate(f.read_text().splitlines(), 1) if ".fetchone()" in line]
+    assert offenders == [], (offenders, "DuckDB refuses register after fetchone" if refuses else "")

@@ -147,7 +147,7 @@ def af_report(con, lance_uri: str) -> list[dict]:
         # the answer step (two right answers) and whose ball holds no non-twin candidate is dropped
         # (`af_text_twin`); AF's kept share of the rest is what its own filtering cost
         twins = con.execute("""SELECT coalesce(sum(n_skipped), 0) FROM generation_skips
-                               WHERE dataset_id = ? AND reason = 'af_text_twin'""", [did]).fetchone()[0]
+                               WHERE dataset_id = ? AND reason = 'af_text_twin'""", [did]).fetchall()[0][0]
         posable = adv["n_knob_questions"] - int(twins)
         row.update({"twin_dropped": int(twins), "kept_of_posable": round(n / posable, 4) if posable > 0 else None})
         # the dataset as it is now: the report's learned probe (its row is removed when the dataset
@@ -190,7 +190,7 @@ def bench_fit(con, lance_uri: str, dataset_id: str) -> dict:
                           AND task = 'visual_cloze' ORDER BY qid""", [dataset_id]).fetchall()
     if not rows:
         raise ValueError(f"no visual cloze questions in dataset {dataset_id!r}")
-    enc = con.execute("SELECT encoder_id FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchone()[0]
+    enc = con.execute("SELECT encoder_id FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchall()[0][0]
     img, _ = _vectors(lance_uri, enc)
     ctx, ch = [], []
     for _, choices, _, prov in rows:

@@ -243,12 +243,12 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
     cur = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics WHERE list_contains(?, dataset_id)",
                       [ids])
     out = {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'af_checks'").fetchone()[0]:
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'af_checks'").fetchall()[0][0]:
         # `mrqa af-check --record`, where it still measures the dataset as it is (the same content hash)
         # a warehouse opened read-only before migration 106 has no tree column: no tree figure then
         tree_col = "c.tree_accuracy" if con.execute(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'af_checks' AND column_name = 'tree_accuracy'"
-        ).fetchone()[0] else "NULL"
+        ).fetchall()[0][0] else "NULL"
         for did, acc, tree in con.execute(f"""SELECT c.dataset_id, c.accuracy, {tree_col} FROM af_checks c
                                                 JOIN datasets d ON d.dataset_id = c.dataset_id
                                                                AND d.content_sha256 = c.content_sha256

@@ -484,7 +484,7 @@ def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skip
             con.executemany("INSERT INTO generation_skips VALUES (?, ?, ?)",
                             [[did, k, v] for k, v in sorted(all_skips.items())])
         sha, probe = con.execute("SELECT content_sha256, json_extract(params, '$.distance_probe_accuracy')::DOUBLE "
-                                 "FROM datasets WHERE dataset_id = ?", [did]).fetchone()
+                                 "FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0]
     log.info("redraw: %s %d of %d questions (%s); %d photos, %d drawn", did, len(rows),
              len(rows) + sum(skips.values()), ", ".join(f"{k} {v}" for k, v in skips.items()),
              photos["photos"], photos["drawn"])

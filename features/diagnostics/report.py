@@ -422,11 +422,11 @@ def corpus_counts(con: duckdb.DuckDBPyConnection, dataset_ids: list[str]) -> dic
     """What the report measured on: ok recipes, their steps, ok images, and the reported datasets'
     questions."""
     recipes, steps = con.execute("""SELECT count(DISTINCT r.recipe_id), count(s.recipe_id) FROM recipes r
-                                    LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'""").fetchone()
+                                    LEFT JOIN steps s USING (recipe_id) WHERE r.status = 'ok'""").fetchall()[0]
     images = con.execute("""SELECT count(*) FROM images i JOIN recipes r USING (recipe_id)
-                            WHERE i.status = 'ok' AND r.status = 'ok'""").fetchone()[0]
+                            WHERE i.status = 'ok' AND r.status = 'ok'""").fetchall()[0][0]
     questions = con.execute("SELECT count(*) FROM questions WHERE dataset_id IN (SELECT unnest(?))",
-                            [dataset_ids]).fetchone()[0]
+                            [dataset_ids]).fetchall()[0][0]
     return {"recipes": recipes, "steps": steps, "images": images, "questions": questions,
             "datasets": len(dataset_ids)}
 

@@ -40,9 +40,10 @@ def resolve_stored_path(stored: str, paths: Paths) -> Path:
 def encoder_row(con: duckdb.DuckDBPyConnection, encoder_id: str) -> dict | None:
     """The `encoders` row of `encoder_id`, its JSON columns (config, metrics) as dicts; None when absent."""
     rel = con.execute("SELECT * FROM encoders WHERE encoder_id = ?", [encoder_id])
-    got = rel.fetchone()
-    if got is None:
+    rows = rel.fetchall()            # not fetchone: a result left unfinished blocks the connection's next register
+    if not rows:
         return None
+    got = rows[0]
     return parse_json_columns(dict(zip([d[0] for d in rel.description], got)))
 
 

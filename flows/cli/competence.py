@@ -127,7 +127,7 @@ def evaluate_cmd(seed: int = typer.Option(0, "--seed"), split: str = typer.Optio
         fail(str(e))
     res = evaluate(con, qs, split)
     write_metrics(con, res, seed, split)
-    src = con.execute("SELECT any_value(source) FROM competence_datasets WHERE seed = ?", [seed]).fetchone()[0]
+    src = con.execute("SELECT any_value(source) FROM competence_datasets WHERE seed = ?", [seed]).fetchall()[0][0]
     echo_json(res) if fmt == "json" else typer.echo(format_table(res, src, split))
 
 

@@ -22,7 +22,7 @@ def init_cmd(wait: float = wait_option()):
     from etl.warehouse import connect
     paths = Paths.from_env().ensure()
     con = connect(paths)
-    n = con.execute("SELECT count(*) FROM schema_version").fetchone()[0]
+    n = con.execute("SELECT count(*) FROM schema_version").fetchall()[0][0]
     typer.echo(f"warehouse {paths.warehouse} at schema version {n}")
 
 
