@@ -70,7 +70,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
                  scores_from: str | None = None, words: bool = False, rules: bool = False,
-                 drop_order: str = "votes") -> dict:
+                 drop_order: str = "votes", look: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -91,6 +91,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     the space of the titles' own words, features/diagnostics/words_probe.py), two more lists in turn.
     `rules` (cloze and coherence): the drop also takes what the report's distance rule of the task solves
     (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list.
+    `look` (visual tasks): the drop also takes what the look probe solves (`_look_oof`: the linear model and
+    the trees on the photos' own pixel statistics, features/diagnostics/look_probe.py), two more lists.
     `drop_order` (training/af_pooled.py `drop_plan`): votes, the questions on more lists first; minimax, each
     next question off the list whose adversary solves the largest share of the kept questions."""
     check_kind(task, distractors)
@@ -98,6 +100,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         raise ValueError("--rules: ordering has no distance rule (its choices are orders of the same images)")
     if words and task != "textual_cloze":
         raise ValueError("--words reads step titles: only textual cloze shows them")
+    if look and task == "textual_cloze":
+        raise ValueError("--look reads photos: textual cloze shows none")
     paths = Paths.from_env()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if drop_order not in DROP_ORDERS:
@@ -173,6 +177,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         more = _words_oof(con, ids, WORDS_SEED + seed, fold_by, WORDS_TREE_MEMBERS) if words else ()
         if rules:
             more = (*more, _rules_oof(con, paths, ids, task, resolved))
+        if look:
+            more = (*more, *_look_oof(con, paths, ids, task, LOOK_SEED + seed, fold_by))
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
@@ -185,7 +191,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
                 "drop_order": ("the list whose adversary solves the most kept questions first"
                                if drop_order == "minimax" else
-                               "questions on more lists first, then in turn" if tree or words else
+                               "questions on more lists first, then in turn" if tree or words or look else
                                "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only"
@@ -200,7 +206,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"words": True, "words_seed": WORDS_SEED + seed} if words else {}),
                 # recorded only when not one, so datasets filtered before keep their hash
                 **({"words_tree_members": WORDS_TREE_MEMBERS} if words and WORDS_TREE_MEMBERS != 1 else {}),
-                **({"rules": RULES[task]} if rules else {})}
+                **({"rules": RULES[task]} if rules else {}),
+                **({"look": True, "look_seed": LOOK_SEED + seed} if look else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
         log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
@@ -259,6 +266,7 @@ TREE_MEMBERS = 3         # the drop's tree verdict: the mean log-odds of 3 fold 
 LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
 WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
 WORDS_TREE_MEMBERS = 1   # the words trees' verdict: the mean log-odds of this many fold splits
+LOOK_SEED = 70_001       # the look adversary's folds, model and trees: apart from the report's and the command's
 
 
 def _resolved(con, paths: Paths, ids: list[str], task: str) -> tuple:
@@ -693,3 +701,22 @@ def _words_oof(con, ids: list[str], seed: int, fold_by: str, members: int = 1) -
     log.info("af-pool: the words probe (linear and %d tree fold split%s) scored the questions in %.1f s", members,
              "s" if members > 1 else "", time.perf_counter() - t0)
     return lin, linear_verdicts(trees, answers)
+
+
+def _look_oof(con, paths: Paths, ids: list[str], task: str, seed: int, fold_by: str) -> tuple[dict, dict]:
+    """The look probe's verdicts on every question (features/diagnostics/look_probe.py): the linear model
+    cross-fitted on each dataset, and the trees pooled over the datasets (`fold_by`), both on the photos' own
+    pixel statistics (every readable photo's, from the cache when its file is unchanged) and seeded `seed`:
+    (linear verdicts, tree verdicts), two lists of the drop. A question showing an unreadable photo has no
+    verdict (it is not on these lists)."""
+    from features.diagnostics.bias import resolve_dataset
+    from features.diagnostics.look_probe import look_space
+    from features.diagnostics.tree_probe import pooled_tree_runs
+    t0 = time.perf_counter()
+    space = look_space(con, paths.home, progress=False)
+    resolved = {d: resolve_dataset(con, d, space, task) for d in ids}
+    lin = _probe_verdicts(resolved, space.mat, seed)
+    runs, answers = pooled_tree_runs(con, "", ids, task, [seed], fold_by,
+                                     resolved={d: (r, space.mat) for d, r in resolved.items()})
+    log.info("af-pool: the look probe (linear and trees) scored the questions in %.1f s", time.perf_counter() - t0)
+    return lin, linear_verdicts(runs[0], answers)

@@ -73,6 +73,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                           "cross-fitted on folds of its own), a third list in turn."),
                 words: bool = typer.Option(False, "--words/--no-words", help="Textual cloze: the drop also takes "
                                            "what the words probe (`mrqa words-probe`) solves, two more lists."),
+                look: bool = typer.Option(False, "--look/--no-look", help="Visual tasks: the drop also takes what "
+                                          "the look probe (`mrqa look-probe`: the photos' pixels) solves, two more."),
                 rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
                                            "distance rule solves (the centre of the choices; the closest pair)."),
                 drop_order: DropOrder = typer.Option(DropOrder.votes, "--drop-order", help="Where the floor binds: "
@@ -113,7 +115,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
                        size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules,
-                       scores_from=scores_from and str(scores_from), drop_order=drop_order.value)
+                       scores_from=scores_from and str(scores_from), drop_order=drop_order.value, look=look)
     except ValueError as e:
         fail(str(e))
     if _jobs_written(res):
@@ -125,8 +127,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
 
 
 def _ids(option: str, text: str | None) -> tuple[str, ...]:
-    """The comma-separated dataset ids of `option` (each once, in order); () when not given; an empty
-    list is refused."""
+    """The comma-separated dataset ids of `option` (each once, in order); () when not given; none: refused."""
     if text is None:
         return ()
     ids = tuple(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
@@ -162,9 +163,8 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
                                                          "(kitchen) or redrawn ones (redrawn)."),
                  workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes for the "
                                                        "seeds' models (default: one per CPU core, at most one per "
-                                                       "seed, or with more cores than seeds and 2,000 questions or "
-                                                       "more, every core); more than the seeds: their folds side by "
-                                                       "side."),
+                                                       "seed; with more cores, all from 2,000 questions on); more "
+                                                       "than the seeds: their folds side by side."),
                  record: bool = typer.Option(False, "--record", help="Also write each figure to the "
                                              "warehouse (af_checks), for the dataset card and `mrqa export "
                                              "--reading-only`; without it nothing is written."),

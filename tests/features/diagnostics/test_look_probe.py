@@ -281,3 +281,34 @@ def test_real_recipeqa_photos_share_their_recipes_look(shared_fixtures):
     hits = sum(recipe[nearest[i]] == recipe[i] for i in paired)
     assert len(paired) == 11 and chance < 2.5
     assert hits >= 7, (hits, chance)
+
+
+def test_the_pooled_steps_look_lists_are_the_probes_verdicts(world):
+    """`mrqa af-pool --look`: the linear look probe's verdicts, cross-fitted per dataset, and the trees'
+    pooled over the datasets, each question scored by models that never saw its recipe: on photos with
+    their recipe's own background both solve nearly every coherence question (the foreign photo is another
+    recipe's), on photos without it about a quarter; the same verdicts twice."""
+    from flows.af_pool import _look_oof
+    con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
+    did = ids["visual_coherence"]
+    n = con.execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [did]).fetchall()[0][0]
+    write_photos(con, home, planted=True)
+    lin, trees = _look_oof(con, paths, [did], "visual_coherence", seed=5, fold_by="recipe")
+    for v in (lin, trees):
+        assert len(v[did]) == n > 40
+        assert all(0.0 <= p <= 1.0 for p, _ in v[did].values())
+        assert sum(r for _, r in v[did].values()) / n > 0.7
+    assert _look_oof(con, paths, [did], "visual_coherence", seed=5, fold_by="recipe") == (lin, trees)
+    write_photos(con, home, planted=False, seed=1)
+    try:
+        lin, trees = _look_oof(con, paths, [did], "visual_coherence", seed=5, fold_by="recipe")
+        for v in (lin, trees):
+            assert sum(r for _, r in v[did].values()) / n < 0.45
+    finally:
+        write_photos(con, home, planted=True)
+
+
+def test_the_pooled_step_refuses_look_on_textual_cloze(world):
+    from flows.af_pool import af_pool_flow
+    with pytest.raises(ValueError, match="reads photos: textual cloze shows none"):
+        af_pool_flow.fn(task="textual_cloze", look=True)
