@@ -333,6 +333,8 @@ def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(kind, tmp
         step = params[did]["af_pooled"]
         assert step["distractors"] == kind and step["min_kept"] == 0.4
         assert step["rounds"] == (3 if kind == "author" else 2)
+        assert step.get("look", False) == (kind == "author")       # the author step's drop reads the pixels too
+        assert step["drop_order"].startswith("the list whose" if kind == "author" else "lists in turn")
         assert step["fold_by"] == "split"        # held-out splits scored by models that never saw their images
         assert step["adversary"].endswith("out of fold by split (val and test each a fold of their own, "
                                           "the train split's recipes the others)")
