@@ -457,6 +457,16 @@ def _matched(paths: Paths, p: dict, kind: str = "matched") -> tuple[dict, list[d
     from features.datasets.generate import settings_for
     from flows.generate import generate_and_register
     names, pool = (AUTHOR_SETTINGS, AUTHOR_POOL) if kind == "author" else (MATCHED_SETTINGS, MATCHED_POOL)
+    if kind == "author":
+        from etl.splits import split_unit
+        con = connect(paths)
+        try:
+            if split_unit(con) != "author":
+                log.warning("author coherence on splits drawn per recipe: an author's recipes are spread over the "
+                            "splits, so the val and test splits have few foreign photos to draw from; `--split-by "
+                            "author` (or `mrqa splits --by author` before the encoder is trained) keeps them together")
+        finally:
+            con.close()
     settings = [st for name in names for st in settings_for("visual_coherence", name)]
     made = generate_and_register(settings, p["seed"], p.get("encoder_id"),
                                  af_pooled_drop=("visual_coherence",) if kind == "author" else ())

@@ -3,6 +3,7 @@ synthetic world with a planted per-recipe "kitchen" cue (features/datasets/synth
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import Counter
 from dataclasses import replace
@@ -288,7 +289,7 @@ def test_af_pool_and_af_check_keep_the_matched_datasets_apart(world):
 @pytest.mark.slow      # the pipeline's opt-in matched step (~13 s)
 @pytest.mark.parametrize("kind", ["matched", "author"])
 def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(kind, tmp_path_factory, monkeypatch,
-                                                                       prefect_harness):
+                                                                       prefect_harness, caplog):
     """`mrqa demo/pipeline --matched-coherence` (`--author-coherence`): after the paper's settings, the
     generate stage makes the matched (author) settings and runs their own pooled step, which keeps at least
     40% of the paper setting's questions; the stage's summary holds their final counts. Without the flag the
@@ -309,7 +310,10 @@ def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(kind, tmp
         plain = {s["dataset_id"]: s["n_questions"] for s in generate_datasets(
             con, paper, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)}
         con.close()
-        out, made = pipeline._matched(paths, {"seed": 0, "encoder_id": ENC}, kind)
+        with caplog.at_level(logging.WARNING, logger="flows.pipeline"):
+            out, made = pipeline._matched(paths, {"seed": 0, "encoder_id": ENC}, kind)
+        # splits drawn per recipe (the synthetic home's): the author step says what would serve it better
+        assert ("author coherence on splits drawn per recipe" in caplog.text) == (kind == "author")
         con = duckdb.connect(str(paths.warehouse))
         rows = dict(con.execute("SELECT dataset_id, n_questions FROM datasets").fetchall())
         settings = dict(con.execute("SELECT dataset_id, setting FROM datasets").fetchall())
