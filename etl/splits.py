@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ SPLITS = ("train", "val", "test")
 SPLIT_UNITS = ("recipe", "author")          # the warehouse setting `split_by`
 SPLIT_SETTING = "split_by"
 KEEPS_ITS_SPLIT = ("recipeqa",)             # sources whose recipes keep the split they came with
+_SPACES = re.compile(r"[\t\n\f\r ]+")                 # the whitespace RE2's \s (DuckDB) matches
 
 
 def stable_unit(key: str, salt: str = "mrqa-split-v1") -> float:
@@ -44,7 +46,7 @@ def split_key(recipe_id: str, author: str | None, by: str = "recipe") -> str:
     ignored, so every recipe of an author gets one split; the id when the recipe names no author."""
     if by not in SPLIT_UNITS:
         raise ValueError(f"split_by must be one of {', '.join(SPLIT_UNITS)}, got {by!r}")
-    name = " ".join((author or "").split()).lower()
+    name = _SPACES.sub(" ", author or "").strip(" ").lower()    # as the SQL of sql/ (RE2's \s) folds it
     return f"author:{name}" if by == "author" and name else recipe_id
 
 

@@ -1,7 +1,7 @@
 -- Per split, the accepted recipes, their authors, and the recipes with another accepted recipe of their
 -- author in the same split (the pool of the author coherence settings; `mrqa splits`)
 WITH r AS (
-    SELECT split, lower(regexp_replace(trim(author), '\s+', ' ', 'g')) AS author
+    SELECT split, lower(trim(regexp_replace(author, '\s+', ' ', 'g'))) AS author
     FROM recipes WHERE status = 'ok'
 ), a AS (
     SELECT split, author, count(*) AS n FROM r GROUP BY ALL
