@@ -162,3 +162,20 @@ def test_status_prints_every_table_in_order(paths):
     rows = [line.split() for line in r.output.splitlines()]
     assert rows == [[t, "0"] for t in ("recipes", "steps", "step_tokens", "images", "pages", "rejects",
                                        "datasets", "questions", "runs")]
+
+
+def test_make_reading_benchmark_runs_the_demo_with_options_the_demo_accepts():
+    """`make reading-benchmark` is the demo with the opt-ins the README's "whole reading benchmark" names;
+    its command line (from `make -n`, nothing run) parses as `mrqa demo` options, DEMO_ARGS last."""
+    import shlex
+    repo = CLI_DIR.parents[1]
+    out = subprocess.run(["make", "-n", "reading-benchmark", "DEMO_ARGS=--recipes 5"], cwd=repo,
+                         capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if "mrqa demo" in x)
+    args = shlex.split(line.split("mrqa demo", 1)[1])
+    assert args[-2:] == ["--recipes", "5"]
+    assert {"--redrawn", "--author-coherence"} <= set(args) and args[args.index("--split-by") + 1] == "author"
+    demo = typer.main.get_command(app).commands["demo"]
+    ctx = demo.make_context("demo", list(args))        # click's parser: an unknown option or value raises
+    assert ctx.params["redrawn"] and ctx.params["author_coherence"] and ctx.params["recipes"] == 5
+    assert str(ctx.params["split_by"]).endswith("author")
