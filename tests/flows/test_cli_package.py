@@ -4,6 +4,7 @@ small, no input check is an `assert`, and importing the CLI loads no heavy libra
 from __future__ import annotations
 
 import ast
+import shlex
 import subprocess
 import sys
 from importlib.metadata import version
@@ -167,7 +168,6 @@ def test_status_prints_every_table_in_order(paths):
 def test_make_reading_benchmark_runs_the_demo_with_options_the_demo_accepts():
     """`make reading-benchmark` is the demo with the opt-ins the README's "whole reading benchmark" names;
     its command line (from `make -n`, nothing run) parses as `mrqa demo` options, DEMO_ARGS last."""
-    import shlex
     repo = CLI_DIR.parents[1]
     out = subprocess.run(["make", "-n", "reading-benchmark", "DEMO_ARGS=--recipes 5"], cwd=repo,
                          capture_output=True, text=True, check=True).stdout
@@ -176,6 +176,6 @@ def test_make_reading_benchmark_runs_the_demo_with_options_the_demo_accepts():
     assert args[-2:] == ["--recipes", "5"]
     assert {"--redrawn", "--author-coherence"} <= set(args) and args[args.index("--split-by") + 1] == "author"
     demo = typer.main.get_command(app).commands["demo"]
-    ctx = demo.make_context("demo", list(args))        # click's parser: an unknown option or value raises
+    ctx = demo.make_context("demo", args)        # click's parser: an unknown option or value raises
     assert ctx.params["redrawn"] and ctx.params["author_coherence"] and ctx.params["recipes"] == 5
     assert str(ctx.params["split_by"]).endswith("author")
