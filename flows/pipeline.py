@@ -79,7 +79,13 @@ AUTHOR_SETTINGS = ("0-0-0-author", "1-0-0-author", "0-0-0-author-af", "1-0-0-aut
 # splits drawn by author (etl/splits.py) GM3C question-only and the look probe both stay within 35%
 AUTHOR_POOL = {"rounds": 3, "tau": 0.35, "min_kept": 0.4, "linear": True, "adversaries": 4, "look": True,
                "drop_order": "minimax", "fold_by": AF_POOL_FOLD_BY}
-REDRAWN_SETTINGS = {"visual_cloze": ("0-1-0-af", "0-1-1-af", "1-1-0-af", "1-1-1-af")}
+REDRAWN_SETTINGS = {"visual_cloze": ("0-1-0-af", "0-1-1-af", "1-1-0-af", "1-1-1-af", "0-1-1-balanced-af",
+                                     "1-1-1-balanced-af")}
+# The balanced ones are drawn again from sources made for the pooled drop (REDRAWN_POOLED_SOURCES: `mrqa generate
+# --knobs 0-1-1-balanced-af --af-drop pooled`), then those settings are generated again with the drop the stage
+# gave them, so the stage's other datasets stay what they are. From the sources AF's own drop had filtered, the
+# pooled step stops at the 40% floor with the trees at 36.6-36.9%; from these it meets every bound (docs/knobs.md)
+REDRAWN_POOLED_SOURCES = {"visual_cloze": ("0-1-1-balanced-af", "1-1-1-balanced-af")}
 # `redrawn`: beyond the paper (features/datasets/redraw.py, sample kitchen only): those AF settings' distractors
 # and alternates drawn again in each question's kitchen, the knobs checked again on the new photos, then their own
 # pooled step (REDRAWN_POOL, swap rounds among the redrawn alternates): the visual datasets of the sample kitchen
@@ -314,7 +320,9 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                       **({"author_coherence": AUTHOR_POOL} if p.get("author_coherence") else {}),
                       **({"textual_cloze_pooled": {**TEXTUAL_POOL, "af_drop": TEXTUAL_AF_DROP}}
                          if p.get("textual_cloze_pooled") else {}),
-                      **({"redrawn": {"settings": {t: list(s) for t, s in REDRAWN_SETTINGS.items()}, **REDRAWN_POOL}}
+                      **({"redrawn": {"settings": {t: list(s) for t, s in REDRAWN_SETTINGS.items()},
+                                     "pooled_sources": {t: list(s) for t, s in REDRAWN_POOLED_SOURCES.items()},
+                                     **REDRAWN_POOL}}
                          if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -381,7 +389,7 @@ def _generate(p: dict, paths: Paths, af_params: dict | None) -> dict:
     res = generate_flow(all_settings=True, seed=p["seed"], encoder_id=p["encoder_id"], probe=not p["report"],
                         af_pooled_drop=(tuple(af_params["tasks"]) if af_params else ()) + textual)
     if p.get("redrawn"):                   # before the pooled step rewrites its sources
-        res["redrawn"] = _redrawn(paths, p)
+        res["redrawn"] = _redrawn(paths, p, (tuple(af_params["tasks"]) if af_params else ()) + textual)
     if af_params:
         res["af_pool"] = _af_pool(paths, {**af_params, "seed": p["seed"], "encoder_id": p["encoder_id"]})
         _counts_after(res.get("datasets", []), _counts(paths))      # the counts as they are after it
@@ -480,22 +488,29 @@ def _matched(paths: Paths, p: dict, kind: str = "matched") -> tuple[dict, list[d
     return {"datasets": {d["dataset_id"]: d["n_questions"] for d in made}, "af_pool": pooled}, made
 
 
-def _redrawn(paths: Paths, p: dict) -> dict:
+def _redrawn(paths: Paths, p: dict, af_pooled_drop: tuple[str, ...] = ()) -> dict:
     """The AF settings REDRAWN_SETTINGS of each task drawn again in each question's kitchen
     (`mrqa redraw --task T`: visual cloze distractors, visual coherence foreign photos), then each task's pooled
-    step (`mrqa af-pool --task T --distractors redrawn`, REDRAWN_POOL). A setting that cannot be drawn (no
-    ground truth: not a sample kitchen home; its AF dataset missing) is skipped with the reason. Returns
-    {datasets: {dataset_id: questions after the pooled step}, skipped: {"task setting": why}, af_pool: {task:
-    its pooled step's summary}}."""
+    step (`mrqa af-pool --task T --distractors redrawn`, REDRAWN_POOL). `af_pooled_drop`: the tasks whose AF
+    datasets the stage made for the pooled drop; for the others, the settings REDRAWN_POOLED_SOURCES are
+    generated for it first (`_pooled_sources`) and with the stage's drop again after their redraw. A setting
+    that cannot be drawn (no ground truth: not a sample kitchen home; its AF dataset missing) is skipped with
+    the reason. Returns {datasets: {dataset_id: questions after the pooled step}, skipped: {"task setting":
+    why}, pooled_sources: {task: [settings drawn from sources made for the pooled drop]}, af_pool: {task: its
+    pooled step's summary}}."""
     from features.datasets.redraw import redraw
     from features.datasets.redraw_coherence import redraw_coherence
-    made, skipped, pooled = [], {}, {}
+    made, skipped, pooled, sources = [], {}, {}, {}
     for task, settings in REDRAWN_SETTINGS.items():
         make = redraw_coherence if task == "visual_coherence" else redraw
         done = []
+        own = [] if task in af_pooled_drop else [s for s in REDRAWN_POOLED_SOURCES.get(task, ()) if s in settings]
+        restore = _pooled_sources(task, own, p, af_pooled_drop, skipped) if own else []
         con = connect(paths)
         try:
             for setting in settings:
+                if f"{task} {setting}" in skipped:
+                    continue
                 try:
                     done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths))
                 except (ValueError, LookupError) as e:
@@ -503,13 +518,36 @@ def _redrawn(paths: Paths, p: dict) -> dict:
                     skipped[f"{task} {setting}"] = str(e)
         finally:
             con.close()
+            if restore:                    # the stage's own datasets as the stage made them
+                from flows.generate import generate_and_register
+                generate_and_register(restore, p["seed"], p.get("encoder_id"), af_pooled_drop)
+        if restore:
+            sources[task] = [s for s in own if f"{task} {s}" not in skipped]
         pooled[task] = _pooled_step(task, p["seed"], f"redrawn {task}", distractors="redrawn",
                                     **REDRAWN_POOL) if done else {"skipped": "no redrawn datasets"}
         made += done
     counts = _counts(paths)
     return {"datasets": {r["dataset_id"]: counts.get(r["dataset_id"], 0) for r in made}, "skipped": skipped,
             "photos": sum(r["photos_photos"] for r in made), "drawn": sum(r["photos_drawn"] for r in made),
-            "af_pool": pooled}
+            "pooled_sources": sources, "af_pool": pooled}
+
+
+def _pooled_sources(task: str, settings: list[str], p: dict, af_pooled_drop: tuple[str, ...],
+                    skipped: dict) -> list:
+    """Generate `task`'s AF `settings` for the pooled drop (AF's own drop left to the pooled step), the sources
+    `_redrawn` draws them again from; returns their (task, params) to generate again with the stage's drop
+    `af_pooled_drop` after the redraw, [] when they could not be made (each then skipped with the reason)."""
+    from features.datasets.generate import settings_for
+    from flows.generate import generate_and_register
+    regen = [settings_for(task, s)[0] for s in settings]
+    try:
+        generate_and_register(regen, p["seed"], p.get("encoder_id"), af_pooled_drop + (task,))
+    except (ValueError, LookupError) as e:
+        log.warning("redrawn %s: the sources for the pooled drop were not made: %s", task, e)
+        skipped.update({f"{task} {s}": f"its source for the pooled drop was not made: {e}" for s in settings})
+        generate_and_register(regen, p["seed"], p.get("encoder_id"), af_pooled_drop)
+        return []
+    return regen
 
 
 def _af_pool(paths: Paths, params: dict) -> dict:
@@ -723,7 +761,7 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     minutes; the pipeline keeps both.
     `redrawn`: generate also draws the AF settings REDRAWN_SETTINGS (visual cloze) again in each question's
     kitchen (sample kitchen homes only; features/datasets/redraw.py) and runs their pooled step per task
-    (REDRAWN_POOL).
+    (REDRAWN_POOL); the balanced ones from sources made for the pooled drop (REDRAWN_POOLED_SOURCES).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the
     fan-out stages on that Dask scheduler (sets MRQA_DASK_ADDRESS for flows/scale.py).
     Returns {home, stages: [...], timings, failed?}; a failed stage raises PipelineStageFailed after

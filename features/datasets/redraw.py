@@ -215,7 +215,8 @@ def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, enco
         raise ValueError(f"--knobs {setting}: redraw starts from an AF setting of the knobs (e.g. 0-1-1-af; visual "
                          "coherence: or K1-0-0-matched-af); its result is named K1-K2-K3-redrawn-af "
                          "(K1-0-0-matched-redrawn-af)")
-    rows = con.execute("SELECT dataset_id, encoder_id, params FROM datasets WHERE task = ? AND setting = ? "
+    rows = con.execute("SELECT dataset_id, encoder_id, params, content_sha256 FROM datasets WHERE task = ? "
+                       "AND setting = ? "
                        "AND seed = ? AND (? IS NULL OR encoder_id = ?) "
                        "AND NOT regexp_matches(dataset_id, '-p[0-9a-f]{6}$') "
                        "ORDER BY dataset_id", [task, st.name, seed, encoder_id, encoder_id]).fetchall()
@@ -225,14 +226,15 @@ def source_dataset(con: duckdb.DuckDBPyConnection, setting: str, seed: int, enco
     if len(rows) > 1:
         raise ValueError(f"{len(rows)} datasets of {st.name} (seed {seed}), one per encoder: name one with --encoder "
                          f"({', '.join(r[1] for r in rows)})")
-    did, enc, params = rows[0]
+    did, enc, params, sha = rows[0]
     params = json.loads(params)
     if "af_pooled" in params:
         raise ValueError(f"{did} was filtered by the pooled step (mrqa af-pool) already: regenerate it "
                          f"(`mrqa generate --task {task} --knobs {st.name} --af-drop pooled`), redraw, then "
                          f"run the pooled step on the redrawn datasets (`mrqa af-pool --task {task} "
                          "--distractors redrawn`)")
-    return {"dataset_id": did, "encoder_id": enc, "params": params, "setting": st, "task": task}
+    return {"dataset_id": did, "encoder_id": enc, "params": params, "setting": st, "task": task,
+            "content_sha256": sha}
 
 
 def load_source(con: duckdb.DuckDBPyConnection, src: dict, anchors, paths: Paths,
@@ -454,7 +456,8 @@ def register(con, src: dict, rows: list[tuple], truth: Truth, photos: dict, skip
         positions[r[5]] += 1
     params = {**sp, **kp.to_json(), "skips": all_skips, "answer_positions": positions,
               "distance_probe_accuracy": None,
-              "redraw": {"source_dataset_id": src["dataset_id"], "seed": seed, "sample": truth.folder.name,
+              "redraw": {"source_dataset_id": src["dataset_id"], "source_content_sha256": src.get("content_sha256"),
+                         "seed": seed, "sample": truth.folder.name,
                          "sample_content_sha256": truth.content_sha256,
                          "source_questions": len(rows) + sum(skips.values()), **photos}}
     with transaction(con):

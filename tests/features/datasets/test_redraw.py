@@ -302,6 +302,52 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
     redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
 
 
+@pytest.mark.slow      # four AF generations of the small home, a redraw and its pooled step (~1 min)
+def test_the_pipelines_balanced_redrawn_setting_is_drawn_from_a_source_made_for_the_pooled_drop(home, monkeypatch):
+    """A setting of REDRAWN_POOLED_SOURCES: the redrawn step generates it for the pooled drop, draws that
+    again, then generates it with the stage's own drop again. The redrawn dataset records that source (its
+    drop, its content hash, its question count); the stage's own dataset is, byte for byte, what it was."""
+    from features.datasets.generate import generate_datasets, settings_for
+    from flows import pipeline
+    con, paths = home["con"], home["paths"]
+    bal = "0-1-1-balanced-af"
+    kw = {"seed": 0, "encoder_id": home["enc"], "lance_uri": paths.lance, "progress": False}
+    pooled_src = generate_datasets(con, settings_for("visual_cloze", bal), af_pooled_drop=("visual_cloze",), **kw)[0]
+    own = generate_datasets(con, settings_for("visual_cloze", bal), **kw)[0]
+    assert pooled_src["dataset_id"] == own["dataset_id"] and pooled_src["n_questions"] > own["n_questions"]
+    con.close()
+    monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (bal,)})
+    monkeypatch.setattr(pipeline, "REDRAWN_POOLED_SOURCES", {"visual_cloze": (bal,)})
+    monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
+                                                   "adversaries": 1, "tree": False})
+    try:
+        out = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]})
+    finally:
+        home["con"] = con = connect(paths)
+    assert out["skipped"] == {} and out["pooled_sources"] == {"visual_cloze": [bal]}
+    did = next(d for d in out["datasets"] if "-balanced-redrawn-af-" in d)
+    params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
+    assert params["adversarial"]["drop"] == "pooled"
+    assert params["redraw"]["source_dataset_id"] == own["dataset_id"]
+    assert params["redraw"]["source_content_sha256"] == pooled_src["content_sha256"]
+    assert params["redraw"]["source_questions"] == pooled_src["n_questions"]
+    sha, n, sp = con.execute("SELECT content_sha256, n_questions, params FROM datasets WHERE dataset_id = ?",
+                             [own["dataset_id"]]).fetchall()[0]
+    assert (sha, n) == (own["content_sha256"], own["n_questions"])
+    assert "drop" not in json.loads(sp)["adversarial"]
+    # a stage whose AF datasets were made for the pooled drop draws them as they are: no source made again
+    con.close()
+    try:
+        again = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]}, ("visual_cloze",))
+    finally:
+        home["con"] = con = connect(paths)
+    assert again["pooled_sources"] == {}
+    src = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                 [next(iter(again["datasets"]))]).fetchall()[0][0])["redraw"]
+    assert src["source_content_sha256"] == own["content_sha256"]
+    redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
+
+
 # ----------------------------------------------------------------------------- visual coherence
 
 @pytest.fixture(scope="module")
