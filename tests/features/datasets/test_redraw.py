@@ -254,6 +254,19 @@ def test_choose_keeps_valid_distractors_and_meets_knob_three():
     assert choose([True, True, True], [True, True, False], 1, True) is None
 
 
+def _pipeline_redrawn(home, monkeypatch, af_pooled_drop=()):
+    """The pipeline's redrawn step (`flows.pipeline._redrawn`) on the test home with a small pooled step (the
+    home's connection closed by the caller); returns its summary and the home's connection, opened again."""
+    from flows import pipeline
+    monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
+                                                   "adversaries": 1, "tree": False})
+    try:
+        out = pipeline._redrawn(home["paths"], {"seed": 0, "encoder_id": home["enc"]}, af_pooled_drop)
+    finally:
+        home["con"] = con = connect(home["paths"])
+    return out, con
+
+
 @pytest.mark.slow      # the pipeline's redrawn step with its pooled step, a swap round (~1 min)
 def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_knobs(home, monkeypatch):
     """`mrqa demo/pipeline --redrawn`: the redrawn datasets, then their own pooled step: it keeps at least 40%
@@ -269,12 +282,7 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
                               encoder_id=home["enc"], lance_uri=paths.lance, progress=False)[0]
     con.close()
     monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
-    monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
-                                                   "adversaries": 1, "tree": False})
-    try:
-        out = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]})
-    finally:
-        home["con"] = con = connect(paths)
+    out, con = _pipeline_redrawn(home, monkeypatch)
     did = home["first"]["dataset_id"]
     assert out["skipped"] == {} and list(out["datasets"]) == [did]
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
@@ -318,12 +326,7 @@ def test_the_pipelines_balanced_redrawn_setting_is_drawn_from_a_source_made_for_
     con.close()
     monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (bal,)})
     monkeypatch.setattr(pipeline, "REDRAWN_POOLED_SOURCES", {"visual_cloze": (bal,)})
-    monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
-                                                   "adversaries": 1, "tree": False})
-    try:
-        out = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]})
-    finally:
-        home["con"] = con = connect(paths)
+    out, con = _pipeline_redrawn(home, monkeypatch)
     assert out["skipped"] == {} and out["pooled_sources"] == {"visual_cloze": [bal]}
     did = next(d for d in out["datasets"] if "-balanced-redrawn-af-" in d)
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchall()[0][0])
@@ -337,10 +340,7 @@ def test_the_pipelines_balanced_redrawn_setting_is_drawn_from_a_source_made_for_
     assert "drop" not in json.loads(sp)["adversarial"]
     # a stage whose AF datasets were made for the pooled drop draws them as they are: no source made again
     con.close()
-    try:
-        again = pipeline._redrawn(paths, {"seed": 0, "encoder_id": home["enc"]}, ("visual_cloze",))
-    finally:
-        home["con"] = con = connect(paths)
+    again, con = _pipeline_redrawn(home, monkeypatch, ("visual_cloze",))
     assert again["pooled_sources"] == {}
     src = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
                                  [next(iter(again["datasets"]))]).fetchall()[0][0])["redraw"]
