@@ -56,6 +56,7 @@ ORD_SPAN = 2 ** 31 - 1 - REDRAWN_ORD   # the ord stays an INTEGER
 BALL_SAMPLE = 16                       # the answer's neighbours drawn in the question's kitchen to measure its ball
 BALL_SAMPLE_MIN = 8                    # fewer (a tiny split): the question is dropped
 SKIP_OUTSIDE = "redrawn_outside_knobs"
+SAMPLE_POOL = "sample"                 # `ball_candidates`: a distractor that is one of the ball sample's photos
 SKIP_NO_TRUTH = "redrawn_no_ground_truth"
 TASK = "visual_cloze"
 TASKS = ("visual_cloze", "visual_coherence")
@@ -354,14 +355,52 @@ def _draw(con, paths: Paths, truth: Truth, photos: dict[str, dict], progress: bo
     return drawn, len(photos) - drawn
 
 
+def sample_candidates(truth: Truth, words, rid: str, answer_item: str, taken: set[str],
+                      sample: list[tuple[str, str]]) -> list[tuple[str, str, str, str]]:
+    """The ball sample's photos that may stand as distractors (`ball_candidates`), in its order, as
+    (new photo, source photo, pool "sample", source recipe): photos of other recipes than the question's and
+    than `taken` (the recipes of its candidates already), one per recipe, never of an intro (step 0), never a
+    text twin of the answer's step (twins.py, AF's rule). Whether they lie in the ball and the answer step's text
+    tells them from the answer are checked on the new photos' vectors (`redraw`)."""
+    a_rec, a_step, _ = truth.photos[answer_item]
+    out, seen = [], set(taken) | {rid}
+    rows = words.rows([truth.photos[src][0] for _, src in sample], [truth.photos[src][1] for _, src in sample])
+    twin = words.twins(words.rows([a_rec], [a_step])[0], rows) if len(sample) else np.zeros(0, bool)
+    for (nid, src), tw in zip(sample, twin):
+        r, step, _ = truth.photos[src]
+        if r in seen or int(step) == 0 or tw:
+            continue
+        seen.add(r)
+        out.append((nid, src, SAMPLE_POOL, r))
+    return out
+
+
+def answer_texts(paths: Paths, encoder_id: str, truth: Truth, answer_items: list[str]) -> dict[str, np.ndarray]:
+    """answer item -> the unit body-text vector of its step in the encoder's space (AF's answerability rule,
+    adversarial.readable); absent where the step has none."""
+    keys = {a: f"{truth.photos[a][0]}_{int(truth.photos[a][1])}_body" for a in answer_items}
+    ids, mat = FeatureStore(paths.lance).text_vectors(encoder_id, "body", ids=sorted(set(keys.values())))
+    row = {i: _unit(v) for i, v in zip(ids, mat)}
+    return {a: row[k] for a, k in keys.items() if k in row}
+
+
 def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
-           paths: Paths | None = None, sample: Path | None = None, progress: bool = True) -> dict:
+           paths: Paths | None = None, sample: Path | None = None, progress: bool = True,
+           ball_candidates: bool | None = None) -> dict:
     """Make and register the redrawn dataset of one visual cloze AF setting (see the module's doc); returns
-    its summary. Idempotent: the same inputs give the same photos, vectors and questions."""
+    its summary. Idempotent: the same inputs give the same photos, vectors and questions. `ball_candidates`
+    (default: at knob 2 = 0): the ball sample's own photos that lie inside the ball are candidates too, after
+    the source's (`sample_candidates`; the paper's rule, whose ball and candidates are the same K neighbours)."""
     paths = paths or Paths.from_env()
     src = source_dataset(con, setting, seed, encoder_id, TASK)
     enc = src["encoder_id"]
+    if ball_candidates is None:
+        ball_candidates = src["setting"].k2 == 0
     qs, truth, nbrs = load_source(con, src, lambda p: [p["answer_item"]], paths, sample)
+    words = None
+    if ball_candidates:
+        from features.datasets.twins import StepWords
+        words = StepWords.from_warehouse(con)
     photos: dict[str, dict] = {}
     plan = []                       # per question: (row, provenance, candidates [(item, source, pool, recipe)])
     no_truth = 0
@@ -381,14 +420,22 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
                 out.append((item, None, pool, r))
             elif item in truth.photos:
                 out.append((photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r))
-        sample_ids = [photo_for(photos, truth, seed, rid, qid, item, split)
-                      for item in ball_sample(nbrs.get(p["answer_item"], []), seed, qid) if item in truth.photos]
-        plan.append((row, p, out, sample_ids))
+        smp_src = [item for item in ball_sample(nbrs.get(p["answer_item"], []), seed, qid) if item in truth.photos]
+        sample_ids = [photo_for(photos, truth, seed, rid, qid, item, split) for item in smp_src]
+        n_source = len(out)
+        if ball_candidates and p["answer_item"] in truth.photos:
+            taken = {c[3] for c in out} | {c[1] for c in cands}
+            have = {c[1] or c[0] for c in out}
+            out += sample_candidates(truth, words, rid, p["answer_item"], taken,
+                                     [(n, s) for n, s in zip(sample_ids, smp_src) if s not in have])
+        plan.append((row, p, out, sample_ids, n_source))
     counts, vec = draw_and_embed(con, paths, truth, photos, enc,
-                                 [i for row, p, out, smp in plan for i in [*p["question_items"], *(c[0] for c in out),
-                                                                           *smp]], progress)
-    new_q, outside, used = [], 0, set()
-    for row, p, out, smp in plan:
+                                 [i for row, p, out, smp, _ in plan
+                                  for i in [*p["question_items"], *(c[0] for c in out), *smp]], progress)
+    texts = answer_texts(paths, enc, truth, [p["answer_item"] for _, p, out, _, n in plan if len(out) > n]) \
+        if ball_candidates else {}
+    new_q, outside, used, from_sample = [], 0, set(), 0
+    for row, p, out, smp, n_source in plan:
         qid, rid, split, question, choices, answer, steps, _ = row
         a = vec[p["answer_item"]]
         ctx = [vec[i] for j, i in enumerate(p["question_items"]) if j != p["placeholder_index"]]
@@ -407,6 +454,10 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         dist = [1.0 - float(a @ vec[c[0]]) for c in out]
         dq = [1.0 - float(qm @ vec[c[0]]) for c in out]
         valid = [lo <= d <= hi for d in dist]
+        if len(out) > n_source:                       # the sample's photos: AF's answerability rule too
+            t = texts.get(p["answer_item"])
+            for i in range(n_source, len(out)):
+                valid[i] = valid[i] and t is not None and float(t @ vec[out[i][0]]) < float(t @ a)
         closer = [x < d_aq for x in dq]
         exact = p["k3_mode"] == "balanced"
         slots = choose(valid, closer, int(p["n_closer_required"] or 0), exact) if len(out) >= 3 else None
@@ -424,6 +475,7 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
             dis.append({"closer": closer[s], "dist_q": round(dq[s], 6), "distance": round(dist[s], 6),
                         "item": item, "recipe_id": r, "source": source})
             used.add(item)
+            from_sample += s >= n_source
         alts = [{"closer": closer[i], "dist_q": round(dq[i], 6), "distance": round(dist[i], 6), "item": out[i][0],
                  "pool": out[i][2], "recipe_id": out[i][3], "source": out[i][1]}
                 for i in range(len(out)) if valid[i] and i not in slots]
@@ -436,6 +488,9 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         new_q.append((qid, rid, split, list(question), items, answer, list(steps) if steps is not None else None,
                       json.dumps(q, sort_keys=True, separators=(",", ":"))))
     counts["shown"] = len(used & set(photos))
+    if ball_candidates:                               # (absent otherwise: the datasets made before stay as they were)
+        counts["ball_candidates"] = True
+        counts["distractors_from_sample"] = int(from_sample)
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed)
 
 

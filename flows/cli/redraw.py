@@ -40,6 +40,10 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                unremarkable: bool = typer.Option(False, "--unremarkable", help="visual_coherence: leave out a "
                                                  "foreign photo that a rule on the 4 photos' distances singles "
                                                  "out (the closest pair, the centre, the farthest)."),
+               ball_candidates: Optional[bool] = typer.Option(None, "--ball-candidates/--no-ball-candidates",
+                                                              help="visual_cloze: the ball sample's own photos "
+                                                              "inside the ball are candidates too, after the "
+                                                              "source's (default: at knob 2 = 0)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -60,6 +64,8 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
     if task not in TASKS:
         fail(f"--task {task}: redraw draws visual cloze distractors or visual coherence foreign photos again "
              f"(one of {', '.join(TASKS)})")
+    if ball_candidates is not None and task != "visual_cloze":
+        fail("--ball-candidates is a visual_cloze rule (the distractors); leave it out for --task " + task)
     if (items or unremarkable or foreign_pool != "af") and task != "visual_coherence":
         fail("--items-rule, --unremarkable and --foreign-pool are visual_coherence rules (the foreign photo); add "
              "--task visual_coherence or leave them out")
@@ -74,7 +80,7 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
         return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule,
                                 unremarkable=unremarkable) \
             if task == "visual_coherence" \
-            else redraw(*args)
+            else redraw(*args, ball_candidates=ball_candidates)
     paths = Paths.from_env()
     con = connect(paths, wait=wait)
     try:
@@ -101,4 +107,6 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
         typer.echo(f"{r['dataset_id']}: {r['n_questions']:,d} of {r['source_questions']:,d} questions of "
                    f"{r['source_dataset_id']} (dropped: {sk}); {r['photos_photos']:,d} photos "
                    f"({r['photos_drawn']:,d} drawn, {r['photos_reused']:,d} kept, {r['photos_embedded']:,d} embedded); "
-                   f"distance probe {r['distance_probe_accuracy']}")
+                   f"distance probe {r['distance_probe_accuracy']}"
+                   + (f"; {r['photos_distractors_from_sample']:,d} distractors from the ball sample"
+                      if r.get("photos_ball_candidates") else ""))

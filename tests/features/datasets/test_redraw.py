@@ -241,6 +241,54 @@ def test_a_home_without_the_kitchens_ground_truth_is_refused_with_the_reason(hom
         parse_setting("0-1-1-redrawn")
 
 
+def test_ball_candidates_add_the_samples_photos_inside_the_ball_and_every_rule_holds_on_them(home):
+    """`ball_candidates`: the ball sample's own photos inside the ball stand as distractors after the source's
+    candidates. Every knob holds as before; each such distractor is one of the ball sample's photos, of another
+    recipe than the question's and its other distractors', no intro, no text twin of the answer's step, and the
+    answer step's text is nearer the answer photo than it; a question the source's candidates kept keeps its
+    choices; the count is recorded. Then the plain redraw is made again (the home's other tests read it)."""
+    from features.datasets.redraw import SAMPLE_POOL, read_truth
+    from features.datasets.twins import StepWords
+    con, paths, first = home["con"], home["paths"], home["first"]
+    try:
+        out = redraw(con, SETTING, 0, paths=paths, progress=False, ball_candidates=True)
+        assert out["dataset_id"] == first["dataset_id"] and out["photos_ball_candidates"] is True
+        src, new = _rows(con, first["source_dataset_id"]), _rows(con, out["dataset_id"])
+        _check_knobs(home, src, new)
+        truth, words = read_truth(home["sample"]), StepWords.from_warehouse(con)
+        ids, mat = FeatureStore(paths.lance).image_vectors(home["enc"])
+        vec = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
+        tids, tmat = FeatureStore(paths.lance).text_vectors(home["enc"], "body")
+        text = {i: v / np.linalg.norm(v) for i, v in zip(tids, np.asarray(tmat, dtype=np.float64))}
+        photo_src = dict(con.execute("SELECT image_id, source_image_id FROM redrawn_images").fetchall())
+        n_sample = 0
+        for rid, _split, _question, _choices, answer, p in new.values():
+            recipes = [d["recipe_id"] for d in p["distractors"]]
+            for col, d in zip([c for c in range(4) if c != answer], p["distractors"]):
+                if p["af_pools"][col] != SAMPLE_POOL:
+                    continue
+                n_sample += 1
+                assert d["item"] in p["ball_sample"] and photo_src[d["item"]] == d["source"]
+                s_rec, s_step, _ = truth.photos[d["source"]]
+                assert s_rec == d["recipe_id"] != rid and recipes.count(s_rec) == 1 and s_step != 0
+                a_rec, a_step, _ = truth.photos[p["answer_item"]]
+                assert not words.twins(words.rows([a_rec], [a_step]), words.rows([s_rec], [s_step]))[0]
+                t = text[f"{a_rec}_{a_step}_body"]
+                assert float(t @ vec[d["item"]]) < float(t @ vec[p["answer_item"]])
+        assert n_sample == out["photos_distractors_from_sample"] > 0
+        assert out["n_questions"] >= first["n_questions"]
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                        [out["dataset_id"]]).fetchall()[0][0])
+        assert params["redraw"]["ball_candidates"] is True
+    finally:
+        again = redraw(con, SETTING, 0, paths=paths, progress=False)
+    assert again["content_sha256"] == first["content_sha256"] and "photos_ball_candidates" not in again
+    plain_new = _rows(con, first["dataset_id"])
+    kept = [q for q in plain_new if q in new]
+    assert len(kept) == len(plain_new)                       # the sample's photos only add questions
+    assert all(new[q][3] == plain_new[q][3] for q in kept)   # and those the source's candidates kept stay
+
+
 def test_choose_keeps_valid_distractors_and_meets_knob_three():
     # candidates 0-2 are the source's distractors, the rest alternates in order
     assert choose([True, True, True, True], [False] * 4, 0, False) == [0, 1, 2]
