@@ -650,6 +650,8 @@ def test_coherence_redraw_is_deterministic_and_idempotent(home, coherence):
         assert r.exit_code != 0 and "--foreign-pool steps" in r.output, r.output
         r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--knobs", "1-0-1-balanced-af"])
         assert r.exit_code != 0 and "mrqa generate --task visual_coherence" in r.output, r.output
+        r = CliRunner().invoke(app, ["redraw", "--task", "visual_coherence", "--ball-candidates"])
+        assert r.exit_code != 0 and "a visual_cloze rule" in r.output, r.output
     finally:
         home["con"] = connect(paths)
 
