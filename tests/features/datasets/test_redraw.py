@@ -302,12 +302,13 @@ def test_choose_keeps_valid_distractors_and_meets_knob_three():
     assert choose([True, True, True], [True, True, False], 1, True) is None
 
 
-def _pipeline_redrawn(home, monkeypatch, af_pooled_drop=()):
+def _pipeline_redrawn(home, monkeypatch, af_pooled_drop=(), **pool):
     """The pipeline's redrawn step (`flows.pipeline._redrawn`) on the test home with a small pooled step (the
-    home's connection closed by the caller); returns its summary and the home's connection, opened again."""
+    home's connection closed by the caller; `pool`: more of its arguments); returns its summary and the home's
+    connection, opened again."""
     from flows import pipeline
     monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
-                                                   "adversaries": 1, "tree": False})
+                                                   "adversaries": 1, "tree": False, **pool})
     try:
         out = pipeline._redrawn(home["paths"], {"seed": 0, "encoder_id": home["enc"]}, af_pooled_drop)
     finally:
@@ -330,12 +331,15 @@ def test_the_pipelines_redrawn_step_swaps_among_redrawn_photos_and_keeps_the_kno
                               encoder_id=home["enc"], lance_uri=paths.lance, progress=False)[0]
     con.close()
     monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
-    out, con = _pipeline_redrawn(home, monkeypatch)
+    # every question the adversary solves is aimed at another rank (solved share 0): on the small home the tiny
+    # adversary reads the redrawn setting near chance (~30%), so at the default quarter its swap round may have
+    # nothing to move, and this test is about where the swaps take their photos from
+    out, con = _pipeline_redrawn(home, monkeypatch, solved_share=0.0)
     did = home["first"]["dataset_id"]
     assert out["skipped"] == {} and list(out["datasets"]) == [did]
     params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
     step = params["af_pooled"]
-    assert step["distractors"] == "redrawn" and step["rounds"] == 1
+    assert step["distractors"] == "redrawn" and step["rounds"] == 1 and step["solved_share"] == 0.0
     n = out["datasets"][did]
     # the floor: 40% of the plain setting, or every question the redraw kept where it kept fewer (a property of
     # the small home's vectors, which a new release of a dependency moves)
