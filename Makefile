@@ -2,22 +2,34 @@
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# The stamp is keyed on the dependency list: editing pyproject.toml re-installs, otherwise setup costs seconds.
-STAMP := $(VENV)/.stamp-$(shell sha256sum pyproject.toml | cut -c1-16)
+# Every installed package at the exact version CI passed with (a release of an unpinned dependency such as numpy
+# or scikit-learn moves the vectors, so the datasets): `make venv CONSTRAINTS=` resolves afresh instead, and
+# `make lock` writes the venv's versions back into the file.
+CONSTRAINTS ?= .ci/constraints.txt
+# The stamp is keyed on the dependency list and the constraints: editing either re-installs, otherwise setup costs
+# seconds.
+STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml $(CONSTRAINTS) | sha256sum | cut -c1-16)
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv demo reading-benchmark test test-slow lint bench clean
+.PHONY: venv lock demo reading-benchmark test test-slow lint bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 	@rm -f $(VENV)/.stamp-*
 	@touch $@
+
+# After `make venv CONSTRAINTS=` (a fresh resolve) and a green `make test test-slow`: pin what was installed.
+lock: venv
+	@{ echo "# Every package of .venv at the exact version CI passed with: make venv installs these (Makefile, CONSTRAINTS)."; \
+	   echo "# Written by make lock (pip freeze); the project itself is left out."; \
+	   $(BIN)/python -m pip freeze --exclude-editable | grep -iv '^meta[-_]recipeqa'; } > .ci/constraints.txt.new
+	@mv .ci/constraints.txt.new .ci/constraints.txt && echo "wrote .ci/constraints.txt"
 
 demo: venv
 	$(BIN)/mrqa demo $(DEMO_ARGS)
