@@ -98,7 +98,11 @@ ORDERING_POOLS = ("knob",)
 POOL_CAP = 64                           # candidates per question from each extra pool (seeded order)
 ALT_CAP = 24                            # cloze: knob-valid alternates recorded per question (af_alternates)
 BALL_CAP = 64                           # coherence: eligible ball candidates per question (seeded order)
-FEATURE_BUDGET = 1 << 24                # floats of pair features built at once
+# floats of candidates' features built at once, and of the cloze slot loop's blocks: 4 MiB of float32, so a chunk
+# is built and scored while it sits in the cache (two generate threads share the L3) rather than written out to
+# memory and read back; every row's figures are the same whatever the chunk (`mrqa bench af-chunks`)
+FEATURE_BUDGET = 1 << 20
+SLOT_BUDGET = 1 << 20
 # answerability: a reader of the recipe must be able to tell the answer. In the encoder's joint space, the
 # text of the answer's step (its body) must be nearer the answer photo than each distractor, by this
 # cosine margin (coherence: each shown step's text nearer its own photo than the foreign photo).
@@ -692,7 +696,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             U = sp.vecs[_insert(cur, ans, pos)]          # the space's vectors are unit already
             gram = np.einsum("ncd,nkd->nck", U, U)
             obj = np.full(cand.shape, np.inf)
-            blk = max(1, (1 << 22) // max(cand.shape[1] * d, 1))
+            blk = max(1, SLOT_BUDGET // max(cand.shape[1] * d, 1))
             for b0 in range(0, K, blk):
                 r = rows[b0:b0 + blk]
                 one = np.arange(4)[None, None, :] == col[r][:, None, None]

@@ -116,6 +116,10 @@ def test_encoder_and_embed_refuse_out_of_range_values(home, args, needle):
     (["ann", "--n", "0"], at_least("--n", 200)),
     (["roles", "--recipes", "0"], at_least("--recipes", 1)),
     (["roles", "--repeats", "0"], at_least("--repeats", 1)),
+    (["af-chunks", "--repeats", "0"], at_least("--repeats", 1)),
+    (["af-chunks", "--settings", "visual_cloze:0-1-0"], "is not TASK:SETTING with an AF setting"),
+    (["af-chunks", "--settings", "cloze:0-1-0-af"], "is not TASK:SETTING with an AF setting"),
+    (["af-chunks", "--settings", " , "], "--settings names no setting"),
 ])
 def test_bench_refuses_out_of_range_values(home, args, needle):
     refused(["bench", *args], needle)

@@ -1,4 +1,4 @@
-"""`mrqa bench generate`, `bench report`, `bench report-home`: figures of dataset generation and the bias report."""
+"""`mrqa bench generate`, `af-chunks`, `report`, `report-home`: figures of generation, AF and the bias report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,6 +59,45 @@ def bench_report_home_cmd(workers: int = typer.Option(2, "--workers", help="Spaw
     con = connect(paths, read_only=True)
     try:
         for line in bench_report_home(con, paths.home, paths.lance, workers, seed):
+            typer.echo(line)
+    except (ValueError, LookupError) as e:
+        fail(str(e))
+    finally:
+        con.close()
+
+
+@app.command("af-chunks")
+def bench_af_chunks_cmd(settings: str = typer.Option(
+                            "visual_cloze:0-1-0-af,visual_coherence:0-1-0-af,textual_cloze:0-1-0-af", "--settings",
+                            help="Comma-separated TASK:SETTING pairs of AF settings to generate."),
+                        repeats: int = typer.Option(2, "--repeats", min=1, help="Timed runs per budget."),
+                        seed: int = typer.Option(0, "--seed", help="Seed of the datasets (the demo's: 0)."),
+                        encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: "
+                                                              "the one `mrqa generate` uses).")):
+    """On MRQA_HOME's vectors (the warehouse read-only; nothing registered): AF's candidate features built and
+    scored in cache-sized chunks against the 64 MiB chunks of before, each AF dataset generated with both in
+    turn; seconds, the medians' ratio and whether the datasets are the same byte for byte."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.datasets.af_bench import bench_af_chunks
+    from features.datasets.generate import FAMILIES, default_encoder
+    from flows.cli.common import fail
+    pairs = []
+    for item in (s.strip() for s in settings.split(",") if s.strip()):
+        task, _, knobs = item.partition(":")
+        if task not in FAMILIES or not knobs.endswith("-af"):
+            fail(f"--settings: {item!r} is not TASK:SETTING with an AF setting (e.g. visual_cloze:0-1-0-af); "
+                 f"tasks: {', '.join(FAMILIES)}")
+        pairs.append((task, knobs))
+    if not pairs:
+        fail("--settings names no setting")
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` (or ingest, clean and embed) first")
+    con = connect(paths, read_only=True)
+    try:
+        enc = encoder or default_encoder(con)
+        for line in bench_af_chunks(con, paths.lance, enc, tuple(pairs), repeats, seed):
             typer.echo(line)
     except (ValueError, LookupError) as e:
         fail(str(e))

@@ -435,6 +435,31 @@ def test_af_is_deterministic_and_thread_independent(world, tmp_path):
     assert all(o["content_sha256"] != a["content_sha256"] for o, a in zip(other, again))
 
 
+def test_af_chunk_sizes_leave_every_dataset_byte_for_byte_the_same(world, monkeypatch):
+    """AF builds and scores its candidates' features chunk by chunk (adversarial.FEATURE_BUDGET) and blocks its
+    cloze slot loop (SLOT_BUDGET): one question at a time and every question at once give the same datasets,
+    so the budgets are a matter of speed only (`mrqa bench af-chunks`)."""
+    from features.datasets import adversarial as A
+    from features.datasets.af_bench import bench_af_chunks, fingerprint
+    from features.datasets.generate import Generator
+    con, paths = world["con"], world["paths"]
+    settings = [AF_SETTINGS[1], AF_SETTINGS[5], AF_SETTINGS[8]]      # visual cloze, coherence, textual cloze
+    gen = Generator(con, ENC, paths.lance)
+    prints = {}
+    for budget in (1, 1 << 30):
+        monkeypatch.setattr(A, "FEATURE_BUDGET", budget)
+        monkeypatch.setattr(A, "SLOT_BUDGET", budget)
+        made = [gen.generate(t, p, 0) for t, p in settings]
+        assert all(ds.n_questions and ds.adversarial for ds in made)
+        prints[budget] = [fingerprint(ds) for ds in made]
+    assert prints[1] == prints[1 << 30] and len(set(prints[1])) == 3
+    # the bench says so too, and leaves the budgets as it found them
+    monkeypatch.setattr(A, "FEATURE_BUDGET", 1 << 12)
+    [line] = bench_af_chunks(con, paths.lance, ENC, (("visual_coherence", "1-0-0-af"),), repeats=1)
+    assert "the same dataset, byte for byte" in line and "visual_coherence 1-0-0-af" in line, line
+    assert A.FEATURE_BUDGET == 1 << 12 and A.SLOT_BUDGET == 1 << 30
+
+
 def test_af_refuses_presets_and_ordering_knob_three():
     from features.datasets.generate import settings_for
     with pytest.raises(ValueError, match="knob 3 is not defined"):
