@@ -51,11 +51,11 @@ def bench_af_chunks(con, lance_uri: str, encoder_id: str, settings=DEFAULT_SETTI
     reads the vectors and draws the questions; the medians' ratio; whether the datasets are the same."""
     from features.datasets import adversarial as A
     from features.datasets.generate import Generator, settings_for
+    resolved = [(knobs, *settings_for(task, knobs)[0]) for task, knobs in settings]   # every bad name refused first
     new = (A.FEATURE_BUDGET, A.SLOT_BUDGET)
     gen = Generator(con, encoder_id, lance_uri)
     try:
-        for task, knobs in settings:
-            [(task, params)] = settings_for(task, knobs)
+        for knobs, task, params in resolved:
             gen.generate(task, params, seed)                          # the shared inputs, cached: not timed
             times, prints = {OLD_BUDGETS: [], new: []}, {OLD_BUDGETS: set(), new: set()}
             for _ in range(repeats):

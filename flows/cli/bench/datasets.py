@@ -67,9 +67,9 @@ def bench_report_home_cmd(workers: int = typer.Option(2, "--workers", help="Spaw
 
 
 @app.command("af-chunks")
-def bench_af_chunks_cmd(settings: str = typer.Option(
-                            "visual_cloze:0-1-0-af,visual_coherence:0-1-0-af,textual_cloze:0-1-0-af", "--settings",
-                            help="Comma-separated TASK:SETTING pairs of AF settings to generate."),
+def bench_af_chunks_cmd(settings: Optional[str] = typer.Option(
+                            None, "--settings", help="Comma-separated TASK:SETTING pairs of AF settings to generate "
+                            "(default: visual_cloze:0-1-0-af,visual_coherence:0-1-0-af,textual_cloze:0-1-0-af)."),
                         repeats: int = typer.Option(2, "--repeats", min=1, help="Timed runs per budget."),
                         seed: int = typer.Option(0, "--seed", help="Seed of the datasets (the demo's: 0)."),
                         encoder: Optional[str] = typer.Option(None, "--encoder", help="encoder_id (default: "
@@ -79,9 +79,11 @@ def bench_af_chunks_cmd(settings: str = typer.Option(
     turn; seconds, the medians' ratio and whether the datasets are the same byte for byte."""
     from etl.config import Paths
     from etl.warehouse import connect
-    from features.datasets.af_bench import bench_af_chunks
+    from features.datasets.af_bench import DEFAULT_SETTINGS, bench_af_chunks
     from features.datasets.generate import FAMILIES, default_encoder
     from flows.cli.common import fail
+    if settings is None:
+        settings = ",".join(f"{t}:{k}" for t, k in DEFAULT_SETTINGS)
     pairs = []
     for item in (s.strip() for s in settings.split(",") if s.strip()):
         task, _, knobs = item.partition(":")
