@@ -70,7 +70,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
                  scores_from: str | None = None, words: bool = False, rules: bool = False,
-                 drop_order: str = "votes", look: bool = False) -> dict:
+                 drop_order: str = "votes", look: bool = False, order: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -93,6 +93,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list.
     `look` (visual tasks): the drop also takes what the look probe solves (`_look_oof`: the linear model and
     the trees on the photos' own pixel statistics, features/diagnostics/look_probe.py), two more lists.
+    `order` (textual cloze): and what the order probe solves (`_order_oof`: the corpus's title-order counts,
+    features/diagnostics/order_probe.py), one more list.
     `drop_order` (training/af_pooled.py `drop_plan`): votes, the questions on more lists first; minimax, each
     next question off the list whose adversary solves the largest share of the kept questions."""
     check_kind(task, distractors)
@@ -102,6 +104,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         raise ValueError("--words reads step titles: only textual cloze shows them")
     if look and task == "textual_cloze":
         raise ValueError("--look reads photos: textual cloze shows none")
+    if order and task != "textual_cloze":
+        raise ValueError("--order reads the order of step titles: only textual cloze shows them")
     paths = Paths.from_env()
     check_args(tau, min_kept, rounds, solved_share, keep_solved, adversaries)
     if drop_order not in DROP_ORDERS:
@@ -179,6 +183,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             more = (*more, _rules_oof(con, paths, ids, task, resolved))
         if look:
             more = (*more, *_look_oof(con, paths, ids, task, LOOK_SEED + seed, fold_by))
+        if order:
+            more = (*more, _order_oof(con, ids, ORDER_SEED + seed))
         oof = verdicts(scores)
         if floor_by == "split":
             split_of, n_split = split_counts(con, rows)
@@ -207,7 +213,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # recorded only when not one, so datasets filtered before keep their hash
                 **({"words_tree_members": WORDS_TREE_MEMBERS} if words and WORDS_TREE_MEMBERS != 1 else {}),
                 **({"rules": RULES[task]} if rules else {}),
-                **({"look": True, "look_seed": LOOK_SEED + seed} if look else {})}
+                **({"look": True, "look_seed": LOOK_SEED + seed} if look else {}),
+                **({"order": True, "order_seed": ORDER_SEED + seed} if order else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
         log.info("af-pool: dropped %d questions and rewrote %d datasets in %.1f s", sum(len(q) for q in plan.values()),
@@ -267,6 +274,7 @@ LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from th
 WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
 WORDS_TREE_MEMBERS = 1   # the words trees' verdict: the mean log-odds of this many fold splits
 LOOK_SEED = 70_001       # the look adversary's folds, model and trees: apart from the report's and the command's
+ORDER_SEED = 90_023      # the order adversary's folds and model: apart from the report's and the command's (seed)
 
 
 def _resolved(con, paths: Paths, ids: list[str], task: str) -> tuple:
@@ -701,6 +709,16 @@ def _words_oof(con, ids: list[str], seed: int, fold_by: str, members: int = 1) -
     log.info("af-pool: the words probe (linear and %d tree fold split%s) scored the questions in %.1f s", members,
              "s" if members > 1 else "", time.perf_counter() - t0)
     return lin, linear_verdicts(trees, answers)
+
+
+def _order_oof(con, ids: list[str], seed: int) -> dict:
+    """The order probe's verdicts on every question (features/diagnostics/order_probe.py): the linear model on
+    the corpus's title-order counts, cross-fitted on each dataset and seeded `seed`, one more list of the drop."""
+    from features.diagnostics.order_probe import order_verdicts
+    t0 = time.perf_counter()
+    out = order_verdicts(con, ids, seed)
+    log.info("af-pool: the order probe scored the questions in %.1f s", time.perf_counter() - t0)
+    return out
 
 
 def _look_oof(con, paths: Paths, ids: list[str], task: str, seed: int, fold_by: str) -> tuple[dict, dict]:

@@ -105,7 +105,7 @@ REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree
 # 10 of the 12 knob 2 = 1 settings of two kitchens passed the reading gate, with minimax 11; docs/results.md,
 # "The drop lowers the highest figure first")
 TEXTUAL_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "words": True,
-                "rules": True, "adversaries": 1, "fold_by": AF_POOL_FOLD_BY, "drop_order": "minimax"}
+                "order": True, "rules": True, "adversaries": 1, "fold_by": AF_POOL_FOLD_BY, "drop_order": "minimax"}
 # and those datasets leave AF's own drop to it (`af_pooled_drop`): with AF's own drop they came to it at 55-58% of
 # their plain settings, and the room down to the 40% floor was too small for five lists (docs/results.md)
 TEXTUAL_AF_DROP = "pooled"

@@ -191,7 +191,8 @@ CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty 
                 ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe (report)"),
                 ("gm3c_qo_acc", "GM3C question-only (af-check)"),
                 ("tree_qo_acc", "tree probe (af-check)"), ("look_acc", "look probe (pixels)"),
-                ("words_acc", "words probe (titles)"), ("words_tree_acc", "words trees (titles)"))
+                ("words_acc", "words probe (titles)"), ("words_tree_acc", "words trees (titles)"),
+                ("order_acc", "order probe (titles' order)"))
 PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
 
 
@@ -238,7 +239,7 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
         return {}
     cols = [c for c in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "qo_acc", "qo_ci_low",
                         "qo_ci_high", "qo_test_acc", "qo_test_ci_low", "qo_test_ci_high", "qo_n_test", "n_scored",
-                        "chance", "tree_acc", "look_acc", "words_acc", "words_tree_acc")
+                        "chance", "tree_acc", "look_acc", "words_acc", "words_tree_acc", "order_acc")
             if c in have]
     cur = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics WHERE list_contains(?, dataset_id)",
                       [ids])

@@ -600,7 +600,7 @@ BIAS_COLUMNS = ["dataset_id", "task", "knobs", "encoder_id", "seed", "n_question
                 "centre_rule_acc", "pair_rule_acc", "tree_acc", "tree_ci_low", "tree_ci_high", "tree_test_acc",
                 "look_acc", "look_ci_low", "look_ci_high", "look_test_acc", "words_acc", "words_ci_low",
                 "words_ci_high", "words_test_acc", "words_tree_acc", "words_tree_ci_low", "words_tree_ci_high",
-                "words_tree_test_acc"]
+                "words_tree_test_acc", "order_acc", "order_ci_low", "order_ci_high", "order_test_acc"]
 
 
 def write_bias_metrics(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> int:

@@ -38,6 +38,7 @@ from features.datasets.knobs import TASKS, setting_kind
 from features.diagnostics.background_cue import report_cues, write_background_cue
 from features.diagnostics.bias import compute_bias_metrics, write_bias_metrics
 from features.diagnostics.look_probe import VISUAL_TASKS, look_rows
+from features.diagnostics.order_probe import order_rows
 from features.diagnostics.tree_probe import tree_rows
 from features.diagnostics.words_probe import words_rows
 
@@ -53,6 +54,7 @@ TABLE_COLUMNS = [("knobs", "setting"), ("dataset_id", "dataset"), ("encoder_id",
                  ("tree_acc", "tree probe, AF datasets (95% CI)"),
                  ("look_acc", "look probe, pixels (95% CI)"), ("words_acc", "words probe, titles (95% CI)"),
                  ("words_tree_acc", "words trees, titles (95% CI)"),
+                 ("order_acc", "order probe, titles' order (95% CI)"),
                  ("recipe_coverage", "recipe coverage"),
                  ("question_overlap", "question overlap (Jaccard)"), ("answer_rank_share",
                                                                      "answer distance rank 0/1/2/3")]
@@ -120,7 +122,7 @@ def ordering_by_probe(rows: list[dict]) -> list[dict]:
 
 ADVERSARIES = (("qo_acc", "learned probe"), ("probe_acc", "distance probe"), ("centre_rule_acc", "centre rule"),
                ("pair_rule_acc", "closest pair"), ("tree_acc", "tree probe"), ("look_acc", "look probe"),
-               ("words_acc", "words probe"), ("words_tree_acc", "words trees"))
+               ("words_acc", "words probe"), ("words_tree_acc", "words trees"), ("order_acc", "order probe"))
 
 
 def best_adversary(r: dict) -> tuple[float | None, str | None]:
@@ -140,7 +142,7 @@ def _fmt(v, col: str) -> str:
     if col in ("qo_acc", "qo_test_acc"):
         return f"{100 * v:.1f}%"
     if col in ("hasty_student_acc", "probe_acc", "centre_rule_acc", "pair_rule_acc", "recipe_coverage", "tree_acc",
-               "tree_test_acc", "look_acc", "words_acc", "words_tree_acc"):
+               "tree_test_acc", "look_acc", "words_acc", "words_tree_acc", "order_acc"):
         return f"{100 * v:.1f}%"
     if col == "question_overlap":
         return f"{v:.3f}"
@@ -169,7 +171,7 @@ def with_wilson(entry: dict, metric: str, with_n: bool = False) -> str:
 def with_interval(r: dict, col: str) -> str:
     """A learned-probe accuracy with its 95% interval, e.g. `76.7% [73.0, 80.1] n=300`."""
     prefix = {"qo_test_acc": "qo_test", "tree_acc": "tree", "look_acc": "look", "words_acc": "words",
-              "words_tree_acc": "words_tree"}.get(col, "qo")
+              "words_tree_acc": "words_tree", "order_acc": "order"}.get(col, "qo")
     lo, hi = r.get(f"{prefix}_ci_low"), r.get(f"{prefix}_ci_high")
     if r.get(col) is None or lo is None or hi is None:
         return _fmt(r.get(col), col)
@@ -180,7 +182,7 @@ def with_interval(r: dict, col: str) -> str:
 def table_rows(rows: list[dict]) -> list[dict]:
     """The report table as plain dicts (also the Prefect table artifact)."""
     def cell(r, col):
-        if col in ("qo_acc", "qo_test_acc", "tree_acc", "look_acc", "words_acc", "words_tree_acc"):
+        if col in ("qo_acc", "qo_test_acc", "tree_acc", "look_acc", "words_acc", "words_tree_acc", "order_acc"):
             return with_interval(r, col)
         if col in ("hasty_student_acc", "probe_acc") and r.get("split_metrics"):
             return with_wilson(_split_entry(r), col.removesuffix("_acc"))
@@ -654,6 +656,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out_dir: Path, dataset_ids: lis
         tree_rows(con, metrics, lance_uri, seed)                        # the tree probe on the AF datasets
         look = look_rows(con, metrics, Path(home), seed, progress=progress)  # the look probe: the photos' pixels
         words_rows(con, metrics, seed)                                  # the words probe: the titles' own words
+        order_rows(con, metrics, seed)                                  # the order probe: the corpus's title order
         # the background cue (same recipe, same author, other authors) in the look space and each encoder's
         visual = [m for m in metrics if m["task"] in VISUAL_TASKS and m.get("encoder_id")]
         cues = report_cues(con, look, lance_uri, sorted({str(m["encoder_id"]) for m in visual}),
@@ -701,7 +704,7 @@ def _store_and_render(con: duckdb.DuckDBPyConnection, out_dir: Path, metrics: li
                               "hasty_student_acc": r["hasty_student_acc"], "centre_rule_acc": r.get("centre_rule_acc"),
                               "pair_rule_acc": r.get("pair_rule_acc"), "tree_acc": r.get("tree_acc"),
                               "look_acc": r.get("look_acc"), "words_acc": r.get("words_acc"),
-                              "words_tree_acc": r.get("words_tree_acc"),
+                              "words_tree_acc": r.get("words_tree_acc"), "order_acc": r.get("order_acc"),
                               **{k: r.get(k) for k in QO_KEYS}}
                              for r in ordering_by_probe(group)]
         images += [out_dir / p for p in plots]
@@ -794,6 +797,8 @@ def format_ordering(tasks: dict[str, dict]) -> list[str]:
                       + (f"look {_fmt(r.get('look_acc'), 'look_acc'):>6s}  " if r.get("look_acc") is not None else "")
                       + (f"words {_fmt(r.get('words_acc'), 'words_acc'):>6s} / "
                          f"{_fmt(r.get('words_tree_acc'), 'words_tree_acc'):>6s}  " if r.get("words_acc") is not None
+                         else "")
+                      + (f"order {_fmt(r.get('order_acc'), 'order_acc'):>6s}  " if r.get("order_acc") is not None
                          else "")
                       + r["dataset_id"]
                       for r in ordering]

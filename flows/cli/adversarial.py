@@ -49,13 +49,11 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                             "reads the titles' vectors, and a swap writes the title)."),
                 tau: float = typer.Option(0.5, "--tau", help="Drop a question the out-of-fold question-only "
                                           "model solves with at least this probability of the answer."),
-                min_kept: float = typer.Option(0.4, "--min-kept", help="Never keep fewer than this share of "
-                                               "the plain setting's questions (0.4, the default: the kept-share "
-                                               "bound; 0: no floor)."),
+                min_kept: float = typer.Option(0.4, "--min-kept", help="Never keep fewer than this share of the "
+                                               "plain setting's questions (0.4: the kept-share bound; 0: none)."),
                 folds: int = typer.Option(4, "--folds", help="Folds of recipes."),
-                rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors (coherence: "
-                                           "foreign images; ordering: wrong orders) the adversary finds "
-                                           "plausible before the drop (0: drop only)."),
+                rounds: int = typer.Option(2, "--rounds", help="Rounds of swapping in distractors the adversary "
+                                           "finds plausible (coherence: foreign photos; ordering: orders; 0: none)."),
                 solved_share: float = typer.Option(0.25, "--solved-share", help="Swap rounds: the share of a "
                                                    "dataset's questions the adversary may still solve."),
                 keep_solved: float = typer.Option(0.0, "--keep-solved", help="The drop stops where the adversary "
@@ -75,6 +73,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                            "what the words probe (`mrqa words-probe`) solves, two more lists."),
                 look: bool = typer.Option(False, "--look/--no-look", help="Visual tasks: the drop also takes what "
                                           "the look probe (`mrqa look-probe`: the photos' pixels) solves, two more."),
+                order: bool = typer.Option(False, "--order/--no-order", help="Textual cloze: and what the order "
+                                           "probe (`mrqa order-probe`) solves, one more list."),
                 rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
                                            "distance rule solves (the centre of the choices; the closest pair)."),
                 drop_order: DropOrder = typer.Option(DropOrder.votes, "--drop-order", help="Where the floor binds: "
@@ -114,7 +114,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        rounds=rounds, solved_share=solved_share, fresh_drop=fresh_drop, keep_solved=keep_solved,
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
-                       size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules,
+                       size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules, order=order,
                        scores_from=scores_from and str(scores_from), drop_order=drop_order.value, look=look)
     except ValueError as e:
         fail(str(e))

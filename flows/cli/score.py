@@ -178,6 +178,22 @@ def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", hel
            lambda con, home, names: wp.words_probe_rows(con, names, seed=seed), wp.format_table)
 
 
+@app.command("order-probe")
+def order_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
+                                                          "(`mrqa datasets`). Default: every textual cloze dataset."),
+                    adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
+                                                          "datasets."),
+                    seed: int = typer.Option(0, "--seed", help="Seed of the folds and the model."),
+                    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+    """A question-only model that knows what a reader of many recipes knows of step titles: over the train
+    split's recipes, which titles come before which and where in a recipe each stands (the question's and
+    each choice's own recipe left out). A linear model on those counts, each question scored by models that
+    never saw its recipe. Textual cloze. Read-only."""
+    from features.diagnostics import order_probe as op
+    _probe(dataset, adversarial_only, seed, as_json, "('textual_cloze')", "textual cloze datasets",
+           lambda con, home, names: op.order_probe_rows(con, names, seed=seed), op.format_table)
+
+
 def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool, tasks: str, what: str,
            rows, table) -> None:
     """The shared body of the probes outside the encoder's space: the datasets named (or with `--af` the AF
