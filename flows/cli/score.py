@@ -144,13 +144,19 @@ def _score_one(sc, qs, predictions, ablation, question_only, con) -> dict:
     return sc.score(qs, pred, ablated, qo, sc.recorded_figures(con, qs))
 
 
+def _datasets_opt(default: str):
+    return typer.Option(None, "--dataset", help=f"dataset_id(s), comma-separated (`mrqa datasets`). Default: {default}")
+
+
+AF_OPT = typer.Option(False, "--af", help="Only the adversarially filtered datasets.")
+JSON_OPT = typer.Option(False, "--json", help="Print the figures as JSON.")
+
+
 @app.command("look-probe")
-def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
-                                                         "(`mrqa datasets`). Default: every dataset of a visual task."),
-                   adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
-                                                         "datasets."),
+def look_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a visual task."),
+                   adversarial_only: bool = AF_OPT,
                    seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
-                   as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+                   as_json: bool = JSON_OPT):
     """Question-only models on the photos' pixel statistics, outside the encoder's space: a thumbnail, a
     colour histogram and the colours of the frame of every photo, a linear model and gradient-boosted
     trees, each question scored by models that never saw its recipe. The knobs and AF filter in the
@@ -163,12 +169,10 @@ def look_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help
 
 
 @app.command("words-probe")
-def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
-                                                          "(`mrqa datasets`). Default: every textual cloze dataset."),
-                    adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
-                                                          "datasets."),
+def words_probe_cmd(dataset: Optional[str] = _datasets_opt("every textual cloze dataset."),
+                    adversarial_only: bool = AF_OPT,
                     seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
-                    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+                    as_json: bool = JSON_OPT):
     """Question-only models on the step titles' own words, outside the encoder's space: TF-IDF of every
     title's words and word pairs on its principal axes, a linear model and gradient-boosted trees, each
     question scored by models that never saw its recipe. Textual cloze (its questions and choices are
@@ -179,12 +183,10 @@ def words_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", hel
 
 
 @app.command("order-probe")
-def order_probe_cmd(dataset: Optional[str] = typer.Option(None, "--dataset", help="dataset_id(s), comma-separated "
-                                                          "(`mrqa datasets`). Default: every textual cloze dataset."),
-                    adversarial_only: bool = typer.Option(False, "--af", help="Only the adversarially filtered "
-                                                          "datasets."),
+def order_probe_cmd(dataset: Optional[str] = _datasets_opt("every textual cloze dataset."),
+                    adversarial_only: bool = AF_OPT,
                     seed: int = typer.Option(0, "--seed", help="Seed of the folds and the model."),
-                    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON.")):
+                    as_json: bool = JSON_OPT):
     """A question-only model that knows what a reader of many recipes knows of step titles: over the train
     split's recipes, which titles come before which and where in a recipe each stands (the question's and
     each choice's own recipe left out). A linear model on those counts, each question scored by models that
