@@ -103,7 +103,9 @@ REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree
 # The floor binds there, so the drop's order decides what stays: each next question comes off the list whose
 # adversary solves the most of the kept questions (`drop_order` minimax; with the questions on more lists first,
 # 10 of the 12 knob 2 = 1 settings of two kitchens passed the reading gate, with minimax 11; docs/results.md,
-# "The drop lowers the highest figure first")
+# "The drop lowers the highest figure first"). And the order probe's list (`order`: a question-only model on the
+# corpus's order of titles read 36.4-49.8% of the 5 datasets that passed every other probe; docs/results.md,
+# "The order probe")
 TEXTUAL_POOL = {"rounds": 2, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "words": True,
                 "order": True, "rules": True, "adversaries": 1, "fold_by": AF_POOL_FOLD_BY, "drop_order": "minimax"}
 # and those datasets leave AF's own drop to it (`af_pooled_drop`): with AF's own drop they came to it at 55-58% of
