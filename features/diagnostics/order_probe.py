@@ -21,7 +21,7 @@ title stands ("Serve" last, "Preheat the oven" first) and which titles follow wh
   (bias_metrics.order_acc), a context-free figure of the reading gate.
 - `order_verdicts`: its verdicts on every question, a list of the pooled step's drop (`mrqa af-pool --order`).
 
-Measured on the 1,000-recipe demo (docs/results.md, "The order probe"): it read 36.6-49.2% of the five
+Measured on the 1,000-recipe demo (docs/results.md, "The order probe"): it read 36.4-49.8% of the five
 textual cloze datasets of the demo's reading benchmark, which every probe of the questions put at or below
 34.5%; the blank's fifth alone (argmax of one count, no fitting) read 35.6-39.6%."""
 from __future__ import annotations
