@@ -122,17 +122,19 @@ def order_features(res, order: TitleOrder) -> np.ndarray:
     return X
 
 
-def _resolved(con: duckdb.DuckDBPyConnection, rows: list[dict], order: TitleOrder) -> list:
+def _probed(con: duckdb.DuckDBPyConnection, order: TitleOrder, rows: list[dict], seed: int, n_folds: int):
+    """(row, its resolved questions, the probe's result or None when it has no questions) per textual cloze
+    dataset row of `rows`, on the counts `order`."""
     from features.diagnostics.bias import resolve_dataset
-    return [resolve_dataset(con, r["dataset_id"], order.space, "textual_cloze") for r in rows]
-
-
-def _probe(res, order: TitleOrder, seed: int, n_folds: int):
     from features.diagnostics.question_only import one_blas_thread, question_only_probe
-    if not res.qids:
-        return None
-    with one_blas_thread():
-        return question_only_probe(order_features(res, order), res.answers, res.recipe_ids, res.splits, n_folds, seed)
+    for r in rows:
+        res = resolve_dataset(con, r["dataset_id"], order.space, "textual_cloze")
+        p = None
+        if res.qids:
+            with one_blas_thread():
+                p = question_only_probe(order_features(res, order), res.answers, res.recipe_ids, res.splits,
+                                        n_folds, seed)
+        yield r, res, p
 
 
 def order_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | None = None, seed: int = 0,
@@ -148,8 +150,7 @@ def order_probe_rows(con: duckdb.DuckDBPyConnection, dataset_ids: list[str] | No
     rows = [r for r in rows if r["task"] == "textual_cloze"]
     order = TitleOrder(con)
     out = []
-    for r, res in zip(rows, _resolved(con, rows, order)):
-        p = _probe(res, order, seed, n_folds)
+    for r, res, p in _probed(con, order, rows, seed, n_folds):
         ok = p is not None and p.accuracy is not None
         out.append({"dataset_id": r["dataset_id"], "task": r["task"], "setting": r.get("setting"),
                     "n_questions": res.n_questions, "n_scored": len(res.qids), "n_left_out": res.n_missing_vectors,
@@ -187,9 +188,7 @@ def order_rows(con: duckdb.DuckDBPyConnection, rows: list[dict], seed: int = 0, 
     text = [r for r in rows if r["task"] == "textual_cloze"]
     if not text:
         return
-    order = TitleOrder(con)
-    for r, res in zip(text, _resolved(con, text, order)):
-        p = _probe(res, order, seed, n_folds)
+    for r, _, p in _probed(con, TitleOrder(con), text, seed, n_folds):
         if p is not None and p.accuracy is not None:
             r.update({"order_acc": r4(p.accuracy), "order_ci_low": r4(p.ci[0]), "order_ci_high": r4(p.ci[1]),
                       "order_test_acc": r4(p.test_accuracy)})
@@ -200,13 +199,10 @@ def order_verdicts(con: duckdb.DuckDBPyConnection, ids: list[str], seed: int) ->
     (the probability it gives the answer, whether the answer is its pick)), cross-fitted on each dataset with
     folds and model seeded `seed`: a list of the pooled step's drop. A dataset too small to cross-fit has none."""
     from training.af_pooled import linear_verdicts
-    order = TitleOrder(con)
     rows = [{"dataset_id": d, "task": "textual_cloze"} for d in ids]
     scores, answers = {}, {}
-    for d, res in zip(ids, _resolved(con, rows, order)):
-        p = _probe(res, order, seed, 5)
-        if p is None or p.accuracy is None:
-            continue
-        scores[d] = dict(zip(res.qids, p.scores))
-        answers[d] = dict(zip(res.qids, res.answers.tolist()))
+    for r, res, p in _probed(con, TitleOrder(con), rows, seed, 5):
+        if p is not None and p.accuracy is not None:
+            scores[r["dataset_id"]] = dict(zip(res.qids, p.scores))
+            answers[r["dataset_id"]] = dict(zip(res.qids, res.answers.tolist()))
     return linear_verdicts(scores, answers)
