@@ -14,7 +14,8 @@ hypothesis-only baselines of NLI) starts from the knob selection of a setting an
    centre of the choice set: distractors drawn around the answer make the answer that centre, and the
    max / min / spread of its cosines to the single shown items, which the mean blurs); three
    at different penalties C, one on the 7 distance cues alone and one on the 10 choice-set cues (spread,
-   similarities to the shown items) alone (a wide model dilutes them). The
+   similarities to the shown items) alone (a wide model dilutes them); visual cloze adds two on the stage
+   cue (SEQUENCE_MEMBERS), textual cloze two on the corpus's order of titles (ORDER_MEMBERS). The
    ensemble is linear, so a candidate's score in a set is its own pair part plus the set-level part
    of the set it would form: recomputed per candidate and slot (every choice's spread moves);
 2. aims each question's answer at a seeded target rank under the ensemble, uniform over 0..3 (0: the
@@ -80,6 +81,7 @@ from features.diagnostics.question_only import (
     spread_after_swap,
     with_set_features,
 )
+from features.diagnostics.title_order import N_ORDER_FEATURES
 
 N_FOLDS = 5
 # members: the learned probe's features at three penalties, and the distance probe's features alone (the
@@ -91,6 +93,11 @@ ENSEMBLE = ({"C": 0.1, "seed": 1, "features": "all"}, {"C": 1.0, "seed": 2, "fea
 # neighbours against the choice), which the wide members do not see: on few questions its 576 columns
 # would drown their own cues
 SEQUENCE_MEMBERS = ({"C": 1.0, "seed": 6, "features": "sequence"}, {"C": 0.1, "seed": 7, "features": "sequence"})
+# textual cloze adds two members on the corpus's order of titles alone (title_order.TitleOrder.batch: 6 figures
+# per choice from the train recipes' title counts, the question's and the choice's own recipe left out): the
+# wide members read the titles' vectors, not which titles follow which in other recipes, which the order probe
+# read at 36-50% of the demo's AF datasets when only the pooled drop took its list
+ORDER_MEMBERS = ({"C": 1.0, "seed": 8, "features": "order"}, {"C": 0.1, "seed": 9, "features": "order"})
 PROBE = {"C": 1.0, "seed": 97}          # the fresh question-only probe measured before and after AF
 CLOZE_POOLS = ("ball", "author", "recipe")
 COHERENCE_POOLS = ("ball", "author")
@@ -159,7 +166,7 @@ def readable_coherence(sp, items: np.ndarray, cand: np.ndarray) -> np.ndarray:
 
 
 def members(task: str) -> tuple:
-    return ENSEMBLE + SEQUENCE_MEMBERS if task == "visual_cloze" else ENSEMBLE
+    return ENSEMBLE + {"visual_cloze": SEQUENCE_MEMBERS, "textual_cloze": ORDER_MEMBERS}.get(task, ())
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -195,14 +202,15 @@ def recipe_keys(recipe_ids: np.ndarray) -> np.ndarray:
 def member_columns(features: str, f: int, n_seq: int = 0) -> np.ndarray:
     """The feature columns (of f) a member fits on: `all` (but the stage cue); `distance`, the distance
     probe's 7 cues of the choice's distance to the question; `choice_set`, the 7 of its spread among the
-    choices and its 3 similarities to the shown items; `sequence`, the `n_seq` stage-cue columns that
-    sit just before the set-level ones. The narrow members see a cue the wide ones dilute."""
+    choices and its 3 similarities to the shown items; `sequence` (visual cloze's stage cue) or `order` (textual
+    cloze's title order), the `n_seq` columns that sit just before the set-level ones. The narrow members see
+    a cue the wide ones dilute."""
     start = f - N_SET_FEATURES
     if features == "distance":
         return np.arange(start, start + N_DISTANCE_FEATURES)
     if features == "choice_set":
         return np.arange(start + N_DISTANCE_FEATURES, f)
-    if features == "sequence":
+    if features in ("sequence", "order"):
         return np.arange(start - n_seq, start)
     return np.concatenate([np.arange(start - n_seq), np.arange(start, f)])
 
@@ -239,11 +247,11 @@ class Adversary:
     (`previous`): the choices change a little per round, and the fit takes a few steps, not a full one."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, rkeys: np.ndarray, seed: int,
-                 previous: Adversary | None = None, n_seq: int = 0):
+                 previous: Adversary | None = None, n_seq: int = 0, narrow: tuple = SEQUENCE_MEMBERS):
         n_groups = len(np.unique(rkeys))
         self.n_folds = min(N_FOLDS, n_groups)
         self.folds, self.models = [], []
-        for m, spec in enumerate(ENSEMBLE + (SEQUENCE_MEMBERS if n_seq else ())):
+        for m, spec in enumerate(ENSEMBLE + (narrow if n_seq else ())):
             salt = np.uint64(stable_key("af-folds", seed, m))
             fold = (splitmix64(rkeys ^ salt) % np.uint64(self.n_folds)).astype(np.int64)
             models = []
@@ -625,7 +633,9 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     aim = target_ranks(qkeys, seed)         # the answer's adversary rank AF aims at
     # the stage cue (sequence_features): the placeholder's slot and its neighbouring shown items
     n_slots, slot = b.items.shape[1], b.answer_col[keep]
-    staged = ds.task == "visual_cloze"          # textual cloze: the wide members already read titles' order
+    staged = ds.task == "visual_cloze"
+    # textual cloze: the corpus's order of titles (ORDER_MEMBERS), a block where visual cloze has the stage cue
+    ordered = title and getattr(sp, "order", None) is not None
     basis = sequence_basis(sp.vecs) if staged else None
     nb = {}
     for name, step in (("prev", -1), ("next", 1)):
@@ -634,17 +644,31 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         it = b.items[keep][rows, np.clip(j, 0, n_slots - 1)]
         nb[name] = np.where(ok[:, None], sp.vecs[np.maximum(it, 0)], 0.0).astype(np.float32)
 
+    # the shown items of each question (the question's items but the answer's)
+    shown_cols = np.arange(b.items.shape[1])[None, :] != b.answer_col[keep][:, None]
+    shown = b.items[keep][shown_cols].reshape(K, -1)
+    if ordered:
+        o_shown = sp.order_row[shown]
+        o_len = np.full(K, shown.shape[1], np.int64)
+        o_rec = np.array([sp.order.recipe_index.get(r, -1) for r in b.recipe_ids[keep]], np.int64)
+
+    def order_of(ch, r):                     # (len(r), c, N_ORDER_FEATURES): the order figures of choices ch[r]
+        o = np.where(ch[r] >= 0, sp.order_row[np.maximum(ch[r], 0)], -1)
+        return sp.order.batch(o_shown[r], o_len[r], slot[r], o, o_rec[r]).astype(np.float32)
+
+    n_ord = N_ORDER_FEATURES if ordered else 0
+    cand_ord = order_of(cand, rows) if ordered else None
+
     def build_pairs(ch, room: int = 0):      # room: columns left for the set-level cues (fill_set_features)
         def build(r):
             V = sp.vecs[np.maximum(ch[r], 0)]
             if not staged:
-                return pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V, room)
+                X = pair_features(np.broadcast_to(ctx[r][:, None, :], (len(r), ch.shape[1], d)), V, room + n_ord)
+                if ordered:
+                    X[..., 4 * d:4 * d + n_ord] = cand_ord[r] if ch is cand else order_of(ch, r)
+                return X
             return pair_sequence_features(ctx[r], V, nb["prev"][r], nb["next"][r], slot[r], n_slots, basis, room)
         return build
-
-    # the shown items of each question (the question's items but the answer's)
-    shown_cols = np.arange(b.items.shape[1])[None, :] != b.answer_col[keep][:, None]
-    shown = b.items[keep][shown_cols].reshape(K, -1)
 
     def build_choices(ch):                   # the judge's features: pairs + the set-level cues
         def build(r):
@@ -654,7 +678,8 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
         return build
 
     # pair part of a candidate's score and its distance to the context: the same in every set
-    n_seq = 2 * SEQ_RANK ** 2 + n_slots * SEQ_RANK if staged else 0
+    n_seq = 2 * SEQ_RANK ** 2 + n_slots * SEQ_RANK if staged else n_ord
+    narrow = ORDER_MEMBERS if ordered else SEQUENCE_MEMBERS
     Xc_width = cand.shape[1] * (4 * d + n_seq)
     chunk = max(1, FEATURE_BUDGET // max(Xc_width, 1))
     cand_dist = np.concatenate([pair_distance(build_pairs(cand)(rows[s:s + chunk]), d)
@@ -674,7 +699,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     for rnd in range(1, R + 1):
         choices = _insert(cur, ans, pos)
         X = build_choices(choices)(rows)
-        advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None, n_seq))
+        advs.append(Adversary(X, pos, rkeys, seed, advs[-1] if advs else None, n_seq, narrow))
         V, c0 = ensemble_weights(advs, rows)
         Vp, Vd = V[:, :-N_SET_FEATURES], V[:, -N_SET_FEATURES:]
         sp_ch = np.einsum("ncf,nf->nc", X[..., :-N_SET_FEATURES], Vp)       # (K, 4) pair parts
@@ -728,7 +753,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             changed_in[do] = rnd
     choices = _insert(cur, ans, pos)
     X = build_choices(choices)(rows)
-    final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None, n_seq).score_built(X, rows)
+    final = Adversary(X, pos, rkeys, seed ^ 0x5EED, None, n_seq, narrow).score_built(X, rows)
     adv_rank, gap = answer_rank(final, pos)
     base_X = build_choices(_insert(picks, ans, pos))(rows)
     stats = {"solved_share_by_round": solved_by_round,

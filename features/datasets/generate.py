@@ -77,6 +77,8 @@ class Space:
     word_row: np.ndarray = field(repr=False, default=None)       # the item's step row in step_words
     step_text: np.ndarray = field(repr=False, default=None)      # image space: the unit body-text vector
                                                                  # of the item's step (0 where none)
+    order: object = field(repr=False, default=None)              # title space: title_order.TitleOrder
+    order_row: np.ndarray = field(repr=False, default=None)      # title space: the item's row in `order`
 
     def dots(self, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Inner products of items rows (Q, M) (-1 = padding) with n vectors per row q (Q, n, d) ->
@@ -192,6 +194,10 @@ class Generator:
         sp.word_row = self._step_words.rows(recipe_ids, sp.step_idx)
         if name == "image":
             sp.step_text = self._step_text(recipe_ids, sp.step_idx, vecs.shape[1])
+        else:                   # the corpus's order of titles: AF's order members (adversarial.ORDER_MEMBERS)
+            from features.diagnostics.title_order import TitleOrder
+            sp.order = TitleOrder(self.con)
+            sp.order_row = np.array([sp.order.index.get(i, -1) for i in item_ids], dtype=np.int64)
         self._spaces[name] = sp
         log.info("generate: %d %s items with vectors (encoder %s)", len(item_ids), name, self.encoder_id)
         return sp

@@ -46,10 +46,10 @@ from features.diagnostics.question_only import (
     task_features,
     unit,
 )
+from features.diagnostics.title_order import TITLE_SUFFIX
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = "@placeholder"
-TITLE_SUFFIX = "_title"
 
 
 def answer_ranks(dist: np.ndarray, answers: np.ndarray) -> np.ndarray:

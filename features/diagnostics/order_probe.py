@@ -6,20 +6,18 @@ need not. A language model trained on a recipe site knows, from every recipe it 
 title stands ("Serve" last, "Preheat the oven" first) and which titles follow which ("Toasting" after
 "Dicing"), without reading the question's recipe. This module gives that reviewer a probe:
 
-- `TitleOrder`: over the train split's recipes, how often each step title (lower-cased, as a string) comes
-  before each other title in one recipe, how often it stands in each fifth of its recipe, and how often it
-  occurs. Nothing is learned from questions or answers.
-- `order_features`: per choice of a textual cloze question, 6 figures from those counts, with two recipes
-  left out: the question's own and the choice's own (a distractor is another recipe's title), so every
-  choice is scored as a title of recipes the counts never saw, as the val and test splits' titles are.
-  The log share of the choice's occurrences that follow the titles shown before the blank, that precede
-  those after it, the same for the title just before and just after the blank alone, the log share of its
-  occurrences in the blank's fifth (its place among the question's items), and the log of its count.
+- `TitleOrder` (title_order.py): over the train split's recipes, how often each step title (lower-cased, as
+  a string) comes before each other title in one recipe, how often it stands in each fifth of its recipe, and
+  how often it occurs; nothing is learned from questions or answers. Per choice it gives 6 figures, the
+  question's own recipe and the choice's own left out (title_order.py says which).
+- `order_features`: those figures for every choice of resolved textual cloze questions.
 - `order_probe_rows` / `order_rows`: the linear learned question-only model (question_only.py) on those 6
   figures, every question scored by models that never saw its recipe (5 folds of recipes), over every
   question and on the test split, with 95% intervals. `mrqa order-probe` prints it; `mrqa report` stores it
   (bias_metrics.order_acc), a context-free figure of the reading gate.
 - `order_verdicts`: its verdicts on every question, a list of the pooled step's drop (`mrqa af-pool --order`).
+- AF's order members (features/datasets/adversarial.py ORDER_MEMBERS) score every candidate distractor of a
+  textual cloze question with the same figures, so AF picks distractors the probe cannot reject.
 
 Measured on the 1,000-recipe demo (docs/results.md, "The order probe"): it read 36.4-49.8% of the five
 textual cloze datasets of the demo's reading benchmark, which every probe of the questions put at or below
@@ -27,98 +25,47 @@ textual cloze datasets of the demo's reading benchmark, which every probe of the
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 import duckdb
 import numpy as np
 
-from features.diagnostics.bias import TITLE_SUFFIX
 from features.diagnostics.look_probe import LookSpace
+from features.diagnostics.title_order import (  # noqa: F401 - re-exported
+    N_ORDER_FEATURES,
+    ORDER_ALPHA,
+    ORDER_BINS,
+    TitleOrder,
+    place_bin,
+    title_key,
+)
 
 log = logging.getLogger(__name__)
 
-ORDER_BINS = 5                 # a title's place in its recipe, in fifths (first fifth ... last fifth)
-ORDER_ALPHA = 0.5              # add-alpha smoothing of the counts
-N_ORDER_FEATURES = 6
 ORDER_COLUMNS = ("order_acc", "order_ci_low", "order_ci_high", "order_test_acc")
 
 
-def title_key(title: str) -> str:
-    """A title as the counts key it: lower-cased, runs of white space as one space."""
-    return " ".join(title.lower().split())
-
-
-def place_bin(i: int, n: int) -> int:
-    """The fifth of a sequence of n that place i (0-based) falls in."""
-    return min(ORDER_BINS - 1, int(ORDER_BINS * i / max(n, 1)))
-
-
-class TitleOrder:
-    """The title-order counts of the train split's recipes (module doc), and a lookup of the titled steps
-    (bias.VectorLookup's shape, keyed by the title item ids textual cloze questions resolve to; its matrix
-    is empty: the probe reads the counts, not a space)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        rows = con.execute("SELECT s.recipe_id, s.step_idx, trim(s.title), coalesce(r.split, '') FROM steps s "
-                           "LEFT JOIN recipes r USING (recipe_id) WHERE s.title IS NOT NULL "
-                           "AND trim(s.title) <> '' ORDER BY s.recipe_id, s.step_idx").fetchall()
-        ids = [f"{r}_{i}{TITLE_SUFFIX}" for r, i, _, _ in rows]
-        self.space = LookSpace(ids, np.zeros((len(ids), 0), np.float32), {i: n for n, i in enumerate(ids)})
-        self.key = [title_key(t) for _, _, t, _ in rows]
-        self.recipe = [r for r, *_ in rows]
-        by_recipe: dict[str, list[str]] = {}
-        split: dict[str, str] = {}
-        for (rid, _, _, sp), k in zip(rows, self.key):
-            by_recipe.setdefault(rid, []).append(k)
-            split[rid] = sp
-        # per train recipe its own counts (left out when it is the question's or a choice's recipe)
-        self.own: dict[str, tuple[Counter, Counter, Counter]] = {}
-        self.tables: tuple[Counter, Counter, Counter] = (Counter(), Counter(), Counter())   # pairs, count, place
-        for rid, ts in by_recipe.items():
-            if split[rid] != "train":
-                continue
-            pairs, count, place = Counter(), Counter(), Counter()
-            for i, a in enumerate(ts):
-                count[a] += 1
-                place[(a, place_bin(i, len(ts)))] += 1
-                for b in ts[i + 1:]:
-                    pairs[(a, b)] += 1
-            self.own[rid] = (pairs, count, place)
-            for t, c in zip(self.tables, (pairs, count, place)):
-                t.update(c)
-        self.n_recipes = len(self.own)
-
-    def _n(self, table: int, key, out: list) -> float:
-        return self.tables[table][key] - sum(o[table].get(key, 0) for o in out)
-
-    def features(self, shown: list[int], blank: int, choice: int, recipe_id: str) -> list[float]:
-        """The 6 order features (module doc) of the choice at row `choice` at place `blank` among the items
-        of a question of recipe `recipe_id` whose shown titles are rows `shown` (in order, the blank's place
-        excluded)."""
-        c = self.key[choice]
-        out = [o for o in (self.own.get(r) for r in sorted({recipe_id, self.recipe[choice]})) if o is not None]
-        nc = self._n(1, c, out)
-        denom = np.log(nc + 2 * ORDER_ALPHA)
-        before = [self.key[r] for r in shown[:blank]]
-        after = [self.key[r] for r in shown[blank:]]
-        f_before = sum(np.log(self._n(0, (s, c), out) + ORDER_ALPHA) - denom for s in before)
-        f_after = sum(np.log(self._n(0, (c, s), out) + ORDER_ALPHA) - denom for s in after)
-        f_prev = np.log(self._n(0, (before[-1], c), out) + ORDER_ALPHA) - denom if before else 0.0
-        f_next = np.log(self._n(0, (c, after[0]), out) + ORDER_ALPHA) - denom if after else 0.0
-        f_place = (np.log(self._n(2, (c, place_bin(blank, len(shown) + 1)), out) + ORDER_ALPHA)
-                   - np.log(nc + ORDER_BINS * ORDER_ALPHA))
-        return [float(f_before), float(f_after), float(f_prev), float(f_next), float(f_place), float(np.log(nc + 1))]
+def order_space(order: TitleOrder) -> LookSpace:
+    """The titled steps as a lookup (bias.VectorLookup's shape) that questions resolve to; its matrix is
+    empty: the probe reads the counts, not a space."""
+    return LookSpace(order.ids, np.zeros((len(order.ids), 0), np.float32), order.index)
 
 
 def order_features(res, order: TitleOrder) -> np.ndarray:
     """(n, 4, N_ORDER_FEATURES) `TitleOrder.features` of every choice of resolved textual cloze questions
-    (bias.ResolvedQuestions on `order.space`); zeros where the blank is not known."""
-    X = np.zeros((len(res.choice_rows), 4, N_ORDER_FEATURES), np.float32)
-    for i, (shown, choices) in enumerate(zip(res.question_rows, res.choice_rows)):
-        b = res.blanks[i] if i < len(res.blanks) else -1
-        if b < 0 or b > len(shown) or len(choices) != 4:
-            continue
-        X[i] = [order.features(list(shown), b, c, res.recipe_ids[i]) for c in choices]
+    (bias.ResolvedQuestions on `order_space(order)`); zeros where the blank is not known."""
+    n = len(res.choice_rows)
+    X = np.zeros((n, 4, N_ORDER_FEATURES), np.float32)
+    blanks = np.array([res.blanks[i] if i < len(res.blanks) else -1 for i in range(n)], np.int64)
+    length = np.array([len(s) for s in res.question_rows], np.int64)
+    use = np.flatnonzero((blanks >= 0) & (blanks <= length) & np.array([len(c) == 4 for c in res.choice_rows]))
+    if len(use) == 0:
+        return X
+    shown = np.full((len(use), max(1, int(length[use].max()))), -1, np.int64)
+    for k, i in enumerate(use):
+        shown[k, :length[i]] = res.question_rows[i]
+    choice = np.array([res.choice_rows[i] for i in use], np.int64)
+    recipe = np.array([order.recipe_index.get(res.recipe_ids[i], -1) for i in use], np.int64)
+    X[use] = order.batch(shown, length[use], blanks[use], choice, recipe)
     return X
 
 
@@ -127,8 +74,9 @@ def _probed(con: duckdb.DuckDBPyConnection, order: TitleOrder, rows: list[dict],
     dataset row of `rows`, on the counts `order`."""
     from features.diagnostics.bias import resolve_dataset
     from features.diagnostics.question_only import one_blas_thread, question_only_probe
+    space = order_space(order)
     for r in rows:
-        res = resolve_dataset(con, r["dataset_id"], order.space, "textual_cloze")
+        res = resolve_dataset(con, r["dataset_id"], space, "textual_cloze")
         p = None
         if res.qids:
             with one_blas_thread():

@@ -117,7 +117,8 @@ def test_af_ids_partitions_and_params(world):
         assert len({m["C"] for m in adv["ensemble"]}) == 3
         wide_and_narrow = ["all", "all", "all", "distance", "choice_set"]
         assert [m["features"] for m in adv["ensemble"]] == wide_and_narrow + (
-            ["sequence", "sequence"] if task == "visual_cloze" else [])   # the stage-cue members
+            {"visual_cloze": ["sequence", "sequence"],          # the stage-cue members
+             "textual_cloze": ["order", "order"]}.get(task, []))    # the title-order members
     parts = {p.relative_to(world["out"]).parts[1:3] for p in (world["out"] / "questions").rglob("*.parquet")}
     assert ("task=visual_cloze", "knobs=0-1-1-af") in parts
     assert ("task=visual_cloze", "knobs=0-1-1-balanced-af") in parts

@@ -79,6 +79,32 @@ def test_the_questions_and_the_choices_own_recipes_are_left_out_of_the_counts(wo
     assert g[0] == pytest.approx(f[0])           # the choice's own recipe is left out as well
 
 
+def test_the_batch_lookup_gives_the_figures_of_one_choice_at_a_time(world):
+    """`TitleOrder.batch` (AF's candidates, `order_features`) against `features`, choice by choice: the same
+    float64 figures, bit for bit, with questions of different lengths, blanks at either end, no-choice
+    slots (-1, zeros) and a question recipe the counts do not know."""
+    con = world["con"]
+    write_titles(con, "random", seed=3)
+    order = TitleOrder(con)
+    rng = np.random.default_rng(0)
+    n, K = len(order.key), 60
+    length = rng.integers(1, 6, K)
+    blank = np.array([rng.integers(0, n_ + 1) for n_ in length])
+    shown = np.full((K, 5), -1, np.int64)
+    for k in range(K):
+        shown[k, :length[k]] = rng.integers(0, n, length[k])
+    choice = rng.integers(-1, n, (K, 7))
+    rids = [order.recipe[i] for i in rng.integers(0, n, K)]
+    rids[0] = "a-recipe-not-counted"
+    recipe = np.array([order.recipe_index.get(r, -1) for r in rids])
+    got = order.batch(shown, length, blank, choice, recipe)
+    for k in range(K):
+        for m in range(7):
+            want = ([0.0] * 6 if choice[k, m] < 0 else
+                    order.features(list(shown[k, :length[k]]), int(blank[k]), int(choice[k, m]), rids[k]))
+            assert got[k, m].tolist() == want, (k, m)
+
+
 def test_counts_keys_and_places():
     assert title_key("  Bake   the CAKE ") == "bake the cake"
     assert [place_bin(i, 10) for i in range(10)] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
