@@ -1,4 +1,4 @@
-"""`mrqa bench report-home`: the report's parts that run in spawned processes, on a home's own datasets.
+"""`mrqa bench report-home`, `order-features`: the report's parts in processes, and the order figures, on a home.
 
 On the warehouse of MRQA_HOME (read-only, e.g. the demo's), each part is timed in turn (one process)
 and in `workers` spawned processes, and their results are compared:
@@ -9,6 +9,10 @@ and in `workers` spawned processes, and their results are compared:
 Each part prints its two wall times, their ratio, and whether the figures (or the PNG bytes) are the same.
 Then the three parts together in `workers` processes: each part's pool started anew against the processes
 kept for all three (training/procs.py `kept_processes`, as the report runs them).
+
+`mrqa bench order-features` (`bench_order_features`): the order figures of every choice of the home's textual
+cloze datasets, as the order probe and AF's order members compute them (title_order.TitleOrder.batch),
+against the obvious loop, one choice at a time (TitleOrder.features).
 """
 from __future__ import annotations
 
@@ -131,3 +135,49 @@ def _kept_or_not(con, text, wspace, visual, lspace, rows, tasks, seed: int, work
         b, kept = _timed(lambda: parts(dirs[1], True))
     yield (f"{'probes and plots, pools anew':34s} {a:7.1f} s   kept processes {b:7.1f} s   "
            f"{a / b if b > 0 else float('nan'):5.2f}x   {'the same' if fresh == kept else 'DIFFERENT'}")
+
+
+def bench_order_features(con, repeats: int = 3) -> Iterator[str]:
+    """On the home's textual cloze datasets (read-only): the counts built once (timed), then the 6 order figures
+    of every choice with `TitleOrder.batch` (order_probe.order_features) and one choice at a time
+    (`TitleOrder.features`), each `repeats` times in turn; the medians, their ratio and whether the figures
+    are the same bit for bit."""
+    import numpy as np
+
+    from features.diagnostics.bias import list_datasets, resolve_dataset
+    from features.diagnostics.order_probe import N_ORDER_FEATURES, order_features, order_space
+    from features.diagnostics.title_order import TitleOrder
+    t_counts, order = _timed(lambda: TitleOrder(con))
+    space = order_space(order)
+    rows = [r for r in list_datasets(con, None) if r["task"] == "textual_cloze"]
+    if not rows:
+        raise LookupError("no textual cloze datasets in the warehouse: run `mrqa demo` or `mrqa generate` first")
+    resolved = [resolve_dataset(con, r["dataset_id"], space, "textual_cloze") for r in rows]
+    n_q = sum(len(res.choice_rows) for res in resolved)
+
+    def one_at_a_time():
+        out = []
+        for res in resolved:
+            X = np.zeros((len(res.choice_rows), 4, N_ORDER_FEATURES), np.float32)
+            for i, (shown, choices) in enumerate(zip(res.question_rows, res.choice_rows)):
+                b = res.blanks[i] if i < len(res.blanks) else -1
+                if 0 <= b <= len(shown) and len(choices) == 4:
+                    X[i] = [order.features(list(shown), b, c, res.recipe_ids[i]) for c in choices]
+            out.append(X)
+        return out
+
+    times = {"batch": [], "loop": []}
+    got = {}
+    for _ in range(repeats):
+        for name, fn in (("batch", lambda: [order_features(res, order) for res in resolved]),
+                         ("loop", one_at_a_time)):
+            t, got[name] = _timed(fn)
+            times[name].append(t)
+    same = all(np.array_equal(a, b) for a, b in zip(got["batch"], got["loop"]))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    yield (f"counts: {order.n_titles} distinct titles over {order.n_recipes} train recipes, built in "
+           f"{t_counts:.2f} s")
+    yield (f"order figures of {n_q:,} questions x 4 choices ({len(rows)} textual cloze datasets), {repeats} runs "
+           f"each: batch {med['batch']:.2f} s (min {min(times['batch']):.2f}), one choice at a time "
+           f"{med['loop']:.2f} s (min {min(times['loop']):.2f}); ratio {med['loop'] / max(med['batch'], 1e-9):.1f}x; "
+           f"same figures bit for bit: {same}")

@@ -30,7 +30,7 @@ COMMANDS = {
     "bench sample",
     "bench import", "bench clean", "bench decode", "bench embed", "bench encoder-train", "bench ann", "bench knn",
     "bench generate", "bench crawl", "bench roles",
-    "bench report", "bench report-home", "bench train", "bench af-folds", "bench af-chunks",
+    "bench report", "bench report-home", "bench train", "bench af-folds", "bench af-chunks", "bench order-features",
     "roles extract", "roles truth", "roles eval",
     "competence generate",
     "competence evaluate", "competence export"}

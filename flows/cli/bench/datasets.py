@@ -1,4 +1,5 @@
-"""`mrqa bench generate`, `af-chunks`, `report`, `report-home`: figures of generation, AF and the bias report."""
+"""`mrqa bench generate`, `af-chunks`, `report`, `report-home`, `order-features`: figures of generation, AF and the
+bias report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -102,6 +103,28 @@ def bench_af_chunks_cmd(settings: Optional[str] = typer.Option(
         for line in bench_af_chunks(con, paths.lance, enc, tuple(pairs), repeats, seed):
             typer.echo(line)
     except (ValueError, LookupError) as e:
+        fail(str(e))
+    finally:
+        con.close()
+
+
+@app.command("order-features")
+def bench_order_features_cmd(repeats: int = typer.Option(3, "--repeats", min=1, help="Timed runs of each way.")):
+    """On MRQA_HOME's textual cloze datasets (the warehouse read-only): the order figures of every choice (the
+    order probe's and AF's order members') with the batch lookup against one choice at a time; the medians,
+    their ratio and whether the figures are the same bit for bit."""
+    from etl.config import Paths
+    from etl.warehouse import connect
+    from features.diagnostics.report_bench import bench_order_features
+    from flows.cli.common import fail
+    paths = Paths.from_env()
+    if not paths.warehouse.exists():
+        fail(f"no warehouse at {paths.warehouse}: run `mrqa demo` (or ingest, clean, embed and generate) first")
+    con = connect(paths, read_only=True)
+    try:
+        for line in bench_order_features(con, repeats):
+            typer.echo(line)
+    except LookupError as e:
         fail(str(e))
     finally:
         con.close()

@@ -200,3 +200,11 @@ def test_the_command_is_read_only_and_refuses_bad_input_in_one_line(world, monke
         assert hashlib.sha256(paths.warehouse.read_bytes()).hexdigest() == before
     finally:
         world["con"] = duckdb.connect(str(paths.warehouse))
+
+
+def test_the_order_bench_compares_the_batch_with_one_choice_at_a_time(world):
+    from features.diagnostics.report_bench import bench_order_features
+    write_titles(world["con"], "random", seed=4)
+    counts, figures = list(bench_order_features(world["con"], repeats=1))
+    assert "train recipes" in counts
+    assert "2 textual cloze datasets" in figures and figures.endswith("same figures bit for bit: True"), figures
