@@ -635,7 +635,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     n_slots, slot = b.items.shape[1], b.answer_col[keep]
     staged = ds.task == "visual_cloze"
     # textual cloze: the corpus's order of titles (ORDER_MEMBERS), a block where visual cloze has the stage cue
-    ordered = title and getattr(sp, "order", None) is not None
+    ordered = title and sp.order is not None
     basis = sequence_basis(sp.vecs) if staged else None
     nb = {}
     for name, step in (("prev", -1), ("next", 1)):

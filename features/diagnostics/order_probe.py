@@ -30,14 +30,7 @@ import duckdb
 import numpy as np
 
 from features.diagnostics.look_probe import LookSpace
-from features.diagnostics.title_order import (  # noqa: F401 - re-exported
-    N_ORDER_FEATURES,
-    ORDER_ALPHA,
-    ORDER_BINS,
-    TitleOrder,
-    place_bin,
-    title_key,
-)
+from features.diagnostics.title_order import N_ORDER_FEATURES, TitleOrder
 
 log = logging.getLogger(__name__)
 

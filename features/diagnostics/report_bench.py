@@ -145,8 +145,8 @@ def bench_order_features(con, repeats: int = 3) -> Iterator[str]:
     import numpy as np
 
     from features.diagnostics.bias import list_datasets, resolve_dataset
-    from features.diagnostics.order_probe import N_ORDER_FEATURES, order_features, order_space
-    from features.diagnostics.title_order import TitleOrder
+    from features.diagnostics.order_probe import order_features, order_space
+    from features.diagnostics.title_order import N_ORDER_FEATURES, TitleOrder
     t_counts, order = _timed(lambda: TitleOrder(con))
     space = order_space(order)
     rows = [r for r in list_datasets(con, None) if r["task"] == "textual_cloze"]

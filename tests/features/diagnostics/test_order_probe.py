@@ -17,7 +17,8 @@ from synthetic_home import synthetic_home
 from typer.testing import CliRunner
 
 from features.datasets.knobs import KnobParams
-from features.diagnostics.order_probe import TitleOrder, order_probe_rows, place_bin, title_key
+from features.diagnostics.order_probe import order_probe_rows
+from features.diagnostics.title_order import TitleOrder, place_bin, title_key
 
 ENC = "synthetic-enc-0001"
 SETTINGS = [("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0)),
