@@ -21,7 +21,7 @@ COMMANDS = {
     "init", "sql-test", "query", "status", "splits", "parse", "ingest instructables", "ingest recipeqa",
     "sample build", "sample serve", "sample cue", "clean", "tokenize", "vocab-report", "encoder train",
     "encoder add", "encoder list", "encoder eval", "encoder words", "encoder export", "encoder import", "embed",
-    "generate", "datasets", "af-report",
+    "generate", "datasets", "compare", "af-report",
     "af-pool", "af-check",
     "reading-check", "redraw", "export", "report",
     "train", "evaluate", "baselines", "sweep", "score", "look-probe", "words-probe", "order-probe", "demo",
