@@ -10,7 +10,8 @@ opened read-only:
   equal), different (with what differs: the content, the counts, the params), or in one home only;
 - **figures**: per table of measured figures (FIGURE_TABLES, keyed by `dataset_id`), the rows alike in every
   column but the time they were computed (TIMESTAMP columns), and for the others the columns that differ with
-  both values;
+  both values; rows are compared as stored, and those measured on an older content of their dataset (a check's
+  `content_sha256` no longer the dataset's, which the reading gate does not count) are named per home;
 - **the reading benchmark**: the datasets `mrqa export --all --reading-only` would export from each home
   (features/datasets/card.py `reading_gate`), and those in one list only.
 
@@ -55,6 +56,16 @@ def _figures(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[str], dic
     return cols, {r[0]: tuple(r[1:]) for r in rows}
 
 
+def _stale(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """The dataset ids whose row of `table` was measured on another content than the dataset's now (its
+    `content_sha256` differs; the reading gate does not count such a row); [] for a table without the column."""
+    if not _has_table(con, table) or not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND "
+                                                     "column_name = 'content_sha256'", [table]).fetchall()[0][0]:
+        return []
+    return [r[0] for r in con.execute(f'SELECT t.dataset_id FROM "{table}" t JOIN datasets d USING (dataset_id) '
+                                      "WHERE t.content_sha256 IS DISTINCT FROM d.content_sha256 ORDER BY 1").fetchall()]
+
+
 def _equal(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
@@ -97,7 +108,8 @@ def compare_homes(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection) ->
                 alike += 1
         figures[table] = {"alike": alike, "differ": moved, "only_here": sorted(set(ra) - set(rb)),
                           "only_other": sorted(set(rb) - set(ra)),
-                          "columns_not_compared": sorted(set(ca) ^ set(cb))}
+                          "columns_not_compared": sorted(set(ca) ^ set(cb)),
+                          "stale_here": _stale(a, table), "stale_other": _stale(b, table)}
     la, lb = _reading(a), _reading(b)
     reading = {"here": la, "other": lb,
                "only_here": sorted(set(la or ()) - set(lb or ())), "only_other": sorted(set(lb or ()) - set(la or ()))}
@@ -145,6 +157,10 @@ def format_comparison(res: dict, here: str, other: str) -> str:
                          + (f"; and {len(cols) - 4} more columns" if len(cols) > 4 else ""))
         if len(f["differ"]) > MAX_LISTED:
             lines.append(f"  ... and {len(f['differ']) - MAX_LISTED} more")
+        for key, label in (("stale_here", "here"), ("stale_other", "in the other")):
+            if f[key]:
+                lines.append(f"  measured on an older content of their dataset {label} (the reading gate leaves them "
+                             f"out): {_ids(f[key])}")
         if f["columns_not_compared"]:
             lines.append(f"  columns in one home only (not compared): {', '.join(f['columns_not_compared'])}")
     r = res["reading_benchmark"]

@@ -2,8 +2,9 @@
 
 A small synthetic home with two datasets and their `bias_metrics` rows is copied whole to a second home: the two
 are the same (rc 0). Then the copy changes as a run on another machine would: a step title (so the textual
-cloze dataset made again has another content hash), one figure of the visual dataset, one more dataset. The
-comparison names each difference (rc 1) and writes neither home."""
+cloze dataset made again has another content hash, and its check row, alike in both homes, is stale in the
+copy), one figure of the visual dataset, one more dataset. The comparison names each difference (rc 1) and
+writes neither home."""
 from __future__ import annotations
 
 import hashlib
@@ -34,6 +35,10 @@ def homes(paths, con, tmp_path):
     ids = [s["dataset_id"] for s in generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance,
                                                       progress=False)]
     write_bias_metrics(con, compute_bias_metrics(con, ids, lance_uri=paths.lance, progress=False))
+    # a check measured on the textual dataset as it is now (an `mrqa af-check --record` row)
+    con.execute("INSERT INTO af_checks (dataset_id, content_sha256, task, n, accuracy, computed_at) "
+                "SELECT dataset_id, content_sha256, task, n_questions, 0.3, now() FROM datasets WHERE dataset_id = ?",
+                [ids[0]])
     con.execute("CHECKPOINT")
     other = tmp_path / "other"
     shutil.copytree(paths.home, other)
@@ -49,6 +54,7 @@ def test_a_copied_home_is_the_same(homes, con):
     r = _compare(homes)
     assert r.exit_code == 0, r.output
     assert "datasets: 2 the same, 0 different" in r.output and "bias_metrics: 2 rows alike, 0 different" in r.output
+    assert "af_checks: 1 rows alike, 0 different" in r.output and "older content" not in r.output
     assert r.output.rstrip().endswith("the same")
 
 
@@ -75,6 +81,11 @@ def test_each_difference_is_named_and_neither_home_is_written(homes, con, paths)
     assert "datasets: 1 the same, 1 different, 0 only here, 1 only in the other" in text
     assert f"differs: {tc}: content_sha256" in text and f"only in the other: {extra}" in text
     assert f"{vc}: qo_acc " in text and "-> 0.5" in text
+    # the check row is the same in both, but in the other home its dataset has moved on: named as stale there
+    assert "af_checks: 1 rows alike" in text
+    assert ("measured on an older content of their dataset in the other (the reading gate leaves them out): "
+            f"{tc}") in text
+    assert "older content of their dataset here" not in text
     assert text.rstrip().endswith("different")
     j = _compare(homes, "--json")
     assert j.exit_code == 1
@@ -83,6 +94,7 @@ def test_each_difference_is_named_and_neither_home_is_written(homes, con, paths)
     assert "content_sha256" in res["datasets"]["differ"][tc]["fields"]
     assert res["figures"]["bias_metrics"]["differ"][vc]["qo_acc"][1] == 0.5
     assert res["datasets"]["only_other"] == [extra]
+    assert res["figures"]["af_checks"]["stale_other"] == [tc] and res["figures"]["af_checks"]["stale_here"] == []
     assert {k: _sha(homes[k] / "warehouse.duckdb") for k in ("here", "other")} == before     # read-only
 
 
