@@ -57,11 +57,8 @@ def _figures(con: duckdb.DuckDBPyConnection, table: str) -> tuple[list[str], dic
 
 
 def _stale(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
-    """The dataset ids whose row of `table` was measured on another content than the dataset's now (its
-    `content_sha256` differs; the reading gate does not count such a row); [] for a table without the column."""
-    if not _has_table(con, table) or not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND "
-                                                     "column_name = 'content_sha256'", [table]).fetchall()[0][0]:
-        return []
+    """The dataset ids whose row of `table` (a table with `content_sha256`) was measured on another content than
+    the dataset's now (the reading gate does not count such a row)."""
     return [r[0] for r in con.execute(f'SELECT t.dataset_id FROM "{table}" t JOIN datasets d USING (dataset_id) '
                                       "WHERE t.content_sha256 IS DISTINCT FROM d.content_sha256 ORDER BY 1").fetchall()]
 
@@ -73,12 +70,16 @@ def _equal(a, b) -> bool:
 
 
 def _reading(con: duckdb.DuckDBPyConnection) -> list[str] | None:
-    """What `mrqa export --all --reading-only` would export; None where the home has no figures yet."""
+    """What `mrqa export --all --reading-only` would export; None where the home has no figures yet, or figures
+    of a schema too old for the gate to read."""
     from features.datasets.card import reading_gate
     if not _has_table(con, "bias_metrics"):
         return None
     ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
-    return reading_gate(con, ids)[0]
+    try:
+        return reading_gate(con, ids)[0]
+    except duckdb.Error:                    # a column the gate reads is missing: that home predates it
+        return None
 
 
 def compare_homes(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection) -> dict:
@@ -109,7 +110,8 @@ def compare_homes(a: duckdb.DuckDBPyConnection, b: duckdb.DuckDBPyConnection) ->
         figures[table] = {"alike": alike, "differ": moved, "only_here": sorted(set(ra) - set(rb)),
                           "only_other": sorted(set(rb) - set(ra)),
                           "columns_not_compared": sorted(set(ca) ^ set(cb)),
-                          "stale_here": _stale(a, table), "stale_other": _stale(b, table)}
+                          "stale_here": _stale(a, table) if "content_sha256" in ca else [],
+                          "stale_other": _stale(b, table) if "content_sha256" in cb else []}
     la, lb = _reading(a), _reading(b)
     reading = {"here": la, "other": lb,
                "only_here": sorted(set(la or ()) - set(lb or ())), "only_other": sorted(set(lb or ()) - set(la or ()))}
@@ -165,7 +167,8 @@ def format_comparison(res: dict, here: str, other: str) -> str:
             lines.append(f"  columns in one home only (not compared): {', '.join(f['columns_not_compared'])}")
     r = res["reading_benchmark"]
     if r["here"] is None or r["other"] is None:
-        lines.append("reading benchmark: not compared (a home without `mrqa report` figures)")
+        lines.append("reading benchmark: not compared (a home without `mrqa report` figures, or with figures of "
+                     "an older schema)")
     else:
         lines.append(f"reading benchmark: {len(r['here'])} datasets here, {len(r['other'])} in the other"
                      + ("" if r["here"] == r["other"] else f"; only here: {_ids(r['only_here']) or '-'}; "

@@ -2,6 +2,7 @@
 measured figures and the reading benchmark, each difference named; rc 0 when they are the same, 1 when not."""
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -19,7 +20,7 @@ def compare_cmd(other: Path = typer.Argument(..., help="The other home (its fold
     figures (bias_metrics, af_checks, reading_checks, but their times) and the reading benchmark. rc 0 when
     they are the same, 1 when not (as diff)."""
     from etl.config import Paths
-    from etl.warehouse import SchemaError, WarehouseLocked, connect, connect_reader
+    from etl.warehouse import SchemaError, connect, connect_reader
     from features.datasets.compare import compare_homes, format_comparison
     require_warehouse()
     other_db = other / "warehouse.duckdb" if other.is_dir() else other
@@ -27,19 +28,16 @@ def compare_cmd(other: Path = typer.Argument(..., help="The other home (its fold
         fail(f"{other}: no warehouse there (a home folder holding warehouse.duckdb, or the file itself)")
     here = Paths.from_env().warehouse
     try:
-        a = connect_reader()
+        a = connect_reader(wait=wait)
+    except SchemaError as e:               # a locked warehouse too (WarehouseLocked)
+        fail(str(e))
+    with closing(a):
         try:
             b = connect(database=other_db, read_only=True, wait=wait)
-        except BaseException:
-            a.close()
-            raise
-    except (SchemaError, WarehouseLocked) as e:
-        fail(str(e))
-    try:
-        res = compare_homes(a, b)
-    finally:
-        b.close()
-        a.close()
+        except SchemaError as e:
+            fail(str(e))
+        with closing(b):
+            res = compare_homes(a, b)
     if as_json:
         echo_json({"here": str(here), "other": str(other_db), **res})
     else:
