@@ -393,7 +393,8 @@ def _offloaded(con, paths: Paths, ids: list[str], recipe_of: dict, seeds: list[i
         log.info("af-pool: the models of seeds %s from %s", seeds, offload["scores_from"])
         return runs
     out = write_jobs(Path(offload["jobs_out"]), lambda d: export_parquet(con, ids, d, with_vectors=True,
-                                                                        lance_uri=paths.lance),
+                                                                        lance_uri=paths.lance,
+                                                                        vectors_of="questions"),
                      ids, recipe_of, seeds, kw, alts, vectors, fp)
     raise JobsWritten(out, len(seeds))
 
@@ -417,7 +418,7 @@ def _runs(con, paths: Paths, ids: list[str], recipe_of: dict, folds: int, seeds:
 
     from training.af_jobs import fold_numbers
     with tempfile.TemporaryDirectory(prefix="mrqa-af-pool-") as tmp:
-        export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance)
+        export_parquet(con, ids, Path(tmp), with_vectors=True, lance_uri=paths.lance, vectors_of="questions")
         jobs = [(Path(tmp), ids, recipe_of, {"folds": folds, "seed": s, "size": size, "lance_uri": paths.lance,
                                              "alternates": alts, "alt_vectors": vectors, "fold_by": fold_by})
                 for s in seeds]

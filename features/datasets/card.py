@@ -436,9 +436,11 @@ def reading_caveats(bias_of: list[tuple[str, dict]], kept_of: list[tuple[str, fl
 
 
 def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list[dict],
-                files: list[str], left_out: dict[str, str] | None = None) -> tuple[str, int]:
+                files: list[str], left_out: dict[str, str] | None = None,
+                vectors_of: str | None = None) -> tuple[str, int]:
     """The README.md text and the number of question configs; `left_out` ({dataset_id: why}): the
-    datasets `mrqa export --reading-only` left out, listed after the configs."""
+    datasets `mrqa export --reading-only` left out, listed after the configs; `vectors_of` (export_parquet's):
+    "questions" says the vector files hold only what the questions' models read."""
     configs = _configs(parts, files)
     n_q_configs = len(configs) - len(files)
     y = ["---", "pretty_name: Meta-RecipeQA", "task_categories:", "- multiple-choice",
@@ -570,13 +572,18 @@ def render_card(con: duckdb.DuckDBPyConnection, questions: pa.Table, parts: list
                                     "recipe_id, step_idx, split, encoder_id, vector",
             "images.parquet": "the images of those recipes: image_id, recipe_id, step_idx, split, image "
                               "(Hugging Face Image: struct of bytes + path)"}
+    if vectors_of == "questions":
+        for f in ("image_vectors.parquet", "text_vectors.parquet"):
+            side[f] += (" -- only those the questions' models read (`--vectors-of questions`): the photos and "
+                        "titles they show, and their own and their context-ablation recipes' steps, not every "
+                        "one of the splits")
     md += [f"| `{f}` (config `{f.removesuffix('.parquet')}`) | {side.get(f, '')} |" for f in files]
     md += ["", f"Split names: {', '.join(f'{k} -> {v}' for k, v in SPLIT_NAMES.items())}.", ""]
     return "\n".join(y + md), n_q_configs
 
 
 def write_card(con: duckdb.DuckDBPyConnection, out: Path, questions: pa.Table, parts: list[dict],
-               files: list[str], left_out: dict[str, str] | None = None) -> dict:
-    text, n = render_card(con, questions, parts, files, left_out)
+               files: list[str], left_out: dict[str, str] | None = None, vectors_of: str | None = None) -> dict:
+    text, n = render_card(con, questions, parts, files, left_out, vectors_of)
     (Path(out) / "README.md").write_text(text, encoding="utf-8")
     return {"configs": n}

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 ROW_GROUP = 100_000
 IMAGE_ROW_GROUP = 500                # images.parquet: rows of image bytes per row group
 PARTITIONS = ("task", "knobs", "split")
+VECTORS_OF = ("splits", "questions")   # export_parquet's `vectors_of`
 QID_SEPARATOR = "."                  # RecipeQA JSON qid: <dataset_id>.<qid> (dataset ids have no '.')
 QUESTION_TEXT = {                    # RecipeQA's question_text per task
     "textual_cloze": "Choose the best title for the missing blank to correctly complete the recipe.",
@@ -137,8 +138,13 @@ def check_replaceable(names, where: str, allowed: frozenset = EXPORT_NAMES, what
 def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: Path,
                    with_vectors: bool = False, lance_uri: str | None = None,
                    with_images: bool = False, home: Path | None = None,
-                   left_out: dict[str, str] | None = None) -> dict:
+                   left_out: dict[str, str] | None = None, vectors_of: str = "splits") -> dict:
     """Write the Parquet export of `dataset_ids` into `out` (replaced); returns counts + hash.
+
+    `vectors_of` (with `with_vectors`): "splits", every photo's and step's vector of the exported splits (the
+    knob distances can be recomputed from them); "questions", only those the questions' models read (the
+    photos and choices they show, and their recipes' and context-ablation recipes' own photos and steps): the
+    same datasets load from it (training/data.py), a smaller export to train on another machine.
 
     `out` may be a URI (s3://bucket/x, gs://bucket/x, file:///x; also the `s3:/bucket/x` a Path
     makes of it): the export is written locally, then copied with pyarrow.fs (credentials from the
@@ -148,6 +154,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     resolves the relative image paths for `with_images`. `left_out` ({dataset_id: why}, `mrqa export
     --reading-only`): the datasets the card says were left out, and why.
     """
+    if vectors_of not in VECTORS_OF:
+        raise ValueError(f"vectors_of must be one of {', '.join(VECTORS_OF)}, not {vectors_of!r}")
     m = storage_uri(out)
     if m:
         from pyarrow import fs as pafs
@@ -160,7 +168,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             raise ValueError(f"--out {out}: not a folder or a storage URI pyarrow can write to ({e})") from None
         if isinstance(dest_fs, pafs.LocalFileSystem):     # file:///x is the folder /x: written beside it and
             res = export_parquet(con, dataset_ids, Path(dest), with_vectors, lance_uri,   # swapped in whole
-                                 with_images, home, left_out)
+                                 with_images, home, left_out, vectors_of)
             return {**res, "out": uri}
         info = dest_fs.get_file_info(dest)
         if info.type == pafs.FileType.File:
@@ -170,7 +178,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
             check_replaceable([i.base_name for i in listing], uri)
         with tempfile.TemporaryDirectory(prefix="mrqa-export-") as tmp:
             res = export_parquet(con, dataset_ids, Path(tmp) / "export", with_vectors, lance_uri,
-                                 with_images, home, left_out)
+                                 with_images, home, left_out, vectors_of)
             publish(Path(res["out"]), dest_fs, dest)
         return {**res, "out": uri}
     out = Path(out)
@@ -195,7 +203,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, dataset_ids: list[str], out: 
     with _writing(out) as new:
         try:
             return _write_parquet(con, dataset_ids, out, new, given, with_vectors, lance_uri, with_images, home,
-                                  left_out)
+                                  left_out, vectors_of)
         except (OSError, duckdb.IOException) as e:     # e.g. the disk is full
             raise ValueError(f"cannot write the export {out}: {getattr(e, 'strerror', None) or e} (an earlier "
                              "export is left as it was)") from None
@@ -233,7 +241,8 @@ def _put(src: Path, dest_fs, path: str) -> None:
 
 
 def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vectors: bool, lance_uri: str | None,
-                   with_images: bool, home: Path | None, left_out: dict[str, str] | None) -> dict:
+                   with_images: bool, home: Path | None, left_out: dict[str, str] | None,
+                   vectors_of: str = "splits") -> dict:
     """export_parquet's files, written into `new` (beside `out`) and swapped in as `out`."""
     threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
     con.execute("SET threads = 1")            # deterministic file layout and row order
@@ -246,11 +255,12 @@ def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vec
         _write_context_ablation(questions, new / "context_ablation.parquet")
         counts = {"questions": questions.num_rows}
         if with_vectors:
-            counts.update(_export_vectors(con, new, lance_uri))
+            read = _read_by(questions, new / "context_ablation.parquet") if vectors_of == "questions" else None
+            counts.update(_export_vectors(con, new, lance_uri, read))
         if with_images:
             counts.update(_export_images(con, new, home))
         card = write_card(con, new, questions, parts, files=sorted(p.name for p in new.glob("*.parquet")),
-                          left_out=left_out)
+                          left_out=left_out, vectors_of=vectors_of if with_vectors else None)
         counts["configs"] = card["configs"]
         sha = tree_sha256(new)            # of what this export wrote: once swapped in, `out` may be another's
         _swap_in(new, out)
@@ -535,11 +545,34 @@ def _check_vectors(con, dataset_ids: list[str], lance_uri: str | None) -> None:
                                   "(or check --home), or export without vectors")
 
 
-def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
+def _read_by(questions: pa.Table, ablation: Path) -> tuple[set[str], set[str]]:
+    """(the item ids the questions show: their photos, choices and orderings, and textual cloze's titles, which
+    its provenance names; the recipes whose own photos and steps their models read: each question's and its
+    context-ablation recipe's)."""
+    import pyarrow.compute as pc
+    items: set[str] = set()
+    for col in ("question", "choice_list", "choice_orderings"):
+        flat = pc.list_flatten(questions.column(col))
+        if col == "choice_orderings":
+            flat = pc.list_flatten(flat)
+        items.update(x for x in pc.unique(flat).to_pylist() if x is not None)
+    textual = pc.equal(questions.column("task").cast(pa.string()), "textual_cloze")
+    for prov in questions.filter(textual).column("provenance").to_pylist():   # textual cloze: the titles' ids
+        doc = json.loads(prov or "{}")
+        items.update(doc.get("question_items") or [], doc.get("choice_items") or [])
+    recipes = set(pc.unique(questions.column("recipe_id")).to_pylist())
+    recipes.update(pq.read_table(ablation, columns=["context_recipe_id"]).column(0).to_pylist())
+    return items, recipes - {None}
+
+
+def _export_vectors(con, out: Path, lance_uri: str | None, read: tuple[set[str], set[str]] | None = None) -> dict:
     """image_vectors.parquet (item_id = image_id) and text_vectors.parquet (item_id =
     <recipe_id>_<step_idx>_<field>, field title or body) of the exported splits, with the same leading
     columns. The body vectors are the step texts the readers' `--text-features vectors` read: with them
-    an export trains the same models on a machine without the feature store (training/data.py)."""
+    an export trains the same models on a machine without the feature store (training/data.py). `read`
+    (`_read_by`): only the items named there and their recipes' own photos (not photos drawn again
+    elsewhere, which a question reads only as a choice) and steps."""
+    from etl.records import is_redrawn_image
     from features.embed.words_encoder import is_words_encoder
     from features.vectors.store import FeatureStore, vector_rows
     store = FeatureStore(lance_uri)
@@ -572,6 +605,10 @@ def _export_vectors(con, out: Path, lance_uri: str | None) -> dict:
                     rid, step, _field = i.rsplit("_", 2)
                     recs.append((rid, int(step), rsplit.get(rid)))
             keep = np.array([s in splits for _, _, s in recs], dtype=bool)
+            if read is not None:
+                items, recipes = read
+                keep &= np.array([i in items or (r in recipes and not (kind == "image_vectors" and is_redrawn_image(i)))
+                                  for i, (r, _, _) in zip(ids, recs)], dtype=bool)
             kept = [r for r, k in zip(recs, keep) if k]
             mat = np.ascontiguousarray(np.asarray(mat, np.float32)[keep])
             parts.append(vector_rows(np.asarray(ids, dtype=object)[keep].tolist(), mat, id_column="item_id",

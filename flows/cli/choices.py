@@ -41,6 +41,7 @@ DropOrder = choices("DropOrder", ("votes", "minimax"))        # training.af_pool
 QueryFormat = choices("QueryFormat", ("table", "json", "csv"))
 ListFormat = choices("ListFormat", ("table", "json"))
 ExportFormat = choices("ExportFormat", ("parquet", "recipeqa-json"))   # features.datasets.export
+VectorsOf = choices("VectorsOf", ("splits", "questions"))             # features.datasets.export.VECTORS_OF
 Probe = choices("Probe", ("logreg", "svm"))                    # features.diagnostics.bias.distance_probe
 ImportMethod = choices("ImportMethod", ("arrow", "executemany"))      # etl.recipeqa.import_recipeqa
 Decode = choices("Decode", ("threads", "processes"))           # features.embed.decode.image_loader

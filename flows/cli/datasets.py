@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task
+from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task, VectorsOf
 from flows.cli.common import check_out_path, echo_json, fail, one_of, require_warehouse, run_flow, wait_option
 
 app = typer.Typer()
@@ -149,6 +149,9 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
                                                   "<dataset or all>-recipeqa)."),
                with_vectors: bool = typer.Option(False, "--with-vectors", help="Parquet: add the image "
                                                  "and step-text (title and body) vectors of the exported splits."),
+               vectors_of: VectorsOf = typer.Option(VectorsOf.splits, "--vectors-of", help="With --with-vectors: "
+                                                    "every vector of the splits, or only those the questions' "
+                                                    "models read (smaller; to train on another machine)."),
                with_images: bool = typer.Option(False, "--with-images", help="Parquet: add images.parquet, "
                                                 "the image files of the exported splits (Hugging Face Image "
                                                 "layout: bytes + path)."),
@@ -204,7 +207,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
         try:
             if fmt == "parquet":
                 res = export_parquet(con, ids, out, with_vectors=with_vectors, lance_uri=paths.lance,
-                                     with_images=with_images, home=paths.home, left_out=left_out or None)
+                                     with_images=with_images, home=paths.home, left_out=left_out or None,
+                                     vectors_of=vectors_of.value)
             else:
                 res = export_recipeqa_json(con, ids, out, home=paths.home, with_images=images)
         except (ValueError, LookupError) as e:

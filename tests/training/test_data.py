@@ -166,3 +166,54 @@ def test_a_textual_cloze_export_without_the_title_ids_is_a_clear_error(toy_home,
     with pytest.raises(DatasetError, match="no title item ids in its provenance"):
         load_qa_dataset(old, did, "vectors")
     assert load_qa_dataset(toy_home["export"], did, "vectors").splits["train"]        # the export as written
+
+
+def _tensors(ds) -> list:
+    """Everything a loaded dataset holds, as comparable values."""
+    out = [ds.images.numpy().tobytes(), ds.ctx.numpy().tobytes(), ds.ctx_len.numpy().tobytes(), ds.text_source]
+    for name in sorted(ds.splits):
+        for k, x in sorted(vars(ds.splits[name]).items()):
+            out.append((name, k, np.asarray(x).tobytes() if isinstance(x, (np.ndarray, torch.Tensor)) else x))
+    return out
+
+
+def test_an_export_of_the_questions_vectors_loads_the_same_datasets(toy_home, tmp_path):
+    """`mrqa export --with-vectors --vectors-of questions` keeps only the vectors the questions' models read:
+    the photos and titles they show and their own and context-ablation recipes' own photos and steps. Every
+    dataset of every task loads the same tensors from it as from an export of every vector of the splits, and
+    a recipe no question reads leaves no vector in it; its card says which it is."""
+    import duckdb
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    ids = toy_home["ids"]
+    lean = tmp_path / "lean"
+    res = CliRunner().invoke(app, ["--no-prefect", "export", "--dataset", ",".join(sorted(ids.values())),
+                                   "--with-vectors", "--vectors-of", "questions", "--out", str(lean)])
+    assert res.exit_code == 0, res.output
+    assert {d.split("-")[0] for d in ids.values()} == {"vc", "vcoh", "vord", "tc"}
+    for did in sorted(ids.values()):
+        full = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12)
+        assert _tensors(load_qa_dataset(lean, did, "vectors", max_steps=12)) == _tensors(full), did
+    assert "only those the questions' models read" in (lean / "README.md").read_text()
+    assert "only those the questions' models read" not in (toy_home["export"] / "README.md").read_text()
+
+    one = tmp_path / "one"                        # one dataset: the recipes its questions read, and no other
+    did = sorted(d for (t, _), d in ids.items() if t == "visual_coherence")[0]
+    res = CliRunner().invoke(app, ["--no-prefect", "export", "--dataset", did, "--with-vectors", "--vectors-of",
+                                   "questions", "--out", str(one)])
+    assert res.exit_code == 0, res.output
+    q = f"read_parquet('{one}/questions/**/*.parquet', hive_partitioning = false)"
+    read = {r[0] for r in duckdb.sql(f"SELECT recipe_id FROM {q} UNION SELECT context_recipe_id FROM "
+                                     f"read_parquet('{one}/context_ablation.parquet')").fetchall()}
+    shown = {r[0] for r in duckdb.sql(f"SELECT DISTINCT unnest(question) FROM {q} UNION "
+                                      f"SELECT DISTINCT unnest(choice_list) FROM {q}").fetchall()}
+    kept = duckdb.sql(f"SELECT image_id, recipe_id FROM read_parquet('{one}/image_vectors.parquet')").fetchall()
+    every = duckdb.sql(f"SELECT image_id, recipe_id FROM read_parquet('{toy_home['export']}/image_vectors.parquet') "
+                       "WHERE split IN (SELECT DISTINCT split FROM " + q + ")").fetchall()
+    assert sorted(kept) == sorted((i, r) for i, r in every if r in read or i in shown)
+    assert len(kept) < len(every) and {r for _, r in every} - read           # a recipe no question reads is gone
+    text = duckdb.sql(f"SELECT DISTINCT recipe_id FROM read_parquet('{one}/text_vectors.parquet')").fetchall()
+    assert {r for (r,) in text} == read
+    assert _tensors(load_qa_dataset(one, did, "vectors", max_steps=12)) == _tensors(
+        load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12))
