@@ -175,6 +175,8 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
     from features.datasets.export import export_parquet, export_recipeqa_json, storage_uri
     if out is not None and not storage_uri(out):    # a local folder, not a URI; ~ expanded (--out=~/x)
         out = check_out_path("--out", out)
+    if vectors_of != VectorsOf.splits and not with_vectors:
+        fail("--vectors-of chooses which vectors --with-vectors exports: give --with-vectors too")
     require_warehouse()                             # a mistyped --home is an error, not a new warehouse
     paths = Paths.from_env()                        # read-only: the export makes its own folder
     from contextlib import closing

@@ -191,6 +191,9 @@ def test_an_export_of_the_questions_vectors_loads_the_same_datasets(toy_home, tm
     res = CliRunner().invoke(app, ["--no-prefect", "export", "--dataset", ",".join(sorted(ids.values())),
                                    "--with-vectors", "--vectors-of", "questions", "--out", str(lean)])
     assert res.exit_code == 0, res.output
+    alone = CliRunner().invoke(app, ["--no-prefect", "export", "--dataset", sorted(ids.values())[0], "--vectors-of",
+                                     "questions", "--out", str(tmp_path / "no-vectors")])
+    assert alone.exit_code != 0 and "give --with-vectors too" in alone.output and not (tmp_path / "no-vectors").exists()
     assert {d.split("-")[0] for d in ids.values()} == {"vc", "vcoh", "vord", "tc"}
     for did in sorted(ids.values()):
         full = load_qa_dataset(toy_home["export"], did, "vectors", max_steps=12)
