@@ -252,10 +252,10 @@ def _write_parquet(con, dataset_ids, out: Path, new: Path, given: Path, with_vec
         parts = _write_questions(questions, new / "questions")
         _copy(con, load_query("export_recipes"), new / "recipes.parquet")
         _copy(con, load_query("export_steps"), new / "steps.parquet")
-        _write_context_ablation(questions, new / "context_ablation.parquet")
+        context = _write_context_ablation(questions, new / "context_ablation.parquet")
         counts = {"questions": questions.num_rows}
         if with_vectors:
-            read = _read_by(questions, new / "context_ablation.parquet") if vectors_of == "questions" else None
+            read = _read_by(questions, context) if vectors_of == "questions" else None
             counts.update(_export_vectors(con, new, lance_uri, read))
         if with_images:
             counts.update(_export_images(con, new, home))
@@ -483,9 +483,9 @@ CONTEXT_ABLATION_SCHEMA = pa.schema([("dataset_id", pa.string()), ("split", pa.s
                                      ("recipe_id", pa.string()), ("context_recipe_id", pa.string())])
 
 
-def _write_context_ablation(tbl: pa.Table, dest: Path) -> None:
+def _write_context_ablation(tbl: pa.Table, dest: Path) -> list[str]:
     """context_ablation.parquet: per question (dataset, split, qid order), the recipe whose steps the context
-    ablation gives it instead of its own (`training.ablation.other_recipes`, per split)."""
+    ablation gives it instead of its own (`training.ablation.other_recipes`, per split); returns those recipes."""
     cols = {c: tbl[c].to_pylist() for c in ("dataset_id", "split", "qid", "recipe_id")}
     order = sorted(range(tbl.num_rows), key=lambda i: (cols["dataset_id"][i], cols["split"][i], cols["qid"][i]))
     rows = {c: [v[i] for i in order] for c, v in cols.items()}
@@ -499,6 +499,7 @@ def _write_context_ablation(tbl: pa.Table, dest: Path) -> None:
         start = i
     pq.write_table(pa.table({**rows, "context_recipe_id": other}, schema=CONTEXT_ABLATION_SCHEMA), dest,
                    row_group_size=ROW_GROUP, compression="zstd")
+    return other
 
 
 def _write_questions(tbl: pa.Table, root: Path) -> list[dict]:
@@ -545,10 +546,10 @@ def _check_vectors(con, dataset_ids: list[str], lance_uri: str | None) -> None:
                                   "(or check --home), or export without vectors")
 
 
-def _read_by(questions: pa.Table, ablation: Path) -> tuple[set[str], set[str]]:
+def _read_by(questions: pa.Table, context: list[str]) -> tuple[set[str], set[str]]:
     """(the item ids the questions show: their photos, choices and orderings, and textual cloze's titles, which
     its provenance names; the recipes whose own photos and steps their models read: each question's and its
-    context-ablation recipe's)."""
+    context-ablation recipe's, `context`)."""
     import pyarrow.compute as pc
     items: set[str] = set()
     for col in ("question", "choice_list", "choice_orderings"):
@@ -561,7 +562,7 @@ def _read_by(questions: pa.Table, ablation: Path) -> tuple[set[str], set[str]]:
         doc = json.loads(prov or "{}")
         items.update(doc.get("question_items") or [], doc.get("choice_items") or [])
     recipes = set(pc.unique(questions.column("recipe_id")).to_pylist())
-    recipes.update(pq.read_table(ablation, columns=["context_recipe_id"]).column(0).to_pylist())
+    recipes.update(context)
     return items, recipes - {None}
 
 
