@@ -35,7 +35,7 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
               crawl_workers: int = 8, train: bool = True, af_pool: bool = False,
               dask_address: str | None = None, matched_coherence: bool = False,
               textual_cloze_pooled: bool = True, redrawn: bool = False, split_by: SplitBy | None = None,
-              author_coherence: bool = False) -> dict:
+              author_coherence: bool = False, adversary_size: str = "small") -> dict:
     """The pipeline flow on the sample kitchen (build, serve, crawl, clean, embed, generate, report,
     the reading check); returns the pipeline summary plus the digest printed by `mrqa demo`."""
     t0 = time.perf_counter()
@@ -43,7 +43,7 @@ def demo_flow(recipes: int = DEFAULT_RECIPES, seed: int = 0, workers: int | None
                             crawl_workers=crawl_workers, seed=seed, train=train, af_pool=af_pool,
                             matched_coherence=matched_coherence, textual_cloze_pooled=textual_cloze_pooled,
                             redrawn=redrawn, train_reading=True, split_by=split_by,
-                            author_coherence=author_coherence,
+                            author_coherence=author_coherence, adversary_size=adversary_size,
                             dask_address=dask_address, raise_on_failure=False)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     summary["digest"] = demo_digest(summary)

@@ -244,18 +244,22 @@ def _check_row(task: str, setting: str, dataset_id: str, rd: dict, qo: dict) -> 
 PIPELINE_CHECK_SEEDS = (0,)      # the train stage's independent GM3C check: one seed (76 s for the demo's 10)
 
 
-def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIPELINE_CHECK_SEEDS) -> dict:
+def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIPELINE_CHECK_SEEDS,
+                       size: str = "small") -> dict:
     """The independent GM3C question-only check (flows/af_pool.py `af_check_flow`, recorded in af_checks) of
     every AF dataset of seed `seed` that `mrqa export --reading-only` holds back for want of one (its
     report figures pass; what its af-pool adversaries read of the questions they kept does not count),
-    per task, with the check seeds `seeds`. Returns {task: {dataset_id: accuracy}} (a task whose check
-    cannot run: {"skipped": why})."""
+    per task, with the check seeds `seeds`, at model size `size` (small, or the paper's: then also those it
+    admits, or holds back only for want of a reading check, on a check of another size). Returns {task:
+    {dataset_id: accuracy}} (a task whose check cannot run: {"skipped": why})."""
     from etl.warehouse import connect
     from features.datasets.card import UNCHECKED_GM3C
     from flows.af_pool import af_check_flow
     con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
     try:
         held = _held_back(con, seed, UNCHECKED_GM3C, af_only=True)
+        if size != "small":           # and those the gate would admit on a check of another size
+            held = sorted(set(held) | set(_checked_at_another_size(con, seed, size)))
     finally:
         con.close()
     by_task: dict[str, list[str]] = {}
@@ -264,7 +268,7 @@ def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIP
     out: dict[str, dict] = {}
     for t, ids in sorted(by_task.items()):
         try:
-            res = af_check_flow(datasets=tuple(ids), seeds=tuple(seeds), record=True)
+            res = af_check_flow(datasets=tuple(ids), seeds=tuple(seeds), record=True, size=size)
             out[t] = {r["dataset_id"]: r["accuracy"] for r in res["datasets"]}
         except ValueError as e:       # e.g. too few recipes for its folds
             log.warning("independent GM3C check of %s skipped: %s", t, e)
@@ -286,6 +290,19 @@ def waiting_for_reading(con, seed: int) -> list[str]:
     bound, an AF dataset keeping enough."""
     from features.datasets.card import NOT_READ_CHECKED
     return [d for d, _ in _held_back(con, seed, NOT_READ_CHECKED)]
+
+
+def _checked_at_another_size(con, seed: int, size: str) -> list[tuple[str, str]]:
+    """(dataset_id, task) of the AF datasets of seed `seed` that `mrqa export --reading-only` admits, or holds
+    back only for want of a reading check, on a recorded GM3C check (af_checks, the same content hash) of a
+    model size other than `size`."""
+    from features.datasets.card import NOT_READ_CHECKED, reading_gate
+    rows = con.execute("""SELECT d.dataset_id, d.task FROM datasets d
+                            JOIN af_checks c ON c.dataset_id = d.dataset_id AND c.content_sha256 = d.content_sha256
+                           WHERE d.seed = ? AND d.setting LIKE '%-af' AND coalesce(c.size, '') <> ?
+                           ORDER BY 1""", [seed, size]).fetchall()
+    why = reading_gate(con, [d for d, _ in rows])[1]
+    return [(d, t) for d, t in rows if not why.get(d) or why[d].startswith(NOT_READ_CHECKED)]
 
 
 def _held_back(con, seed: int, reason: str, af_only: bool = False) -> list[tuple[str, str]]:

@@ -35,6 +35,7 @@ Distractors = choices("Distractors", ("ball", "matched", "author", "kitchen",   
                                        "redrawn", "matched-redrawn"))
 FloorBy = choices("FloorBy", ("dataset", "split"))            # training.af_pooled.FLOOR_BY
 SwapFirst = choices("SwapFirst", ("auto", "confident", "movable"))   # flows.af_pool.af_pool_flow swap_first
+AdversarySize = choices("AdversarySize", ("small", "paper"))  # flows.pipeline.ADVERSARY_SIZES
 FoldBy = choices("FoldBy", ("recipe", "split"))               # training.af_pooled.FOLD_BY
 ReadingFolds = choices("ReadingFolds", ("test", "split"))     # training.split_folds.FOLDS
 DropOrder = choices("DropOrder", ("votes", "minimax"))        # training.af_pooled.DROP_ORDERS

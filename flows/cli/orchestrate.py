@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from etl.config import DEMO_RECIPES
-from flows.cli.choices import ForceStage, ReadingFolds, SplitBy
+from flows.cli.choices import AdversarySize, ForceStage, ReadingFolds, SplitBy
 from flows.cli.common import echo_json, fail, prefect_server_early, wait_option
 
 app = typer.Typer()
@@ -43,6 +43,11 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                           "settings 0-1-0, 0-1-1, 1-1-0 and 1-1-1 again in each question's "
                                           "kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them with their "
                                           "own pooled step; the train stage's checks read them."),
+             adversary_size: AdversarySize = typer.Option(AdversarySize.small, "--adversary-size", help="paper: "
+                                                          "the pooled steps of --author-coherence and --redrawn "
+                                                          "aim at the paper-size GM3C question-only model, and "
+                                                          "the train stage checks at that size; far slower on "
+                                                          "CPU, meant for a GPU host."),
              textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
                                                        help="Generate ends with the pooled step on the textual "
                                                        "cloze AF datasets (2 swap rounds of titles, then the "
@@ -63,7 +68,8 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
     summary = demo_flow(recipes=recipes, seed=seed, workers=workers, train=train, af_pool=af_pool,
                         dask_address=dask_address, matched_coherence=matched_coherence,
                         textual_cloze_pooled=textual_cloze_pooled, redrawn=redrawn,
-                        split_by=split_by.value if split_by else None, author_coherence=author_coherence)
+                        split_by=split_by.value if split_by else None, author_coherence=author_coherence,
+                        adversary_size=adversary_size.value)
     typer.echo(format_digest(summary["digest"]))
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2, default=str))
@@ -95,6 +101,10 @@ def pipeline_cmd(
         redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze settings "
                                      "again in each question's kitchen (a sample kitchen home) and their pooled "
                                      "step."),
+        adversary_size: AdversarySize = typer.Option(AdversarySize.small, "--adversary-size", help="paper: the "
+                                                     "pooled steps of --author-coherence and --redrawn aim at the "
+                                                     "paper-size GM3C question-only model, and the train stage "
+                                                     "checks at that size (a GPU host)."),
         textual_cloze_pooled: bool = typer.Option(True, "--textual-cloze-pooled/--no-textual-cloze-pooled",
                                                   help="Generate ends with the pooled step on the textual cloze "
                                                   "AF datasets too (the reading benchmark `make demo` makes)."),
@@ -131,7 +141,7 @@ def pipeline_cmd(
                             rescrape=rescrape, stale_days=stale_days, sample_recipes=sample, sample_seed=seed,
                             allow_hosts=allow_host, allow_private=allow_private, delay_s=delay, seed=seed,
                             af_pool=af_pool, matched_coherence=matched_coherence, redrawn=redrawn,
-                            author_coherence=author_coherence,
+                            author_coherence=author_coherence, adversary_size=adversary_size.value,
                             textual_cloze_pooled=textual_cloze_pooled, train=train,
                             split_by=split_by.value if split_by else None,
                             train_reading=train, reading_folds=reading_folds.value, sweep=sweep,

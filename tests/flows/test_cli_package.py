@@ -64,6 +64,7 @@ def test_version_prints_the_installed_version():
     (["bench", "af-folds", "--seeds", "a,b"], "error: --seeds must be comma-separated integers, got 'a,b'"),
     (["encoder", "train", "--twins", "merge"], "error: --twins must be none, positive or mask, got 'merge'"),
     (["encoder", "train", "--hard-share", "1.5"], "error: --hard-share must be between 0 and 1"),
+    (["demo", "--adversary-size", "huge"], "error: --adversary-size must be small or paper, got 'huge'"),
     (["pipeline", "--force", "embed", "--force", "bake"],
      "error: --force must be all, ingest, clean, embed, generate, competence, report, train or sweep, got 'bake'"),
 ])

@@ -124,3 +124,38 @@ def test_the_summary_counts_a_textual_step_whose_idle_datasets_got_afs_own_drop(
         "skipped": "too few recipes", "regenerated_with_linear_drop": ["tc-0-0-0-af-s0-x"]}}}
     assert demo_digest({"stages": [skipped], "total_s": 1.0})["counts"]["af_pool"]["textual_cloze"] == "too few recipes"
     assert "790 kept / 300 dropped" in format_digest(digest)
+
+
+def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check(paths):
+    """`--adversary-size paper` gives the author coherence and redrawn visual cloze pooled steps paper-size
+    adversaries (PAPER_ADVERSARIES, every other option as it was) and the train stage's check that size; the
+    default leaves both stages' parameters exactly as before (a home made without it is not run again); the
+    CLI's defaults and the flows' agree; an unknown size is refused before any stage runs."""
+    import pytest
+    import typer
+
+    from flows.cli import app
+    from flows.demo import demo_flow
+    from flows.pipeline import AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_POOL, pool_for
+    params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
+    base = {**params, "author_coherence": True, "redrawn": True, "train": True, "train_reading": True}
+
+    def stages(size):
+        return {s.name: s.params for s in build_stages({**base, "adversary_size": size}, paths)}
+    small, paper = stages("small"), stages("paper")
+    assert small["generate"]["author_coherence"] == AUTHOR_POOL and "check_size" not in small["train"]
+    assert {k: v for k, v in small["generate"]["redrawn"].items() if k in REDRAWN_POOL} == REDRAWN_POOL
+    assert paper["generate"]["author_coherence"] == {**AUTHOR_POOL, "size": "paper", "adversaries": 2}
+    assert paper["generate"]["redrawn"] == {**small["generate"]["redrawn"], "size": "paper", "adversaries": 2}
+    assert paper["train"] == {**small["train"], "check_size": "paper"}
+    assert {k: v for k, v in paper["generate"].items() if k not in ("author_coherence", "redrawn")} \
+        == {k: v for k, v in small["generate"].items() if k not in ("author_coherence", "redrawn")}
+    assert PAPER_ADVERSARIES == {"size": "paper", "adversaries": 2}
+    assert pool_for(REDRAWN_POOL, "small") is REDRAWN_POOL
+    for cmd in ("demo", "pipeline"):
+        cli = {p.name: p.default for p in typer.main.get_command(app).commands[cmd].params}
+        assert str(cli["adversary_size"]) == params["adversary_size"] == "small"
+    assert inspect.signature(demo_flow.fn).parameters["adversary_size"].default == "small"
+    with pytest.raises(ValueError, match="adversary_size 'huge': choose one of small, paper"):
+        pipeline_flow.fn(adversary_size="huge")
+    assert not (paths.home / "warehouse.duckdb").exists()

@@ -471,6 +471,32 @@ def test_the_pipelines_reading_check_reads_what_the_gate_holds_back_for_want_of_
         _uncheck(report)
 
 
+def test_a_check_of_another_size_is_run_again_where_the_gate_would_admit_on_it(report):
+    """With `--adversary-size paper` the train stage's check (flows/train.py gm3c_check_waiting) also takes the
+    AF datasets that the gate admits, or holds back only for want of a reading check, on a recorded check of
+    another size, so the stronger model has its say on every dataset the benchmark may hold; one held back by
+    its figure, or checked at that size already, is not taken."""
+    from features.datasets.card import READING_BOUND
+    from flows.train import _checked_at_another_size
+    try:
+        chk = _gm3c_check(report)                                   # tiny models
+        ids = [r["dataset_id"] for r in chk["datasets"]]
+        heard = sorted(r["dataset_id"] for r in chk["datasets"] if r["accuracy"] <= READING_BOUND)
+        assert heard
+        con = report["con"]
+        assert _checked_at_another_size(con, 0, "paper") == []     # no AF dataset among them yet
+        con.execute("UPDATE datasets SET setting = setting || '-af' WHERE list_contains(?, dataset_id)", [ids])
+        try:
+            task = dict(con.execute("SELECT dataset_id, task FROM datasets").fetchall())
+            assert _checked_at_another_size(con, 0, "paper") == [(d, task[d]) for d in heard]
+            assert _checked_at_another_size(con, 0, "tiny") == []
+            assert _checked_at_another_size(con, 1, "paper") == []     # another seed's datasets
+        finally:
+            con.execute("UPDATE datasets SET setting = left(setting, -3) WHERE list_contains(?, dataset_id)", [ids])
+    finally:
+        _uncheck(report)
+
+
 def test_what_an_af_pool_adversary_read_of_its_own_questions_clears_nothing(report):
     """A dataset `mrqa af-pool` filtered is held back until an independent GM3C check is recorded, however
     little its own adversaries read of the questions they chose to keep (they chose them)."""
