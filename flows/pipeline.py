@@ -394,7 +394,10 @@ def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
     --reading-only` would export (`_reading_only`), which needs both."""
     out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
     if reading:
-        out["gm3c_check"] = gm3c_check_waiting(paths, p["seed"], size=p.get("adversary_size", "small"))
+        size = p.get("adversary_size", "small")
+        out["gm3c_check"] = gm3c_check_waiting(paths, p["seed"], size=size)
+        if size != "small":
+            out["gm3c_check_size"] = size
         # only the datasets the gate holds back for want of it: a check that decides nothing (the sample
         # kitchen's visual cloze AF datasets, held back by the look probe) is `mrqa reading-check`'s to run
         out["reading"] = reading_check(paths, p["seed"], settings=(), record=True, waiting=True,

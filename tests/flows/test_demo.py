@@ -159,3 +159,16 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
     with pytest.raises(ValueError, match="adversary_size 'huge': choose one of small, paper"):
         pipeline_flow.fn(adversary_size="huge")
     assert not (paths.home / "warehouse.duckdb").exists()
+
+
+def test_the_summary_says_the_size_of_the_models_that_checked():
+    """The demo's summary names the train stage's check size when it is not the default small one."""
+    for size, words in ((None, "(every question, recorded)"), ("paper", "(paper-size models, every question, "
+                                                                         "recorded)")):
+        trn = {"gm3c_check": {"visual_cloze": {"vc-0-1-1-af-s0-x": 0.3, "vc-1-1-1-af-s0-x": 0.25},
+                              "textual_cloze": {"skipped": "too few recipes"}},
+               **({"gm3c_check_size": size} if size else {})}
+        text = format_digest(demo_digest({"stages": [{"stage": "train", "status": "completed", "seconds": 1.0,
+                                                      "cpu_s": 0.5, "summary": trn}], "total_s": 1.0}))
+        line = next(x for x in text.splitlines() if x.startswith("independent GM3C"))
+        assert words in line and line.endswith("2 datasets, 25.0%-30.0%"), line
