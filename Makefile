@@ -38,6 +38,8 @@ demo: venv
 # the visual cloze distractors drawn again in each question's kitchen, and the foreign photo from the author's own
 # kitchen; its reading benchmark holds visual cloze, visual coherence and textual cloze (README, "The whole
 # reading benchmark"). About 2.1-2.3 times the demo's CPU time: 36:07 timed alone in a fast phase.
+# DEMO_ARGS="--adversary-size paper": those pooled steps and the train stage's check with the paper-size model
+# (a GPU host's work; on CPU far longer: README, "The whole reading benchmark").
 reading-benchmark: venv
 	$(BIN)/mrqa demo --split-by author --redrawn --author-coherence $(DEMO_ARGS)
 
