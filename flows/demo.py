@@ -97,7 +97,7 @@ def demo_digest(summary: dict) -> dict:
     return {"stages": [{k: r.get(k) for k in keys if r.get(k) is not None} for r in summary.get("stages", [])],
             "total_s": summary.get("total_s"), "counts": counts, "in_vocab_share": vocab,
             "datasets": datasets, "bias": bias, "models": models, "reading": reading, "gm3c_check": gm3c_check,
-            "gm3c_check_size": trn.get("gm3c_check_size", "small"),
+            "gm3c_check_size": trn.get("gm3c_check_size", "small"), "pixel_check": trn.get("pixel_check") or {},
             "report": rep.get("index"), "background_cue": rep.get("background_cue") or [],
             # the train stage's reading check is recorded before its count: the gate needs it
             "reading_only": trn["reading_only"] if "reading_only" in trn else rep.get("reading_only"),
@@ -184,6 +184,10 @@ def format_digest(d: dict) -> str:
         size = "" if d.get("gm3c_check_size", "small") == "small" else f"{d['gm3c_check_size']}-size models, "
         out.append(f"independent GM3C question-only check ({size}every question, recorded): {len(checked)} datasets, "
                    f"{_pct(min(checked.values()))}-{_pct(max(checked.values()))}")
+    pixel = d.get("pixel_check") or {}
+    if pixel:
+        out.append(f"pixel probe (a CNN on the photos, every question, recorded): {len(pixel)} datasets, "
+                   f"{_pct(min(pixel.values()))}-{_pct(max(pixel.values()))}")
     out += _reading_lines(d.get("reading"))
     out.append(f"report: {d.get('report')}")
     if d.get("failed"):

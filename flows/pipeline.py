@@ -39,6 +39,7 @@ from flows.train import (
     READING_QUESTION_ONLY,
     READING_READER,
     gm3c_check_waiting,
+    pixel_check_waiting,
     reading_check,
     short_training,
     sweep_flow,
@@ -390,7 +391,8 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
 
 def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
     """The train stage: the short training of `datasets`, and with `reading` the independent GM3C check of
-    the AF datasets held back for want of one (`gm3c_check_waiting`, af_checks), the reading check of every
+    the AF datasets held back for want of one (`gm3c_check_waiting`, af_checks), the pixel probe of the visual
+    datasets held back for want of it (`pixel_check_waiting`, pixel_checks), the reading check of every
     dataset held back only for want of one, recorded (reading_checks), and then what `mrqa export
     --reading-only` would export (`_reading_only`), which needs both."""
     out = {"runs": short_training(paths, datasets, p["seed"], p["train_epochs"]) if datasets else []}
@@ -399,6 +401,7 @@ def _train(paths: Paths, datasets: list[str], reading: bool, p: dict) -> dict:
         out["gm3c_check"] = gm3c_check_waiting(paths, p["seed"], size=size)
         if size != "small":
             out["gm3c_check_size"] = size
+        out["pixel_check"] = pixel_check_waiting(paths, p["seed"])
         # only the datasets the gate holds back for want of it: a check that decides nothing (the sample
         # kitchen's visual cloze AF datasets, held back by the look probe) is `mrqa reading-check`'s to run
         out["reading"] = reading_check(paths, p["seed"], settings=(), record=True, waiting=True,

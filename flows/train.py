@@ -276,6 +276,26 @@ def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIP
     return out
 
 
+def pixel_check_waiting(paths: Paths, seed: int = 0) -> dict[str, float]:
+    """The pixel probe (features/diagnostics/pixel_probe.py, recorded in pixel_checks) of every visual dataset
+    of seed `seed` that `mrqa export --reading-only` holds back for want of one (every other question-only
+    figure heard and at or below the bound), with the folds' and models' seed `seed`. Returns {dataset_id:
+    accuracy}; {} when none waits (on the sample kitchen's default demo the look probe holds every visual
+    dataset back first)."""
+    from etl.warehouse import connect
+    from features.datasets.card import UNCHECKED_PIXEL
+    from features.diagnostics.pixel_probe import pixel_probe_rows
+    con = connect(paths)
+    try:
+        held = [d for d, _ in _held_back(con, seed, UNCHECKED_PIXEL)]
+        if not held:
+            return {}
+        res = pixel_probe_rows(con, paths.home, held, seed=seed, record=True)
+    finally:
+        con.close()
+    return {r["dataset_id"]: r["accuracy"] for r in res["datasets"] if r["accuracy"] is not None}
+
+
 def _without_a_split(con, ids: list[str]) -> list[str]:
     """The datasets of `ids` without questions in one of the train, val and test splits."""
     full = {d for (d,) in con.execute("SELECT dataset_id FROM questions WHERE list_contains(?, dataset_id) GROUP BY 1 "

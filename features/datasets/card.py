@@ -192,7 +192,7 @@ CONTEXT_FREE = (("qo_acc", "question-only probe"), ("hasty_student_acc", "Hasty 
                 ("gm3c_qo_acc", "GM3C question-only (af-check)"),
                 ("tree_qo_acc", "tree probe (af-check)"), ("look_acc", "look probe (pixels)"),
                 ("words_acc", "words probe (titles)"), ("words_tree_acc", "words trees (titles)"),
-                ("order_acc", "order probe (titles' order)"))
+                ("order_acc", "order probe (titles' order)"), ("pixel_acc", "pixel probe (a CNN on the photos)"))
 PROVENANCE_SAMPLE = 64       # questions per dataset read for the provenance schema (JSON parsing is slow)
 
 
@@ -257,7 +257,20 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
             out.setdefault(did, {})["gm3c_qo_acc"] = acc
             if tree is not None:
                 out[did]["tree_qo_acc"] = tree
+    for did, acc in pixel_checks(con, ids).items():
+        out.setdefault(did, {})["pixel_acc"] = acc
     return out
+
+
+def pixel_checks(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:
+    """The pixel probe recorded for each dataset of `ids` (`mrqa pixel-probe --record`) where it still measures
+    the dataset as it is (the same content hash); {} in a warehouse without the table (opened read-only before
+    migration 118)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pixel_checks'").fetchall()[0][0]:
+        return {}
+    return dict(con.execute("""SELECT c.dataset_id, c.accuracy FROM pixel_checks c
+                                 JOIN datasets d ON d.dataset_id = c.dataset_id AND d.content_sha256 = c.content_sha256
+                                WHERE list_contains(?, c.dataset_id)""", [sorted(ids)]).fetchall())
 
 
 def _kept_shares(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:
@@ -308,7 +321,8 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     """The datasets of `ids` that pass the card's "Read before use" rules, per dataset (`mrqa export
     --reading-only`): every context-free figure of `mrqa report` (CONTEXT_FREE) at or below READING_BOUND,
     an AF dataset keeping at least KEPT_BOUND of its knob questions, and a learned GM3C question-only model
-    heard: its figure recorded by `mrqa af-check --record` at or below the bound. What `mrqa af-pool`'s own
+    heard: its figure recorded by `mrqa af-check --record` at or below the bound; for a visual dataset also the
+    pixel probe (a CNN trained on the photos, `mrqa pixel-probe --record`, pixel_checks). What `mrqa af-pool`'s own
     adversaries read of the questions they kept (`gm3c_filtered`) does not count: they chose those
     questions (on the demo's textual cloze 1-1-0-af they read 30.4% of what they kept, an independent
     check 37.1%). The report's probes alone do not clear a
@@ -321,6 +335,8 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
     `mrqa report` has not measured is left out."""
     bias, kept, filtered = _bias(con, sorted(ids)), _kept_shares(con, ids), gm3c_filtered(con, ids)
     checked = reading_checks(con, ids)
+    visual = {d for (d,) in con.execute("SELECT dataset_id FROM datasets WHERE list_contains(?, dataset_id) "
+                                        "AND task LIKE 'visual_%'", [sorted(ids)]).fetchall()}
     ok, why = [], {}
     for did in ids:
         b = bias.get(did, {})
@@ -340,6 +356,8 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
             own = (f" (its af-pool adversary's own figure, {_pct(filtered[did])}, was read on the questions it chose "
                    "to keep)" if filtered.get(did) is not None else "")
             why[did] = (f"{UNCHECKED_GM3C}: run `mrqa af-check --dataset {did} --record`{own}")
+        elif did in visual and b.get("pixel_acc") is None:
+            why[did] = f"{UNCHECKED_PIXEL}: run `mrqa pixel-probe --dataset {did} --record`"
         elif did not in checked:
             why[did] = (f"{NOT_READ_CHECKED}: run `mrqa reading-check --dataset {did} --record` (a reader against a "
                         "learned question-only model, and with another recipe's steps)")
@@ -353,6 +371,7 @@ def reading_gate(con: duckdb.DuckDBPyConnection, ids: list[str]) -> tuple[list[s
 
 
 NOT_READ_CHECKED = "no reading check"
+UNCHECKED_PIXEL = "no pixel probe figure (a CNN on the photos)"
 UNCHECKED_GM3C = "no learned GM3C question-only figure from an independent check"
 
 

@@ -24,7 +24,7 @@ import math
 
 import duckdb
 
-FIGURE_TABLES = ("bias_metrics", "af_checks", "reading_checks")
+FIGURE_TABLES = ("bias_metrics", "af_checks", "reading_checks", "pixel_checks")
 DATASET_FIELDS = ("content_sha256", "n_questions", "n_recipes", "encoder_id")
 MAX_LISTED = 12                  # per kind, the dataset ids the printed summary names (all are in the result)
 

@@ -13,7 +13,7 @@ module per stage:
     adversarial  af-report, af-pool, af-check, reading-check
     train        train, evaluate, baselines, sweep
     score        score (any model's predictions, judged as the reading benchmark judges its readers),
-                 look-probe, words-probe, order-probe
+                 look-probe, pixel-probe, words-probe, order-probe
     orchestrate  demo, pipeline, deploy
     competence   roles extract|truth|eval, competence generate|evaluate|export
     bench/       bench ... (one module per stage)

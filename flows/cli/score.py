@@ -168,6 +168,32 @@ def look_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a vi
                                                                            progress=not as_json), lp.format_table)
 
 
+@app.command("pixel-probe")
+def pixel_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a visual task."),
+                    adversarial_only: bool = AF_OPT,
+                    seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
+                    side: int = typer.Option(32, "--side", help="Photos scaled to SIDE x SIDE pixels (8-128)."),
+                    epochs: int = typer.Option(15, "--epochs", help="At most this many epochs per fold's model "
+                                               "(early-stopped on held-back recipes)."),
+                    workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the folds' models "
+                                                          "(default: one per core; the same figures)."),
+                    record: bool = typer.Option(False, "--record", help="Write each figure to pixel_checks, where "
+                                                "`mrqa export --reading-only` reads it for a visual dataset."),
+                    as_json: bool = JSON_OPT):
+    """A small CNN trained end to end on the photos' pixels, question-only: it learns its own features
+    where the look probe reads fixed statistics. Every question is scored by a model that never saw its
+    recipe (the val and test splits held out whole). About 1-2 minutes per 1,000 questions on 2 cores.
+    Read-only unless --record."""
+    from features.diagnostics import pixel_probe as pp
+    if workers is not None and workers < 1:
+        fail("--workers must be 1 or more")
+    _probe(dataset, adversarial_only, seed, as_json, "('visual_cloze', 'visual_coherence', 'visual_ordering')",
+           "visual datasets", lambda con, home, names: pp.pixel_probe_rows(con, home, names, seed=seed, side=side,
+                                                                            epochs=epochs, workers=workers,
+                                                                            record=record),
+           pp.format_table, read_only=not record)
+
+
 @app.command("words-probe")
 def words_probe_cmd(dataset: Optional[str] = _datasets_opt("every textual cloze dataset."),
                     adversarial_only: bool = AF_OPT,
@@ -197,9 +223,10 @@ def order_probe_cmd(dataset: Optional[str] = _datasets_opt("every textual cloze 
 
 
 def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool, tasks: str, what: str,
-           rows, table) -> None:
+           rows, table, read_only: bool = True) -> None:
     """The shared body of the probes outside the encoder's space: the datasets named (or with `--af` the AF
-    datasets of `tasks`, an SQL list), read-only, `rows(con, home, names)` printed by `table` or as JSON."""
+    datasets of `tasks`, an SQL list), read-only unless `read_only` is False, `rows(con, home, names)` printed by
+    `table` or as JSON."""
     from etl.config import Paths
     from etl.warehouse import WarehouseLocked, connect
     if seed < 0:
@@ -211,7 +238,7 @@ def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool
     if dataset is not None and not names:
         fail("--dataset needs at least one dataset id")
     try:
-        con = connect(paths, read_only=True)
+        con = connect(paths, read_only=read_only)
     except WarehouseLocked as e:
         fail(str(e))
     try:

@@ -172,3 +172,16 @@ def test_the_summary_says_the_size_of_the_models_that_checked():
                                                       "cpu_s": 0.5, "summary": trn}], "total_s": 1.0}))
         line = next(x for x in text.splitlines() if x.startswith("independent GM3C"))
         assert words in line and line.endswith("2 datasets, 25.0%-30.0%"), line
+
+
+def test_the_summary_gives_the_pixel_probes_range_when_the_train_stage_ran_it():
+    """The train stage's pixel probe (the visual datasets waiting for it) appears in the summary as its range;
+    no line when none waited."""
+    for pixel, want in (({"vc-0-1-0-redrawn-af-s0-x": 0.278, "vcoh-0-0-0-author-af-s0-x": 0.261},
+                         "pixel probe (a CNN on the photos, every question, recorded): 2 datasets, 26.1%-27.8%"),
+                        ({}, None)):
+        text = format_digest(demo_digest({"stages": [{"stage": "train", "status": "completed", "seconds": 1.0,
+                                                      "cpu_s": 0.5, "summary": {"pixel_check": pixel}}],
+                                          "total_s": 1.0}))
+        lines = [x for x in text.splitlines() if x.startswith("pixel probe")]
+        assert lines == ([want] if want else []), text

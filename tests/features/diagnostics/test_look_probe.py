@@ -15,7 +15,7 @@ import json
 import duckdb
 import numpy as np
 import pytest
-from PIL import Image
+from planted_photos import write_photos
 from synthetic_home import synthetic_home
 from typer.testing import CliRunner
 
@@ -26,29 +26,6 @@ ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
             ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
             ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
-
-
-def write_photos(con, home, planted: bool, seed: int = 0) -> int:
-    """Every `images` row with status ok gets a 32 x 32 JPEG at its path: a background colour (the
-    recipe's own when `planted`, else one drawn per photo) with a small noisy square in the middle."""
-    rng = np.random.default_rng(seed)
-    rows = con.execute("SELECT image_id, recipe_id, path FROM images WHERE status = 'ok' ORDER BY image_id").fetchall()
-    colour = {}
-    for _iid, rid, path in rows:
-        if planted:
-            key = int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16)
-            colour.setdefault(rid, np.random.default_rng(key).integers(30, 226, size=3))
-            bg = colour[rid]
-        else:
-            bg = rng.integers(30, 226, size=3)
-        a = np.empty((32, 32, 3), np.float64)
-        a[:] = bg
-        a[12:20, 12:20] = rng.integers(0, 256, size=(8, 8, 3))
-        a += rng.normal(0, 4, size=a.shape)
-        p = home / path
-        p.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(p, "JPEG", quality=90)
-    return len(rows)
 
 
 @pytest.fixture(scope="module")

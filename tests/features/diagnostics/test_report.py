@@ -46,7 +46,24 @@ def report(tmp_path_factory):
         export_parquet(con, [s["dataset_id"] for s in summaries], paths.exports / "all")
         out = paths.reports / "latest"
         res = build_report(con, out, lance_uri=paths.lance, progress=False)
+        _plant_pixel(con, {s["dataset_id"]: PIXEL_AT_CHANCE for s in summaries if s["task"] != "textual_cloze"})
         yield {"con": con, "paths": paths, "res": res, "out": out, "summaries": summaries}
+
+
+PIXEL_AT_CHANCE = 0.25
+
+
+def _plant_pixel(con, figures: dict[str, float]) -> None:
+    """pixel_checks rows with the given figures, written by the function `mrqa pixel-probe --record` writes
+    with: this world writes no photo files, so the gate's other rules are tested with the pixel probe's figure
+    planted (test_pixel_probe.py runs the probe on real photo files; `test_a_visual_dataset_needs_the_pixel_probe`
+    below, the gate's pixel rule and the train stage's check)."""
+    from features.diagnostics.pixel_probe import record_pixel_checks
+    task = dict(con.execute("SELECT dataset_id, task FROM datasets").fetchall())
+    sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets").fetchall())
+    record_pixel_checks(con, {"seed": 0, "side": 32, "epochs": 1, "datasets": [
+        {"dataset_id": d, "content_sha256": sha[d], "task": task[d], "n_scored": 10, "accuracy": a, "ci": None,
+         "test_accuracy": None, "n_test": 0} for d, a in figures.items()]})
 
 
 def test_report_has_a_table_and_plots_per_task(report):
@@ -344,7 +361,7 @@ def test_demo_summary_shows_the_learned_probe(report):
 UNCHECKED = "no learned GM3C question-only figure"
 
 
-def _gm3c_check(report, record: bool = True) -> dict:
+def _gm3c_check(report, record: bool = True, visual: bool = False) -> dict:
     """A real `mrqa af-check --dataset ... --record` (tiny models, one seed, 2 folds) of the datasets of one
     task that only lack a learned GM3C question-only figure for the reading gate; its af_checks rows are
     taken out again by `_uncheck` (the module's other tests read the card without them)."""
@@ -355,7 +372,8 @@ def _gm3c_check(report, record: bool = True) -> dict:
     ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
     _, why = reading_gate(con, ids)
     task = dict(con.execute("SELECT dataset_id, task FROM datasets").fetchall())
-    waiting = [d for d, reason in why.items() if reason.startswith(UNCHECKED)]
+    waiting = [d for d, reason in why.items() if reason.startswith(UNCHECKED)
+               and (not visual or task[d].startswith("visual_"))]
     assert waiting, "the report's figures pass some dataset the gate then holds back"
     pick = max(sorted({task[d] for d in waiting}), key=lambda t: sum(task[d] == t for d in waiting))
     con.close()
@@ -369,6 +387,53 @@ def _gm3c_check(report, record: bool = True) -> dict:
 def _uncheck(report) -> None:
     report["con"].execute("DELETE FROM af_checks")
     report["con"].execute("DELETE FROM reading_checks")
+
+
+def test_a_visual_dataset_needs_the_pixel_probe(report):
+    """A visual dataset every other question-only figure passes is held back until the pixel probe (a CNN on
+    its photos) is recorded at or below the bound, and by its figure above it; the train stage's check
+    (`pixel_check_waiting`) runs the real probe on exactly the visual datasets held back for want of it and
+    records them, after which they wait for a reading check only."""
+    from planted_photos import write_photos
+
+    from etl.warehouse import connect
+    from features.datasets.card import NOT_READ_CHECKED, READING_BOUND, UNCHECKED_PIXEL, reading_gate
+    from flows.train import pixel_check_waiting
+    home = report["paths"].home
+    paths = [home / p for (p,) in report["con"].execute("SELECT path FROM images WHERE status = 'ok'").fetchall()]
+    try:
+        chk = _gm3c_check(report, visual=True)
+        con = report["con"]
+        ids = [r[0] for r in con.execute("SELECT dataset_id FROM datasets ORDER BY 1").fetchall()]
+        passed = {r["dataset_id"] for r in chk["datasets"]
+                  if max(r["accuracy"], r["tree"]["accuracy"] or 0) <= READING_BOUND}
+        why = reading_gate(con, ids)[1]
+        heard = sorted(d for d in passed if why.get(d, "").startswith(NOT_READ_CHECKED))
+        assert heard, "the fixture has a visual dataset that waits for its reading check only"
+        d = heard[0]
+        con.execute("DELETE FROM pixel_checks WHERE dataset_id = ?", [d])
+        assert reading_gate(con, ids)[1][d] == f"{UNCHECKED_PIXEL}: run `mrqa pixel-probe --dataset {d} --record`"
+        _plant_pixel(con, {d: 0.5})
+        assert reading_gate(con, ids)[1][d] == "pixel probe (a CNN on the photos) 50.0% > 35.0%"
+        con.execute("DELETE FROM pixel_checks WHERE list_contains(?, dataset_id)", [heard])
+        write_photos(con, home, planted=False)
+        con.close()
+        got = pixel_check_waiting(report["paths"], seed=0)
+        report["con"] = con = connect(report["paths"])
+        assert sorted(got) == heard and all(0 <= a <= 1 for a in got.values())
+        rows = dict(con.execute("SELECT dataset_id, n FROM pixel_checks WHERE list_contains(?, dataset_id)",
+                                [heard]).fetchall())
+        assert sorted(rows) == heard and min(rows.values()) > 0
+        why = reading_gate(con, ids)[1]
+        for h in heard:
+            assert why[h].startswith(NOT_READ_CHECKED) or why[h].startswith("pixel probe"), why[h]
+    finally:
+        for p in paths:
+            p.unlink(missing_ok=True)
+        report["con"].execute("DELETE FROM pixel_checks")
+        _plant_pixel(report["con"], {s["dataset_id"]: PIXEL_AT_CHANCE for s in report["summaries"]
+                                     if s["task"] != "textual_cloze"})
+        _uncheck(report)
 
 
 # the reading check's models at a test's size (the pipeline's: READING_READER, READING_QUESTION_ONLY)
@@ -811,7 +876,7 @@ def test_card_lists_the_configs_answered_without_reading(report, tmp_path):
         if len(cells) > 3 and cells[2] in ids:
             config_of[cells[2]] = cells[1]
     assert config_of, "the card's config table names the datasets"
-    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc")]    # no af_checks here
+    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc", "pixel_acc")]    # the report's
     # (they are test_matched.py's)
     expected = {}
     for did, *vals in con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics").fetchall():
@@ -851,7 +916,7 @@ def test_export_reading_only_leaves_out_what_the_card_would_list(report, tmp_pat
 def _export_reading_only(report, tmp_path, chk, CONTEXT_FREE, READING_BOUND, reading_gate, CliRunner, app, weak):
     con = report["con"]
     ids = sorted(s["dataset_id"] for s in report["summaries"])
-    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc")]    # the report's
+    cols = [k for k, _ in CONTEXT_FREE if k not in ("gm3c_qo_acc", "tree_qo_acc", "pixel_acc")]    # the report's
     rows = con.execute(f"SELECT dataset_id, {', '.join(cols)} FROM bias_metrics").fetchall()
     figs = {did: [v for v in vals if v is not None] for did, *vals in rows}
     for r in chk["datasets"]:                                   # and the check's figures, recorded

@@ -1,0 +1,374 @@
+"""The pixel probe: a small CNN trained end to end on the photos, question-only.
+
+Every other question-only check reads fixed features: the encoder's vectors (the linear and tree probes,
+GM3C question-only) or hand-made pixel statistics (the look probe: a thumbnail, a colour histogram, the
+frame's colours). A sceptical reviewer's next model learns its own features from the pixels. This module
+is that model, as a measurement next to the look probe (nothing is filtered or written):
+
+- the photos each question shows, scaled to `SIDE` x `SIDE` RGB (JPEG decoded at a reduced scale), from
+  the warehouse's `images` (status ok) and `redrawn_images` rows; a photo that is missing or cannot be
+  decoded is counted with its reason and its questions are left out, never guessed;
+- `PixelQuestionOnly`: one CNN (4 conv blocks of 16-64 channels, batch norm, max pooling, the mean over the
+  photo, with each colour's mean and spread) embeds every photo; per choice a small MLP reads the choice,
+  the mean of the question's shown photos, the mean of the other choices, their products and absolute
+  differences (visual cloze; coherence has no shown photos beside its 4 choices, so only the choice set);
+  for ordering the MLP reads the 4 photos in the candidate order. Softmax over the 4 choices;
+- folds that never share a photo: the val and the test split are each held out whole (a distractor comes
+  from the same split, so a held-out photo was never seen in training), the train split's recipes are cut
+  in `TRAIN_FOLDS` folds; each fold's model trains on the others, early-stopped on a seeded 15% of their
+  recipes, and scores its fold. Every question is so scored by a model that never saw its recipe;
+- the folds' models train in spawned processes of one thread each (`training.procs.spawn_map`), each
+  seeded by (seed, dataset, fold), so the figures are the same whatever the workers.
+
+Visual tasks only (textual cloze shows titles). `mrqa pixel-probe` prints it, with 95% intervals over every
+question and on the test split."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SIDE = 32                   # photos are scaled to SIDE x SIDE before the CNN
+TRAIN_FOLDS = 2             # folds of the train split's recipes (the val and test splits are one fold each)
+EPOCHS = 15                 # at most; early stopping on the held-back recipes' loss
+PATIENCE = 3
+BATCH = 64                  # questions per step
+LR = 2e-3
+WEIGHT_DECAY = 1e-4
+STOP_SHARE = 15             # % of the training recipes held back for early stopping
+VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
+
+
+@dataclass
+class PhotoIndex:
+    """image_id -> row, over every photo the warehouse has a file for (bias.VectorLookup's `rows` shape)."""
+    ids: list[str]
+    paths: list[str | None]
+    index: dict[str, int] = field(repr=False)
+
+    def rows(self, ids) -> list[int] | None:
+        out = [self.index.get(i) for i in ids]
+        return None if any(o is None for o in out) else out
+
+
+def photo_index(con: duckdb.DuckDBPyConnection) -> PhotoIndex:
+    from features.diagnostics.look_statistics import photo_rows
+    rows = photo_rows(con)
+    return PhotoIndex([r[0] for r in rows], [r[1] for r in rows], {r[0]: n for n, r in enumerate(rows)})
+
+
+def decode(path: Path, side: int = SIDE) -> np.ndarray:
+    """One photo as a (3, side, side) uint8 array. Raises OSError / PIL errors on a missing or broken file."""
+    from PIL import Image
+    with Image.open(path) as im:
+        im.draft("RGB", (side, side))
+        rgb = im.convert("RGB").resize((side, side), Image.BILINEAR)
+    return np.ascontiguousarray(np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1))
+
+
+def read_photos(home: Path, paths: list[str | None], side: int = SIDE, threads: int = 2
+                ) -> tuple[np.ndarray, dict[int, str]]:
+    """The photos at `paths` (relative to `home`) as (n, 3, side, side) uint8, and {position: why} for
+    those that could not be read (their rows stay zero)."""
+    out = np.zeros((len(paths), 3, side, side), dtype=np.uint8)
+    bad: dict[int, str] = {}
+
+    def one(n: int) -> None:
+        rel = paths[n]
+        if rel is None:
+            bad[n] = "no file recorded"
+            return
+        try:
+            out[n] = decode(Path(home) / rel, side)
+        except FileNotFoundError:
+            bad[n] = "missing file"
+        except Exception as e:  # noqa: BLE001 - any unreadable photo is counted with its reason, not fatal
+            bad[n] = f"unreadable: {type(e).__name__}"
+    with ThreadPoolExecutor(max(1, threads)) as ex:
+        list(ex.map(one, range(len(paths))))
+    return out, bad
+
+
+@dataclass
+class PixelQuestions:
+    """One dataset's questions on the photos it shows: `photos` (n_photos, 3, S, S) uint8; per question
+    `shown` (n, 3) rows of `photos` (-1: none; visual cloze only), `choices` (n, 4) rows (coherence: the 4
+    photos; ordering: (n, 4, 4), each candidate order's photos), the answer, its recipe and split."""
+    dataset_id: str
+    task: str
+    qids: list[str]
+    photos: np.ndarray
+    shown: np.ndarray
+    choices: np.ndarray
+    answers: np.ndarray
+    recipes: list[str]
+    splits: list[str]
+    n_questions: int
+    n_left_out: int
+
+
+def pixel_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_id: str, task: str, index: PhotoIndex,
+                    side: int = SIDE, unreadable: dict[str, str] | None = None) -> PixelQuestions:
+    """A dataset's questions with the photos they show decoded; questions with a photo that has no file
+    row or cannot be read are left out (counted; the photo's reason goes to `unreadable`)."""
+    from features.diagnostics.bias import resolve_dataset
+    res = resolve_dataset(con, dataset_id, index, task)
+    used = sorted({r for q in res.question_rows for r in q} |
+                  {r for ch in res.choice_rows for c in ch for r in (c if isinstance(c, list) else [c])})
+    pix, bad = read_photos(home, [index.paths[r] for r in used], side)
+    broken = {used[n] for n in bad}
+    for n, why in bad.items():
+        if unreadable is not None:
+            unreadable[index.ids[used[n]]] = why
+    local = {r: n for n, r in enumerate(used)}
+    keep, shown, choices = [], [], []
+    for k, (q, ch) in enumerate(zip(res.question_rows, res.choice_rows)):
+        flat = list(q) + [r for c in ch for r in (c if isinstance(c, list) else [c])]
+        if any(r in broken for r in flat):
+            continue
+        keep.append(k)
+        shown.append(([local[r] for r in q] + [-1] * 3)[:3])
+        choices.append([[local[r] for r in c] for c in ch] if task == "visual_ordering" else [local[r] for r in ch])
+    return PixelQuestions(dataset_id, task, [res.qids[k] for k in keep], pix,
+                          np.array(shown, dtype=np.int64).reshape(len(keep), 3),
+                          np.array(choices, dtype=np.int64).reshape((len(keep), 4, 4) if task == "visual_ordering"
+                                                                     else (len(keep), 4)),
+                          res.answers[keep], [res.recipe_ids[k] for k in keep], [res.splits[k] for k in keep],
+                          res.n_questions, res.n_missing_vectors + len(res.qids) - len(keep))
+
+
+def _unit(key: str) -> int:
+    return int(hashlib.md5(key.encode()).hexdigest()[:12], 16)
+
+
+def folds(recipes: list[str], splits: list[str], seed: int, train_folds: int = TRAIN_FOLDS) -> np.ndarray:
+    """Fold of each question: the val split is fold `train_folds`, the test split `train_folds + 1`, the
+    train split's recipes a seeded cut in `train_folds` folds (by recipe, so a recipe's questions share one)."""
+    return np.array([train_folds if s == "val" else train_folds + 1 if s == "test"
+                     else _unit(f"pixel-fold:{seed}:{r}") % train_folds for r, s in zip(recipes, splits)])
+
+
+def _model(task: str, width: int = 16, dim: int = 64):
+    import torch
+    from torch import nn
+
+    def block(i: int, o: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(2))
+
+    class PixelQuestionOnly(nn.Module):
+        """CNN photo embeddings, then a per-choice MLP on the choice set (see the module's doc)."""
+
+        def __init__(self):
+            super().__init__()
+            self.cnn = nn.Sequential(block(3, width), block(width, 2 * width), block(2 * width, 4 * width),
+                                     block(4 * width, 4 * width), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.proj = nn.Linear(4 * width + 6, dim)
+            n_in = 4 * dim if task == "visual_ordering" else 6 * dim
+            self.head = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, 1))
+
+        def embed(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.float() / 255.0
+            stats = torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
+            return self.proj(torch.cat([self.cnn((x - 0.5) / 0.25), stats], 1))
+
+        def forward(self, photos: torch.Tensor, shown: torch.Tensor, choices: torch.Tensor) -> torch.Tensor:
+            e = self.embed(photos)
+            if task == "visual_ordering":                      # (b, 4 orders, 4 places, dim)
+                return self.head(e[choices].flatten(2)).squeeze(-1)
+            c = e[choices]                                     # (b, 4, dim)
+            mask = (shown >= 0).float().unsqueeze(-1)
+            q = (e[shown.clamp(min=0)] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            q = q.unsqueeze(1).expand_as(c)
+            o = (c.sum(1, keepdim=True) - c) / 3.0
+            return self.head(torch.cat([c, q, c * q, (c - q).abs(), c * o, (c - o).abs()], -1)).squeeze(-1)
+
+    return PixelQuestionOnly()
+
+
+def _batch(pq_photos: np.ndarray, shown: np.ndarray, choices: np.ndarray):
+    """The unique photos of a batch of questions and the questions' indices into them (torch tensors)."""
+    import torch
+    uniq = np.unique(np.concatenate([shown[shown >= 0], choices.ravel()]))
+    sh = np.where(shown >= 0, np.searchsorted(uniq, np.maximum(shown, 0)), -1)
+    ch = np.searchsorted(uniq, choices)
+    return torch.from_numpy(pq_photos[uniq]), torch.from_numpy(sh.astype(np.int64)), torch.from_numpy(ch)
+
+
+def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
+    """Train one fold's model and score its held-out questions: (logits (n_held, 4), epochs run, seconds).
+    `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs)."""
+    import torch
+    import torch.nn.functional as F
+    task, photos, shown, choices, answers, train, stop, held, seed, epochs = job
+    t0 = time.perf_counter()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = _model(task)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    y = torch.from_numpy(answers.astype(np.int64))
+
+    def logits(rows: np.ndarray) -> torch.Tensor:
+        return model(*_batch(photos, shown[rows], choices[rows]))
+
+    def evaluate(rows: np.ndarray) -> tuple[np.ndarray, float]:
+        model.eval()
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(rows), 256):
+                out.append(logits(rows[s:s + 256]))
+        lg = torch.cat(out) if out else torch.zeros((0, 4))
+        loss = float(F.cross_entropy(lg, y[rows])) if len(rows) else 0.0
+        return lg.numpy().astype(np.float64), loss
+
+    best, state, bad, run = float("inf"), None, 0, 0
+    for _epoch in range(epochs):
+        model.train()
+        run += 1
+        perm = rng.permutation(train)
+        for s in range(0, len(perm), BATCH):
+            rows = perm[s:s + BATCH]
+            if len(rows) < 2:                  # batch norm needs two photos' worth of a batch
+                continue
+            opt.zero_grad()
+            F.cross_entropy(logits(rows), y[rows]).backward()
+            opt.step()
+        if not len(stop):
+            state = {k: v.clone() for k, v in model.state_dict().items()}
+            continue
+        _, loss = evaluate(stop)
+        if loss < best - 1e-4:
+            best, bad = loss, 0
+            state = {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            bad += 1
+            if bad >= PATIENCE:
+                break
+    if state is not None:
+        model.load_state_dict(state)
+    lg, _ = evaluate(held)
+    return lg, run, time.perf_counter() - t0
+
+
+def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS) -> list[tuple[int, tuple]]:
+    """(fold, fit_fold job) of every fold of a dataset with questions to hold out and others to train on."""
+    f = folds(pq.recipes, pq.splits, seed)
+    jobs = []
+    for k in sorted(set(f.tolist())):
+        held = np.where(f == k)[0]
+        rest = np.where(f != k)[0]
+        back = np.array([_unit(f"pixel-stop:{seed}:{pq.recipes[i]}") % 100 < STOP_SHARE for i in rest], dtype=bool)
+        train, stop = rest[~back], rest[back]
+        if len(train) < 2:
+            continue
+        fold_seed = _unit(f"pixel-model:{seed}:{pq.dataset_id}:{k}") % (2 ** 31)
+        jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs)))
+    return jobs
+
+
+def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
+                     seed: int = 0, side: int = SIDE, epochs: int = EPOCHS, workers: int | None = None,
+                     record: bool = False) -> dict:
+    """The pixel probe on `dataset_ids` (default: every dataset of a visual task). Returns {"datasets": [one
+    row per dataset], "photos_unreadable": {reason: count}, "seed", "side", "epochs"}; with `record` (`con`
+    writable) each figure is also written to pixel_checks with the content hash it was measured on."""
+    import os
+
+    from features.diagnostics.bias import list_datasets, r4
+    from features.diagnostics.question_only import accuracy_interval
+    if side < 8 or side > 128:
+        raise ValueError(f"--side must be 8 to 128 pixels, got {side}")
+    if epochs < 1:
+        raise ValueError(f"--epochs must be 1 or more, got {epochs}")
+    rows = list_datasets(con, dataset_ids)
+    text = [r["dataset_id"] for r in rows if r["task"] not in VISUAL_TASKS]
+    if dataset_ids and text:
+        raise ValueError(f"{', '.join(text)}: the pixel probe reads photos; textual cloze shows none")
+    rows = [r for r in rows if r["task"] in VISUAL_TASKS]
+    index = photo_index(con)
+    sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
+                           [[r["dataset_id"] for r in rows]]).fetchall())
+    unreadable: dict[str, str] = {}
+    out = []
+    for r in rows:
+        t0 = time.perf_counter()
+        pq = pixel_questions(con, home, r["dataset_id"], r["task"], index, side, unreadable)
+        t_read = time.perf_counter() - t0
+        jobs = fold_jobs(pq, seed, epochs)
+        n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
+        from training.procs import in_turn, spawn_map
+        results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
+            in_turn(fit_fold, [j for _, j in jobs])
+        pred = np.full(len(pq.qids), -1, dtype=np.int64)
+        for (k, job), (lg, run, secs) in zip(jobs, results):
+            pred[job[7]] = lg.argmax(1)
+            log.info("pixel probe: %s fold %d: %d questions held out, %d epochs, %.1f s", pq.dataset_id, k,
+                     len(job[7]), run, secs)
+        scored = pred >= 0
+        hit = (pred == pq.answers)[scored]
+        groups = [rc for rc, s in zip(pq.recipes, scored) if s]
+        test = np.array([s == "test" for s in pq.splits], dtype=bool)[scored]
+        ci = accuracy_interval(hit, groups, seed=seed)
+        tci = accuracy_interval(hit[test], [g for g, t in zip(groups, test) if t], seed=seed)
+        out.append({"dataset_id": pq.dataset_id, "content_sha256": sha.get(pq.dataset_id), "task": pq.task,
+                    "setting": r.get("setting"),
+                    "n_questions": pq.n_questions, "n_scored": int(scored.sum()),
+                    "n_left_out": pq.n_questions - int(scored.sum()), "chance": 0.25,
+                    "accuracy": r4(float(hit.mean())) if hit.size else None,
+                    "ci": [r4(x) for x in ci] if ci else None,
+                    "test_accuracy": r4(float(hit[test].mean())) if test.any() else None,
+                    "test_ci": [r4(x) for x in tci] if tci else None, "n_test": int(test.sum()),
+                    "photos": len(pq.photos), "seconds_read": round(t_read, 1),
+                    "seconds_train": round(sum(x[2] for x in results), 1)})
+    reasons: dict[str, int] = {}
+    for why in unreadable.values():
+        key = why.split(":")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    if unreadable:
+        log.warning("pixel probe: %d photos could not be read (e.g. %s: %s); questions showing them are left out",
+                    len(unreadable), *next(iter(unreadable.items())))
+    res = {"datasets": out, "photos_unreadable": reasons, "seed": seed, "side": side, "epochs": epochs}
+    if record:
+        res["recorded"] = record_pixel_checks(con, res)
+    return res
+
+
+def record_pixel_checks(con: duckdb.DuckDBPyConnection, res: dict) -> int:
+    """pixel_checks rows of `pixel_probe_rows`' result (datasets with a figure), each with the content hash it
+    was measured on; a dataset's earlier row is replaced. Returns the rows written."""
+    from etl.warehouse import transaction, utcnow
+    rows = [[r["dataset_id"], r["content_sha256"], r["task"], r["n_scored"], r["accuracy"],
+             *(r["ci"] or (None, None)), r["test_accuracy"], r["n_test"], res["seed"], res["side"], res["epochs"],
+             utcnow()] for r in res["datasets"] if r["accuracy"] is not None and r["content_sha256"]]
+    if rows:
+        with transaction(con):
+            con.executemany("INSERT OR REPLACE INTO pixel_checks (dataset_id, content_sha256, task, n, accuracy, "
+                            "ci_low, ci_high, test_accuracy, n_test, seed, side, epochs, computed_at) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    log.info("pixel probe: recorded %d datasets in pixel_checks", len(rows))
+    return len(rows)
+
+
+def format_table(res: dict) -> str:
+    """The printed table: one line per dataset, every question and the test split, with 95% intervals."""
+    def f(a, ci) -> str:
+        if a is None:
+            return "-"
+        return f"{100 * a:.1f}% [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else f"{100 * a:.1f}%"
+    lines = [f"{'dataset':40s} {'scored':>6s}  {'every question':>22s}  {'test split':>22s}  {'train s':>7s}"]
+    for r in res["datasets"]:
+        lines.append(f"{r['dataset_id']:40s} {r['n_scored']:6d}  {f(r['accuracy'], r['ci']):>22s}  "
+                     f"{f(r['test_accuracy'], r['test_ci']):>22s}  {r['seconds_train']:7.1f}")
+    bad = ", ".join(f"{k} {v}" for k, v in sorted(res["photos_unreadable"].items()))
+    lines.append(f"chance 25.0%; a CNN question-only model on {res['side']} x {res['side']} photos, every question "
+                 "scored by a model that never saw its split's photos or its recipe"
+                 + (f"; unreadable: {bad}" if bad else ""))
+    return "\n".join(lines)

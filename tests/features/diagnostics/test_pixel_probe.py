@@ -1,0 +1,175 @@
+"""The pixel probe (features/diagnostics/pixel_probe.py): a CNN question-only model trained on the photos.
+
+A synthetic world whose photos are real image files (tests/features/planted_photos.py): with a planted
+giveaway (every photo of a recipe on its recipe's own background colour) the CNN reads near 100% of visual
+cloze and coherence; with the colours drawn per photo it stays near chance. The val and test folds never
+train on a photo they score; unreadable photos are counted and their questions left out; the figures are the
+same whatever the workers; `mrqa pixel-probe` is read-only and refuses bad input in one line."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from planted_photos import write_photos
+from synthetic_home import synthetic_home
+from typer.testing import CliRunner
+
+from features.datasets.knobs import KnobParams
+from features.diagnostics.pixel_probe import fold_jobs, folds, photo_index, pixel_probe_rows, pixel_questions
+
+ENC = "synthetic-enc-0001"
+SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
+            ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
+            ("visual_ordering", KnobParams.preset_for("visual_ordering", 0, 1, 0)),
+            ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
+EPOCHS = 8
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from features.datasets.generate import generate_datasets
+    with synthetic_home(tmp_path_factory, "pixel_home", n_recipes=60, seed=2, dim=16, k=60) as (home, paths, con):
+        made = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
+        ids = {s["task"]: s["dataset_id"] for s in made}
+        yield {"home": home, "paths": paths, "con": con, "ids": ids}
+
+
+def _by_task(res: dict) -> dict:
+    return {r["task"]: r for r in res["datasets"]}
+
+
+def test_a_planted_look_is_learned_and_photos_without_it_stay_near_chance(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    names = [ids["visual_cloze"], ids["visual_coherence"]]
+    write_photos(con, home, planted=True)
+    planted = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1))
+    for task in ("visual_cloze", "visual_coherence"):
+        r = planted[task]
+        assert r["n_scored"] == r["n_questions"] > 40 and r["n_left_out"] == 0, r
+        assert r["accuracy"] > 0.85, r
+        lo, hi = r["ci"]
+        assert lo <= r["accuracy"] <= hi
+        assert (r["n_test"] > 0) == (r["test_accuracy"] is not None)
+    assert planted["visual_coherence"]["n_test"] > 0            # this world's 3 test recipes hold coherence questions
+    write_photos(con, home, planted=False, seed=1)
+    try:
+        plain = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1))
+    finally:
+        write_photos(con, home, planted=True)
+    for task in ("visual_cloze", "visual_coherence"):
+        assert 0.05 < plain[task]["accuracy"] < 0.45, plain[task]
+
+
+def test_the_val_and_test_folds_never_train_on_a_photo_they_score(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    index = photo_index(con)
+    for task in ("visual_cloze", "visual_coherence", "visual_ordering"):
+        pq = pixel_questions(con, home, ids[task], task, index)
+        f = folds(pq.recipes, pq.splits, seed=0)
+        sp = np.array(pq.splits)
+        assert set(f[sp == "val"]) == {2} and set(f[sp == "test"]) <= {3} and set(f[sp == "train"]) == {0, 1}
+        by_recipe = {}
+        for r, k in zip(pq.recipes, f):
+            by_recipe.setdefault(r, set()).add(int(k))
+        assert all(len(v) == 1 for v in by_recipe.values())          # a recipe's questions share one fold
+
+        def photos(rows, pq=pq):
+            return set(pq.shown[rows][pq.shown[rows] >= 0].ravel()) | set(pq.choices[rows].ravel())
+        for k, job in fold_jobs(pq, seed=0, epochs=1):
+            train, stop, held = job[5], job[6], job[7]
+            assert not set(train) & set(held) and not set(stop) & set(held)
+            assert set(train) | set(stop) | set(held) == set(range(len(pq.qids)))
+            assert len({pq.recipes[i] for i in stop} & {pq.recipes[i] for i in train}) == 0
+            if k >= 2:                                                 # the val and test splits, held out whole
+                assert not photos(held) & photos(np.concatenate([train, stop])), (task, k)
+
+
+def test_the_figures_are_the_same_in_processes_and_in_turn_and_ordering_is_scored(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    names = [ids["visual_cloze"], ids["visual_ordering"]]
+    one = pixel_probe_rows(con, home, names, epochs=3, workers=1)
+    two = pixel_probe_rows(con, home, names, epochs=3, workers=2)
+    strip = lambda res: [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in res["datasets"]]
+    assert strip(one) == strip(two)
+    other = pixel_probe_rows(con, home, names, epochs=3, workers=1, seed=1)
+    assert strip(other) != strip(one)
+    order = _by_task(one)["visual_ordering"]
+    assert order["n_scored"] == order["n_questions"] > 20 and 0 <= order["accuracy"] <= 1
+
+
+def test_unreadable_and_missing_photos_are_counted_and_their_questions_left_out(world):
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    shown = con.execute("SELECT question FROM questions WHERE dataset_id = ? ORDER BY qid LIMIT 3",
+                        [ids["visual_cloze"]]).fetchall()
+    victims = sorted({q[0][0] for q in shown})
+    path = dict(con.execute("SELECT image_id, path FROM images").fetchall())
+    (home / path[victims[0]]).write_bytes(b"not a jpeg at all")
+    for v in victims[1:]:
+        (home / path[v]).unlink()
+    try:
+        res = pixel_probe_rows(con, home, [ids["visual_cloze"]], epochs=1, workers=1)
+    finally:
+        write_photos(con, home, planted=True)
+    r = res["datasets"][0]
+    assert sum(res["photos_unreadable"].values()) == len(victims)
+    assert res["photos_unreadable"].get("unreadable") == 1
+    assert 3 <= r["n_left_out"] < r["n_questions"] and r["n_scored"] == r["n_questions"] - r["n_left_out"]
+
+
+def test_cli_is_read_only_and_refuses_bad_input_in_one_line(world, monkeypatch):
+    from flows.cli import app
+    con, home, ids, paths = world["con"], world["home"], world["ids"], world["paths"]
+    write_photos(con, home, planted=True)
+    con.execute("CHECKPOINT")
+    monkeypatch.setenv("MRQA_HOME", str(home))
+    before = hashlib.sha256(paths.warehouse.read_bytes()).hexdigest()
+    con.close()
+    try:
+        r = CliRunner().invoke(app, ["--no-prefect", "pixel-probe", "--dataset", ids["visual_coherence"],
+                                     "--epochs", "2", "--workers", "1", "--json"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output[r.output.index("{"):])
+        assert out["datasets"][0]["dataset_id"] == ids["visual_coherence"] and out["epochs"] == 2
+        r = CliRunner().invoke(app, ["--no-prefect", "pixel-probe", "--dataset", ids["visual_coherence"],
+                                     "--epochs", "1", "--side", "16", "--workers", "1"])
+        assert r.exit_code == 0 and ids["visual_coherence"] in r.output and "chance 25.0%" in r.output, r.output
+        for args, msg in ((["--dataset", ids["textual_cloze"]], "textual cloze shows none"),
+                          (["--dataset", "nope-1"], "unknown dataset(s): nope-1"),
+                          (["--side", "4"], "--side must be 8 to 128"),
+                          (["--epochs", "0"], "--epochs must be 1 or more"),
+                          (["--workers", "0"], "--workers must be 1 or more"),
+                          (["--seed", "-1"], "--seed must be 0 or more")):
+            bad = CliRunner().invoke(app, ["--no-prefect", "pixel-probe", *args])
+            assert bad.exit_code == 2 and msg in bad.output and "Traceback" not in bad.output, bad.output
+        assert hashlib.sha256(paths.warehouse.read_bytes()).hexdigest() == before
+    finally:
+        world["con"] = duckdb.connect(str(paths.warehouse))
+
+
+def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
+    from features.datasets.card import pixel_checks
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    vc = ids["visual_cloze"]
+    res = pixel_probe_rows(con, home, [vc], epochs=2, workers=1, record=True)
+    r = res["datasets"][0]
+    assert res["recorded"] == 1
+    sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [vc]).fetchone()[0]
+    row = con.execute("SELECT content_sha256, task, n, accuracy, ci_low, ci_high, n_test, seed, side, epochs "
+                      "FROM pixel_checks WHERE dataset_id = ?", [vc]).fetchone()
+    assert row == (sha, "visual_cloze", r["n_scored"], r["accuracy"], *r["ci"], r["n_test"], 0, 32, 2)
+    assert pixel_checks(con, [vc, ids["visual_coherence"]]) == {vc: r["accuracy"]}
+    pixel_probe_rows(con, home, [vc], epochs=1, workers=1, record=True)            # replaced, not added
+    assert con.execute("SELECT count(*), any_value(epochs) FROM pixel_checks WHERE dataset_id = ?",
+                       [vc]).fetchone() == (1, 1)
+    con.execute("UPDATE datasets SET content_sha256 = 'made again' WHERE dataset_id = ?", [vc])
+    try:
+        assert pixel_checks(con, [vc]) == {}                                         # stale: not read
+    finally:
+        con.execute("UPDATE datasets SET content_sha256 = ? WHERE dataset_id = ?", [sha, vc])
