@@ -328,6 +328,9 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
                     "test_ci": [r4(x) for x in tci] if tci else None, "n_test": int(test.sum()),
                     "photos": len(pq.photos), "seconds_read": round(t_read, 1),
                     "seconds_train": round(sum(x[2] for x in results), 1)})
+        log.info("pixel probe: %s: %s of %d questions scored (%d left out), %.1f s", pq.dataset_id,
+                 f"{100 * hit.mean():.1f}%" if hit.size else "nothing", int(scored.sum()),
+                 pq.n_questions - int(scored.sum()), time.perf_counter() - t0)
     reasons: dict[str, int] = {}
     for why in unreadable.values():
         key = why.split(":")[0]

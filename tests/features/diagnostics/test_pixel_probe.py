@@ -13,14 +13,12 @@ import json
 import duckdb
 import numpy as np
 import pytest
-from planted_photos import write_photos
-from synthetic_home import synthetic_home
+from planted_photos import break_photos, photo_world, write_photos
 from typer.testing import CliRunner
 
 from features.datasets.knobs import KnobParams
 from features.diagnostics.pixel_probe import fold_jobs, folds, photo_index, pixel_probe_rows, pixel_questions
 
-ENC = "synthetic-enc-0001"
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
             ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
             ("visual_ordering", KnobParams.preset_for("visual_ordering", 0, 1, 0)),
@@ -30,11 +28,8 @@ EPOCHS = 8
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from features.datasets.generate import generate_datasets
-    with synthetic_home(tmp_path_factory, "pixel_home", n_recipes=60, seed=2, dim=16, k=60) as (home, paths, con):
-        made = generate_datasets(con, SETTINGS, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
-        ids = {s["task"]: s["dataset_id"] for s in made}
-        yield {"home": home, "paths": paths, "con": con, "ids": ids}
+    with photo_world(tmp_path_factory, "pixel_home", SETTINGS) as w:
+        yield w
 
 
 def _by_task(res: dict) -> dict:
@@ -105,13 +100,7 @@ def test_the_figures_are_the_same_in_processes_and_in_turn_and_ordering_is_score
 def test_unreadable_and_missing_photos_are_counted_and_their_questions_left_out(world):
     con, home, ids = world["con"], world["home"], world["ids"]
     write_photos(con, home, planted=True)
-    shown = con.execute("SELECT question FROM questions WHERE dataset_id = ? ORDER BY qid LIMIT 3",
-                        [ids["visual_cloze"]]).fetchall()
-    victims = sorted({q[0][0] for q in shown})
-    path = dict(con.execute("SELECT image_id, path FROM images").fetchall())
-    (home / path[victims[0]]).write_bytes(b"not a jpeg at all")
-    for v in victims[1:]:
-        (home / path[v]).unlink()
+    victims = break_photos(con, home, ids["visual_cloze"])
     try:
         res = pixel_probe_rows(con, home, [ids["visual_cloze"]], epochs=1, workers=1)
     finally:
