@@ -276,23 +276,46 @@ def gm3c_check_waiting(paths: Paths, seed: int = 0, seeds: tuple[int, ...] = PIP
     return out
 
 
-def pixel_check_waiting(paths: Paths, seed: int = 0) -> dict[str, float]:
-    """The pixel probe (features/diagnostics/pixel_probe.py, recorded in pixel_checks) of every visual dataset
-    of seed `seed` that `mrqa export --reading-only` holds back for want of one (every other question-only
-    figure heard and at or below the bound), with the folds' and models' seed `seed`. Returns {dataset_id:
-    accuracy}; {} when none waits (on the sample kitchen's default demo the look probe holds every visual
-    dataset back first)."""
+def pixel_check(paths: Paths, datasets: list[str] | None, seed: int = 0, side: int | None = None,
+                epochs: int | None = None, workers: int | None = None, record: bool = True,
+                read_only: bool = True) -> dict:
+    """The pixel probe (features/diagnostics/pixel_probe.py) of `datasets` (None: every visual dataset): the
+    questions and photos read on a connection closed before the models train, then with `record` the figures
+    written to pixel_checks on a short write connection, so the warehouse is not held while they train.
+    `read_only`: the reading connection's configuration (the pipeline's stages open theirs writable)."""
     from etl.warehouse import connect
-    from features.datasets.card import UNCHECKED_PIXEL
-    from features.diagnostics.pixel_probe import pixel_probe_rows
-    con = connect(paths)
+    from features.diagnostics import pixel_probe as pp
+    side, epochs = pp.SIDE if side is None else side, pp.EPOCHS if epochs is None else epochs
+    con = connect(paths, read_only=read_only)
     try:
-        held = [d for d, _ in _held_back(con, seed, UNCHECKED_PIXEL)]
-        if not held:
-            return {}
-        res = pixel_probe_rows(con, paths.home, held, seed=seed, record=True)
+        loaded, unreadable = pp.load_questions(con, paths.home, datasets, side, epochs)
     finally:
         con.close()
+    res = pp.probe(loaded, unreadable, seed=seed, side=side, epochs=epochs, workers=workers)
+    if record:
+        con = connect(paths)
+        try:
+            res["recorded"] = pp.record_pixel_checks(con, res)
+        finally:
+            con.close()
+    return res
+
+
+def pixel_check_waiting(paths: Paths, seed: int = 0) -> dict[str, float]:
+    """The pixel probe (`pixel_check`, recorded in pixel_checks) of every visual dataset of seed `seed` that
+    `mrqa export --reading-only` holds back for want of one (every other question-only figure heard and at or
+    below the bound), with the folds' and models' seed `seed`. Returns {dataset_id: accuracy}; {} when none
+    waits (on the sample kitchen's default demo the look probe holds every visual dataset back first)."""
+    from etl.warehouse import connect
+    from features.datasets.card import UNCHECKED_PIXEL
+    con = connect(paths)        # the stage's own configuration: a read-only one is refused beside it
+    try:
+        held = [d for d, _ in _held_back(con, seed, UNCHECKED_PIXEL)]
+    finally:
+        con.close()
+    if not held:
+        return {}
+    res = pixel_check(paths, held, seed=seed, read_only=False)
     return {r["dataset_id"]: r["accuracy"] for r in res["datasets"] if r["accuracy"] is not None}
 
 

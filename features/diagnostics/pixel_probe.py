@@ -275,15 +275,21 @@ def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS) -> list[tuple
 
 
 def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
-                     seed: int = 0, side: int = SIDE, epochs: int = EPOCHS, workers: int | None = None,
-                     record: bool = False) -> dict:
-    """The pixel probe on `dataset_ids` (default: every dataset of a visual task). Returns {"datasets": [one
-    row per dataset], "photos_unreadable": {reason: count}, "seed", "side", "epochs"}; with `record` (`con`
-    writable) each figure is also written to pixel_checks with the content hash it was measured on."""
-    import os
+                     seed: int = 0, side: int = SIDE, epochs: int = EPOCHS, workers: int | None = None) -> dict:
+    """The pixel probe on `dataset_ids` (default: every dataset of a visual task): `load_questions`, then
+    `probe`. Returns {"datasets": [one row per dataset], "photos_unreadable": {reason: count}, "seed", "side",
+    "epochs"}; `record_pixel_checks` writes it."""
+    return probe(*load_questions(con, home, dataset_ids, side, epochs), seed=seed, side=side, epochs=epochs,
+                 workers=workers)
 
-    from features.diagnostics.bias import list_datasets, r4
-    from features.diagnostics.question_only import accuracy_interval
+
+def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
+                   side: int = SIDE, epochs: int = EPOCHS) -> tuple[list[tuple[dict, PixelQuestions, float]],
+                                                                   dict[str, str]]:
+    """What the probe reads from the warehouse, so that its models train with no connection open: per visual
+    dataset (its `list_datasets` row with its content hash, its questions with their photos, the seconds the
+    reading took), and {image_id: why} of the photos that could not be read. Bad arguments raise ValueError."""
+    from features.diagnostics.bias import list_datasets
     if side < 8 or side > 128:
         raise ValueError(f"--side must be 8 to 128 pixels, got {side}")
     if epochs < 1:
@@ -297,14 +303,28 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
     sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
                            [[r["dataset_id"] for r in rows]]).fetchall())
     unreadable: dict[str, str] = {}
-    out = []
+    loaded = []
     for r in rows:
         t0 = time.perf_counter()
         pq = pixel_questions(con, home, r["dataset_id"], r["task"], index, side, unreadable)
-        t_read = time.perf_counter() - t0
+        loaded.append(({**r, "content_sha256": sha.get(r["dataset_id"])}, pq, time.perf_counter() - t0))
+    return loaded, unreadable
+
+
+def probe(loaded: list[tuple[dict, PixelQuestions, float]], unreadable: dict[str, str], seed: int = 0,
+          side: int = SIDE, epochs: int = EPOCHS, workers: int | None = None) -> dict:
+    """The folds' models of every loaded dataset (`load_questions`), trained and scored; the result of
+    `pixel_probe_rows`."""
+    import os
+
+    from features.diagnostics.bias import r4
+    from features.diagnostics.question_only import accuracy_interval
+    from training.procs import in_turn, spawn_map
+    out = []
+    for r, pq, t_read in loaded:
+        t0 = time.perf_counter()
         jobs = fold_jobs(pq, seed, epochs)
         n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
-        from training.procs import in_turn, spawn_map
         results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
             in_turn(fit_fold, [j for _, j in jobs])
         pred = np.full(len(pq.qids), -1, dtype=np.int64)
@@ -318,7 +338,7 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
         test = np.array([s == "test" for s in pq.splits], dtype=bool)[scored]
         ci = accuracy_interval(hit, groups, seed=seed)
         tci = accuracy_interval(hit[test], [g for g, t in zip(groups, test) if t], seed=seed)
-        out.append({"dataset_id": pq.dataset_id, "content_sha256": sha.get(pq.dataset_id), "task": pq.task,
+        out.append({"dataset_id": pq.dataset_id, "content_sha256": r["content_sha256"], "task": pq.task,
                     "setting": r.get("setting"),
                     "n_questions": pq.n_questions, "n_scored": int(scored.sum()),
                     "n_left_out": pq.n_questions - int(scored.sum()), "chance": 0.25,
@@ -330,7 +350,7 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
                     "seconds_train": round(sum(x[2] for x in results), 1)})
         log.info("pixel probe: %s: %s of %d questions scored (%d left out), %.1f s", pq.dataset_id,
                  f"{100 * hit.mean():.1f}%" if hit.size else "nothing", int(scored.sum()),
-                 pq.n_questions - int(scored.sum()), time.perf_counter() - t0)
+                 pq.n_questions - int(scored.sum()), t_read + time.perf_counter() - t0)
     reasons: dict[str, int] = {}
     for why in unreadable.values():
         key = why.split(":")[0]
@@ -338,10 +358,7 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
     if unreadable:
         log.warning("pixel probe: %d photos could not be read (e.g. %s: %s); questions showing them are left out",
                     len(unreadable), *next(iter(unreadable.items())))
-    res = {"datasets": out, "photos_unreadable": reasons, "seed": seed, "side": side, "epochs": epochs}
-    if record:
-        res["recorded"] = record_pixel_checks(con, res)
-    return res
+    return {"datasets": out, "photos_unreadable": reasons, "seed": seed, "side": side, "epochs": epochs}
 
 
 def record_pixel_checks(con: duckdb.DuckDBPyConnection, res: dict) -> int:

@@ -180,18 +180,16 @@ def pixel_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a v
                     record: bool = typer.Option(False, "--record", help="Write each figure to pixel_checks, where "
                                                 "`mrqa export --reading-only` reads it for a visual dataset."),
                     as_json: bool = JSON_OPT):
-    """A small CNN trained end to end on the photos' pixels, question-only: it learns its own features
-    where the look probe reads fixed statistics. Every question is scored by a model that never saw its
-    recipe (the val and test splits held out whole). About 1-2 minutes per 1,000 questions on 2 cores.
-    Read-only unless --record."""
-    from features.diagnostics import pixel_probe as pp
+    """A small CNN trained end to end on the photos, question-only (the look probe reads fixed statistics), each
+    question scored by a model that never saw its recipe (the val and test splits held out whole). About 1-2
+    minutes per 1,000 questions on 2 cores. Read-only unless --record."""
     if workers is not None and workers < 1:
         fail("--workers must be 1 or more")
+    from features.diagnostics.pixel_probe import format_table
+    from flows.train import pixel_check
     _probe(dataset, adversarial_only, seed, as_json, "('visual_cloze', 'visual_coherence', 'visual_ordering')",
-           "visual datasets", lambda con, home, names: pp.pixel_probe_rows(con, home, names, seed=seed, side=side,
-                                                                            epochs=epochs, workers=workers,
-                                                                            record=record),
-           pp.format_table, read_only=not record)
+           "visual datasets", lambda paths, names: pixel_check(paths, names, seed=seed, side=side, epochs=epochs,
+                                                              workers=workers, record=record), format_table, True)
 
 
 @app.command("words-probe")
@@ -223,10 +221,10 @@ def order_probe_cmd(dataset: Optional[str] = _datasets_opt("every textual cloze 
 
 
 def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool, tasks: str, what: str,
-           rows, table, read_only: bool = True) -> None:
+           rows, table, on_paths: bool = False) -> None:
     """The shared body of the probes outside the encoder's space: the datasets named (or with `--af` the AF
-    datasets of `tasks`, an SQL list), read-only unless `read_only` is False, `rows(con, home, names)` printed by
-    `table` or as JSON."""
+    datasets of `tasks`, an SQL list), read-only, `rows(con, home, names)` (`on_paths`: `rows(paths, names)` after
+    the connection is closed, opening its own) printed by `table` or as JSON."""
     from etl.config import Paths
     from etl.warehouse import WarehouseLocked, connect
     if seed < 0:
@@ -238,7 +236,7 @@ def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool
     if dataset is not None and not names:
         fail("--dataset needs at least one dataset id")
     try:
-        con = connect(paths, read_only=read_only)
+        con = connect(paths, read_only=True)
     except WarehouseLocked as e:
         fail(str(e))
     try:
@@ -247,11 +245,15 @@ def _probe(dataset: str | None, adversarial_only: bool, seed: int, as_json: bool
                                                "ORDER BY task, dataset_id").fetchall()]
             if not names:
                 fail(f"no adversarially filtered {what} in the warehouse")
-        res = rows(con, paths.home, names or None)
+        res = None if on_paths else rows(con, paths.home, names or None)
     except ValueError as e:
         fail(str(e))
     finally:
         con.close()
+    try:
+        res = rows(paths, names or None) if on_paths else res
+    except (ValueError, WarehouseLocked) as e:
+        fail(str(e))
     if as_json:
         echo_json(res)
     else:

@@ -17,7 +17,14 @@ from planted_photos import break_photos, photo_world, write_photos
 from typer.testing import CliRunner
 
 from features.datasets.knobs import KnobParams
-from features.diagnostics.pixel_probe import fold_jobs, folds, photo_index, pixel_probe_rows, pixel_questions
+from features.diagnostics.pixel_probe import (
+    fold_jobs,
+    folds,
+    photo_index,
+    pixel_probe_rows,
+    pixel_questions,
+    record_pixel_checks,
+)
 
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
             ("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 1, 0)),
@@ -137,6 +144,12 @@ def test_cli_is_read_only_and_refuses_bad_input_in_one_line(world, monkeypatch):
             bad = CliRunner().invoke(app, ["--no-prefect", "pixel-probe", *args])
             assert bad.exit_code == 2 and msg in bad.output and "Traceback" not in bad.output, bad.output
         assert hashlib.sha256(paths.warehouse.read_bytes()).hexdigest() == before
+        r = CliRunner().invoke(app, ["--no-prefect", "pixel-probe", "--dataset", ids["visual_coherence"],
+                                     "--epochs", "1", "--workers", "1", "--record"])
+        assert r.exit_code == 0, r.output
+        with duckdb.connect(str(paths.warehouse), read_only=True) as ro:
+            assert ro.execute("SELECT epochs FROM pixel_checks WHERE dataset_id = ?",
+                              [ids["visual_coherence"]]).fetchall() == [(1,)]
     finally:
         world["con"] = duckdb.connect(str(paths.warehouse))
 
@@ -146,15 +159,16 @@ def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
     con, home, ids = world["con"], world["home"], world["ids"]
     write_photos(con, home, planted=True)
     vc = ids["visual_cloze"]
-    res = pixel_probe_rows(con, home, [vc], epochs=2, workers=1, record=True)
+    con.execute("DELETE FROM pixel_checks")              # the CLI test may have recorded one before
+    res = pixel_probe_rows(con, home, [vc], epochs=2, workers=1)
     r = res["datasets"][0]
-    assert res["recorded"] == 1
+    assert record_pixel_checks(con, res) == 1
     sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [vc]).fetchone()[0]
     row = con.execute("SELECT content_sha256, task, n, accuracy, ci_low, ci_high, n_test, seed, side, epochs "
                       "FROM pixel_checks WHERE dataset_id = ?", [vc]).fetchone()
     assert row == (sha, "visual_cloze", r["n_scored"], r["accuracy"], *r["ci"], r["n_test"], 0, 32, 2)
     assert pixel_checks(con, [vc, ids["visual_coherence"]]) == {vc: r["accuracy"]}
-    pixel_probe_rows(con, home, [vc], epochs=1, workers=1, record=True)            # replaced, not added
+    record_pixel_checks(con, pixel_probe_rows(con, home, [vc], epochs=1, workers=1))     # replaced, not added
     assert con.execute("SELECT count(*), any_value(epochs) FROM pixel_checks WHERE dataset_id = ?",
                        [vc]).fetchone() == (1, 1)
     con.execute("UPDATE datasets SET content_sha256 = 'made again' WHERE dataset_id = ?", [vc])
