@@ -264,13 +264,16 @@ def _bias(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict]:
 
 def pixel_checks(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:
     """The pixel probe recorded for each dataset of `ids` (`mrqa pixel-probe --record`) where it still measures
-    the dataset as it is (the same content hash); {} in a warehouse without the table (opened read-only before
-    migration 118)."""
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pixel_checks'").fetchall()[0][0]:
+    the dataset as it is (the same content hash) under the current folds (rows before migration 119, with 2
+    folds of the train split whose models trained on too few questions, are not read); {} in a warehouse
+    without the table or the column (opened read-only before migration 118 or 119)."""
+    if not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = 'pixel_checks' "
+                       "AND column_name = 'train_folds'").fetchall()[0][0]:
         return {}
     return dict(con.execute("""SELECT c.dataset_id, c.accuracy FROM pixel_checks c
                                  JOIN datasets d ON d.dataset_id = c.dataset_id AND d.content_sha256 = c.content_sha256
-                                WHERE list_contains(?, c.dataset_id)""", [sorted(ids)]).fetchall())
+                                WHERE list_contains(?, c.dataset_id) AND c.train_folds IS NOT NULL""",
+                            [sorted(ids)]).fetchall())
 
 
 def _kept_shares(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, float]:

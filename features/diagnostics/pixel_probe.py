@@ -13,10 +13,14 @@ is that model, as a measurement next to the look probe (nothing is filtered or w
   the mean of the question's shown photos, the mean of the other choices, their products and absolute
   differences (visual cloze; coherence has no shown photos beside its 4 choices, so only the choice set);
   for ordering the MLP reads the 4 photos in the candidate order. Softmax over the 4 choices;
-- folds that never share a photo: the val and the test split are each held out whole (a distractor comes
-  from the same split, so a held-out photo was never seen in training), the train split's recipes are cut
-  in `TRAIN_FOLDS` folds; each fold's model trains on the others, early-stopped on a seeded 15% of their
-  recipes, and scores its fold. Every question is so scored by a model that never saw its recipe;
+- folds: the val and the test split are each held out whole (a distractor comes from the same split, so a
+  held-out photo was never seen in training), the train split's recipes are cut in as many folds
+  (`train_fold_count`: 2 to `MAX_TRAIN_FOLDS`) as it takes for none to hold more questions than the test
+  split, so every fold's model trains on at least as many questions as the test split's does (the CNN's
+  learning curve is steep there: with 2 folds of the train split its models trained on ~620 questions of the
+  paper-size author coherence 0-0-0 and read 23-27%, the val and test splits' models on ~900 read 36-38%);
+  each fold's model trains on the others, early-stopped on a seeded 15% of their recipes, and scores its
+  fold. Every question is so scored by a model that never saw its recipe;
 - the folds' models train in spawned processes of one thread each (`training.procs.spawn_map`), each
   seeded by (seed, dataset, fold), so the figures are the same whatever the workers.
 
@@ -37,7 +41,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 SIDE = 32                   # photos are scaled to SIDE x SIDE before the CNN
-TRAIN_FOLDS = 2             # folds of the train split's recipes (the val and test splits are one fold each)
+MAX_TRAIN_FOLDS = 10        # folds of the train split's recipes at most (the val and test splits are one fold each)
 EPOCHS = 15                 # at most; early stopping on the held-back recipes' loss
 PATIENCE = 3
 BATCH = 64                  # questions per step
@@ -149,11 +153,32 @@ def _unit(key: str) -> int:
     return int(hashlib.md5(key.encode()).hexdigest()[:12], 16)
 
 
-def folds(recipes: list[str], splits: list[str], seed: int, train_folds: int = TRAIN_FOLDS) -> np.ndarray:
-    """Fold of each question: the val split is fold `train_folds`, the test split `train_folds + 1`, the
-    train split's recipes a seeded cut in `train_folds` folds (by recipe, so a recipe's questions share one)."""
-    return np.array([train_folds if s == "val" else train_folds + 1 if s == "test"
-                     else _unit(f"pixel-fold:{seed}:{r}") % train_folds for r, s in zip(recipes, splits)])
+def train_fold_count(splits: list[str]) -> int:
+    """Folds of the train split: the fewest (2 to MAX_TRAIN_FOLDS) that hold no more questions each than the
+    test split (the val split where there is no test split), so that no fold's model trains on fewer
+    questions than the test split's model."""
+    n_train = sum(s == "train" for s in splits)
+    held = sum(s == "test" for s in splits) or sum(s == "val" for s in splits)
+    if not held:
+        return 2
+    return int(min(MAX_TRAIN_FOLDS, max(2, -(-n_train // held))))
+
+
+def folds(recipes: list[str], splits: list[str], seed: int, train_folds: int | None = None) -> np.ndarray:
+    """Fold of each question: the val split is fold `train_folds` (default `train_fold_count`), the test split
+    `train_folds + 1`, the train split's recipes cut in `train_folds` folds of near-equal questions (by recipe,
+    so a recipe's questions share one: the largest recipes first, ties in a seeded order, each to the fold
+    with the fewest questions so far, as scikit-learn's GroupKFold)."""
+    k = train_fold_count(splits) if train_folds is None else train_folds
+    size: dict[str, int] = {}
+    for r, s in zip(recipes, splits):
+        if s == "train":
+            size[r] = size.get(r, 0) + 1
+    load, of = [0] * k, {}
+    for r in sorted(size, key=lambda r: (-size[r], _unit(f"pixel-fold:{seed}:{r}"), r)):
+        of[r] = min(range(k), key=lambda j: (load[j], j))
+        load[of[r]] += size[r]
+    return np.array([k if s == "val" else k + 1 if s == "test" else of[r] for r, s in zip(recipes, splits)])
 
 
 def _model(task: str, width: int = 16, dim: int = 64):
@@ -346,6 +371,8 @@ def probe(loaded: list[tuple[dict, PixelQuestions, float]], unreadable: dict[str
                     "ci": [r4(x) for x in ci] if ci else None,
                     "test_accuracy": r4(float(hit[test].mean())) if test.any() else None,
                     "test_ci": [r4(x) for x in tci] if tci else None, "n_test": int(test.sum()),
+                    "train_folds": train_fold_count(pq.splits),
+                    "fewest_trained": min((len(j[5]) for _, j in jobs), default=0),
                     "photos": len(pq.photos), "seconds_read": round(t_read, 1),
                     "seconds_train": round(sum(x[2] for x in results), 1)})
         log.info("pixel probe: %s: %s of %d questions scored (%d left out), %.1f s", pq.dataset_id,
@@ -367,12 +394,13 @@ def record_pixel_checks(con: duckdb.DuckDBPyConnection, res: dict) -> int:
     from etl.warehouse import transaction, utcnow
     rows = [[r["dataset_id"], r["content_sha256"], r["task"], r["n_scored"], r["accuracy"],
              *(r["ci"] or (None, None)), r["test_accuracy"], r["n_test"], res["seed"], res["side"], res["epochs"],
-             utcnow()] for r in res["datasets"] if r["accuracy"] is not None and r["content_sha256"]]
+             r["train_folds"], r["fewest_trained"], utcnow()]
+            for r in res["datasets"] if r["accuracy"] is not None and r["content_sha256"]]
     if rows:
         with transaction(con):
             con.executemany("INSERT OR REPLACE INTO pixel_checks (dataset_id, content_sha256, task, n, accuracy, "
-                            "ci_low, ci_high, test_accuracy, n_test, seed, side, epochs, computed_at) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                            "ci_low, ci_high, test_accuracy, n_test, seed, side, epochs, train_folds, fewest_trained, "
+                            "computed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     log.info("pixel probe: recorded %d datasets in pixel_checks", len(rows))
     return len(rows)
 
@@ -383,12 +411,15 @@ def format_table(res: dict) -> str:
         if a is None:
             return "-"
         return f"{100 * a:.1f}% [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else f"{100 * a:.1f}%"
-    lines = [f"{'dataset':40s} {'scored':>6s}  {'every question':>22s}  {'test split':>22s}  {'train s':>7s}"]
+    lines = [f"{'dataset':40s} {'scored':>6s}  {'every question':>22s}  {'test split':>22s}  {'folds':>5s}  "
+             f"{'fewest':>6s}  {'train s':>7s}"]
     for r in res["datasets"]:
         lines.append(f"{r['dataset_id']:40s} {r['n_scored']:6d}  {f(r['accuracy'], r['ci']):>22s}  "
-                     f"{f(r['test_accuracy'], r['test_ci']):>22s}  {r['seconds_train']:7.1f}")
+                     f"{f(r['test_accuracy'], r['test_ci']):>22s}  {r['train_folds'] + 2:5d}  "
+                     f"{r['fewest_trained']:6d}  {r['seconds_train']:7.1f}")
     bad = ", ".join(f"{k} {v}" for k, v in sorted(res["photos_unreadable"].items()))
     lines.append(f"chance 25.0%; a CNN question-only model on {res['side']} x {res['side']} photos, every question "
-                 "scored by a model that never saw its split's photos or its recipe"
+                 "scored by a model that never saw its split's photos or its recipe; folds: the train split's and the "
+                 "val and test splits; fewest: questions the smallest fold's model trained on"
                  + (f"; unreadable: {bad}" if bad else ""))
     return "\n".join(lines)

@@ -18,12 +18,14 @@ from typer.testing import CliRunner
 
 from features.datasets.knobs import KnobParams
 from features.diagnostics.pixel_probe import (
+    MAX_TRAIN_FOLDS,
     fold_jobs,
     folds,
     photo_index,
     pixel_probe_rows,
     pixel_questions,
     record_pixel_checks,
+    train_fold_count,
 )
 
 SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
@@ -73,21 +75,47 @@ def test_the_val_and_test_folds_never_train_on_a_photo_they_score(world):
         pq = pixel_questions(con, home, ids[task], task, index)
         f = folds(pq.recipes, pq.splits, seed=0)
         sp = np.array(pq.splits)
-        assert set(f[sp == "val"]) == {2} and set(f[sp == "test"]) <= {3} and set(f[sp == "train"]) == {0, 1}
+        k = train_fold_count(pq.splits)
+        assert 2 <= k <= MAX_TRAIN_FOLDS
+        assert set(f[sp == "val"]) == {k} and set(f[sp == "test"]) <= {k + 1} and set(f[sp == "train"]) == set(range(k))
         by_recipe = {}
-        for r, k in zip(pq.recipes, f):
-            by_recipe.setdefault(r, set()).add(int(k))
+        for r, fold in zip(pq.recipes, f):
+            by_recipe.setdefault(r, set()).add(int(fold))
         assert all(len(v) == 1 for v in by_recipe.values())          # a recipe's questions share one fold
 
         def photos(rows, pq=pq):
             return set(pq.shown[rows][pq.shown[rows] >= 0].ravel()) | set(pq.choices[rows].ravel())
-        for k, job in fold_jobs(pq, seed=0, epochs=1):
+        for fold, job in fold_jobs(pq, seed=0, epochs=1):
             train, stop, held = job[5], job[6], job[7]
             assert not set(train) & set(held) and not set(stop) & set(held)
             assert set(train) | set(stop) | set(held) == set(range(len(pq.qids)))
             assert len({pq.recipes[i] for i in stop} & {pq.recipes[i] for i in train}) == 0
-            if k >= 2:                                                 # the val and test splits, held out whole
-                assert not photos(held) & photos(np.concatenate([train, stop])), (task, k)
+            if fold >= k:                                              # the val and test splits, held out whole
+                assert not photos(held) & photos(np.concatenate([train, stop])), (task, fold)
+
+
+def test_every_fold_model_trains_on_at_least_what_the_test_split_model_trains_on():
+    """The train split is cut in as many folds as it takes for none to hold more questions than the test
+    split (2 at least, MAX_TRAIN_FOLDS at most), in near-equal folds by recipe."""
+    rng = np.random.default_rng(3)
+    recipes, splits = [], []
+    for n, split in enumerate(["train"] * 300 + ["val"] * 40 + ["test"] * 50):
+        recipes += [f"r{n}"] * int(rng.integers(1, 6))
+        splits += [split] * (len(recipes) - len(splits))
+    k = train_fold_count(splits)
+    n_train, n_test = splits.count("train"), splits.count("test")
+    assert k == min(MAX_TRAIN_FOLDS, max(2, -(-n_train // n_test))) and k > 2
+    f = folds(recipes, splits, seed=0)
+    sizes = np.bincount(f[np.array(splits) == "train"], minlength=k)
+    assert len(sizes) == k and sizes.max() - sizes.min() <= 5          # near-equal: within one recipe's questions
+    trained = [len(recipes) - s for s in sizes]
+    assert min(trained) >= len(recipes) - n_test - 5                   # every fold's model: about the test one's
+    assert (folds(recipes, splits, seed=0) == f).all() and not (folds(recipes, splits, seed=1) == f).all()
+    for r in set(recipes):                                             # a recipe's questions share one fold
+        assert len({int(x) for x, rr in zip(f, recipes) if rr == r}) == 1
+    assert train_fold_count(["train"] * 50 + ["test"] * 40) == 2
+    assert train_fold_count(["train"] * 5000 + ["test"] * 10) == MAX_TRAIN_FOLDS
+    assert train_fold_count(["train"] * 90 + ["val"] * 10) == 9       # no test split: the val split's size
 
 
 def test_the_figures_are_the_same_in_processes_and_in_turn_and_ordering_is_scored(world):
@@ -164,13 +192,18 @@ def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
     r = res["datasets"][0]
     assert record_pixel_checks(con, res) == 1
     sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [vc]).fetchone()[0]
-    row = con.execute("SELECT content_sha256, task, n, accuracy, ci_low, ci_high, n_test, seed, side, epochs "
-                      "FROM pixel_checks WHERE dataset_id = ?", [vc]).fetchone()
-    assert row == (sha, "visual_cloze", r["n_scored"], r["accuracy"], *r["ci"], r["n_test"], 0, 32, 2)
+    row = con.execute("SELECT content_sha256, task, n, accuracy, ci_low, ci_high, n_test, seed, side, epochs, "
+                      "train_folds, fewest_trained FROM pixel_checks WHERE dataset_id = ?", [vc]).fetchone()
+    assert row == (sha, "visual_cloze", r["n_scored"], r["accuracy"], *r["ci"], r["n_test"], 0, 32, 2,
+                   r["train_folds"], r["fewest_trained"])
+    assert r["train_folds"] >= 2 and r["fewest_trained"] > 0
     assert pixel_checks(con, [vc, ids["visual_coherence"]]) == {vc: r["accuracy"]}
     record_pixel_checks(con, pixel_probe_rows(con, home, [vc], epochs=1, workers=1))     # replaced, not added
     assert con.execute("SELECT count(*), any_value(epochs) FROM pixel_checks WHERE dataset_id = ?",
                        [vc]).fetchone() == (1, 1)
+    con.execute("UPDATE pixel_checks SET train_folds = NULL WHERE dataset_id = ?", [vc])
+    assert pixel_checks(con, [vc]) == {}                      # measured before migration 119's folds: not read
+    con.execute("UPDATE pixel_checks SET train_folds = 2 WHERE dataset_id = ?", [vc])
     con.execute("UPDATE datasets SET content_sha256 = 'made again' WHERE dataset_id = ?", [vc])
     try:
         assert pixel_checks(con, [vc]) == {}                                         # stale: not read

@@ -63,7 +63,7 @@ def _plant_pixel(con, figures: dict[str, float]) -> None:
     sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets").fetchall())
     record_pixel_checks(con, {"seed": 0, "side": 32, "epochs": 1, "datasets": [
         {"dataset_id": d, "content_sha256": sha[d], "task": task[d], "n_scored": 10, "accuracy": a, "ci": None,
-         "test_accuracy": None, "n_test": 0} for d, a in figures.items()]})
+         "test_accuracy": None, "n_test": 0, "train_folds": 2, "fewest_trained": 8} for d, a in figures.items()]})
 
 
 def test_report_has_a_table_and_plots_per_task(report):
