@@ -70,7 +70,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
                  scores_from: str | None = None, words: bool = False, rules: bool = False,
-                 drop_order: str = "votes", look: bool = False, order: bool = False) -> dict:
+                 drop_order: str = "votes", look: bool = False, order: bool = False, pixel: int = 0) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -93,6 +93,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     (`_rules_oof`: the centre of the choices for cloze, the closest pair for coherence), one more list.
     `look` (visual tasks): the drop also takes what the look probe solves (`_look_oof`: the linear model and
     the trees on the photos' own pixel statistics, features/diagnostics/look_probe.py), two more lists.
+    `pixel` (visual tasks; a side in pixels, 0: not): the drop also takes what the pixel probe solves
+    (`_pixel_oof`: a CNN trained on each dataset's photos at `pixel` x `pixel`, out of fold with the val and
+    test splits held out whole, features/diagnostics/pixel_probe.py), one more list.
     `order` (textual cloze): and what the order probe solves (`_order_oof`: the corpus's title-order counts,
     features/diagnostics/order_probe.py), one more list.
     `drop_order` (training/af_pooled.py `drop_plan`): votes, the questions on more lists first; minimax, each
@@ -104,6 +107,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         raise ValueError("--words reads step titles: only textual cloze shows them")
     if look and task == "textual_cloze":
         raise ValueError("--look reads photos: textual cloze shows none")
+    if pixel and task == "textual_cloze":
+        raise ValueError("--pixel reads photos: textual cloze shows none")
+    if pixel and not 8 <= pixel <= 128:
+        raise ValueError(f"--pixel must be a side of 8 to 128 pixels (or 0: not), got {pixel}")
     if order and task != "textual_cloze":
         raise ValueError("--order reads the order of step titles: only textual cloze shows them")
     paths = Paths.from_env()
@@ -183,6 +190,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             more = (*more, _rules_oof(con, paths, ids, task, resolved))
         if look:
             more = (*more, *_look_oof(con, paths, ids, task, LOOK_SEED + seed, fold_by))
+        if pixel:
+            more = (*more, _pixel_oof(con, paths, ids, PIXEL_SEED + seed, pixel))
         if order:
             more = (*more, _order_oof(con, ids, ORDER_SEED + seed))
         oof = verdicts(scores)
@@ -197,7 +206,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 # the drop's order (training/af_pooled.py drop_plan): with the linear probe, the two lists in turn
                 "drop_order": ("the list whose adversary solves the most kept questions first"
                                if drop_order == "minimax" else
-                               "questions on more lists first, then in turn" if tree or words or look else
+                               "questions on more lists first, then in turn" if tree or words or look or pixel else
                                "lists in turn" if linear else "confidence"),
                 "solved_share": solved_share, "keep_solved": keep_solved, "fresh_drop": fresh,
                 "adversary": "GM3C question_only"
@@ -214,6 +223,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"words_tree_members": WORDS_TREE_MEMBERS} if words and WORDS_TREE_MEMBERS != 1 else {}),
                 **({"rules": RULES[task]} if rules else {}),
                 **({"look": True, "look_seed": LOOK_SEED + seed} if look else {}),
+                **({"pixel_side": pixel, "pixel_seed": PIXEL_SEED + seed} if pixel else {}),
                 **({"order": True, "order_seed": ORDER_SEED + seed} if order else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
@@ -273,6 +283,7 @@ TREE_MEMBERS = 3         # the drop's tree verdict: the mean log-odds of 3 fold 
 LINEAR_SEED = 50_021     # the linear adversary's folds and model: apart from the report's probe (the datasets' seed)
 WORDS_SEED = 90_011      # the words adversary's folds, model and trees: apart from the report's and the command's
 WORDS_TREE_MEMBERS = 1   # the words trees' verdict: the mean log-odds of this many fold splits
+PIXEL_SEED = 90_001      # the pixel adversary's folds and models: apart from the gate's (`mrqa pixel-probe`, seed 0)
 LOOK_SEED = 70_001       # the look adversary's folds, model and trees: apart from the report's and the command's
 ORDER_SEED = 90_023      # the order adversary's folds and model: apart from the report's and the command's (seed)
 
@@ -739,3 +750,24 @@ def _look_oof(con, paths: Paths, ids: list[str], task: str, seed: int, fold_by: 
                                      resolved={d: (r, space.mat) for d, r in resolved.items()})
     log.info("af-pool: the look probe (linear and trees) scored the questions in %.1f s", time.perf_counter() - t0)
     return lin, linear_verdicts(runs[0], answers)
+
+
+def _pixel_oof(con, paths: Paths, ids: list[str], seed: int, side: int) -> dict:
+    """The pixel probe's verdicts on every question (features/diagnostics/pixel_probe.py): per dataset a small
+    CNN trained on its photos at `side` x `side`, each question scored by the model of a fold that never saw
+    its recipe (the val and test splits held out whole), seeded `seed`; one list of the drop. A question
+    showing a photo that cannot be read has no verdict (it is not on this list)."""
+    from features.diagnostics import pixel_probe as pp
+    t0 = time.perf_counter()
+    loaded, unreadable = pp.load_questions(con, paths.home, ids, side)
+    scores, answers = {}, {}
+    for _, pq, _ in loaded:
+        lg = pp.out_of_fold_logits(pq, seed)[0]
+        kept = ~np.isnan(lg).any(1)
+        scores[pq.dataset_id] = {q: lg[n] for n, q in enumerate(pq.qids) if kept[n]}
+        answers[pq.dataset_id] = {q: int(pq.answers[n]) for n, q in enumerate(pq.qids) if kept[n]}
+    if unreadable:
+        log.warning("af-pool: the pixel probe could not read %d photos; the questions showing them have no pixel "
+                    "verdict", len(unreadable))
+    log.info("af-pool: the pixel probe (%d x %d) scored the questions in %.1f s", side, side, time.perf_counter() - t0)
+    return linear_verdicts(scores, answers)

@@ -336,27 +336,37 @@ def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list
     return loaded, unreadable
 
 
+def out_of_fold_logits(pq: PixelQuestions, seed: int = 0, epochs: int = EPOCHS, workers: int | None = None
+                       ) -> tuple[np.ndarray, list[tuple[int, tuple]], list[tuple]]:
+    """Every question's 4 logits from the model of its fold (`fold_jobs`; NaN where no fold's model scored
+    it), the jobs and their `fit_fold` results. The folds' models train in `workers` spawned processes
+    (default one per core), or in turn with one."""
+    import os
+
+    from training.procs import in_turn, spawn_map
+    jobs = fold_jobs(pq, seed, epochs)
+    n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
+    results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
+        in_turn(fit_fold, [j for _, j in jobs])
+    lg = np.full((len(pq.qids), 4), np.nan)
+    for (k, job), (fold_lg, run, secs) in zip(jobs, results):
+        lg[job[7]] = fold_lg
+        log.info("pixel probe: %s fold %d: %d questions held out, %d epochs, %.1f s", pq.dataset_id, k,
+                 len(job[7]), run, secs)
+    return lg, jobs, results
+
+
 def probe(loaded: list[tuple[dict, PixelQuestions, float]], unreadable: dict[str, str], seed: int = 0,
           side: int = SIDE, epochs: int = EPOCHS, workers: int | None = None) -> dict:
     """The folds' models of every loaded dataset (`load_questions`), trained and scored; the result of
     `pixel_probe_rows`."""
-    import os
-
     from features.diagnostics.bias import r4
     from features.diagnostics.question_only import accuracy_interval
-    from training.procs import in_turn, spawn_map
     out = []
     for r, pq, t_read in loaded:
         t0 = time.perf_counter()
-        jobs = fold_jobs(pq, seed, epochs)
-        n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
-        results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
-            in_turn(fit_fold, [j for _, j in jobs])
-        pred = np.full(len(pq.qids), -1, dtype=np.int64)
-        for (k, job), (lg, run, secs) in zip(jobs, results):
-            pred[job[7]] = lg.argmax(1)
-            log.info("pixel probe: %s fold %d: %d questions held out, %d epochs, %.1f s", pq.dataset_id, k,
-                     len(job[7]), run, secs)
+        lg, jobs, results = out_of_fold_logits(pq, seed, epochs, workers)
+        pred = np.where(np.isnan(lg).any(1), -1, np.nan_to_num(lg).argmax(1))
         scored = pred >= 0
         hit = (pred == pq.answers)[scored]
         groups = [rc for rc, s in zip(pq.recipes, scored) if s]

@@ -73,6 +73,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                            "what the words probe (`mrqa words-probe`) solves, two more lists."),
                 look: bool = typer.Option(False, "--look/--no-look", help="Visual tasks: the drop also takes what "
                                           "the look probe (`mrqa look-probe`: the photos' pixels) solves, two more."),
+                pixel: int = typer.Option(0, "--pixel", min=0, max=128, help="Visual tasks: and what the pixel probe "
+                                          "(`mrqa pixel-probe`: a CNN) solves at this side, e.g. 32; 0: not."),
                 order: bool = typer.Option(False, "--order/--no-order", help="Textual cloze: and what the order "
                                            "probe (`mrqa order-probe`) solves, one more list."),
                 rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
@@ -115,7 +117,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        adversaries=adversaries, linear=linear, distractors=distractors.value, workers=workers,
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
                        size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules, order=order,
-                       scores_from=scores_from and str(scores_from), drop_order=drop_order.value, look=look)
+                       scores_from=scores_from and str(scores_from), drop_order=drop_order.value, look=look,
+                       pixel=pixel)
     except ValueError as e:
         fail(str(e))
     if _jobs_written(res):
@@ -197,21 +200,16 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
     if as_json:
         echo_json(res)
         return
-    typer.echo(f"{'setting':20s} {'questions':>9s}  GM3C question-only (cross-fitted)  by seed"
-               f"{'':10s}by split: questions, accuracy")
-    for r in res["datasets"]:
-        lo, hi = r["ci"]
-        typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * r['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
-                   f"{'':14s}" + " ".join(f"{100 * v:.1f}" for v in r["by_seed"].values()) + "   "
-                   + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in r["by_split"].items()))
-    typer.echo(f"\n{'setting':20s} {'questions':>9s}  tree probe (cross-fitted, folds alike)   by seed"
-               f"{'':3s}by split: questions, accuracy")
-    for r in res["datasets"]:
-        t = r["tree"]
-        lo, hi = t["ci"]
-        typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * t['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
-                   f"{'':21s}" + " ".join(f"{100 * v:.1f}" for v in t["by_seed"].values()) + "   "
-                   + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in t["by_split"].items()))
+    for head, name, gap in (("", "GM3C question-only (cross-fitted)  by seed" + " " * 10, 14),
+                            ("\n", "tree probe (cross-fitted, folds alike)   by seed" + " " * 3, 21)):
+        typer.echo(f"{head}{'setting':20s} {'questions':>9s}  {name}by split: questions, accuracy")
+        for r in res["datasets"]:
+            t = r["tree"] if gap == 21 else r
+            lo, hi = t["ci"]
+            seeds_ = " ".join(f"{100 * v:.1f}" for v in t["by_seed"].values())
+            typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * t['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
+                       + " " * gap + seeds_ + "   "
+                       + "  ".join(f"{k} {v['n']} {100 * v['accuracy']:.1f}%" for k, v in t["by_split"].items()))
 
 
 @app.command("reading-check")

@@ -209,3 +209,29 @@ def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
         assert pixel_checks(con, [vc]) == {}                                         # stale: not read
     finally:
         con.execute("UPDATE datasets SET content_sha256 = ? WHERE dataset_id = ?", [sha, vc])
+
+
+def test_the_pooled_steps_pixel_list_is_the_probes_out_of_fold_verdicts(world):
+    """`mrqa af-pool --pixel 32`: one verdict per question from the CNN of a fold that never saw its recipe;
+    with the recipe's own background planted it solves most coherence questions, without it about a quarter;
+    the same verdicts twice; textual cloze and a bad side are refused before any work."""
+    from flows.af_pool import _pixel_oof, af_pool_flow
+    con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
+    did = ids["visual_coherence"]
+    n = con.execute("SELECT count(*) FROM questions WHERE dataset_id = ?", [did]).fetchall()[0][0]
+    write_photos(con, home, planted=True)
+    v = _pixel_oof(con, paths, [did], seed=5, side=32)
+    assert len(v[did]) == n > 40
+    assert all(0.0 <= p <= 1.0 for p, _ in v[did].values())
+    assert sum(r for _, r in v[did].values()) / n > 0.7
+    assert _pixel_oof(con, paths, [did], seed=5, side=32) == v
+    write_photos(con, home, planted=False, seed=1)
+    try:
+        plain = _pixel_oof(con, paths, [did], seed=5, side=32)
+        assert sum(r for _, r in plain[did].values()) / n < 0.45
+    finally:
+        write_photos(con, home, planted=True)
+    with pytest.raises(ValueError, match="reads photos: textual cloze shows none"):
+        af_pool_flow.fn(task="textual_cloze", pixel=32)
+    with pytest.raises(ValueError, match="--pixel must be a side of 8 to 128"):
+        af_pool_flow.fn(task="visual_coherence", pixel=4)
