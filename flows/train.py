@@ -301,7 +301,7 @@ def pixel_check(paths: Paths, datasets: list[str] | None, seed: int = 0, side: i
     return res
 
 
-def pixel_check_waiting(paths: Paths, seed: int = 0) -> dict[str, float]:
+def pixel_check_waiting(paths: Paths, seed: int = 0, side: int | None = None) -> dict[str, float]:
     """The pixel probe (`pixel_check`, recorded in pixel_checks) of every visual dataset of seed `seed` that
     `mrqa export --reading-only` holds back for want of one (every other question-only figure heard and at or
     below the bound), with the folds' and models' seed `seed`. Returns {dataset_id: accuracy}; {} when none
@@ -315,7 +315,7 @@ def pixel_check_waiting(paths: Paths, seed: int = 0) -> dict[str, float]:
         con.close()
     if not held:
         return {}
-    res = pixel_check(paths, held, seed=seed, read_only=False)
+    res = pixel_check(paths, held, seed=seed, side=side, read_only=False)
     return {r["dataset_id"]: r["accuracy"] for r in res["datasets"] if r["accuracy"] is not None}
 
 

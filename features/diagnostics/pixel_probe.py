@@ -5,9 +5,9 @@ GM3C question-only) or hand-made pixel statistics (the look probe: a thumbnail, 
 frame's colours). A sceptical reviewer's next model learns its own features from the pixels. This module
 is that model, as a measurement next to the look probe (nothing is filtered or written):
 
-- the photos each question shows, scaled to `SIDE` x `SIDE` RGB (JPEG decoded at a reduced scale), from
-  the warehouse's `images` (status ok) and `redrawn_images` rows; a photo that is missing or cannot be
-  decoded is counted with its reason and its questions are left out, never guessed;
+- the photos each question shows, scaled to `SIDE` x `SIDE` RGB (64: half the sample kitchen's side; JPEG
+  decoded at a reduced scale), from the warehouse's `images` (status ok) and `redrawn_images` rows; a photo
+  that is missing or cannot be decoded is counted with its reason and its questions are left out, never guessed;
 - `PixelQuestionOnly`: one CNN (4 conv blocks of 16-64 channels, batch norm, max pooling, the mean over the
   photo, with each colour's mean and spread) embeds every photo; per choice a small MLP reads the choice,
   the mean of the question's shown photos, the mean of the other choices, their products and absolute
@@ -40,7 +40,10 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SIDE = 32                   # photos are scaled to SIDE x SIDE before the CNN
+# photos are scaled to SIDE x SIDE before the CNN: at 32 x 32 it did not see what tells the author coherence
+# 0-0-0 AF foreign photo apart (a recipe's own light and framing), at 64 x 64 it read 36.8-37.2% of it, over
+# half of the test split (the sample kitchen's photos are 128 x 128; docs/results.md, "The pixel probe's folds")
+SIDE = 64
 MAX_TRAIN_FOLDS = 10        # folds of the train split's recipes at most (the val and test splits are one fold each)
 EPOCHS = 15                 # at most; early stopping on the held-back recipes' loss
 PATIENCE = 3

@@ -172,7 +172,7 @@ def look_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a vi
 def pixel_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a visual task."),
                     adversarial_only: bool = AF_OPT,
                     seed: int = typer.Option(0, "--seed", help="Seed of the folds and the models."),
-                    side: int = typer.Option(32, "--side", help="Photos scaled to SIDE x SIDE pixels (8-128)."),
+                    side: int = typer.Option(64, "--side", help="Photos scaled to SIDE x SIDE pixels (8-128)."),
                     epochs: int = typer.Option(15, "--epochs", help="At most this many epochs per fold's model "
                                                "(early-stopped on held-back recipes)."),
                     workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the folds' models "
@@ -181,8 +181,8 @@ def pixel_probe_cmd(dataset: Optional[str] = _datasets_opt("every dataset of a v
                                                 "`mrqa export --reading-only` reads it for a visual dataset."),
                     as_json: bool = JSON_OPT):
     """A small CNN trained end to end on the photos, question-only (the look probe reads fixed statistics), each
-    question scored by a model that never saw its recipe (the val and test splits held out whole). About 1-2
-    minutes per 1,000 questions on 2 cores. Read-only unless --record."""
+    question scored by a model that never saw its recipe (the val and test splits held out whole). About 5
+    minutes per 1,000 questions on 2 cores (a quarter of that with --side 32). Read-only unless --record."""
     if workers is not None and workers < 1:
         fail("--workers must be 1 or more")
     from features.diagnostics.pixel_probe import format_table

@@ -33,6 +33,7 @@ SETTINGS = [("visual_cloze", KnobParams.preset_for("visual_cloze", 0, 1, 1)),
             ("visual_ordering", KnobParams.preset_for("visual_ordering", 0, 1, 0)),
             ("textual_cloze", KnobParams.preset_for("textual_cloze", 0, 1, 0))]
 EPOCHS = 8
+SIDE = 32                   # the probe at a test's size (its default, 64 x 64, is 4 times the work)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_a_planted_look_is_learned_and_photos_without_it_stay_near_chance(world)
     con, home, ids = world["con"], world["home"], world["ids"]
     names = [ids["visual_cloze"], ids["visual_coherence"]]
     write_photos(con, home, planted=True)
-    planted = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1))
+    planted = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1, side=SIDE))
     for task in ("visual_cloze", "visual_coherence"):
         r = planted[task]
         assert r["n_scored"] == r["n_questions"] > 40 and r["n_left_out"] == 0, r
@@ -60,7 +61,7 @@ def test_a_planted_look_is_learned_and_photos_without_it_stay_near_chance(world)
     assert planted["visual_coherence"]["n_test"] > 0            # this world's 3 test recipes hold coherence questions
     write_photos(con, home, planted=False, seed=1)
     try:
-        plain = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1))
+        plain = _by_task(pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=1, side=SIDE))
     finally:
         write_photos(con, home, planted=True)
     for task in ("visual_cloze", "visual_coherence"):
@@ -122,11 +123,11 @@ def test_the_figures_are_the_same_in_processes_and_in_turn_and_ordering_is_score
     con, home, ids = world["con"], world["home"], world["ids"]
     write_photos(con, home, planted=True)
     names = [ids["visual_cloze"], ids["visual_ordering"]]
-    one = pixel_probe_rows(con, home, names, epochs=3, workers=1)
-    two = pixel_probe_rows(con, home, names, epochs=3, workers=2)
+    one = pixel_probe_rows(con, home, names, epochs=3, workers=1, side=SIDE)
+    two = pixel_probe_rows(con, home, names, epochs=3, workers=2, side=SIDE)
     strip = lambda res: [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in res["datasets"]]
     assert strip(one) == strip(two)
-    other = pixel_probe_rows(con, home, names, epochs=3, workers=1, seed=1)
+    other = pixel_probe_rows(con, home, names, epochs=3, workers=1, seed=1, side=SIDE)
     assert strip(other) != strip(one)
     order = _by_task(one)["visual_ordering"]
     assert order["n_scored"] == order["n_questions"] > 20 and 0 <= order["accuracy"] <= 1
@@ -137,7 +138,7 @@ def test_unreadable_and_missing_photos_are_counted_and_their_questions_left_out(
     write_photos(con, home, planted=True)
     victims = break_photos(con, home, ids["visual_cloze"])
     try:
-        res = pixel_probe_rows(con, home, [ids["visual_cloze"]], epochs=1, workers=1)
+        res = pixel_probe_rows(con, home, [ids["visual_cloze"]], epochs=1, workers=1, side=SIDE)
     finally:
         write_photos(con, home, planted=True)
     r = res["datasets"][0]
@@ -188,7 +189,7 @@ def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
     write_photos(con, home, planted=True)
     vc = ids["visual_cloze"]
     con.execute("DELETE FROM pixel_checks")              # the CLI test may have recorded one before
-    res = pixel_probe_rows(con, home, [vc], epochs=2, workers=1)
+    res = pixel_probe_rows(con, home, [vc], epochs=2, workers=1, side=SIDE)
     r = res["datasets"][0]
     assert record_pixel_checks(con, res) == 1
     sha = con.execute("SELECT content_sha256 FROM datasets WHERE dataset_id = ?", [vc]).fetchone()[0]
@@ -198,7 +199,7 @@ def test_a_recorded_figure_holds_while_the_dataset_is_unchanged(world):
                    r["train_folds"], r["fewest_trained"])
     assert r["train_folds"] >= 2 and r["fewest_trained"] > 0
     assert pixel_checks(con, [vc, ids["visual_coherence"]]) == {vc: r["accuracy"]}
-    record_pixel_checks(con, pixel_probe_rows(con, home, [vc], epochs=1, workers=1))     # replaced, not added
+    record_pixel_checks(con, pixel_probe_rows(con, home, [vc], epochs=1, workers=1, side=SIDE))  # replaced, not added
     assert con.execute("SELECT count(*), any_value(epochs) FROM pixel_checks WHERE dataset_id = ?",
                        [vc]).fetchone() == (1, 1)
     con.execute("UPDATE pixel_checks SET train_folds = NULL WHERE dataset_id = ?", [vc])

@@ -418,7 +418,7 @@ def test_a_visual_dataset_needs_the_pixel_probe(report):
         con.execute("DELETE FROM pixel_checks WHERE list_contains(?, dataset_id)", [heard])
         write_photos(con, home, planted=False)
         con.close()
-        got = pixel_check_waiting(report["paths"], seed=0)
+        got = pixel_check_waiting(report["paths"], seed=0, side=32)
         report["con"] = con = connect(report["paths"])
         assert sorted(got) == heard and all(0 <= a <= 1 for a in got.values())
         rows = dict(con.execute("SELECT dataset_id, n FROM pixel_checks WHERE list_contains(?, dataset_id)",
