@@ -3,7 +3,8 @@
 Every other question-only check reads fixed features: the encoder's vectors (the linear and tree probes,
 GM3C question-only) or hand-made pixel statistics (the look probe: a thumbnail, a colour histogram, the
 frame's colours). A sceptical reviewer's next model learns its own features from the pixels. This module
-is that model, as a measurement next to the look probe (nothing is filtered or written):
+is that model, a measurement next to the look probe (it writes nothing itself; `mrqa pixel-probe --record`
+stores its figure, `mrqa af-pool --pixel` drops by its verdicts):
 
 - the photos each question shows, scaled to `SIDE` x `SIDE` RGB (64: half the sample kitchen's side; JPEG
   decoded at a reduced scale), from the warehouse's `images` (status ok) and `redrawn_images` rows; a photo
@@ -18,7 +19,7 @@ is that model, as a measurement next to the look probe (nothing is filtered or w
   (`train_fold_count`: 2 to `MAX_TRAIN_FOLDS`) as it takes for none to hold more questions than the test
   split, so every fold's model trains on at least as many questions as the test split's does (the CNN's
   learning curve is steep there: with 2 folds of the train split its models trained on ~620 questions of the
-  paper-size author coherence 0-0-0 and read 23-27%, the val and test splits' models on ~900 read 36-38%);
+  paper-size author coherence 0-0-0 and read 23-27%, the val and test splits' models on ~900 read 36-40%);
   each fold's model trains on the others, early-stopped on a seeded 15% of their recipes, and scores its
   fold. Every question is so scored by a model that never saw its recipe;
 - the folds' models train in spawned processes of one thread each (`training.procs.spawn_map`), each
