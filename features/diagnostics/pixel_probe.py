@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 # photos are scaled to SIDE x SIDE before the CNN: at 32 x 32 it did not see what tells the author coherence
 # 0-0-0 AF foreign photo apart (a recipe's own light and framing), at 64 x 64 it read 36.8-37.2% of it, over
-# half of the test split (the sample kitchen's photos are 128 x 128; docs/results.md, "The pixel probe's folds")
+# half of the test split (the sample kitchen's photos are 128 x 128; docs/results.md, "The pixel probe's folds
+# and side")
 SIDE = 64
 MAX_TRAIN_FOLDS = 10        # folds of the train split's recipes at most (the val and test splits are one fold each)
 EPOCHS = 15                 # at most; early stopping on the held-back recipes' loss

@@ -200,11 +200,11 @@ def af_check_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help
     if as_json:
         echo_json(res)
         return
-    for head, name, gap in (("", "GM3C question-only (cross-fitted)  by seed" + " " * 10, 14),
-                            ("\n", "tree probe (cross-fitted, folds alike)   by seed" + " " * 3, 21)):
+    for head, name, gap, key in (("", "GM3C question-only (cross-fitted)  by seed" + " " * 10, 14, None),
+                                 ("\n", "tree probe (cross-fitted, folds alike)   by seed" + " " * 3, 21, "tree")):
         typer.echo(f"{head}{'setting':20s} {'questions':>9s}  {name}by split: questions, accuracy")
         for r in res["datasets"]:
-            t = r["tree"] if gap == 21 else r
+            t = r[key] if key else r
             lo, hi = t["ci"]
             seeds_ = " ".join(f"{100 * v:.1f}" for v in t["by_seed"].values())
             typer.echo(f"{r['setting']:20s} {r['n']:9d}  {100 * t['accuracy']:5.1f}% [{100 * lo:4.1f}, {100 * hi:4.1f}]"
