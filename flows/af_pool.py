@@ -48,6 +48,7 @@ from training.af_pooled import (
     check_fold_by,
     drop_plan,
     drop_plan_by_split,
+    guided_scores,
     linear_verdicts,
     mean_scores,
     member_seed,
@@ -70,7 +71,8 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                  workers: int | None = None, floor_by: str = "dataset", fold_by: str = "recipe",
                  swap_first: str = "auto", tree: bool = False, jobs_out: str | None = None,
                  scores_from: str | None = None, words: bool = False, rules: bool = False,
-                 drop_order: str = "votes", look: bool = False, order: bool = False, pixel: int = 0) -> dict:
+                 drop_order: str = "votes", look: bool = False, order: bool = False, pixel: int = 0,
+                 pixel_swaps: bool = False) -> dict:
     """Swap (`rounds` rounds) and filter the AF datasets of `task` (seed `seed`) with the pooled
     out-of-fold adversary. The drop reads the last round's model, its logits of the swapped choices
     put in (`fresh_drop`: a model trained anew on the swapped questions; one more pass). `linear`: the
@@ -95,7 +97,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     the trees on the photos' own pixel statistics, features/diagnostics/look_probe.py), two more lists.
     `pixel` (visual tasks; a side in pixels, 0: not): the drop also takes what the pixel probe solves
     (`_pixel_oof`: a CNN trained on each dataset's photos at `pixel` x `pixel`, out of fold with the val and
-    test splits held out whole, features/diagnostics/pixel_probe.py), one more list.
+    test splits held out whole, features/diagnostics/pixel_probe.py), one more list. `pixel_swaps` (coherence,
+    with `pixel`): each round's swaps also read that CNN (`_pixel_guide`: its own out-of-fold models score
+    every alternate foreign photo), the mean of its and the GM3C ensemble's log-probabilities
+    (`guided_scores`), so a swap picks a foreign photo both find plausible; the drop's lists stay apart.
     `order` (textual cloze): and what the order probe solves (`_order_oof`: the corpus's title-order counts,
     features/diagnostics/order_probe.py), one more list.
     `drop_order` (training/af_pooled.py `drop_plan`): votes, the questions on more lists first; minimax, each
@@ -111,6 +116,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         raise ValueError("--pixel reads photos: textual cloze shows none")
     if pixel and not 8 <= pixel <= 128:
         raise ValueError(f"--pixel must be a side of 8 to 128 pixels (or 0: not), got {pixel}")
+    if pixel_swaps and (not pixel or task != "visual_coherence"):
+        raise ValueError("--pixel-swaps: the CNN scores alternate foreign photos, so it needs --pixel SIDE and "
+                         "--task visual_coherence")
     if order and task != "textual_cloze":
         raise ValueError("--order reads the order of step titles: only textual cloze shows them")
     paths = Paths.from_env()
@@ -159,8 +167,12 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             vectors = _vectors(con, paths, ids, sorted(need), "title" if task == "textual_cloze" else "image")
             scores = _scores(con, paths, ids, recipe_of, folds, seed + 1000 * rnd, size, items, vectors,
                              adversaries, workers, fold_by, offload)
-            plan = swap_plan(scores, alts, solved_share, vectors if task in CLOZE_TASKS else None, first)
-            done_n = apply_swaps(con, plan, scores, rnd, vectors)
+            guide, px_acc = scores, None
+            if pixel_swaps:
+                px = _pixel_guide(con, paths, ids, PIXEL_SEED + seed + 1000 * rnd, pixel, items)
+                guide, px_acc = guided_scores(scores, px), verdicts(px)
+            plan = swap_plan(guide, alts, solved_share, vectors if task in CLOZE_TASKS else None, first)
+            done_n = apply_swaps(con, plan, guide, rnd, vectors)
             acc = verdicts(scores)
             scores = swapped_scores(scores, plan)      # that model's logits of the questions as they now are
             top = above_all_share(scores) if task in ("visual_ordering", "visual_coherence") else {}
@@ -168,7 +180,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
                                     "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
                                                                    / max(len(acc[d]), 1), 4),
-                                    **({"answer_above_all": top[d]} if d in top else {})})
+                                    **({"answer_above_all": top[d]} if d in top else {}),
+                                    **({"pixel_oof_acc": round(sum(r for _, r in px_acc[d].values())
+                                                               / max(len(px_acc[d]), 1), 4)} if px_acc else {})})
                 if d in top:
                     log.info("af-pool round %d %s: the answer above every choice and alternate (no swap can move "
                              "it) on %.3f of the questions", rnd, d, top[d])
@@ -224,6 +238,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 **({"rules": RULES[task]} if rules else {}),
                 **({"look": True, "look_seed": LOOK_SEED + seed} if look else {}),
                 **({"pixel_side": pixel, "pixel_seed": PIXEL_SEED + seed} if pixel else {}),
+                **({"pixel_swaps": True} if pixel_swaps else {}),
                 **({"order": True, "order_seed": ORDER_SEED + seed} if order else {})}
         t_drop = time.perf_counter()
         res = apply_drops(con, plan, oof, info, {d: {"swap_rounds": swap_log[d]} for d in ids if swap_log[d]})
@@ -771,3 +786,31 @@ def _pixel_oof(con, paths: Paths, ids: list[str], seed: int, side: int) -> dict:
                     "verdict", len(unreadable))
     log.info("af-pool: the pixel probe (%d x %d) scored the questions in %.1f s", side, side, time.perf_counter() - t0)
     return linear_verdicts(scores, answers)
+
+
+def _pixel_guide(con, paths: Paths, ids: list[str], seed: int, side: int, items: dict[tuple[str, str], list[str]]
+                 ) -> dict[str, dict[str, dict]]:
+    """The pixel probe's out-of-fold scores of the coherence questions as they are now and of each recorded
+    alternate foreign photo in the answer's place (`items`: (dataset_id, qid) -> image ids, in the
+    alternates' order), seeded `seed`: dataset_id -> qid -> {"choices" (4,), "answer", "alts" (A, 4)}, as
+    `_scores` gives them. A question showing a photo that cannot be read is left out; an alternate that
+    cannot be read has NaN logits (`guided_scores` reads the GM3C ones alone for it)."""
+    from features.diagnostics import pixel_probe as pp
+    t0 = time.perf_counter()
+    loaded, unreadable = pp.load_questions(con, paths.home, ids, side)
+    index = pp.photo_index(con)
+    out: dict[str, dict[str, dict]] = {}
+    for _, pq, _ in loaded:
+        d = pq.dataset_id
+        pq, alt = pp.with_alternates(pq, {q: items.get((d, q), []) for q in pq.qids}, index, paths.home, side,
+                                     unreadable)
+        lg, jobs, results = pp.out_of_fold_logits(pq, seed, alt=alt)
+        al = pp.alternate_logits(len(pq.qids), alt.shape[1], jobs, results)
+        out[d] = {q: {"choices": lg[n], "answer": int(pq.answers[n]), "alts": al[n, :len(items.get((d, q), []))]}
+                  for n, q in enumerate(pq.qids) if not np.isnan(lg[n]).any()}
+    if unreadable:
+        log.warning("af-pool: the pixel probe could not read %d photos; their questions and alternates are left to "
+                    "the GM3C ensemble", len(unreadable))
+    log.info("af-pool: the pixel probe (%d x %d) scored the questions and their alternates in %.1f s", side, side,
+             time.perf_counter() - t0)
+    return out

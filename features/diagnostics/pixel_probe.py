@@ -237,7 +237,8 @@ def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
     `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs)."""
     import torch
     import torch.nn.functional as F
-    task, photos, shown, choices, answers, train, stop, held, seed, epochs = job
+    task, photos, shown, choices, answers, train, stop, held, seed, epochs = job[:10]
+    alt = job[10] if len(job) > 10 else None
     t0 = time.perf_counter()
     torch.set_num_threads(1)
     torch.manual_seed(seed)
@@ -285,11 +286,37 @@ def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
     if state is not None:
         model.load_state_dict(state)
     lg, _ = evaluate(held)
-    return lg, run, time.perf_counter() - t0
+    if alt is None:
+        return lg, run, time.perf_counter() - t0
+    return lg, run, time.perf_counter() - t0, _alternate_logits(model, photos, shown, choices, answers, held, alt)
 
 
-def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS) -> list[tuple[int, tuple]]:
-    """(fold, fit_fold job) of every fold of a dataset with questions to hold out and others to train on."""
+def _alternate_logits(model, photos: np.ndarray, shown: np.ndarray, choices: np.ndarray, answers: np.ndarray,
+                      held: np.ndarray, alt: np.ndarray) -> np.ndarray:
+    """Coherence: (n_held, A, 4) logits of each held-out question with its alternate foreign photo `alt`
+    (rows of `photos`, -1: none) in the answer's place (NaN where there is no alternate)."""
+    import torch
+    a = alt[held]
+    out = np.full((len(held), a.shape[1], 4), np.nan)
+    pairs = np.argwhere(a >= 0)
+    if not len(pairs):
+        return out
+    q = held[pairs[:, 0]]
+    ch = choices[q].copy()
+    ch[np.arange(len(q)), answers[q]] = a[pairs[:, 0], pairs[:, 1]]
+    model.eval()
+    got = []
+    with torch.no_grad():
+        for s in range(0, len(q), 256):
+            got.append(model(*_batch(photos, shown[q[s:s + 256]], ch[s:s + 256])).numpy().astype(np.float64))
+    out[pairs[:, 0], pairs[:, 1]] = np.concatenate(got)
+    return out
+
+
+def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS, alt: np.ndarray | None = None
+              ) -> list[tuple[int, tuple]]:
+    """(fold, fit_fold job) of every fold of a dataset with questions to hold out and others to train on;
+    with `alt` (`with_alternates`), each fold's model also scores its questions' alternates."""
     f = folds(pq.recipes, pq.splits, seed)
     jobs = []
     for k in sorted(set(f.tolist())):
@@ -300,7 +327,8 @@ def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS) -> list[tuple
         if len(train) < 2:
             continue
         fold_seed = _unit(f"pixel-model:{seed}:{pq.dataset_id}:{k}") % (2 ** 31)
-        jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs)))
+        jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs)
+                     + ((alt,) if alt is not None else ())))
     return jobs
 
 
@@ -341,24 +369,61 @@ def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list
     return loaded, unreadable
 
 
-def out_of_fold_logits(pq: PixelQuestions, seed: int = 0, epochs: int = EPOCHS, workers: int | None = None
-                       ) -> tuple[np.ndarray, list[tuple[int, tuple]], list[tuple]]:
+def with_alternates(pq: PixelQuestions, alts: dict[str, list[str]], index: PhotoIndex, home: Path,
+                    side: int = SIDE, unreadable: dict[str, str] | None = None) -> tuple[PixelQuestions, np.ndarray]:
+    """Coherence: `pq` with its questions' alternate foreign photos (qid -> image ids, in order; e.g. those AF
+    recorded) decoded and added to its photos, and their rows (n, A), -1 past a question's alternates and for
+    a photo with no file row or that cannot be read (its reason goes to `unreadable`; that alternate gets no
+    logits). The rows are in `alts`' order, so (question, column) names the same alternate."""
+    from dataclasses import replace
+    width = max((len(alts.get(q, ())) for q in pq.qids), default=0)
+    ids = sorted({i for q in pq.qids for i in alts.get(q, ())})
+    have = [i for i in ids if i in index.index]
+    for i in set(ids) - set(have):
+        if unreadable is not None:
+            unreadable[i] = "no file recorded"
+    pix, bad = read_photos(home, [index.paths[index.index[i]] for i in have], side)
+    for n, why in bad.items():
+        if unreadable is not None:
+            unreadable[have[n]] = why
+    at = {i: len(pq.photos) + n for n, i in enumerate(have) if n not in bad}
+    rows = np.full((len(pq.qids), width), -1, dtype=np.int64)
+    for n, q in enumerate(pq.qids):
+        for j, i in enumerate(alts.get(q, ())):
+            rows[n, j] = at.get(i, -1)
+    return replace(pq, photos=np.concatenate([pq.photos, pix])), rows
+
+
+def out_of_fold_logits(pq: PixelQuestions, seed: int = 0, epochs: int = EPOCHS, workers: int | None = None,
+                       alt: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[int, tuple]], list[tuple]]:
     """Every question's 4 logits from the model of its fold (`fold_jobs`; NaN where no fold's model scored
     it), the jobs and their `fit_fold` results. The folds' models train in `workers` spawned processes
-    (default one per core), or in turn with one."""
+    (default one per core), or in turn with one. With `alt` (coherence, `with_alternates`), each result's
+    fourth item is its held-out questions' alternate logits (`alternate_logits` gathers them)."""
     import os
 
     from training.procs import in_turn, spawn_map
-    jobs = fold_jobs(pq, seed, epochs)
+    if alt is not None and pq.task != "visual_coherence":
+        raise ValueError(f"alternate foreign photos are scored for visual coherence only, not {pq.task}")
+    jobs = fold_jobs(pq, seed, epochs, alt)
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
         in_turn(fit_fold, [j for _, j in jobs])
     lg = np.full((len(pq.qids), 4), np.nan)
-    for (k, job), (fold_lg, run, secs) in zip(jobs, results):
+    for (k, job), (fold_lg, run, secs, *_) in zip(jobs, results):
         lg[job[7]] = fold_lg
         log.info("pixel probe: %s fold %d: %d questions held out, %d epochs, %.1f s", pq.dataset_id, k,
                  len(job[7]), run, secs)
     return lg, jobs, results
+
+
+def alternate_logits(n: int, width: int, jobs: list[tuple[int, tuple]], results: list[tuple]) -> np.ndarray:
+    """(n, width, 4): every question's alternate logits from its fold's model (`out_of_fold_logits` with
+    `alt`); NaN where none."""
+    out = np.full((n, width, 4), np.nan)
+    for (_, job), res in zip(jobs, results):
+        out[job[7]] = res[3]
+    return out
 
 
 def probe(loaded: list[tuple[dict, PixelQuestions, float]], unreadable: dict[str, str], seed: int = 0,

@@ -75,6 +75,8 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                                           "the look probe (`mrqa look-probe`: the photos' pixels) solves, two more."),
                 pixel: int = typer.Option(0, "--pixel", min=0, max=128, help="Visual tasks: and what the pixel probe "
                                           "(`mrqa pixel-probe`: a CNN) solves at this side, e.g. 32; 0: not."),
+                pixel_swaps: bool = typer.Option(False, "--pixel-swaps", help="Coherence, with --pixel: the swap "
+                                                 "rounds also read that CNN (a foreign photo both find plausible)."),
                 order: bool = typer.Option(False, "--order/--no-order", help="Textual cloze: and what the order "
                                            "probe (`mrqa order-probe`) solves, one more list."),
                 rules: bool = typer.Option(False, "--rules/--no-rules", help="The drop also takes what the report's "
@@ -118,7 +120,7 @@ def af_pool_cmd(task: AfTask = typer.Option(AfTask.visual_cloze, "--task", help=
                        floor_by=floor_by.value, fold_by=fold_by.value, swap_first=swap_first.value, tree=tree,
                        size=size.value, jobs_out=jobs_out and str(jobs_out), words=words, rules=rules, order=order,
                        scores_from=scores_from and str(scores_from), drop_order=drop_order.value, look=look,
-                       pixel=pixel)
+                       pixel=pixel, pixel_swaps=pixel_swaps)
     except ValueError as e:
         fail(str(e))
     if _jobs_written(res):

@@ -1351,3 +1351,33 @@ def test_a_fold_jobs_process_loads_an_export_once_and_again_when_its_files_chang
     again = _loaded_once(tmp_path / "x", ids, tc, paths.lance)
     assert again is not first and [d.dataset_hash for d in again] == [d.dataset_hash for d in first]
     assert _loaded_once(tmp_path / "x", ids[:1], tc, paths.lance) is not again
+
+
+def test_guided_scores_are_the_mean_of_both_adversaries_log_probabilities():
+    """`mrqa af-pool --pixel-swaps`: a coherence question's choices and alternates are scored by the mean of
+    the GM3C ensemble's and the CNN's log-probabilities, so a swap picks an alternate both find plausible; an
+    alternate the CNN could not read keeps GM3C's alone; a question it did not score too; mismatches raise."""
+    from training.af_pooled import guided_scores
+
+    def lsm(x):
+        x = np.asarray(x, float)
+        return x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    gm = {"d": {"q1": {"choices": np.array([3.0, 0, 0, 0]), "answer": 0,
+                       "alts": np.array([[0.0, 2, 0, 0], [0.0, 0, 0, 0], [1.0, 0, 0, 0]])},
+                "q2": {"choices": np.array([0.0, 1, 0, 0]), "answer": 1, "alts": np.zeros((0, 4))}}}
+    px = {"d": {"q1": {"choices": np.array([0.0, 0, 0, 0]), "answer": 0,
+                       "alts": np.array([[5.0, 0, 0, 0], [0.0, 0, 3, 0], [np.nan] * 4])}}}
+    g = guided_scores(gm, px)["d"]
+    np.testing.assert_allclose(g["q1"]["choices"], (lsm([3.0, 0, 0, 0]) + lsm([0.0] * 4)) / 2, atol=1e-6)
+    np.testing.assert_allclose(g["q1"]["alts"][:2], (lsm(gm["d"]["q1"]["alts"][:2]) + lsm(px["d"]["q1"]["alts"][:2]))
+                               / 2, atol=1e-6)
+    np.testing.assert_allclose(g["q1"]["alts"][2], lsm([1.0, 0, 0, 0]), atol=1e-6)     # unread by the CNN
+    np.testing.assert_allclose(g["q2"]["choices"], lsm([0.0, 1, 0, 0]), atol=1e-6)     # not scored by it
+    # the first alternate makes GM3C miss (choice 1 above the answer) but the CNN sees it: together they do not
+    assert g["q1"]["alts"][0].argmax() == 0 and gm["d"]["q1"]["alts"][0].argmax() == 1
+    alone = guided_scores(gm, {})["d"]["q1"]
+    np.testing.assert_allclose(alone["alts"], lsm(gm["d"]["q1"]["alts"]), atol=1e-6)
+    with pytest.raises(ValueError, match="disagree on the answer"):
+        guided_scores(gm, {"d": {"q1": {**px["d"]["q1"], "answer": 2}}})
+    with pytest.raises(ValueError, match="2 alternates scored, 3 recorded"):
+        guided_scores(gm, {"d": {"q1": {**px["d"]["q1"], "alts": px["d"]["q1"]["alts"][:2]}}})

@@ -236,3 +236,38 @@ def test_the_pooled_steps_pixel_list_is_the_probes_out_of_fold_verdicts(world):
         af_pool_flow.fn(task="textual_cloze", pixel=32)
     with pytest.raises(ValueError, match="--pixel must be a side of 8 to 128"):
         af_pool_flow.fn(task="visual_coherence", pixel=4)
+
+
+def test_the_swap_rounds_pixel_guide_scores_each_alternate_in_the_foreign_photos_place(world):
+    """`mrqa af-pool --pixel-swaps`: the CNN of the question's fold scores each alternate foreign photo in the
+    answer's place. The foreign photo itself as an alternate gets the question's own logits; a photo of the
+    question's own recipe there (no foreign photo left) makes the answer less likely than any foreign one,
+    with the recipe's background planted; an alternate with no file gets NaN logits and is named; the same
+    logits twice; anything but coherence with --pixel is refused before any work."""
+    from flows.af_pool import _pixel_guide, af_pool_flow
+    con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
+    did = ids["visual_coherence"]
+    write_photos(con, home, planted=True)
+    rows = con.execute("SELECT qid, answer, choice_list, recipe_id FROM questions WHERE dataset_id = ? ORDER BY qid",
+                       [did]).fetchall()
+    others = {r: [i for (i,) in con.execute("SELECT image_id FROM images WHERE recipe_id <> ? ORDER BY image_id "
+                                            "LIMIT 1", [r]).fetchall()] for _, _, _, r in rows}
+    items = {(did, q): [ch[a], ch[(a + 1) % 4], *others[r], "no-such-photo"] for q, a, ch, r in rows}
+    got = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items=items)[did]
+    assert len(got) == len(rows) > 40
+    own, foreign = [], []
+    for q, a, _, _ in rows:
+        s = got[q]
+        assert s["alts"].shape == (4, 4)
+        np.testing.assert_allclose(s["alts"][0], s["choices"], atol=1e-4)   # the foreign photo in its own place
+        assert np.isnan(s["alts"][3]).all() and not np.isnan(s["alts"][:3]).any()
+        p = np.exp(s["alts"][:3]) / np.exp(s["alts"][:3]).sum(1, keepdims=True)
+        own.append(p[1, a])
+        foreign.append(p[2, a])
+    assert np.mean(own) < 0.5 < np.mean(foreign), (np.mean(own), np.mean(foreign))
+    again = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items=items)[did]
+    assert all(np.array_equal(again[q]["alts"], got[q]["alts"], equal_nan=True) for q in got)
+    for kw in ({"task": "visual_coherence", "pixel_swaps": True},
+               {"task": "visual_cloze", "pixel": 32, "pixel_swaps": True}):
+        with pytest.raises(ValueError, match="--pixel-swaps: the CNN scores alternate foreign photos"):
+            af_pool_flow.fn(**kw)
