@@ -16,11 +16,15 @@ ENC = "synthetic-enc-0001"
 
 
 @contextmanager
-def photo_world(tmp_path_factory, name: str, settings: list):
+def photo_world(tmp_path_factory, name: str, settings: list, authors: int = 0):
     """A synthetic home of 60 recipes with `settings` generated (seed 0): {"home", "paths", "con", "ids": task ->
-    dataset_id}. The photos are written by the test (`write_photos`)."""
+    dataset_id}; with `authors`, each recipe has one of that many authors (round robin) before. The photos are
+    written by the test (`write_photos`)."""
     from features.datasets.generate import generate_datasets
     with synthetic_home(tmp_path_factory, name, n_recipes=60, seed=2, dim=16, k=60) as (home, paths, con):
+        if authors:
+            con.execute(f"""UPDATE recipes SET author = 'author-' ||
+                            CAST(CAST(split_part(recipe_id, '-', 3) AS INTEGER) % {int(authors)} AS VARCHAR)""")
         made = generate_datasets(con, settings, seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False)
         yield {"home": home, "paths": paths, "con": con, "ids": {s["task"]: s["dataset_id"] for s in made}}
 

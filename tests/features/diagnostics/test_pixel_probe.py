@@ -271,3 +271,46 @@ def test_the_swap_rounds_pixel_guide_scores_each_alternate_in_the_foreign_photos
                {"task": "visual_cloze", "pixel": 32, "pixel_swaps": True}):
         with pytest.raises(ValueError, match="--pixel-swaps: the CNN scores alternate foreign photos"):
             af_pool_flow.fn(**kw)
+
+
+@pytest.mark.slow     # a photo world of its own and a pooled step with two CNN passes (~60 s on 2 cores)
+def test_af_pool_pixel_swaps_swap_by_both_adversaries_and_keep_the_author_rule(tmp_path_factory):
+    """`mrqa af-pool --pixel 16 --pixel-swaps` on the author coherence AF dataset: a round's swaps are picked
+    by the mean of GM3C's and the CNN's log-probabilities (the recorded logits of every swap are such: at most
+    0), the round's log carries the CNN's out-of-fold accuracy, params.af_pooled records the option, and every
+    kept question's foreign photo still comes from another recipe of the question's author."""
+    from dataclasses import replace
+
+    from features.datasets.knobs import AF_DEFAULT_ROUNDS
+    from flows.af_pool import af_pool_flow
+    author_af = replace(KnobParams.preset_for("visual_coherence", 0, 0, 0, distractors="author"),
+                        af_rounds=AF_DEFAULT_ROUNDS)
+    settings = [("visual_coherence", KnobParams.preset_for("visual_coherence", 0, 0, 0)),
+                ("visual_coherence", author_af)]
+    with photo_world(tmp_path_factory, "pixel_swaps_home", settings, authors=8) as w:
+        con, home, paths = w["con"], w["home"], w["paths"]
+        write_photos(con, home, planted=True)
+        did = con.execute("SELECT dataset_id FROM datasets WHERE dataset_id LIKE '%author-af%'").fetchall()[0][0]
+        con.execute("CHECKPOINT")
+        con.close()
+        try:
+            res = af_pool_flow.fn(task="visual_coherence", distractors="author", tau=0.3, folds=2, size="tiny",
+                                  rounds=1, solved_share=0.05, min_kept=0.4, pixel=16, pixel_swaps=True)
+        finally:
+            w["con"] = con = duckdb.connect(str(paths.warehouse))
+        assert res["pixel_swaps"] is True and [r["dataset_id"] for r in res["datasets"]] == [did]
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [did]).fetchone()[0])
+        pooled = params["af_pooled"]
+        assert pooled["pixel_swaps"] is True and pooled["pixel_side"] == 16
+        rnd = pooled["swap_rounds"][0]
+        assert rnd["round"] == 1 and rnd["pixel_oof_acc"] > 0.7          # the planted background, seen by the CNN
+        author = dict(con.execute("SELECT recipe_id, author FROM recipes").fetchall())
+        swaps = 0
+        for rid, prov in con.execute("SELECT recipe_id, provenance FROM questions WHERE dataset_id = ?",
+                                     [did]).fetchall():
+            p = json.loads(prov)
+            assert p["foreign_recipe_id"] != rid and author[p["foreign_recipe_id"]] == author[rid]
+            for s in p.get("af_pooled_swaps", []):
+                swaps += 1
+                assert max(s["logits_before"] + s["logits_after"]) <= 0.0      # mean log-probabilities
+        assert swaps > 0
