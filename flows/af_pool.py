@@ -186,8 +186,10 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                 if d in top:
                     log.info("af-pool round %d %s: the answer above every choice and alternate (no swap can move "
                              "it) on %.3f of the questions", rnd, d, top[d])
-                log.info("af-pool round %d %s: out-of-fold question-only %.3f, swapped %d questions", rnd, d,
-                         swap_log[d][-1]["oof_question_only_acc"], done_n.get(d, 0))
+                log.info("af-pool round %d %s: out-of-fold question-only %.3f%s, swapped %d questions", rnd, d,
+                         swap_log[d][-1]["oof_question_only_acc"],
+                         f", the pixel probe {swap_log[d][-1]['pixel_oof_acc']:.3f}" if px_acc else "",
+                         done_n.get(d, 0))
         fresh = bool(fresh_drop or not scores)            # no round ran: the drop's own pass
         if fresh:
             scores = _scores(con, paths, ids, recipe_of, folds, seed, size, adversaries=adversaries, workers=workers,

@@ -4,7 +4,8 @@ Every other question-only check reads fixed features: the encoder's vectors (the
 GM3C question-only) or hand-made pixel statistics (the look probe: a thumbnail, a colour histogram, the
 frame's colours). A sceptical reviewer's next model learns its own features from the pixels. This module
 is that model, a measurement next to the look probe (its figures are written only on request,
-`record_pixel_checks` for `mrqa pixel-probe --record`; `mrqa af-pool --pixel` drops by its verdicts):
+`record_pixel_checks` for `mrqa pixel-probe --record`; `mrqa af-pool --pixel` drops by its verdicts, and
+with `--pixel-swaps` swaps by its scores of each alternate foreign photo, `with_alternates`):
 
 - the photos each question shows, scaled to `SIDE` x `SIDE` RGB (64: half the sample kitchen's side; JPEG
   decoded at a reduced scale), from the warehouse's `images` (status ok) and `redrawn_images` rows; a photo
