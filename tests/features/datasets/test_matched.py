@@ -338,6 +338,8 @@ def test_the_pipeline_makes_and_filters_the_matched_coherence_datasets(kind, tmp
         assert step["distractors"] == kind and step["min_kept"] == 0.4
         assert step["rounds"] == (3 if kind == "author" else 2)
         assert step.get("look", False) == (kind == "author")       # the author step's drop reads the pixels too
+        assert step.get("pixel_swaps", False) == (kind == "author")  # and its swaps the CNN's scores
+        assert step.get("pixel_side") == (64 if kind == "author" else None)
         assert step["drop_order"].startswith("the list whose" if kind == "author" else "lists in turn")
         assert step["fold_by"] == "split"        # held-out splits scored by models that never saw their images
         assert step["adversary"].endswith("out of fold by split (val and test each a fold of their own, "
