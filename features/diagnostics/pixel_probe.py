@@ -24,7 +24,8 @@ with `--pixel-swaps` swaps by its scores of each alternate foreign photo, `with_
   each fold's model trains on the others, early-stopped on a seeded 15% of their recipes, and scores its
   fold. Every question is so scored by a model that never saw its recipe;
 - the folds' models train in spawned processes of one thread each (`training.procs.spawn_map`), each
-  seeded by (seed, dataset, fold), so the figures are the same whatever the workers.
+  seeded by (seed, dataset, fold), so the figures are the same whatever the workers; with
+  MRQA_PIXEL_DEVICE=cuda (or auto on a GPU host, `pixel_device`) in turn on the GPU instead.
 
 Visual tasks only (textual cloze shows titles). `mrqa pixel-probe` prints it, with 95% intervals over every
 question and on the test split."""
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +57,27 @@ LR = 2e-3
 WEIGHT_DECAY = 1e-4
 STOP_SHARE = 15             # % of the training recipes held back for early stopping
 VISUAL_TASKS = ("visual_cloze", "visual_coherence", "visual_ordering")
+# Where the CNN trains: cpu (the default, so a figure is the same on every machine of an instruction set), cuda,
+# or auto (cuda when there is one). On CUDA the folds train in turn on the one device, with cuDNN's deterministic
+# kernels; the figures then differ from the CPU's in the last digits.
+DEVICE_ENV = "MRQA_PIXEL_DEVICE"
+DEVICES = ("cpu", "cuda", "auto")
+
+
+def pixel_device() -> str:
+    """The device the pixel probe trains on, from MRQA_PIXEL_DEVICE (DEVICES; unset: cpu). Raises ValueError on
+    another value, or on cuda where no CUDA device is available."""
+    v = (os.environ.get(DEVICE_ENV) or "cpu").strip().lower()
+    if v not in DEVICES:
+        raise ValueError(f"{DEVICE_ENV} must be one of {', '.join(DEVICES)}, got {v!r}")
+    if v == "cpu":
+        return v
+    import torch
+    if torch.cuda.is_available():
+        return "cuda"
+    if v == "cuda":
+        raise ValueError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device: unset it (cpu) or set it to auto")
+    return "cpu"
 
 
 @dataclass
@@ -224,32 +247,37 @@ def _model(task: str, width: int = 16, dim: int = 64):
     return PixelQuestionOnly()
 
 
-def _batch(pq_photos: np.ndarray, shown: np.ndarray, choices: np.ndarray):
-    """The unique photos of a batch of questions and the questions' indices into them (torch tensors)."""
+def _batch(pq_photos: np.ndarray, shown: np.ndarray, choices: np.ndarray, device: str = "cpu"):
+    """The unique photos of a batch of questions and the questions' indices into them (torch tensors on
+    `device`)."""
     import torch
     uniq = np.unique(np.concatenate([shown[shown >= 0], choices.ravel()]))
     sh = np.where(shown >= 0, np.searchsorted(uniq, np.maximum(shown, 0)), -1)
     ch = np.searchsorted(uniq, choices)
-    return torch.from_numpy(pq_photos[uniq]), torch.from_numpy(sh.astype(np.int64)), torch.from_numpy(ch)
+    return tuple(torch.from_numpy(x).to(device) for x in (pq_photos[uniq], sh.astype(np.int64), ch))
 
 
 def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
     """Train one fold's model and score its held-out questions: (logits (n_held, 4), epochs run, seconds).
-    `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs)."""
+    `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs[, alternate
+    rows or None (`with_alternates`)[, device]]); with alternate rows, a fourth item: their logits."""
     import torch
     import torch.nn.functional as F
     task, photos, shown, choices, answers, train, stop, held, seed, epochs = job[:10]
     alt = job[10] if len(job) > 10 else None
+    device = job[11] if len(job) > 11 else "cpu"
     t0 = time.perf_counter()
     torch.set_num_threads(1)
+    if device != "cpu":
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    model = _model(task)
+    model = _model(task).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-    y = torch.from_numpy(answers.astype(np.int64))
+    y = torch.from_numpy(answers.astype(np.int64)).to(device)
 
     def logits(rows: np.ndarray) -> torch.Tensor:
-        return model(*_batch(photos, shown[rows], choices[rows]))
+        return model(*_batch(photos, shown[rows], choices[rows], device))
 
     def evaluate(rows: np.ndarray) -> tuple[np.ndarray, float]:
         model.eval()
@@ -257,9 +285,9 @@ def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
         with torch.no_grad():
             for s in range(0, len(rows), 256):
                 out.append(logits(rows[s:s + 256]))
-        lg = torch.cat(out) if out else torch.zeros((0, 4))
+        lg = torch.cat(out) if out else torch.zeros((0, 4), device=device)
         loss = float(F.cross_entropy(lg, y[rows])) if len(rows) else 0.0
-        return lg.numpy().astype(np.float64), loss
+        return lg.cpu().numpy().astype(np.float64), loss
 
     best, state, bad, run = float("inf"), None, 0, 0
     for _epoch in range(epochs):
@@ -289,11 +317,12 @@ def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
     lg, _ = evaluate(held)
     if alt is None:
         return lg, run, time.perf_counter() - t0
-    return lg, run, time.perf_counter() - t0, _alternate_logits(model, photos, shown, choices, answers, held, alt)
+    return lg, run, time.perf_counter() - t0, _alternate_logits(model, photos, shown, choices, answers, held, alt,
+                                                                device)
 
 
 def _alternate_logits(model, photos: np.ndarray, shown: np.ndarray, choices: np.ndarray, answers: np.ndarray,
-                      held: np.ndarray, alt: np.ndarray) -> np.ndarray:
+                      held: np.ndarray, alt: np.ndarray, device: str = "cpu") -> np.ndarray:
     """Coherence: (n_held, A, 4) logits of each held-out question with its alternate foreign photo `alt`
     (rows of `photos`, -1: none) in the answer's place (NaN where there is no alternate)."""
     import torch
@@ -309,15 +338,16 @@ def _alternate_logits(model, photos: np.ndarray, shown: np.ndarray, choices: np.
     got = []
     with torch.no_grad():
         for s in range(0, len(q), 256):
-            got.append(model(*_batch(photos, shown[q[s:s + 256]], ch[s:s + 256])).numpy().astype(np.float64))
+            got.append(model(*_batch(photos, shown[q[s:s + 256]], ch[s:s + 256], device)).cpu().numpy()
+                       .astype(np.float64))
     out[pairs[:, 0], pairs[:, 1]] = np.concatenate(got)
     return out
 
 
-def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS, alt: np.ndarray | None = None
-              ) -> list[tuple[int, tuple]]:
+def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS, alt: np.ndarray | None = None,
+              device: str = "cpu") -> list[tuple[int, tuple]]:
     """(fold, fit_fold job) of every fold of a dataset with questions to hold out and others to train on;
-    with `alt` (`with_alternates`), each fold's model also scores its questions' alternates."""
+    with `alt` (`with_alternates`), each fold's model also scores its questions' alternates; on `device`."""
     f = folds(pq.recipes, pq.splits, seed)
     jobs = []
     for k in sorted(set(f.tolist())):
@@ -329,7 +359,7 @@ def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS, alt: np.ndarr
             continue
         fold_seed = _unit(f"pixel-model:{seed}:{pq.dataset_id}:{k}") % (2 ** 31)
         jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs)
-                     + ((alt,) if alt is not None else ())))
+                     + ((alt, device) if alt is not None or device != "cpu" else ())))
     return jobs
 
 
@@ -353,6 +383,7 @@ def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list
         raise ValueError(f"--side must be 8 to 128 pixels, got {side}")
     if epochs < 1:
         raise ValueError(f"--epochs must be 1 or more, got {epochs}")
+    pixel_device()                               # a bad MRQA_PIXEL_DEVICE is refused before any photo is read
     rows = list_datasets(con, dataset_ids)
     text = [r["dataset_id"] for r in rows if r["task"] not in VISUAL_TASKS]
     if dataset_ids and text:
@@ -399,15 +430,15 @@ def out_of_fold_logits(pq: PixelQuestions, seed: int = 0, epochs: int = EPOCHS, 
                        alt: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[int, tuple]], list[tuple]]:
     """Every question's 4 logits from the model of its fold (`fold_jobs`; NaN where no fold's model scored
     it), the jobs and their `fit_fold` results. The folds' models train in `workers` spawned processes
-    (default one per core), or in turn with one. With `alt` (coherence, `with_alternates`), each result's
-    fourth item is its held-out questions' alternate logits (`alternate_logits` gathers them)."""
-    import os
-
+    (default one per core), or in turn with one (on CUDA, `pixel_device`: in turn on the device). With `alt`
+    (coherence, `with_alternates`), each result's fourth item is its held-out questions' alternate logits
+    (`alternate_logits` gathers them)."""
     from training.procs import in_turn, spawn_map
     if alt is not None and pq.task != "visual_coherence":
         raise ValueError(f"alternate foreign photos are scored for visual coherence only, not {pq.task}")
-    jobs = fold_jobs(pq, seed, epochs, alt)
-    n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
+    device = pixel_device()
+    jobs = fold_jobs(pq, seed, epochs, alt, device)
+    n = 1 if device != "cpu" else workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     results = spawn_map(fit_fold, [j for _, j in jobs], n) if n > 1 and len(jobs) > 1 else \
         in_turn(fit_fold, [j for _, j in jobs])
     lg = np.full((len(pq.qids), 4), np.nan)
@@ -466,7 +497,8 @@ def probe(loaded: list[tuple[dict, PixelQuestions, float]], unreadable: dict[str
     if unreadable:
         log.warning("pixel probe: %d photos could not be read (e.g. %s: %s); questions showing them are left out",
                     len(unreadable), *next(iter(unreadable.items())))
-    return {"datasets": out, "photos_unreadable": reasons, "seed": seed, "side": side, "epochs": epochs}
+    return {"datasets": out, "photos_unreadable": reasons, "seed": seed, "side": side, "epochs": epochs,
+            "device": pixel_device()}
 
 
 def record_pixel_checks(con: duckdb.DuckDBPyConnection, res: dict) -> int:
@@ -499,7 +531,8 @@ def format_table(res: dict) -> str:
                      f"{f(r['test_accuracy'], r['test_ci']):>22s}  {r['train_folds'] + 2:5d}  "
                      f"{r['fewest_trained']:6d}  {r['seconds_train']:7.1f}")
     bad = ", ".join(f"{k} {v}" for k, v in sorted(res["photos_unreadable"].items()))
-    lines.append(f"chance 25.0%; a CNN question-only model on {res['side']} x {res['side']} photos, every question "
+    lines.append(f"chance 25.0%; a CNN question-only model on {res['side']} x {res['side']} photos "
+                 f"({res.get('device', 'cpu')}), every question "
                  "scored by a model that never saw its split's photos or its recipe; folds: the train split's and the "
                  "val and test splits; fewest: questions the smallest fold's model trained on"
                  + (f"; unreadable: {bad}" if bad else ""))

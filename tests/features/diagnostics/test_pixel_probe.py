@@ -314,3 +314,50 @@ def test_af_pool_pixel_swaps_swap_by_both_adversaries_and_keep_the_author_rule(t
                 swaps += 1
                 assert max(s["logits_before"] + s["logits_after"]) <= 0.0      # mean log-probabilities
         assert swaps > 0
+
+
+def test_the_device_comes_from_the_environment_and_a_bad_one_is_refused_before_any_work(world, monkeypatch):
+    """MRQA_PIXEL_DEVICE: unset or cpu, the CPU (the recorded figures'); auto, CUDA where there is one (here the
+    CPU, so the same figures); another value, or cuda without a CUDA device, a ValueError that says what to set."""
+    import torch
+
+    from features.diagnostics.pixel_probe import pixel_device
+    con, home, ids = world["con"], world["home"], world["ids"]
+    write_photos(con, home, planted=True)
+    names = [ids["visual_coherence"]]
+    monkeypatch.delenv("MRQA_PIXEL_DEVICE", raising=False)
+    assert pixel_device() == "cpu"
+    base = pixel_probe_rows(con, home, names, epochs=1, workers=1, side=16)
+    assert base["device"] == "cpu"
+    monkeypatch.setenv("MRQA_PIXEL_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="MRQA_PIXEL_DEVICE must be one of cpu, cuda, auto, got 'gpu'"):
+        pixel_probe_rows(con, home, names, epochs=1, workers=1, side=16)
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("MRQA_PIXEL_DEVICE", "cuda")
+        with pytest.raises(ValueError, match="sees no CUDA device: unset it"):
+            pixel_probe_rows(con, home, names, epochs=1, workers=1, side=16)
+        monkeypatch.setenv("MRQA_PIXEL_DEVICE", " Auto ")
+        auto = pixel_probe_rows(con, home, names, epochs=1, workers=1, side=16)
+        strip = lambda res: [{k: v for k, v in r.items() if not k.startswith("seconds")} for r in res["datasets"]]
+        assert auto["device"] == "cpu" and strip(auto) == strip(base)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_the_probe_and_its_alternates_on_cuda_learn_the_planted_look_the_same_twice(world, monkeypatch):
+    """MRQA_PIXEL_DEVICE=cuda: the folds train on the GPU (in turn), learn the planted background, and give
+    the same figures twice (cuDNN's deterministic kernels); the pooled step's alternates are scored there too."""
+    from flows.af_pool import _pixel_guide
+    con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
+    write_photos(con, home, planted=True)
+    monkeypatch.setenv("MRQA_PIXEL_DEVICE", "cuda")
+    names = [ids["visual_cloze"], ids["visual_coherence"]]
+    one = pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=2, side=SIDE)
+    two = pixel_probe_rows(con, home, names, epochs=EPOCHS, workers=2, side=SIDE)
+    assert one["device"] == "cuda"
+    assert [r["accuracy"] for r in one["datasets"]] == [r["accuracy"] for r in two["datasets"]]
+    assert all(r["accuracy"] > 0.85 for r in one["datasets"]), one["datasets"]
+    did = ids["visual_coherence"]
+    rows = con.execute("SELECT qid, answer, choice_list FROM questions WHERE dataset_id = ?", [did]).fetchall()
+    got = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items={(did, q): [ch[a]] for q, a, ch in rows})[did]
+    for q in got:
+        np.testing.assert_allclose(got[q]["alts"][0], got[q]["choices"], atol=1e-3)
