@@ -98,7 +98,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     `pixel` (visual tasks; a side in pixels, 0: not): the drop also takes what the pixel probe solves
     (`_pixel_oof`: a CNN trained on each dataset's photos at `pixel` x `pixel`, out of fold with the val and
     test splits held out whole, features/diagnostics/pixel_probe.py), one more list. `pixel_swaps` (coherence,
-    with `pixel`): each round's swaps also read that CNN (`_pixel_guide`: its own out-of-fold models score
+    with `pixel`): each round's swaps also read that CNN (`_pixel_scores`: its own out-of-fold models score
     every alternate foreign photo), the mean of its and the GM3C ensemble's log-probabilities
     (`guided_scores`), so a swap picks a foreign photo both find plausible; the drop's lists stay apart.
     `order` (textual cloze): and what the order probe solves (`_order_oof`: the corpus's title-order counts,
@@ -169,7 +169,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
                              adversaries, workers, fold_by, offload)
             guide, px_acc = scores, None
             if pixel_swaps:
-                px = _pixel_guide(con, paths, ids, PIXEL_SEED + seed + 1000 * rnd, pixel, items)
+                px = _pixel_scores(con, paths, ids, PIXEL_SEED + seed + 1000 * rnd, pixel, items)
                 guide, px_acc = guided_scores(scores, px), verdicts(px)
             plan = swap_plan(guide, alts, solved_share, vectors if task in CLOZE_TASKS else None, first)
             done_n = apply_swaps(con, plan, guide, rnd, vectors)
@@ -178,11 +178,9 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
             top = above_all_share(scores) if task in ("visual_ordering", "visual_coherence") else {}
             for d in ids:
                 swap_log[d].append({"round": rnd, "swapped": done_n.get(d, 0),
-                                    "oof_question_only_acc": round(sum(r for _, r in acc[d].values())
-                                                                   / max(len(acc[d]), 1), 4),
+                                    "oof_question_only_acc": _solved_share(acc[d]),
                                     **({"answer_above_all": top[d]} if d in top else {}),
-                                    **({"pixel_oof_acc": round(sum(r for _, r in px_acc[d].values())
-                                                               / max(len(px_acc[d]), 1), 4)} if px_acc else {})})
+                                    **({"pixel_oof_acc": _solved_share(px_acc[d])} if px_acc else {})})
                 if d in top:
                     log.info("af-pool round %d %s: the answer above every choice and alternate (no swap can move "
                              "it) on %.3f of the questions", rnd, d, top[d])
@@ -770,49 +768,44 @@ def _look_oof(con, paths: Paths, ids: list[str], task: str, seed: int, fold_by: 
 
 
 def _pixel_oof(con, paths: Paths, ids: list[str], seed: int, side: int) -> dict:
-    """The pixel probe's verdicts on every question (features/diagnostics/pixel_probe.py): per dataset a small
-    CNN trained on its photos at `side` x `side`, each question scored by the model of a fold that never saw
-    its recipe (the val and test splits held out whole), seeded `seed`; one list of the drop. A question
-    showing a photo that cannot be read has no verdict (it is not on this list)."""
-    from features.diagnostics import pixel_probe as pp
-    t0 = time.perf_counter()
-    loaded, unreadable = pp.load_questions(con, paths.home, ids, side)
-    scores, answers = {}, {}
-    for _, pq, _ in loaded:
-        lg = pp.out_of_fold_logits(pq, seed)[0]
-        kept = ~np.isnan(lg).any(1)
-        scores[pq.dataset_id] = {q: lg[n] for n, q in enumerate(pq.qids) if kept[n]}
-        answers[pq.dataset_id] = {q: int(pq.answers[n]) for n, q in enumerate(pq.qids) if kept[n]}
-    if unreadable:
-        log.warning("af-pool: the pixel probe could not read %d photos; the questions showing them have no pixel "
-                    "verdict", len(unreadable))
-    log.info("af-pool: the pixel probe (%d x %d) scored the questions in %.1f s", side, side, time.perf_counter() - t0)
-    return linear_verdicts(scores, answers)
+    """The pixel probe's verdicts on every question (`_pixel_scores`: per dataset a small CNN trained on its
+    photos at `side` x `side`, each question scored by the model of a fold that never saw its recipe, the val and
+    test splits held out whole), seeded `seed`; one list of the drop. A question showing a photo that cannot be
+    read has no verdict (it is not on this list)."""
+    return verdicts(_pixel_scores(con, paths, ids, seed, side))
 
 
-def _pixel_guide(con, paths: Paths, ids: list[str], seed: int, side: int, items: dict[tuple[str, str], list[str]]
-                 ) -> dict[str, dict[str, dict]]:
-    """The pixel probe's out-of-fold scores of the coherence questions as they are now and of each recorded
-    alternate foreign photo in the answer's place (`items`: (dataset_id, qid) -> image ids, in the
-    alternates' order), seeded `seed`: dataset_id -> qid -> {"choices" (4,), "answer", "alts" (A, 4)}, as
-    `_scores` gives them. A question showing a photo that cannot be read is left out; an alternate that
-    cannot be read has NaN logits (`guided_scores` reads the GM3C ones alone for it)."""
+def _solved_share(v: dict[str, tuple[float, bool]]) -> float:
+    """The share of a dataset's questions an adversary solves, from its `verdicts`."""
+    return round(sum(r for _, r in v.values()) / max(len(v), 1), 4)
+
+
+def _pixel_scores(con, paths: Paths, ids: list[str], seed: int, side: int,
+                  items: dict[tuple[str, str], list[str]] | None = None) -> dict[str, dict[str, dict]]:
+    """The pixel probe's out-of-fold scores of the questions as they are now (features/diagnostics/pixel_probe.py),
+    seeded `seed`: dataset_id -> qid -> {"choices" (4,), "answer"}, as `_scores` gives them. With `items`
+    (coherence: (dataset_id, qid) -> the recorded alternate foreign photos' image ids, in the alternates' order)
+    also "alts" (A, 4): each alternate scored in the answer's place. A question showing a photo that cannot be
+    read is left out; an alternate that cannot be read has NaN logits (`guided_scores` reads the GM3C ones alone
+    for it)."""
     from features.diagnostics import pixel_probe as pp
     t0 = time.perf_counter()
-    loaded, unreadable = pp.load_questions(con, paths.home, ids, side)
     index = pp.photo_index(con)
+    loaded, unreadable = pp.load_questions(con, paths.home, ids, side, index=index)
     out: dict[str, dict[str, dict]] = {}
     for _, pq, _ in loaded:
-        d = pq.dataset_id
-        pq, alt = pp.with_alternates(pq, {q: items.get((d, q), []) for q in pq.qids}, index, paths.home, side,
-                                     unreadable)
+        d, alt = pq.dataset_id, None
+        if items is not None:
+            pq, alt = pp.with_alternates(pq, {q: items.get((d, q), []) for q in pq.qids}, index, paths.home, side,
+                                         unreadable)
         lg, jobs, results = pp.out_of_fold_logits(pq, seed, alt=alt)
-        al = pp.alternate_logits(len(pq.qids), alt.shape[1], jobs, results)
-        out[d] = {q: {"choices": lg[n], "answer": int(pq.answers[n]), "alts": al[n, :len(items.get((d, q), []))]}
+        al = pp.alternate_logits(len(pq.qids), alt.shape[1], jobs, results) if alt is not None else None
+        out[d] = {q: {"choices": lg[n], "answer": int(pq.answers[n]),
+                      **({"alts": al[n, :len(items.get((d, q), []))]} if al is not None else {})}
                   for n, q in enumerate(pq.qids) if not np.isnan(lg[n]).any()}
     if unreadable:
-        log.warning("af-pool: the pixel probe could not read %d photos; their questions and alternates are left to "
-                    "the GM3C ensemble", len(unreadable))
-    log.info("af-pool: the pixel probe (%d x %d) scored the questions and their alternates in %.1f s", side, side,
-             time.perf_counter() - t0)
+        log.warning("af-pool: the pixel probe could not read %d photos; the questions showing them have no pixel "
+                    "verdict%s", len(unreadable), ", their alternates are left to the GM3C ensemble" if items else "")
+    log.info("af-pool: the pixel probe (%d x %d) scored the questions%s in %.1f s", side, side,
+             " and their alternates" if items is not None else "", time.perf_counter() - t0)
     return out

@@ -251,38 +251,36 @@ def mean_scores(members: list[dict[str, dict[str, dict]]]) -> dict[str, dict[str
     return out
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    z = x - x.max(-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(-1, keepdims=True))
-
-
 def guided_scores(scores: dict[str, dict[str, dict]], other: dict[str, dict[str, dict]]
                   ) -> dict[str, dict[str, dict]]:
     """Coherence scores read by two adversaries: per question and per alternate (A, 4), the mean of the two
     models' log-probabilities over the 4 choices (a product of experts), so a choice or alternate set
     scores well only where both find it plausible. Where `other` has no question, or NaN logits for an
     alternate (a photo it could not read), `scores`' log-probabilities alone."""
+    from scipy.special import log_softmax
+
+    def lsm(x) -> np.ndarray:                    # log-probabilities over each row's 4 choices
+        return log_softmax(np.asarray(x, np.float64), axis=-1)
     out: dict[str, dict[str, dict]] = {}
     for d, qs in scores.items():
         out[d] = {}
         for q, s in qs.items():
             g = dict(s)
-            g["choices"] = _log_softmax(np.asarray(s["choices"], np.float64))
+            g["choices"] = lsm(s["choices"])
             alts = np.asarray(s["alts"], np.float64)
             if alts.ndim == 2 and len(alts):
-                g["alts"] = _log_softmax(alts)
+                g["alts"] = lsm(alts)
             o = other.get(d, {}).get(q)
             if o is not None:
                 if o["answer"] != s["answer"]:
                     raise ValueError(f"{d} {q}: the two adversaries disagree on the answer")
-                g["choices"] = np.round((g["choices"] + _log_softmax(np.asarray(o["choices"], np.float64))) / 2, 6)
+                g["choices"] = np.round((g["choices"] + lsm(o["choices"])) / 2, 6)
                 if alts.ndim == 2 and len(alts):
                     oa = np.asarray(o["alts"], np.float64)
                     if oa.shape != alts.shape:
                         raise ValueError(f"{d} {q}: {oa.shape[0]} alternates scored, {alts.shape[0]} recorded")
                     ok = ~np.isnan(oa).any(1)
-                    g["alts"] = np.round(np.where(ok[:, None], (g["alts"] + _log_softmax(np.nan_to_num(oa))) / 2,
-                                                  g["alts"]), 6)
+                    g["alts"] = np.round(np.where(ok[:, None], (g["alts"] + lsm(np.nan_to_num(oa))) / 2, g["alts"]), 6)
             out[d][q] = g
     return out
 

@@ -259,13 +259,11 @@ def _batch(pq_photos: np.ndarray, shown: np.ndarray, choices: np.ndarray, device
 
 def fit_fold(job: tuple) -> tuple[np.ndarray, int, float]:
     """Train one fold's model and score its held-out questions: (logits (n_held, 4), epochs run, seconds).
-    `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs[, alternate
-    rows or None (`with_alternates`)[, device]]); with alternate rows, a fourth item: their logits."""
+    `job`: (task, photos, shown, choices, answers, train rows, stop rows, held rows, seed, epochs, alternate
+    rows or None (`with_alternates`), device); with alternate rows, a fourth item: their logits."""
     import torch
     import torch.nn.functional as F
-    task, photos, shown, choices, answers, train, stop, held, seed, epochs = job[:10]
-    alt = job[10] if len(job) > 10 else None
-    device = job[11] if len(job) > 11 else "cpu"
+    task, photos, shown, choices, answers, train, stop, held, seed, epochs, alt, device = job
     t0 = time.perf_counter()
     torch.set_num_threads(1)
     if device != "cpu":
@@ -358,8 +356,8 @@ def fold_jobs(pq: PixelQuestions, seed: int, epochs: int = EPOCHS, alt: np.ndarr
         if len(train) < 2:
             continue
         fold_seed = _unit(f"pixel-model:{seed}:{pq.dataset_id}:{k}") % (2 ** 31)
-        jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs)
-                     + ((alt, device) if alt is not None or device != "cpu" else ())))
+        jobs.append((k, (pq.task, pq.photos, pq.shown, pq.choices, pq.answers, train, stop, held, fold_seed, epochs,
+                         alt, device)))
     return jobs
 
 
@@ -373,11 +371,12 @@ def pixel_probe_rows(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: li
 
 
 def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list[str] | None = None,
-                   side: int = SIDE, epochs: int = EPOCHS) -> tuple[list[tuple[dict, PixelQuestions, float]],
-                                                                   dict[str, str]]:
+                   side: int = SIDE, epochs: int = EPOCHS, index: PhotoIndex | None = None
+                   ) -> tuple[list[tuple[dict, PixelQuestions, float]], dict[str, str]]:
     """What the probe reads from the warehouse, so that its models train with no connection open: per visual
     dataset (its `list_datasets` row with its content hash, its questions with their photos, the seconds the
-    reading took), and {image_id: why} of the photos that could not be read. Bad arguments raise ValueError."""
+    reading took), and {image_id: why} of the photos that could not be read. `index`: the warehouse's
+    `photo_index`, when the caller has it already. Bad arguments raise ValueError."""
     from features.diagnostics.bias import list_datasets
     if side < 8 or side > 128:
         raise ValueError(f"--side must be 8 to 128 pixels, got {side}")
@@ -389,7 +388,7 @@ def load_questions(con: duckdb.DuckDBPyConnection, home: Path, dataset_ids: list
     if dataset_ids and text:
         raise ValueError(f"{', '.join(text)}: the pixel probe reads photos; textual cloze shows none")
     rows = [r for r in rows if r["task"] in VISUAL_TASKS]
-    index = photo_index(con)
+    index = index or photo_index(con)
     sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE list_contains(?, dataset_id)",
                            [[r["dataset_id"] for r in rows]]).fetchall())
     unreadable: dict[str, str] = {}

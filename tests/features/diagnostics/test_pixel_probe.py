@@ -238,13 +238,13 @@ def test_the_pooled_steps_pixel_list_is_the_probes_out_of_fold_verdicts(world):
         af_pool_flow.fn(task="visual_coherence", pixel=4)
 
 
-def test_the_swap_rounds_pixel_guide_scores_each_alternate_in_the_foreign_photos_place(world):
+def test_the_swap_rounds_pixel_scores_scores_each_alternate_in_the_foreign_photos_place(world):
     """`mrqa af-pool --pixel-swaps`: the CNN of the question's fold scores each alternate foreign photo in the
     answer's place. The foreign photo itself as an alternate gets the question's own logits; a photo of the
     question's own recipe there (no foreign photo left) makes the answer less likely than any foreign one,
     with the recipe's background planted; an alternate with no file gets NaN logits and is named; the same
     logits twice; anything but coherence with --pixel is refused before any work."""
-    from flows.af_pool import _pixel_guide, af_pool_flow
+    from flows.af_pool import _pixel_scores, af_pool_flow
     con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
     did = ids["visual_coherence"]
     write_photos(con, home, planted=True)
@@ -253,7 +253,7 @@ def test_the_swap_rounds_pixel_guide_scores_each_alternate_in_the_foreign_photos
     others = {r: [i for (i,) in con.execute("SELECT image_id FROM images WHERE recipe_id <> ? ORDER BY image_id "
                                             "LIMIT 1", [r]).fetchall()] for _, _, _, r in rows}
     items = {(did, q): [ch[a], ch[(a + 1) % 4], *others[r], "no-such-photo"] for q, a, ch, r in rows}
-    got = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items=items)[did]
+    got = _pixel_scores(con, paths, [did], seed=3, side=SIDE, items=items)[did]
     assert len(got) == len(rows) > 40
     own, foreign = [], []
     for q, a, _, _ in rows:
@@ -265,7 +265,7 @@ def test_the_swap_rounds_pixel_guide_scores_each_alternate_in_the_foreign_photos
         own.append(p[1, a])
         foreign.append(p[2, a])
     assert np.mean(own) < 0.5 < np.mean(foreign), (np.mean(own), np.mean(foreign))
-    again = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items=items)[did]
+    again = _pixel_scores(con, paths, [did], seed=3, side=SIDE, items=items)[did]
     assert all(np.array_equal(again[q]["alts"], got[q]["alts"], equal_nan=True) for q in got)
     for kw in ({"task": "visual_coherence", "pixel_swaps": True},
                {"task": "visual_cloze", "pixel": 32, "pixel_swaps": True}):
@@ -346,7 +346,7 @@ def test_the_device_comes_from_the_environment_and_a_bad_one_is_refused_before_a
 def test_the_probe_and_its_alternates_on_cuda_learn_the_planted_look_the_same_twice(world, monkeypatch):
     """MRQA_PIXEL_DEVICE=cuda: the folds train on the GPU (in turn), learn the planted background, and give
     the same figures twice (cuDNN's deterministic kernels); the pooled step's alternates are scored there too."""
-    from flows.af_pool import _pixel_guide
+    from flows.af_pool import _pixel_scores
     con, home, paths, ids = world["con"], world["home"], world["paths"], world["ids"]
     write_photos(con, home, planted=True)
     monkeypatch.setenv("MRQA_PIXEL_DEVICE", "cuda")
@@ -358,6 +358,6 @@ def test_the_probe_and_its_alternates_on_cuda_learn_the_planted_look_the_same_tw
     assert all(r["accuracy"] > 0.85 for r in one["datasets"]), one["datasets"]
     did = ids["visual_coherence"]
     rows = con.execute("SELECT qid, answer, choice_list FROM questions WHERE dataset_id = ?", [did]).fetchall()
-    got = _pixel_guide(con, paths, [did], seed=3, side=SIDE, items={(did, q): [ch[a]] for q, a, ch in rows})[did]
+    got = _pixel_scores(con, paths, [did], seed=3, side=SIDE, items={(did, q): [ch[a]] for q, a, ch in rows})[did]
     for q in got:
         np.testing.assert_allclose(got[q]["alts"][0], got[q]["choices"], atol=1e-3)
