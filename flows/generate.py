@@ -51,9 +51,11 @@ def register_dataset_task(con, ds: GeneratedDataset) -> dict:
 
 
 def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, encoder_id: str | None,
-                          af_pooled_drop: tuple[str, ...] = (), k_requested: bool = False) -> list[dict]:
+                          af_pooled_drop: tuple[str, ...] = (), k_requested: bool = False,
+                          twin_rule: str = "words") -> list[dict]:
     """generate_datasets on the warehouse of MRQA_HOME; each dataset's write is a task run inside a
     flow run, a plain call outside one. `af_pooled_drop`: tasks whose AF drop is left to `mrqa af-pool`.
+    `twin_rule`: AF's cloze twin rule of the visual cloze AF settings (features/datasets/twins.py).
     `k_requested` (a k given, not the default): refuse one above the stored neighbour lists first."""
     paths = Paths.from_env().ensure()
     con = connect(paths)
@@ -64,7 +66,7 @@ def generate_and_register(settings: list[tuple[str, KnobParams]], seed: int, enc
         if k_requested:
             check_neighbour_k(con, encoder, settings)
         return generate_datasets(con, settings, seed=seed, encoder_id=encoder_id, lance_uri=paths.lance,
-                                 register=register, af_pooled_drop=tuple(af_pooled_drop))
+                                 register=register, af_pooled_drop=tuple(af_pooled_drop), twin_rule=twin_rule)
     finally:
         con.close()
 
@@ -115,21 +117,22 @@ def generate_flow(all_settings: bool = True, seed: int = 0, encoder_id: str | No
                   task_name: TaskName | None = None, knobs: tuple[int, int, int] | str | None = None,
                   preset: PresetName | None = None, k3_mode: K3Mode | None = None, overrides: dict | None = None,
                   adversarial: bool | None = None, af_rounds: int = AF_DEFAULT_ROUNDS,
-                  probe: bool = True, af_pooled_drop: tuple[str, ...] = ()) -> dict:
+                  probe: bool = True, af_pooled_drop: tuple[str, ...] = (), twin_rule: str = "words") -> dict:
     """Generate datasets: every setting (`all_settings`), one knob setting (`task_name` + `knobs`),
     or a preset (`task_name` + `preset="recipeqa"`). Returns {datasets: [...], n_questions, seconds}.
     `adversarial`: the adversarially filtered variant of the setting (True), or with `all_settings`
     the AF variants next to every setting (None, the default, or True; False: none). `probe`: add the
     learned question-only probe (qo_* keys) to each dataset's summary and print it (about a second
     per dataset). `af_pooled_drop`: the tasks (visual cloze, coherence) whose AF datasets leave the drop
-    of what stays predictable to the pooled adversary (`mrqa af-pool`, which must follow)."""
+    of what stays predictable to the pooled adversary (`mrqa af-pool`, which must follow). `twin_rule`: AF's
+    cloze twin rule of the visual cloze AF settings (words, or items by the sample kitchen's ground truth)."""
     check_seed(seed)                       # before anything is generated or registered
     settings = settings_for(task_name, knobs, preset, k3_mode, overrides,
                             all_settings=all_settings and not (task_name or knobs or preset),
                             adversarial=adversarial, af_rounds=af_rounds)
     t0 = time.perf_counter()
     summaries = generate_and_register(settings, seed, encoder_id, af_pooled_drop,
-                                      k_requested="k" in (overrides or {}))
+                                      k_requested="k" in (overrides or {}), twin_rule=twin_rule)
     # wall time of the whole task (datasets are assembled on several threads, so the per-dataset
     # seconds overlap and their sum is more than this); the probe below is not counted
     seconds = round(time.perf_counter() - t0, 3)

@@ -134,7 +134,16 @@ def config(ds) -> dict:
            "read_margin": READ_MARGIN, "read_text": "body"}
     if ds.af_drop != "linear":                   # recorded only when not AF's own (older ids' content)
         out["drop"] = ds.af_drop
+    if ds.twin_rule != "words":                  # the same: recorded only when not the words rule
+        out["twin_rule"] = ds.twin_rule
     return out
+
+
+def twin_table(sp, ds):
+    """The cloze twin rule of dataset `ds` over space `sp`: the steps' words (twins.py, AF's rule) or, with
+    `twin_rule` "items", the sample kitchen's ground truth (twins.ItemTwins, set on the space by the
+    generator)."""
+    return sp.item_twins if ds.twin_rule == "items" else sp.step_words
 
 
 def readable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -435,12 +444,14 @@ def _off_gap(sp, b, keep: np.ndarray, rc: np.ndarray) -> np.ndarray:
     return np.where((rc >= 0) & (rs > gap_lo[:, None]) & (rs < gap_hi[:, None]), -1, rc)
 
 
-def answerable(sp, ans: np.ndarray, cand: np.ndarray) -> np.ndarray:
+def answerable(sp, ans: np.ndarray, cand: np.ndarray, twins=None) -> np.ndarray:
     """cand (K, M) without what a reader could not tell from answer ans[k]: a text twin of the answer's
-    step (the same step in another recipe, said the same way, is as right an answer: twins.py) and a
-    photo the answer step's text cannot tell from the answer's (READ_MARGIN)."""
+    step (the same step in another recipe, said the same way, is as right an answer: twins.py; `twins`: the
+    rule's table, default the words) and a photo the answer step's text cannot tell from the answer's
+    (READ_MARGIN)."""
     a_row = sp.word_row[ans][:, None]
-    cand = np.where((cand >= 0) & sp.step_words.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
+    twins = sp.step_words if twins is None else twins
+    cand = np.where((cand >= 0) & twins.twins(a_row, sp.word_row[np.maximum(cand, 0)]), -1, cand)
     return np.where((cand >= 0) & readable(sp, ans, np.maximum(cand, 0)), cand, -1)
 
 
@@ -611,7 +622,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
             if title:                                 # never the answer's own text
                 ok &= sp.text_code[np.maximum(c, 0)] != sp.text_code[ans][:, None]
             parts.append(np.where(ok, c, -1))
-        cand = answerable(sp, ans, _dedupe(np.concatenate(parts, axis=1)))
+        cand = answerable(sp, ans, _dedupe(np.concatenate(parts, axis=1)), twin_table(sp, ds))
         if title:                       # a recipe's name (its intro's title) is never an answer: never a choice
             cand = np.where(intro(sp, cand), -1, cand)
     else:                               # beyond the knobs: the recipe's own photos, answerable already
@@ -619,7 +630,7 @@ def refine_cloze(ds, b, sp, P: dict, keep: np.ndarray, picks: np.ndarray, need: 
     # a text twin of the answer step, or a photo its text cannot tell from the answer's: knob picks that
     # are must be replaced
     a_row = sp.word_row[ans][:, None]
-    cur_twin = sp.step_words.twins(a_row, sp.word_row[picks])
+    cur_twin = twin_table(sp, ds).twins(a_row, sp.word_row[picks])
     n_twin_picks = int(cur_twin.sum())
     cur_unread = ~readable(sp, ans, picks)
     n_unread_picks = int(cur_unread.sum())

@@ -75,6 +75,7 @@ class Space:
     author_code: np.ndarray = field(repr=False, default=None)    # recipes.author code, -1 for none
     step_words: object = field(repr=False, default=None)         # twins.StepWords of the warehouse
     word_row: np.ndarray = field(repr=False, default=None)       # the item's step row in step_words
+    item_twins: object = field(repr=False, default=None)         # twins.ItemTwins (a `--twin-rule items` run)
     step_text: np.ndarray = field(repr=False, default=None)      # image space: the unit body-text vector
                                                                  # of the item's step (0 where none)
     order: object = field(repr=False, default=None)              # title space: title_order.TitleOrder
@@ -141,10 +142,14 @@ class Generator:
     """Generates datasets for one encoder on one warehouse connection; caches shared inputs."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, encoder_id: str, lance_uri: str | None = None,
-                 af_pooled_drop: tuple[str, ...] = ()):
+                 af_pooled_drop: tuple[str, ...] = (), twin_rule: str = "words"):
         from etl.config import Paths
+        from features.datasets.twins import TWIN_RULES
+        if twin_rule not in TWIN_RULES:
+            raise ValueError(f"--twin-rule {twin_rule}: one of {', '.join(TWIN_RULES)}")
         self.con = con
         self.af_pooled_drop = frozenset(af_pooled_drop) & set(POOLED_DROP_TASKS)
+        self.twin_rule = twin_rule      # AF's cloze twin rule for the visual cloze AF settings (twins.py)
         self.encoder_id = encoder_id
         self.lance_uri = lance_uri or Paths.from_env().lance
         self._spaces: dict[str, Space] = {}
@@ -294,6 +299,25 @@ class Generator:
         self._batches[key] = b
         return b
 
+    def _twin_rule(self, task: str, params: KnobParams) -> str:
+        """The cloze twin rule of one dataset: the run's for a visual cloze AF setting of the knob-2 ball
+        (the distractors AF picks), the words rule for every other."""
+        items = task == "visual_cloze" and params.af_rounds > 0 and params.distractors == "ball"
+        return self.twin_rule if items else "words"
+
+    def _item_twins(self, sp: Space):
+        """twins.ItemTwins of the warehouse's steps, from the sample kitchen build that knows its recipes
+        (ValueError naming the way out when there is none: a real site's steps have no ground truth)."""
+        from etl.config import Paths
+        from features.datasets.ground_truth import find_truth
+        from features.datasets.twins import ItemTwins
+        try:
+            truth = find_truth(Paths.from_env(), set(sp.recipe_ids.tolist()))
+        except ValueError as e:
+            raise ValueError(f"--twin-rule items reads the sample kitchen's ground truth of the steps ({e}); "
+                             "leave it out for the words rule") from None
+        return ItemTwins(sp.step_words, truth.photos)
+
     # -- datasets -------------------------------------------------------------------------------
     def generate(self, task: str, params: KnobParams, seed: int) -> GeneratedDataset:
         params.validate(task)
@@ -304,8 +328,11 @@ class Generator:
         prep = self._prepared[(fam.space, seed, params.k)]
         ds = GeneratedDataset(dataset_id(task, params, seed, self.encoder_id), task, params, seed,
                               self.encoder_id, skips=dict(b.pools["skips"]),
-                              af_drop="pooled" if task in self.af_pooled_drop else "linear")
+                              af_drop="pooled" if task in self.af_pooled_drop else "linear",
+                              twin_rule=self._twin_rule(task, params))
         sp = self._spaces[fam.space]
+        if ds.twin_rule == "items" and sp.item_twins is None:
+            sp.item_twins = self._item_twins(sp)
         if task in ("visual_cloze", "textual_cloze"):
             from features.datasets.questions import cloze
             cloze(ds, b, sp, prep.knn)
@@ -340,6 +367,7 @@ class GeneratedDataset:
     notes: dict = field(default_factory=dict)          # e.g. knob-3 balanced draw statistics
     adversarial: dict = field(default_factory=dict)    # AF: rounds, pools, ensemble and what it measured
     af_drop: str = "linear"          # AF's drop: its own linear ensemble's cap, or "pooled": left to `mrqa af-pool`
+    twin_rule: str = "words"         # AF's cloze twin rule (twins.py): "items" by the sample kitchen's ground truth
 
     @property
     def n_questions(self) -> int:
@@ -584,8 +612,8 @@ def settings_for(task: str | None = None, knobs: tuple[int, int, int] | str | No
 def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, KnobParams]],
                       seed: int = 0, encoder_id: str | None = None, lance_uri: str | None = None,
                       progress: bool = True, generator: Generator | None = None,
-                      workers: int | None = None, register=None, af_pooled_drop: tuple[str, ...] = ()
-                      ) -> list[dict]:
+                      workers: int | None = None, register=None, af_pooled_drop: tuple[str, ...] = (),
+                      twin_rule: str = "words") -> list[dict]:
     """Generate and register every (task, params) setting; returns one summary per dataset, in the
     order of `settings`, with `seconds` (its generation + registration; the first dataset of a space
     also pays for preparing the shared inputs).
@@ -600,7 +628,9 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     (default register_dataset) stores one dataset; the generate flow passes a Prefect task per
     dataset (with retries) there. `af_pooled_drop`: the tasks (visual cloze, coherence) whose AF datasets skip AF's own
     drop of the questions its linear ensemble still solves (`af_predictable`): `mrqa af-pool` drops by
-    the stronger pooled adversary instead, with the room that drop would have used."""
+    the stronger pooled adversary instead, with the room that drop would have used. `twin_rule`: AF's cloze
+    twin rule for the visual cloze AF settings of the knob-2 ball (twins.py: words, or items by the sample
+    kitchen's ground truth)."""
     import os
     import time
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -610,9 +640,11 @@ def generate_datasets(con: duckdb.DuckDBPyConnection, settings: list[tuple[str, 
     from features.datasets.knobs import check_seed
     check_seed(seed)                                   # before any work: nothing registered for a bad seed
     encoder_id = encoder_id or default_encoder(con)
-    gen = generator or Generator(con, encoder_id, lance_uri, af_pooled_drop)
+    gen = generator or Generator(con, encoder_id, lance_uri, af_pooled_drop, twin_rule)
     if generator is not None and af_pooled_drop:
         gen.af_pooled_drop = frozenset(af_pooled_drop) & set(POOLED_DROP_TASKS)
+    if generator is not None:
+        gen.twin_rule = twin_rule
     workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     groups: dict[tuple, list[int]] = {}
     for i, (task, params) in enumerate(settings):      # bad settings fail before any work

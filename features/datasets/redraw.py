@@ -38,7 +38,7 @@ import hashlib
 import json
 import logging
 import random
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import duckdb
@@ -47,6 +47,7 @@ import numpy as np
 from etl.config import Paths
 from etl.records import REDRAWN_ORD
 from etl.warehouse import transaction, utcnow
+from features.datasets.ground_truth import NO_TRUTH, Truth, find_truth, read_truth  # noqa: F401 (re-exported)
 from features.datasets.knobs import KnobParams, dataset_id, parse_setting, stable_key
 from features.vectors.store import REDRAWN_TABLE, FeatureStore, vector_rows
 
@@ -60,73 +61,6 @@ SAMPLE_POOL = "sample"                 # `ball_candidates`: a distractor that is
 SKIP_NO_TRUTH = "redrawn_no_ground_truth"
 TASK = "visual_cloze"
 TASKS = ("visual_cloze", "visual_coherence")
-NO_TRUTH = ("drawing distractors again needs the sample kitchen's ground truth (MRQA_HOME/sample/<build>/"
-            "ground_truth.jsonl, written by `mrqa sample build` and `mrqa demo`); a real site's photos cannot be "
-            "drawn again in another kitchen without an image model that moves a step's content (segmentation "
-            "and inpainting weights)")
-
-
-@dataclass
-class Truth:
-    """A sample kitchen build's ground truth: per recipe its kitchen, per photo its step and content."""
-    folder: Path
-    seed: int
-    size: int
-    content_sha256: str
-    recipes: dict            # recipe_id -> {"kitchen_style", "author_id"}
-    photos: dict             # image_id -> (recipe_id, step_idx, depicts)
-    _renderers: dict = field(default_factory=dict)
-
-    def renderer(self, recipe_id: str):
-        from etl.sample.recipes import derive_seed
-        from etl.sample.render import KitchenRenderer
-        if recipe_id not in self._renderers:
-            r = self.recipes[recipe_id]
-            seed = derive_seed("kitchen", self.seed, r["author_id"])          # the author's counter
-            self._renderers[recipe_id] = KitchenRenderer(r["kitchen_style"], seed, self.size)
-        return self._renderers[recipe_id]
-
-
-def read_truth(folder: Path) -> Truth:
-    """The ground truth of one sample kitchen build folder (ValueError naming the file when it is not one)."""
-    from etl.vocab import read_ground_truth
-    folder = Path(folder)
-    manifest = folder / "manifest.json"
-    try:
-        man = json.loads(manifest.read_text(encoding="utf-8"))
-        seed, size = int(man["seed"]), int(man["image_size"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{manifest}: not a finished sample kitchen build's manifest ({e}); rebuild it with "
-                         "`mrqa sample build`") from None
-    recipes, photos = {}, {}
-    for rec in read_ground_truth(folder / "ground_truth.jsonl"):
-        if rec.get("kitchen_style") is None or rec.get("author_id") is None:
-            continue
-        recipes[rec["recipe_id"]] = {"kitchen_style": rec["kitchen_style"], "author_id": rec["author_id"]}
-        for s in rec.get("steps", ()):
-            for im in s.get("images", ()):
-                if im.get("depicts") is not None:
-                    photos[im["image_id"]] = (rec["recipe_id"], s["step_idx"], im["depicts"])
-    return Truth(folder, seed, size, str(man.get("content_sha256", "")), recipes, photos)
-
-
-def find_truth(paths: Paths, recipe_ids: set[str], sample: Path | None = None) -> Truth:
-    """The build whose ground truth covers the most of `recipe_ids`: `sample` when given, else one of
-    MRQA_HOME/sample/*/. ValueError (NO_TRUTH) when there is none or it covers none of them."""
-    folders = [Path(sample)] if sample else \
-        sorted(p.parent for p in (paths.home / "sample").glob("*/ground_truth.jsonl"))
-    if sample and not (Path(sample) / "ground_truth.jsonl").is_file():
-        raise ValueError(f"{sample}: no ground_truth.jsonl there; {NO_TRUTH}")
-    best, cover = None, 0
-    for f in folders:
-        t = read_truth(f)
-        n = len(recipe_ids & set(t.recipes))
-        if n > cover:
-            best, cover = t, n
-    if best is None:
-        raise ValueError(f"no sample kitchen build under {paths.home / 'sample'} knows this dataset's recipes; "
-                         f"{NO_TRUTH}")
-    return best
 
 
 def jitter_for(key: int) -> dict:
@@ -360,8 +294,8 @@ def sample_candidates(truth: Truth, words, rid: str, answer_item: str, taken: se
     """The ball sample's photos that may stand as distractors (`ball_candidates`), in its order, as
     (new photo, source photo, pool "sample", source recipe): photos of other recipes than the question's and
     than `taken` (the recipes of its candidates already), one per recipe, never of an intro (step 0), never a
-    text twin of the answer's step (twins.py, AF's rule). Whether they lie in the ball and the answer step's text
-    tells them from the answer are checked on the new photos' vectors (`redraw`)."""
+    twin of the answer's step (`words`: the source's twin rule, twins.py). Whether they lie in the ball and the
+    answer step's text tells them from the answer are checked on the new photos' vectors (`redraw`)."""
     a_rec, a_step, _ = truth.photos[answer_item]
     out, seen = [], set(taken) | {rid}
     rows = words.rows([truth.photos[src][0] for _, src in sample], [truth.photos[src][1] for _, src in sample])
@@ -398,9 +332,11 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
         ball_candidates = src["setting"].k2 == 0
     qs, truth, nbrs = load_source(con, src, lambda p: [p["answer_item"]], paths, sample)
     words = None
-    if ball_candidates:
-        from features.datasets.twins import StepWords
+    if ball_candidates:             # no twin of the answer's step by the source's twin rule (`--twin-rule`)
+        from features.datasets.twins import ItemTwins, StepWords
         words = StepWords.from_warehouse(con)
+        if (src["params"].get("adversarial") or {}).get("twin_rule") == "items":
+            words = ItemTwins(words, truth.photos)
     photos: dict[str, dict] = {}
     plan = []                       # per question: (row, provenance, candidates [(item, source, pool, recipe)])
     no_truth = 0

@@ -16,6 +16,14 @@ show the answer's action): 0.15 flags 54% with precision 0.93 and recall 0.86 (0
 0.20: 0.97 / 0.82); the encoder's title-vector cosine separates them less well (AUC 0.81, the word
 overlap 0.94). Measured with `python -m features.datasets.twins --home H` (needs the sample kitchen's
 ground truth).
+
+`items` (`ItemTwins`, `mrqa generate --twin-rule items`, visual cloze AF on the sample kitchen): twins by the
+ground truth instead of the words, two steps whose photos show the same kind and action done to an item of the
+same name (a mixture counts by its name: "chill the mixture" of two recipes are twins). "Dice the almonds" and
+"dice the carrots" say the same action the same way, so the words rule calls them twins (0.643 of the knob-2 = 0
+setting's knob-picked distractors on the demo), but the photo shows which item, and the step's text names it:
+a reader tells them apart, a question-only model cannot. By the items rule 0.211 of those distractors are twins.
+Steps without ground truth fall back to the words rule.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ import numpy as np
 from scipy import sparse
 
 TWIN_JACCARD = 0.15
+TWIN_RULES = ("words", "items")    # the cloze twin rule of AF (`mrqa generate --twin-rule`)
 MAX_DF = 0.25            # words in more than this share of the steps are boilerplate, not content
 _WORD = re.compile(r"[a-z]+")
 _PAIR_CHUNK = 200_000
@@ -103,6 +112,53 @@ class StepWords:
 
     def twins(self, a: np.ndarray, b: np.ndarray, threshold: float = TWIN_JACCARD) -> np.ndarray:
         return self.jaccard(a, b) >= threshold
+
+
+class ItemTwins:
+    """The items twin rule over the rows of a StepWords (same `rows`, `recipe_rows`, `index`): steps i and j
+    are twins when a photo of each shows the same (kind, action, item name); where either step has no ground
+    truth, the words rule decides. `photos`: image_id -> (recipe_id, step_idx, depicts), a sample kitchen
+    build's ground truth (features/datasets/redraw.py, Truth.photos)."""
+
+    def __init__(self, words: StepWords, photos: dict):
+        self.words, self.index, self.keys = words, words.index, words.keys
+        vocab: dict[tuple, int] = {}
+        by_row: dict[int, set] = {}
+        for _iid, (rid, step, d) in sorted(photos.items()):
+            row = words.index.get((rid, int(step)))
+            if row is None:
+                continue
+            triples = by_row.setdefault(row, set())
+            triples.update(vocab.setdefault((d.get("kind"), d.get("action"), it["name"]), len(vocab))
+                           for it in d.get("items") or ())
+        indptr, indices = [0], []
+        for i in range(len(words.keys)):
+            indices.extend(sorted(by_row.get(i, ())))
+            indptr.append(len(indices))
+        self.m = sparse.csr_matrix((np.ones(len(indices), np.float32), np.array(indices, np.int64),
+                                    np.array(indptr, np.int64)), shape=(len(words.keys), max(len(vocab), 1)))
+        self.has_truth = np.array([i in by_row for i in range(len(words.keys))], bool)
+
+    def rows(self, recipe_ids, step_idx) -> np.ndarray:
+        return self.words.rows(recipe_ids, step_idx)
+
+    def recipe_rows(self, recipe_ids) -> np.ndarray:
+        return self.words.recipe_rows(recipe_ids)
+
+    def twins(self, a: np.ndarray, b: np.ndarray, threshold: float = TWIN_JACCARD) -> np.ndarray:
+        """Elementwise over rows a and b (broadcast together); False where either is -1."""
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+        fa, fb = a.reshape(-1), b.reshape(-1)
+        out = np.zeros(len(fa), bool)
+        ok = np.flatnonzero((fa >= 0) & (fb >= 0))
+        truth = self.has_truth[fa[ok]] & self.has_truth[fb[ok]]
+        by_words = ok[~truth]
+        out[by_words] = self.words.twins(fa[by_words], fb[by_words], threshold)
+        ok = ok[truth]
+        for s in range(0, len(ok), _PAIR_CHUNK):
+            k = ok[s:s + _PAIR_CHUNK]
+            out[k] = np.asarray(self.m[fa[k]].multiply(self.m[fb[k]]).sum(1)).ravel() > 0
+        return out.reshape(a.shape)
 
 
 def twin_rule_quality(home: str, dataset_pattern: str = "vc-0-1-1-s%") -> list[dict]:

@@ -8,7 +8,8 @@ module per stage:
     ingest       parse, ingest instructables|recipeqa, sample build|serve|cue
     clean        clean, tokenize, vocab-report
     embed        encoder train|add|list|eval, embed
-    datasets     generate, datasets, export, report
+    datasets     generate, datasets, export
+    report       report (the bias report)
     compare      compare (two homes: datasets, figures, reading benchmark)
     adversarial  af-report, af-pool, af-check, reading-check
     train        train, evaluate, baselines, sweep
@@ -44,6 +45,7 @@ from flows.cli import (
     ingest,
     orchestrate,
     redraw,
+    report,
     score,
     share,
     train,
@@ -54,7 +56,8 @@ from flows.cli.common import PREFECT_ENV, OneLineErrors, fail, package_version, 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True,
                   help="Meta-RecipeQA pipeline: scrape/import recipes, clean, embed, generate "
                        "de-biased benchmarks with control knobs, train and evaluate.")
-for _stage in (warehouse, ingest, clean, embed, datasets, compare, adversarial, redraw, train, score, orchestrate):
+for _stage in (warehouse, ingest, clean, embed, datasets, report, compare, adversarial, redraw, train, score,
+               orchestrate):
     app.add_typer(_stage.app)          # no name: the stage's commands join `mrqa` directly
 share.register(embed.encoder_app)      # mrqa encoder export / import
 app.add_typer(bench.app, name="bench")

@@ -49,5 +49,6 @@ Decode = choices("Decode", ("threads", "processes"))           # features.embed.
 NeighbourMethod = choices("NeighbourMethod", ("auto", "ann", "exact"))  # of features.vectors.neighbours.METHODS
 KnnData = choices("KnnData", ("recipes", "clustered"))         # features.vectors.bench.knn_data
 TwinMode = choices("TwinMode", ("none", "positive", "mask"))     # features.embed.train_encoder.TrainConfig.twins
+TwinRule = choices("TwinRule", ("words", "items"))             # features.datasets.twins.TWIN_RULES
 ForceStage = choices("ForceStage", ("all", "ingest", "clean", "embed", "generate", "competence", "report",
                                     "train", "sweep"))                  # 'all' + flows.pipeline.STAGES

@@ -1,5 +1,5 @@
-"""`mrqa generate`, `datasets`, `export`, `report`: make the QA datasets with the control knobs, list and
-export them, and report their bias (the adversarial filter's own commands: flows/cli/adversarial.py)."""
+"""`mrqa generate`, `datasets`, `export`: make the QA datasets with the control knobs, list and export them
+(their bias report: flows/cli/report.py; the adversarial filter's own commands: flows/cli/adversarial.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Probe, Task, VectorsOf
+from flows.cli.choices import AfDrop, Distractors, ExportFormat, K3Mode, ListFormat, Preset, Task, TwinRule, VectorsOf
 from flows.cli.common import check_out_path, echo_json, fail, one_of, require_warehouse, run_flow, wait_option
 
 app = typer.Typer()
@@ -61,6 +61,10 @@ def generate_cmd(
             "same, the foreign image from another recipe of the question's author (K1-0-0-author[-af]); kitchen: "
             "visual cloze at knobs 0-0 only, distractors from the question's own recipe, its kitchen "
             "(K1-0-0-kitchen[-af]); redrawn: made by `mrqa redraw`, not here."),
+        twin_rule: TwinRule = typer.Option(TwinRule.words, "--twin-rule", help="Visual cloze AF: which distractor "
+                                           "is a twin of the answer's step, never shown: words (the steps' words, "
+                                           "AF's rule) or items (the sample kitchen's ground truth: the same action "
+                                           "done to an item of the same name; `mrqa redraw` at knob 2 = 0)."),
         wait: float = wait_option()):
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from features.datasets.generate import POOLED_DROP_TASKS
@@ -97,14 +101,19 @@ def generate_cmd(
     kw.update({"adversarial": adversarial, **({"af_rounds": af_rounds} if af_rounds is not None else {})})
     from features.datasets.generate import settings_for
     try:
-        settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode"),
-                     overrides or None, all_settings=kw["all_settings"], adversarial=adversarial,
-                     **({"af_rounds": af_rounds} if af_rounds is not None else {}))
+        made = settings_for(kw.get("task_name"), kw.get("knobs"), kw.get("preset"), kw.get("k3_mode"),
+                            overrides or None, all_settings=kw["all_settings"], adversarial=adversarial,
+                            **({"af_rounds": af_rounds} if af_rounds is not None else {}))
     except (ValueError, TypeError) as e:
         fail(str(e))
+    if twin_rule is TwinRule.items and (all_ or any(t != "visual_cloze" or not p.af_rounds or p.distractors != "ball"
+                                                    for t, p in made)):
+        fail("--twin-rule items is a rule of AF's visual cloze distractors from the knob-2 ball: give --task "
+             "visual_cloze and an -af setting of the knobs (docs/knobs.md, \"Redrawn distractors\")")
     try:
         summary = run_flow(generate_flow, seed=seed, encoder_id=encoder, overrides=overrides or None,
-                           af_pooled_drop=POOLED_DROP_TASKS if af_drop is AfDrop.pooled else (), **kw)
+                           af_pooled_drop=POOLED_DROP_TASKS if af_drop is AfDrop.pooled else (),
+                           twin_rule=twin_rule.value, **kw)
     except (ValueError, LookupError) as e:
         fail(str(e))
     for s in summary["datasets"]:
@@ -217,43 +226,3 @@ def export_cmd(dataset: Optional[list[str]] = typer.Option(None, "--dataset", "-
             fail(str(e))
         echo_json({**res, "left_out": left_out} if reading_only else res)
 
-
-@app.command("report")
-def report_cmd(datasets: Optional[list[str]] = typer.Option(None, "--datasets", "--dataset",
-                                                            help="dataset_id to report on (repeat, or "
-                                                                 "comma-separated; default: every dataset)."),
-               out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default "
-                                                  "MRQA_HOME/reports/latest; replaced on each run)."),
-               seed: int = typer.Option(0, "--seed", help="Seed of the probe's classifier."),
-               model: Probe = typer.Option(Probe.logreg, "--probe", help="Distance probe classifier."),
-               wait: float = wait_option()):
-    """Bias report: Hasty Student, distance probe and overlap per dataset, as HTML + PNG plots,
-    DuckDB bias_metrics and Prefect artifacts; prints the settings ordered by probe accuracy, and the
-    background cue of the photos (same recipe, same author, other authors; DuckDB background_cue)."""
-    from etl.config import Paths
-    from etl.warehouse import connect
-    from features.diagnostics.bias import list_datasets
-    from features.diagnostics.report import check_out_dir
-    from flows.report import report_flow
-    ids = list(dict.fromkeys(d.strip() for item in (datasets or []) for d in item.split(",") if d.strip())) or None
-    if datasets is not None and ids is None:
-        fail(f"--datasets: no dataset id in {','.join(datasets)!r}; leave the option out to report on every dataset")
-    if out is not None:
-        out = check_out_path("--out", out)
-    require_warehouse()
-    paths = Paths.from_env().ensure()
-    con = connect(paths)
-    try:
-        known = list_datasets(con, ids)
-    except ValueError as e:
-        fail(str(e))
-    finally:
-        con.close()
-    if not known:
-        fail("no datasets to report on; run `mrqa generate --all` first")
-    try:
-        check_out_dir(out or paths.reports / "latest")
-        res = run_flow(report_flow, datasets=ids, out=str(out) if out else None, seed=seed, model=model.value)
-    except (ValueError, LookupError) as e:
-        fail(str(e))
-    typer.echo(f"report written: {res['index']} ({res['n_datasets']} datasets, {len(res['images'])} plots)")

@@ -727,3 +727,85 @@ def test_a_foreign_photo_is_remarkable_when_a_distance_rule_singles_it_out():
     # the shown photos spread unevenly (a close pair among them); the candidate sits like a fourth step
     shown = [unit(1, 0.3, 0, 0), unit(0.3, 1, 0, 0), unit(0, 0, 1, 0.2)]
     assert not remarkable(shown, unit(0.2, 0, 0.3, 1))
+
+
+def _step_triples(truth) -> dict:
+    """(recipe_id, step_idx) -> the (kind, action, item name) its photos show, read from the ground truth."""
+    out: dict = {}
+    for _iid, (rid, step, d) in truth.photos.items():
+        out.setdefault((rid, int(step)), set()).update((d.get("kind"), d.get("action"), it["name"])
+                                                       for it in d.get("items") or ())
+    return out
+
+
+def test_the_items_twin_rule_never_shows_an_item_twin_and_lets_other_items_of_the_action_in(home):
+    """`mrqa generate --twin-rule items` (twins.ItemTwins): 0-0-0-af generated with the sample kitchen's ground
+    truth as AF's twin rule. No distractor and no alternate shows the answer's kind and action done to an item of
+    the same name (recomputed from the ground truth), every one lies in the knob-2 ball, yet some are text twins by
+    the words rule (the rule is another one); the params record it, the words rule's params do not; it is
+    deterministic; and its redraw (the ball sample's photos as candidates at knob 2 = 0) keeps every knob and takes
+    no item twin from the sample either. Both datasets are removed after (the home's other tests read 0-1-1)."""
+    from features.datasets.generate import generate_datasets
+    from features.datasets.redraw import SAMPLE_POOL
+    from features.datasets.twins import StepWords
+    con, paths, enc = home["con"], home["paths"], home["enc"]
+    p = replace(KnobParams.preset_for("visual_cloze", 0, 0, 0), af_rounds=AF_DEFAULT_ROUNDS)
+
+    def gen(rule):
+        return generate_datasets(con, [("visual_cloze", p)], seed=0, encoder_id=enc, lance_uri=paths.lance,
+                                 progress=False, twin_rule=rule)[0]
+    try:
+        by_words = gen("words")
+        words_params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                              [by_words["dataset_id"]]).fetchall()[0][0])
+        out = gen("items")
+        assert out["dataset_id"] == by_words["dataset_id"] and gen("items")["content_sha256"] == out["content_sha256"]
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                        [out["dataset_id"]]).fetchall()[0][0])
+        assert params["adversarial"]["twin_rule"] == "items" and "twin_rule" not in words_params["adversarial"]
+        truth, words = read_truth(home["sample"]), StepWords.from_warehouse(con)
+        triples = _step_triples(truth)
+        ids, mat = FeatureStore(paths.lance).image_vectors(enc)
+        vec = {i: v / np.linalg.norm(v) for i, v in zip(ids, np.asarray(mat, dtype=np.float64))}
+        src = _rows(con, out["dataset_id"])
+        n_cand = n_words_twins = 0
+        for _rid, _split, _question, choices, answer, pr in src.values():
+            a_rec, a_step, _ = truth.photos[choices[answer]]
+            lo, hi = pr["ball"]
+            for item in [d["item"] for d in pr["distractors"]] + [a["item"] for a in pr["af_alternates"]]:
+                c_rec, c_step, _ = truth.photos[item]
+                n_cand += 1
+                assert not triples[(a_rec, a_step)] & triples[(c_rec, c_step)], (choices[answer], item)
+                assert lo - 1e-5 < 1.0 - float(vec[item] @ vec[choices[answer]]) < hi + 1e-5      # knob 2
+                n_words_twins += bool(words.twins(words.rows([a_rec], [a_step]), words.rows([c_rec], [c_step]))[0])
+        assert n_cand > 0 and n_words_twins > 0
+        new = redraw(con, "0-0-0-af", 0, paths=paths, progress=False)
+        new_rows = _rows(con, new["dataset_id"])
+        assert new["n_questions"] > 0 and _check_knobs(home, src, new_rows) > 0
+        n_sample = 0
+        for _rid, _split, _question, choices, answer, pr in new_rows.values():
+            a_rec, a_step, _ = truth.photos[choices[answer]]
+            for col, d in zip([c for c in range(4) if c != answer], pr["distractors"]):
+                s_rec, s_step, _ = truth.photos[d["source"]] if d["source"] else truth.photos[d["item"]]
+                assert not triples[(a_rec, a_step)] & triples[(s_rec, s_step)]
+                n_sample += pr["af_pools"][col] == SAMPLE_POOL
+        assert n_sample == new["photos_distractors_from_sample"]
+        assert json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?", [new["dataset_id"]]
+                                      ).fetchall()[0][0])["adversarial"]["twin_rule"] == "items"
+    finally:
+        for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
+            con.execute(f"DELETE FROM {t} WHERE dataset_id LIKE 'vc-0-0-0-%'")
+
+
+def test_the_items_twin_rule_is_refused_where_it_is_not_a_rule_of_the_run(home):
+    """--twin-rule items only with a visual cloze AF setting of the ball, by the CLI before any work; an unknown rule
+    by the generator."""
+    from features.datasets.generate import Generator
+    from flows.cli import app
+    for args in (["--task", "visual_coherence", "--knobs", "0-0-0-af"], ["--task", "visual_cloze", "--knobs", "0-0-0"],
+                 ["--task", "visual_cloze", "--knobs", "0-0-0-kitchen-af"], ["--all"]):
+        res = CliRunner().invoke(app, ["--no-prefect", "--home", str(home["paths"].home), "generate", *args,
+                                       "--twin-rule", "items"])
+        assert res.exit_code != 0 and "--twin-rule items is a rule of AF's visual cloze" in res.output, args
+    with pytest.raises(ValueError, match="--twin-rule item: one of words, items"):
+        Generator(home["con"], home["enc"], twin_rule="item")

@@ -89,3 +89,27 @@ def test_twin_rule_quality_counts_same_action_distractors_against_the_ground_tru
     assert r["pairs"] == 6 and r["same_action_share"] == round(1 / 6, 3)
     assert r["questions_with_a_same_action_distractor"] == 0.5
     assert r["recall"] == 1.0 and r["precision"] == 1.0            # only bake/bake is flagged
+
+
+def test_item_twins_are_the_same_kind_and_action_on_an_item_of_the_same_name():
+    """twins.ItemTwins: steps whose photos show the same (kind, action, item name) are twins, the same action on
+    other items is not (though the words call it one), another action on the same item is not; a step without
+    ground truth falls back to the words rule; -1 is never a twin; rows broadcast."""
+    from features.datasets.twins import ItemTwins
+    keys = [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1), ("f", 1)]
+    texts = ["Dice the almonds finely.", "Dice the carrots finely.", "Dice the almonds into cubes.",
+             "Roast the almonds.", "Dice the onions finely.", "Dice the carrots finely."]
+    words = StepWords(keys, texts, max_df=1.0)
+
+    def photo(action, *names):
+        return {"kind": "food", "action": action, "items": [{"name": n} for n in names]}
+    photos = {"a_1_0.jpg": ("a", 1, photo("dice", "almond")), "b_1_0.jpg": ("b", 1, photo("dice", "carrot")),
+              "c_1_0.jpg": ("c", 1, photo("dice", "almond", "knife")), "c_1_1.jpg": ("c", 1, photo("stir", "egg")),
+              "d_1_0.jpg": ("d", 1, photo("roast", "almond")), "f_1_0.jpg": ("f", 1, photo("dice", "carrot"))}
+    it = ItemTwins(words, photos)
+    a = np.array([0, 0, 0, 0, 1, 1, -1])
+    b = np.array([1, 2, 3, 5, 5, 4, 0])
+    assert bool(words.twins(0, 1))                               # the words call dicing almonds and carrots twins
+    assert it.twins(a, b).tolist() == [False, True, False, False, True, bool(words.twins(1, 4)), False]
+    assert it.twins(np.array([[0], [1]]), np.array([[1, 2]])).tolist() == [[False, True], [True, False]]
+    assert it.rows(["c"], [1]).tolist() == [2] and it.recipe_rows(["e"]).tolist() == [[4]]
