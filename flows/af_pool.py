@@ -140,10 +140,16 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if not rows:
             raise ValueError(f"no AF datasets of {task} (seed {seed}, {distractors} distractors) in the warehouse: "
                              f"run {_example(task, distractors)} first")
+        # a dataset filtered already is left as it is (named in the log and the summary), so a setting made
+        # since (e.g. `mrqa generate` and `mrqa redraw` of one more) is filtered beside it; all filtered: refused
         done = [r["dataset_id"] for r in rows if r["params"].get("af_pooled")]
-        if done:
+        if done and len(done) == len(rows):
             raise ValueError(f"already filtered by the pooled adversary: {', '.join(done)}; regenerate them "
                              "(`mrqa generate`) to filter again")
+        if done:
+            log.warning("af-pool: %d dataset(s) filtered by the pooled adversary already, left as they are: %s",
+                        len(done), ", ".join(done))
+            rows = [r for r in rows if not r["params"].get("af_pooled")]
         rows = [r for r in rows if r["n_questions"]]
         if not rows:
             raise ValueError(f"the AF datasets of {task} (seed {seed}) hold no questions: nothing to filter")
@@ -252,7 +258,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
     for r in res:
         log.info("af-pool %s: dropped %d, kept %d (out-of-fold question-only %.3f -> %.3f)", r["dataset_id"],
                  r["dropped"], r["kept"], r["oof_question_only_acc"] or 0, r["oof_question_only_acc_kept"] or 0)
-    return {"task": task, "datasets": res, **info}
+    return {"task": task, "datasets": res, **info, **({"left_as_they_were": done} if done else {})}
 
 
 KIND_TASKS = {"matched": ("visual_coherence",), "author": ("visual_coherence",),  # the tasks each kind beyond

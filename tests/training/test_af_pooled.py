@@ -271,6 +271,36 @@ def test_a_second_run_is_refused(home):
         af_pool_flow.fn(task="visual_cloze", tau=0.3, folds=2, seed=0, size="tiny")
 
 
+def test_a_dataset_made_since_is_filtered_and_those_filtered_already_are_left_as_they_are(tmp_path_factory):
+    """A task with datasets the pooled step filtered and one generated since (e.g. one more setting): af-pool
+    filters that one, names the others and leaves them byte for byte; once all are filtered it refuses."""
+    from flows.af_pool import af_pool_flow
+    with synthetic_home(tmp_path_factory, "af_pool_since", n_recipes=90, seed=3, dim=24, k=100) as (_h, paths, con):
+        af = [(t, replace(p, af_rounds=AF_DEFAULT_ROUNDS)) for t, p in SETTINGS[:2]]
+        generate_datasets(con, SETTINGS[:2] + af[:1], seed=0, encoder_id=ENC, lance_uri=paths.lance,
+                          progress=False, af_pooled_drop=("visual_cloze",))
+        con.close()
+        kw = {"task": "visual_cloze", "tau": 0.3, "folds": 2, "seed": 0, "size": "tiny", "rounds": 0,
+              "min_kept": 0.4}
+        first = af_pool_flow.fn(**kw)
+        con = duckdb.connect(str(paths.warehouse))
+        generate_datasets(con, af[1:], seed=0, encoder_id=ENC, lance_uri=paths.lance, progress=False,
+                          af_pooled_drop=("visual_cloze",))
+        sha = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
+        con.close()
+        second = af_pool_flow.fn(**kw)
+        (old,), (new,) = [r["dataset_id"] for r in first["datasets"]], [r["dataset_id"] for r in second["datasets"]]
+        assert old != new and second["left_as_they_were"] == [old] and "left_as_they_were" not in first
+        con = duckdb.connect(str(paths.warehouse))
+        after = dict(con.execute("SELECT dataset_id, content_sha256 FROM datasets WHERE adversarial").fetchall())
+        params = {d: json.loads(p) for d, p in con.execute("SELECT dataset_id, params FROM datasets "
+                                                          "WHERE adversarial").fetchall()}
+        con.close()
+        assert after[old] == sha[old] and "af_pooled" in params[old] and "af_pooled" in params[new]
+        with pytest.raises(ValueError, match="already filtered"):
+            af_pool_flow.fn(**kw)
+
+
 def test_the_adversary_scores_out_of_fold_and_deterministically(home, tmp_path):
     from features.datasets.export import export_parquet
     from training.af_pooled import out_of_fold_scores, verdicts
