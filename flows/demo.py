@@ -79,8 +79,9 @@ def demo_digest(summary: dict) -> dict:
                       if gen.get("textual_cloze_pooled") else {})
                    | {f"visual_coherence ({kind})": _pooled(gen[f"{kind}_coherence"]["af_pool"])
                       for kind in ("matched", "author") if gen.get(f"{kind}_coherence")}
-                   | {f"{task} (redrawn)": _pooled(r)
-                      for task, r in ((gen.get("redrawn") or {}).get("af_pool") or {}).items()
+                   | {f"{task} (redrawn{what})": _pooled(r)
+                      for key, what in (("af_pool", ""), ("af_pool_items", ", items rule"))
+                      for task, r in ((gen.get("redrawn") or {}).get(key) or {}).items()
                       if task in ("visual_cloze", "visual_coherence")},
     }
     vocab = {ph: {k: cln.get(f"vocab_{ph}", {}).get(k) for k in ("types_in_dict_share", "tokens_in_dict_share")}

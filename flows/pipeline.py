@@ -101,6 +101,14 @@ REDRAWN_POOLED_SOURCES = {"visual_cloze": ("0-1-1-balanced-af", "1-1-1-balanced-
 # is not among them: a learned question-only model still reads 46-54% of it (docs/knobs.md)
 REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree": True, "adversaries": 2,
                 "fold_by": AF_POOL_FOLD_BY}
+# The knob 2 = 0 settings of the ball are drawn again from sources AF made by its items twin rule (REDRAWN_ITEMS:
+# `mrqa generate --knobs 1-0-0-af --af-drop pooled --twin-rule items`; the sample kitchen's ground truth, where the
+# words rule amounts to "the same action": docs/knobs.md, "The items twin rule"), those settings generated again as
+# the stage made them, then filtered in a pooled step of their own after REDRAWN_POOL's, which leaves the redrawn
+# datasets filtered already as they are: REDRAWN_POOL's options with REDRAWN_ITEMS_POOL's over them (the minimax
+# drop order: with the votes order the trees read 36.8% of 0-0-0)
+REDRAWN_ITEMS = {"visual_cloze": ("0-0-0-af", "1-0-0-af")}
+REDRAWN_ITEMS_POOL = {"drop_order": "minimax"}
 # `adversary_size` "paper": the pooled steps beyond the paper (author coherence, redrawn visual cloze) aim at the
 # paper-size GM3C question-only model (4 layers x 512; 2 adversaries a pass instead of their small ones), and the
 # train stage's independent check is that size too, so what the reading benchmark admits holds against the stronger
@@ -351,7 +359,9 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                          if p.get("textual_cloze_pooled") else {}),
                       **({"redrawn": {"settings": {t: list(s) for t, s in REDRAWN_SETTINGS.items()},
                                      "pooled_sources": {t: list(s) for t, s in REDRAWN_POOLED_SOURCES.items()},
-                                     **pool_for(REDRAWN_POOL, size)}}
+                                     **pool_for(REDRAWN_POOL, size),
+                                     "items": {"settings": {t: list(s) for t, s in REDRAWN_ITEMS.items()},
+                                               **pool_for({**REDRAWN_POOL, **REDRAWN_ITEMS_POOL}, size)}}}
                          if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -527,58 +537,80 @@ def _matched(paths: Paths, p: dict, kind: str = "matched") -> tuple[dict, list[d
 def _redrawn(paths: Paths, p: dict, af_pooled_drop: tuple[str, ...] = ()) -> dict:
     """The AF settings REDRAWN_SETTINGS of each task drawn again in each question's kitchen
     (`mrqa redraw --task T`: visual cloze distractors, visual coherence foreign photos), then each task's pooled
-    step (`mrqa af-pool --task T --distractors redrawn`, REDRAWN_POOL). `af_pooled_drop`: the tasks whose AF
-    datasets the stage made for the pooled drop; for the others, the settings REDRAWN_POOLED_SOURCES are
-    generated for it first (`_pooled_sources`) and with the stage's drop again after their redraw. A setting
-    that cannot be drawn (no ground truth: not a sample kitchen home; its AF dataset missing) is skipped with
-    the reason. Returns {datasets: {dataset_id: questions after the pooled step}, skipped: {"task setting":
-    why}, pooled_sources: {task: [settings drawn from sources made for the pooled drop]}, af_pool: {task: its
-    pooled step's summary}}."""
-    from features.datasets.redraw import redraw
-    from features.datasets.redraw_coherence import redraw_coherence
-    made, skipped, pooled, sources = [], {}, {}, {}
+    step (`mrqa af-pool --task T --distractors redrawn`, REDRAWN_POOL); then the settings REDRAWN_ITEMS drawn
+    again from sources made by AF's items twin rule for the pooled drop, and their own pooled step
+    (REDRAWN_ITEMS_POOL over REDRAWN_POOL: the datasets the first one filtered are left as they are).
+    `af_pooled_drop`: the tasks whose AF datasets the stage made for the pooled drop; for the others, the
+    settings REDRAWN_POOLED_SOURCES are generated for it first (`_pooled_sources`); every source made here is
+    generated with the stage's drop and rule again after its redraw. A setting that cannot be drawn (no ground
+    truth: not a sample kitchen home; its AF dataset missing) is skipped with the reason. Returns {datasets:
+    {dataset_id: questions after the pooled steps}, skipped: {"task setting": why}, pooled_sources: {task:
+    [settings drawn from sources made for the pooled drop]}, items_sources: {task: [those made by the items
+    rule]}, af_pool / af_pool_items: {task: that pooled step's summary}}."""
+    size = p.get("adversary_size", "small")
+    made, skipped, pooled, sources, items, items_pooled = [], {}, {}, {}, {}, {}
     for task, settings in REDRAWN_SETTINGS.items():
-        make = redraw_coherence if task == "visual_coherence" else redraw
-        done = []
         own = [] if task in af_pooled_drop else [s for s in REDRAWN_POOLED_SOURCES.get(task, ()) if s in settings]
-        restore = _pooled_sources(task, own, p, af_pooled_drop, skipped) if own else []
-        con = connect(paths)
-        try:
-            for setting in settings:
-                if f"{task} {setting}" in skipped:
-                    continue
-                try:
-                    done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths))
-                except (ValueError, LookupError) as e:
-                    log.warning("redrawn %s %s: not made: %s", task, setting, e)
-                    skipped[f"{task} {setting}"] = str(e)
-        finally:
-            con.close()
-            if restore:                    # the stage's own datasets as the stage made them
-                from flows.generate import generate_and_register
-                generate_and_register(restore, p["seed"], p.get("encoder_id"), af_pooled_drop)
-        if restore:
-            sources[task] = [s for s in own if f"{task} {s}" not in skipped]
+        done, drawn = _redraw_settings(paths, task, settings, own, "words", p, af_pooled_drop, skipped)
+        if drawn:
+            sources[task] = drawn
         pooled[task] = _pooled_step(task, p["seed"], f"redrawn {task}", distractors="redrawn",
-                                    **pool_for(REDRAWN_POOL, p.get("adversary_size", "small"))) \
+                                    **pool_for(REDRAWN_POOL, size)) if done else {"skipped": "no redrawn datasets"}
+        made += done
+    for task, settings in REDRAWN_ITEMS.items():
+        done, drawn = _redraw_settings(paths, task, settings, list(settings), "items", p, af_pooled_drop, skipped)
+        if drawn:
+            items[task] = drawn
+        items_pooled[task] = _pooled_step(task, p["seed"], f"redrawn {task} (items rule)", distractors="redrawn",
+                                          **pool_for({**REDRAWN_POOL, **REDRAWN_ITEMS_POOL}, size)) \
             if done else {"skipped": "no redrawn datasets"}
         made += done
     counts = _counts(paths)
     return {"datasets": {r["dataset_id"]: counts.get(r["dataset_id"], 0) for r in made}, "skipped": skipped,
             "photos": sum(r["photos_photos"] for r in made), "drawn": sum(r["photos_drawn"] for r in made),
-            "pooled_sources": sources, "af_pool": pooled}
+            "pooled_sources": sources, "items_sources": items, "af_pool": pooled, "af_pool_items": items_pooled}
+
+
+def _redraw_settings(paths: Paths, task: str, settings: tuple[str, ...] | list[str], own: list[str], twin_rule: str,
+                     p: dict, af_pooled_drop: tuple[str, ...], skipped: dict) -> tuple[list[dict], list[str]]:
+    """`task`'s AF `settings` drawn again (redraw.py, redraw_coherence.py), those of `own` from sources generated
+    first for the pooled drop with AF's twin rule `twin_rule` and, after, generated again as the stage made them.
+    A setting that cannot be drawn goes to `skipped` with the reason. Returns (the redraws' summaries, the
+    settings of `own` drawn from such a source)."""
+    from features.datasets.redraw import redraw
+    from features.datasets.redraw_coherence import redraw_coherence
+    make = redraw_coherence if task == "visual_coherence" else redraw
+    done = []
+    restore = _pooled_sources(task, own, p, af_pooled_drop, skipped, twin_rule) if own else []
+    con = connect(paths)
+    try:
+        for setting in settings:
+            if f"{task} {setting}" in skipped:
+                continue
+            try:
+                done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths))
+            except (ValueError, LookupError) as e:
+                log.warning("redrawn %s %s: not made: %s", task, setting, e)
+                skipped[f"{task} {setting}"] = str(e)
+    finally:
+        con.close()
+        if restore:                        # the stage's own datasets as the stage made them
+            from flows.generate import generate_and_register
+            generate_and_register(restore, p["seed"], p.get("encoder_id"), af_pooled_drop)
+    return done, ([s for s in own if f"{task} {s}" not in skipped] if restore else [])
 
 
 def _pooled_sources(task: str, settings: list[str], p: dict, af_pooled_drop: tuple[str, ...],
-                    skipped: dict) -> list:
-    """Generate `task`'s AF `settings` for the pooled drop (AF's own drop left to the pooled step), the sources
-    `_redrawn` draws them again from; returns their (task, params) to generate again with the stage's drop
-    `af_pooled_drop` after the redraw, [] when they could not be made (each then skipped with the reason)."""
+                    skipped: dict, twin_rule: str = "words") -> list:
+    """Generate `task`'s AF `settings` for the pooled drop (AF's own drop left to the pooled step) with AF's twin
+    rule `twin_rule`, the sources `_redrawn` draws them again from; returns their (task, params) to generate
+    again with the stage's drop `af_pooled_drop` (and the words rule) after the redraw, [] when they could not
+    be made (each then skipped with the reason)."""
     from features.datasets.generate import settings_for
     from flows.generate import generate_and_register
     regen = [settings_for(task, s)[0] for s in settings]
     try:
-        generate_and_register(regen, p["seed"], p.get("encoder_id"), af_pooled_drop + (task,))
+        generate_and_register(regen, p["seed"], p.get("encoder_id"), af_pooled_drop + (task,), twin_rule=twin_rule)
     except (ValueError, LookupError) as e:
         log.warning("redrawn %s: the sources for the pooled drop were not made: %s", task, e)
         skipped.update({f"{task} {s}": f"its source for the pooled drop was not made: {e}" for s in settings})
@@ -798,7 +830,9 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     minutes; the pipeline keeps both.
     `redrawn`: generate also draws the AF settings REDRAWN_SETTINGS (visual cloze) again in each question's
     kitchen (sample kitchen homes only; features/datasets/redraw.py) and runs their pooled step per task
-    (REDRAWN_POOL); the balanced ones from sources made for the pooled drop (REDRAWN_POOLED_SOURCES).
+    (REDRAWN_POOL); the balanced ones from sources made for the pooled drop (REDRAWN_POOLED_SOURCES); then the
+    knob 2 = 0 settings REDRAWN_ITEMS from sources made by AF's items twin rule, with a pooled step of their own
+    (REDRAWN_ITEMS_POOL).
     `adversary_size` "paper": those two pooled steps aim at the paper-size GM3C question-only model
     (PAPER_ADVERSARIES), and the train stage's independent check is that size too ("small": as they were).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the

@@ -40,9 +40,11 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
                                                    "question's author (K1-0-0-author[-af]) and its pooled step; "
                                                    "best with --split-by author."),
              redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws the AF visual cloze "
-                                          "settings 0-1-0, 0-1-1, 1-1-0 and 1-1-1 again in each question's "
-                                          "kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them with their "
-                                          "own pooled step; the train stage's checks read them."),
+                                          "settings 0-1-0, 0-1-1, 1-1-0, 1-1-1 (and the balanced) again in each "
+                                          "question's kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them "
+                                          "with their own pooled step; then 0-0-0 and 1-0-0 from sources made by "
+                                          "AF's items twin rule, with a pooled step of their own; the train "
+                                          "stage's checks read them."),
              adversary_size: AdversarySize = typer.Option(AdversarySize.small, "--adversary-size", help="paper: "
                                                           "the pooled steps of --author-coherence and --redrawn "
                                                           "aim at the paper-size GM3C question-only model, and "
@@ -100,7 +102,7 @@ def pipeline_cmd(
                                               "and its pooled step."),
         redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws AF visual cloze settings "
                                      "again in each question's kitchen (a sample kitchen home) and their pooled "
-                                     "step."),
+                                     "steps (the knob 2 = 0 ones from sources made by AF's items twin rule)."),
         adversary_size: AdversarySize = typer.Option(AdversarySize.small, "--adversary-size", help="paper: the "
                                                      "pooled steps of --author-coherence and --redrawn aim at the "
                                                      "paper-size GM3C question-only model, and the train stage "

@@ -126,6 +126,22 @@ def test_the_summary_counts_a_textual_step_whose_idle_datasets_got_afs_own_drop(
     assert "790 kept / 300 dropped" in format_digest(digest)
 
 
+def test_the_summary_counts_the_redrawn_steps_the_items_rules_apart():
+    """The redrawn step's two pooled steps (REDRAWN_POOL's, then the items rule's) each get a line of the digest."""
+    def step(kept, dropped):
+        return {"dropped": dropped, "kept": kept, "oof_question_only_acc": 0.5, "oof_question_only_acc_kept": 0.3}
+    redrawn = {"af_pool": {"visual_cloze": {"vc-0-1-1-redrawn-af-s0-x": step(900, 100)}},
+               "af_pool_items": {"visual_cloze": {"vc-0-0-0-redrawn-af-s0-x": step(700, 50),
+                                                  "vc-1-0-0-redrawn-af-s0-x": step(300, 25)}}}
+    gen = {"stage": "generate", "status": "completed", "seconds": 1.0, "cpu_s": 1.0,
+           "summary": {"n_datasets": 3, "n_questions": 1900, "redrawn": redrawn}}
+    digest = demo_digest({"stages": [gen], "total_s": 1.0})
+    assert digest["counts"]["af_pool"] == {
+        "visual_cloze (redrawn)": "900 kept / 100 dropped over 1 datasets",
+        "visual_cloze (redrawn, items rule)": "1000 kept / 75 dropped over 2 datasets"}
+    assert "1000 kept / 75 dropped over 2 datasets" in format_digest(digest)
+
+
 def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check(paths):
     """`--adversary-size paper` gives the author coherence and redrawn visual cloze pooled steps paper-size
     adversaries (PAPER_ADVERSARIES, every other option as it was) and the train stage's check that size; the
@@ -136,7 +152,7 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
 
     from flows.cli import app
     from flows.demo import demo_flow
-    from flows.pipeline import AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_POOL, pool_for
+    from flows.pipeline import AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_ITEMS, REDRAWN_ITEMS_POOL, REDRAWN_POOL, pool_for
     params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
     base = {**params, "author_coherence": True, "redrawn": True, "train": True, "train_reading": True}
 
@@ -146,7 +162,11 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
     assert small["generate"]["author_coherence"] == AUTHOR_POOL and "check_size" not in small["train"]
     assert {k: v for k, v in small["generate"]["redrawn"].items() if k in REDRAWN_POOL} == REDRAWN_POOL
     assert paper["generate"]["author_coherence"] == {**AUTHOR_POOL, "size": "paper", "adversaries": 2}
-    assert paper["generate"]["redrawn"] == {**small["generate"]["redrawn"], "size": "paper", "adversaries": 2}
+    red, red_paper = small["generate"]["redrawn"], paper["generate"]["redrawn"]
+    assert red["items"] == {"settings": {t: list(s) for t, s in REDRAWN_ITEMS.items()}, **REDRAWN_POOL,
+                            **REDRAWN_ITEMS_POOL} and REDRAWN_ITEMS_POOL == {"drop_order": "minimax"}
+    assert red_paper == {**red, "size": "paper", "adversaries": 2,
+                         "items": {**red["items"], "size": "paper", "adversaries": 2}}
     assert paper["train"] == {**small["train"], "check_size": "paper"}
     assert {k: v for k, v in paper["generate"].items() if k not in ("author_coherence", "redrawn")} \
         == {k: v for k, v in small["generate"].items() if k not in ("author_coherence", "redrawn")}

@@ -400,6 +400,57 @@ def test_the_pipelines_balanced_redrawn_setting_is_drawn_from_a_source_made_for_
     redraw(con, SETTING, 0, paths=paths, progress=False)           # the dataset as the other tests expect it
 
 
+@pytest.mark.slow      # three AF generations of 0-0-0, two redraws and two pooled steps on the small home (~2 min)
+def test_the_pipelines_items_rule_settings_are_drawn_from_items_rule_sources_in_a_pooled_step_of_their_own(
+        home, monkeypatch):
+    """REDRAWN_ITEMS: after REDRAWN_SETTINGS' redraw and pooled step, the redrawn step generates 0-0-0-af for the
+    pooled drop by AF's items twin rule, draws it again, generates it again as the stage made it (byte for byte),
+    and filters the redrawn dataset in a pooled step of its own (the minimax drop order), which leaves the dataset
+    the first step filtered as it was. No distractor of what it keeps shows an item twin of the answer's step, and
+    every knob holds."""
+    from features.datasets.generate import generate_datasets, settings_for
+    from flows import pipeline
+    con, paths = home["con"], home["paths"]
+    kw = {"seed": 0, "encoder_id": home["enc"], "lance_uri": paths.lance, "progress": False}
+    try:
+        items_src = generate_datasets(con, settings_for("visual_cloze", "0-0-0-af"), af_pooled_drop=("visual_cloze",),
+                                      twin_rule="items", **kw)[0]
+        src = _rows(con, items_src["dataset_id"])                     # the redraw's source, before it is made again
+        own = generate_datasets(con, settings_for("visual_cloze", "0-0-0-af"), **kw)[0]
+        con.close()
+        monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
+        monkeypatch.setattr(pipeline, "REDRAWN_ITEMS", {"visual_cloze": ("0-0-0-af",)})
+        out, con = _pipeline_redrawn(home, monkeypatch)
+        assert out["skipped"] == {} and out["items_sources"] == {"visual_cloze": ["0-0-0-af"]}
+        first, items = (list(out[k]["visual_cloze"]) for k in ("af_pool", "af_pool_items"))
+        assert first == [home["first"]["dataset_id"]]
+        assert len(items) == 1 and items[0].startswith("vc-0-0-0-redrawn-af-")
+        did = items[0]
+        params = {d: json.loads(p) for d, p in con.execute(
+            "SELECT dataset_id, params FROM datasets WHERE list_contains(?, dataset_id)", [first + items]).fetchall()}
+        assert params[did]["adversarial"]["twin_rule"] == "items" and params[did]["adversarial"]["drop"] == "pooled"
+        assert params[did]["redraw"]["source_content_sha256"] == items_src["content_sha256"]
+        assert params[did]["af_pooled"]["drop_order"].startswith("the list whose adversary")
+        assert not params[first[0]]["af_pooled"]["drop_order"].startswith("the list whose adversary")
+        assert "twin_rule" not in params[first[0]]["adversarial"]
+        assert con.execute("SELECT content_sha256, n_questions FROM datasets WHERE dataset_id = ?",
+                           [own["dataset_id"]]).fetchall()[0] == (own["content_sha256"], own["n_questions"])
+        new = _rows(con, did)
+        assert len(new) == out["datasets"][did] == out["af_pool_items"]["visual_cloze"][did]["kept"] > 0
+        assert _check_knobs(home, src, new) > 0
+        truth = read_truth(home["sample"])
+        triples = _step_triples(truth)
+        for _rid, _split, _question, choices, answer, pr in new.values():
+            a_rec, a_step, _ = truth.photos[choices[answer]]
+            for d in pr["distractors"]:                                 # as shown, after the swaps (_check_knobs)
+                s_rec, s_step, _ = truth.photos[d["source"]] if d["source"] else truth.photos[d["item"]]
+                assert not triples[(a_rec, a_step)] & triples[(s_rec, s_step)], (choices[answer], d)
+    finally:
+        for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
+            con.execute(f"DELETE FROM {t} WHERE dataset_id LIKE 'vc-0-0-0-%'")
+        redraw(con, SETTING, 0, paths=paths, progress=False)       # the dataset as the other tests expect it
+
+
 # ----------------------------------------------------------------------------- visual coherence
 
 @pytest.fixture(scope="module")
