@@ -149,7 +149,7 @@ def af_pool_flow(task: str = "visual_cloze", tau: float = TAU, min_kept: float =
         if done:
             log.warning("af-pool: %d dataset(s) filtered by the pooled adversary already, left as they are: %s",
                         len(done), ", ".join(done))
-            rows = [r for r in rows if not r["params"].get("af_pooled")]
+            rows = [r for r in rows if r["dataset_id"] not in done]
         rows = [r for r in rows if r["n_questions"]]
         if not rows:
             raise ValueError(f"the AF datasets of {task} (seed {seed}) hold no questions: nothing to filter")

@@ -109,7 +109,7 @@ def generate_cmd(
     if twin_rule is TwinRule.items and (all_ or any(t != "visual_cloze" or not p.af_rounds or p.distractors != "ball"
                                                     for t, p in made)):
         fail("--twin-rule items is a rule of AF's visual cloze distractors from the knob-2 ball: give --task "
-             "visual_cloze and an -af setting of the knobs (docs/knobs.md, \"Redrawn distractors\")")
+             "visual_cloze and an -af setting of the knobs (docs/knobs.md, \"The items twin rule\")")
     try:
         summary = run_flow(generate_flow, seed=seed, encoder_id=encoder, overrides=overrides or None,
                            af_pooled_drop=POOLED_DROP_TASKS if af_drop is AfDrop.pooled else (),
