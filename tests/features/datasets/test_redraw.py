@@ -302,11 +302,12 @@ def test_choose_keeps_valid_distractors_and_meets_knob_three():
     assert choose([True, True, True], [True, True, False], 1, True) is None
 
 
-def _pipeline_redrawn(home, monkeypatch, af_pooled_drop=(), **pool):
+def _pipeline_redrawn(home, monkeypatch, af_pooled_drop=(), items=None, **pool):
     """The pipeline's redrawn step (`flows.pipeline._redrawn`) on the test home with a small pooled step (the
-    home's connection closed by the caller; `pool`: more of its arguments); returns its summary and the home's
-    connection, opened again."""
+    home's connection closed by the caller; `items`: its REDRAWN_ITEMS, none by default; `pool`: more of its
+    pooled steps' arguments); returns its summary and the home's connection, opened again."""
     from flows import pipeline
+    monkeypatch.setattr(pipeline, "REDRAWN_ITEMS", items or {})
     monkeypatch.setattr(pipeline, "REDRAWN_POOL", {**pipeline.REDRAWN_POOL, "size": "tiny", "folds": 2,
                                                    "adversaries": 1, "tree": False, **pool})
     try:
@@ -419,8 +420,7 @@ def test_the_pipelines_items_rule_settings_are_drawn_from_items_rule_sources_in_
         own = generate_datasets(con, settings_for("visual_cloze", "0-0-0-af"), **kw)[0]
         con.close()
         monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
-        monkeypatch.setattr(pipeline, "REDRAWN_ITEMS", {"visual_cloze": ("0-0-0-af",)})
-        out, con = _pipeline_redrawn(home, monkeypatch)
+        out, con = _pipeline_redrawn(home, monkeypatch, items={"visual_cloze": ("0-0-0-af",)})
         assert out["skipped"] == {} and out["items_sources"] == {"visual_cloze": ["0-0-0-af"]}
         first, items = (list(out[k]["visual_cloze"]) for k in ("af_pool", "af_pool_items"))
         assert first == [home["first"]["dataset_id"]]
