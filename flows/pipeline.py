@@ -127,6 +127,12 @@ def pool_for(pool: dict, adversary_size: str) -> dict:
     return {**pool, **PAPER_ADVERSARIES} if adversary_size == "paper" else pool
 
 
+def redrawn_items_pool(adversary_size: str) -> dict:
+    """The REDRAWN_ITEMS pooled step's options at `adversary_size`: REDRAWN_POOL's, REDRAWN_ITEMS_POOL's over
+    them."""
+    return pool_for({**REDRAWN_POOL, **REDRAWN_ITEMS_POOL}, adversary_size)
+
+
 # `textual_cloze_pooled`: the textual cloze AF datasets (made with AF's own drop) get the pooled step too: 2 swap
 # rounds of titles, then the drop by GM3C (the titles' vectors), the trees, the linear probe and the words probe
 # (the linear model and the trees on the titles' own words: without it they read 39-44% of the datasets that
@@ -361,7 +367,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                                      "pooled_sources": {t: list(s) for t, s in REDRAWN_POOLED_SOURCES.items()},
                                      **pool_for(REDRAWN_POOL, size),
                                      "items": {"settings": {t: list(s) for t, s in REDRAWN_ITEMS.items()},
-                                               **pool_for({**REDRAWN_POOL, **REDRAWN_ITEMS_POOL}, size)}}}
+                                               **redrawn_items_pool(size)}}}
                          if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -562,7 +568,7 @@ def _redrawn(paths: Paths, p: dict, af_pooled_drop: tuple[str, ...] = ()) -> dic
         if drawn:
             items[task] = drawn
         items_pooled[task] = _pooled_step(task, p["seed"], f"redrawn {task} (items rule)", distractors="redrawn",
-                                          **pool_for({**REDRAWN_POOL, **REDRAWN_ITEMS_POOL}, size)) \
+                                          **redrawn_items_pool(size)) \
             if done else {"skipped": "no redrawn datasets"}
         made += done
     counts = _counts(paths)
