@@ -320,16 +320,23 @@ def answer_texts(paths: Paths, encoder_id: str, truth: Truth, answer_items: list
 
 def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_id: str | None = None,
            paths: Paths | None = None, sample: Path | None = None, progress: bool = True,
-           ball_candidates: bool | None = None) -> dict:
+           ball_candidates: bool | None = None, candidate_sample: int = BALL_SAMPLE) -> dict:
     """Make and register the redrawn dataset of one visual cloze AF setting (see the module's doc); returns
     its summary. Idempotent: the same inputs give the same photos, vectors and questions. `ball_candidates`
     (default: at knob 2 = 0): the ball sample's own photos that lie inside the ball are candidates too, after
-    the source's (`sample_candidates`; the paper's rule, whose ball and candidates are the same K neighbours)."""
+    the source's (`sample_candidates`; the paper's rule, whose ball and candidates are the same K neighbours).
+    `candidate_sample` (at least BALL_SAMPLE; with `ball_candidates`): that many of the answer's neighbours are
+    drawn in the question's kitchen as candidates, the first BALL_SAMPLE of them (the same photos as by default)
+    still measuring the ball; more give a question whose few candidates left the ball measured there a chance to
+    meet the knobs (knob 2 = 0 keeps only the ball's near tail)."""
     paths = paths or Paths.from_env()
     src = source_dataset(con, setting, seed, encoder_id, TASK)
     enc = src["encoder_id"]
     if ball_candidates is None:
         ball_candidates = src["setting"].k2 == 0
+    if candidate_sample < BALL_SAMPLE or (candidate_sample > BALL_SAMPLE and not ball_candidates):
+        raise ValueError(f"candidate_sample {candidate_sample}: at least {BALL_SAMPLE} (the photos that measure "
+                         "the ball), and more only with the ball sample's photos as candidates (ball_candidates)")
     qs, truth, nbrs = load_source(con, src, lambda p: [p["answer_item"]], paths, sample)
     words = None
     if ball_candidates:             # no twin of the answer's step by the source's twin rule (`--twin-rule`)
@@ -356,14 +363,17 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
                 out.append((item, None, pool, r))
             elif item in truth.photos:
                 out.append((photo_for(photos, truth, seed, rid, qid, item, split), item, pool, r))
-        smp_src = [item for item in ball_sample(nbrs.get(p["answer_item"], []), seed, qid) if item in truth.photos]
+        drawn_src = ball_sample(nbrs.get(p["answer_item"], []), seed, qid, candidate_sample)
+        smp_src = [item for item in drawn_src[:BALL_SAMPLE] if item in truth.photos]    # they measure the ball
         sample_ids = [photo_for(photos, truth, seed, rid, qid, item, split) for item in smp_src]
         n_source = len(out)
         if ball_candidates and p["answer_item"] in truth.photos:
             taken = {c[3] for c in out} | {c[1] for c in cands}
             have = {c[1] or c[0] for c in out}
-            out += sample_candidates(truth, words, rid, p["answer_item"], taken,
-                                     [(n, s) for n, s in zip(sample_ids, smp_src) if s not in have])
+            cand = [item for item in drawn_src if item in truth.photos and item not in have]
+            out += [(photo_for(photos, truth, seed, rid, qid, s, split), s, pool, r)     # drawn if it may stand
+                    for _, s, pool, r in sample_candidates(truth, words, rid, p["answer_item"], taken,
+                                                           [(s, s) for s in cand])]
         plan.append((row, p, out, sample_ids, n_source))
     counts, vec = draw_and_embed(con, paths, truth, photos, enc,
                                  [i for row, p, out, smp, _ in plan
@@ -427,6 +437,8 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
     if ball_candidates:                               # (absent otherwise: the datasets made before stay as they were)
         counts["ball_candidates"] = True
         counts["distractors_from_sample"] = int(from_sample)
+        if candidate_sample != BALL_SAMPLE:          # (absent at the default: the datasets made before stay)
+            counts["candidate_sample"] = candidate_sample
     return register(con, src, new_q, truth, counts, {SKIP_OUTSIDE: outside, SKIP_NO_TRUTH: no_truth}, seed)
 
 

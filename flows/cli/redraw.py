@@ -44,6 +44,10 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
                                                               help="visual_cloze: the ball sample's own photos "
                                                               "inside the ball are candidates too, after the "
                                                               "source's (default: at knob 2 = 0)."),
+               candidate_sample: Optional[int] = typer.Option(None, "--candidate-sample", help="visual_cloze "
+                                                              "with the ball sample's photos as candidates: that "
+                                                              "many of the answer's neighbours drawn as candidates, "
+                                                              "the first 16 still measuring the ball (default 16)."),
                as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON."),
                wait: Optional[float] = wait_option()):
     """Draw the distractors and alternates of visual cloze AF datasets (visual coherence: the foreign photo and
@@ -66,6 +70,9 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
              f"(one of {', '.join(TASKS)})")
     if ball_candidates is not None and task != "visual_cloze":
         fail("--ball-candidates is a visual_cloze rule (the distractors); leave it out for --task " + task)
+    if candidate_sample is not None and (task != "visual_cloze" or ball_candidates is False):
+        fail("--candidate-sample is a visual_cloze rule with the ball sample's photos as candidates; leave it out "
+             "for --task visual_coherence and with --no-ball-candidates")
     if (items or unremarkable or foreign_pool != "af") and task != "visual_coherence":
         fail("--items-rule, --unremarkable and --foreign-pool are visual_coherence rules (the foreign photo); add "
              "--task visual_coherence or leave them out")
@@ -80,7 +87,8 @@ def redraw_cmd(task: str = typer.Option("visual_cloze", "--task", help="visual_c
         return redraw_coherence(*args, items=items, pool=foreign_pool, twin_rule=twin_rule,
                                 unremarkable=unremarkable) \
             if task == "visual_coherence" \
-            else redraw(*args, ball_candidates=ball_candidates)
+            else redraw(*args, ball_candidates=ball_candidates,
+                        **({"candidate_sample": candidate_sample} if candidate_sample is not None else {}))
     paths = Paths.from_env()
     con = connect(paths, wait=wait)
     try:

@@ -144,6 +144,8 @@ def test_sample_build_replaces_its_own_build_and_an_interrupted_one(tmp_path):
     (["--knobs", "0-1-0", "--ball-lo-sd", "-inf"], "ball_lo_sd (--ball-lo-sd) must be a finite number, got -inf"),
     (["--seed", "-1"], "--seed must be an integer in 0..4294967295 (2**32 - 1), got -1"),
     (["--seed", str(2**32)], "--seed must be an integer in 0..4294967295"),
+    (["--knobs", "0-0-1-af", "--knobs", "1-0-1-af"], "--knobs was given 2 times (0-0-1-af, 1-0-1-af): `mrqa "
+     "generate` makes one setting per run"),   # not the last one alone, silently
 ])
 def test_generate_refuses_bad_parameters_before_any_work(home, args, needle):
     refused(run("generate", "--task", "visual_cloze", *args), needle)

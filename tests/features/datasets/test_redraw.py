@@ -289,6 +289,66 @@ def test_ball_candidates_add_the_samples_photos_inside_the_ball_and_every_rule_h
     assert all(new[q][3] == plain_new[q][3] for q in kept)   # and those the source's candidates kept stay
 
 
+def test_a_larger_candidate_sample_only_adds_questions_and_every_knob_holds_on_them(home):
+    """`candidate_sample`: more of the answer's neighbours drawn in the question's kitchen as candidates, the
+    first BALL_SAMPLE of them still measuring the ball. At knob 2 = 0 with knob 3 (0-0-1-af, where the redraw
+    loses most questions: few photos lie in the ball's near tail) every question the default sample kept is kept
+    with the same choices and the same ball, more are kept, every knob holds on them, each distractor from the
+    sample is one of the answer's first `candidate_sample` neighbours by the sample's order, and the option is
+    recorded (absent at the default, so the datasets made before stay byte for byte). Out-of-range values and
+    the option outside its rule are refused."""
+    from features.datasets.generate import generate_datasets, settings_for
+    from features.datasets.redraw import BALL_SAMPLE, SAMPLE_POOL, ball_sample
+    con, paths = home["con"], home["paths"]
+    setting = "0-0-1-af"
+    try:
+        src_ds = generate_datasets(con, settings_for("visual_cloze", setting), seed=0, encoder_id=home["enc"],
+                                   lance_uri=paths.lance, progress=False)[0]
+        src = _rows(con, src_ds["dataset_id"])
+        plain = redraw(con, setting, 0, paths=paths, progress=False)
+        assert plain["photos_ball_candidates"] is True and "photos_candidate_sample" not in plain
+        assert redraw(con, setting, 0, paths=paths, progress=False, candidate_sample=BALL_SAMPLE)[
+            "content_sha256"] == plain["content_sha256"]
+        few = _rows(con, plain["dataset_id"])
+        n = 48
+        more = redraw(con, setting, 0, paths=paths, progress=False, candidate_sample=n)
+        assert more["dataset_id"] == plain["dataset_id"] and more["photos_candidate_sample"] == n
+        new = _rows(con, more["dataset_id"])
+        assert set(few) < set(new), (len(few), len(new))                    # only added, and some
+        for q, r in few.items():
+            assert new[q][3] == r[3]                                         # the same choices
+            assert {k: new[q][5][k] for k in ("ball", "m_d", "s_d", "ball_sample")} == \
+                {k: r[5][k] for k in ("ball", "m_d", "s_d", "ball_sample")}
+        _check_knobs(home, src, new)
+        photo_src = dict(con.execute("SELECT image_id, source_image_id FROM redrawn_images").fetchall())
+        beyond = 0
+        for qid, (_rid, _split, _question, _choices, answer, p) in new.items():
+            knn = [i for (i,) in con.execute("SELECT neighbour_id FROM neighbours WHERE encoder_id = ? AND "
+                                             "image_id = ? AND rank <= ?", [home["enc"], p["answer_item"],
+                                                                           p["k"]]).fetchall()]
+            first_n = ball_sample(knn, 0, qid, n)
+            for col, d in zip([c for c in range(4) if c != answer], p["distractors"]):
+                if p["af_pools"][col] == SAMPLE_POOL:
+                    assert photo_src[d["item"]] == d["source"] and d["source"] in first_n
+                    beyond += d["source"] not in first_n[:BALL_SAMPLE]
+        assert beyond > 0                                  # the added questions stand on the larger sample
+        params = json.loads(con.execute("SELECT params FROM datasets WHERE dataset_id = ?",
+                                        [more["dataset_id"]]).fetchall()[0][0])
+        assert params["redraw"]["candidate_sample"] == n
+        for kw in ({"candidate_sample": BALL_SAMPLE - 1}, {"candidate_sample": n, "ball_candidates": False}):
+            with pytest.raises(ValueError, match="candidate_sample"):
+                redraw(con, setting, 0, paths=paths, progress=False, **kw)
+        from flows.cli import app
+        con.close()
+        for args in (["--task", "visual_coherence", "--knobs", SETTING], ["--no-ball-candidates", "--knobs", setting]):
+            r = CliRunner().invoke(app, ["redraw", "--candidate-sample", "48", *args])
+            assert r.exit_code != 0 and "--candidate-sample is a visual_cloze rule" in r.output, r.output
+    finally:
+        home["con"] = con = connect(paths)
+        for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
+            con.execute(f"DELETE FROM {t} WHERE dataset_id LIKE 'vc-0-0-1-%'")
+
+
 def test_choose_keeps_valid_distractors_and_meets_knob_three():
     # candidates 0-2 are the source's distractors, the rest alternates in order
     assert choose([True, True, True, True], [False] * 4, 0, False) == [0, 1, 2]
@@ -449,6 +509,44 @@ def test_the_pipelines_items_rule_settings_are_drawn_from_items_rule_sources_in_
         for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
             con.execute(f"DELETE FROM {t} WHERE dataset_id LIKE 'vc-0-0-0-%'")
         redraw(con, SETTING, 0, paths=paths, progress=False)       # the dataset as the other tests expect it
+
+
+def test_the_pipelines_redrawn_step_on_a_home_without_ground_truth_skips_each_setting_with_the_reason(
+        home, monkeypatch):
+    """On a home without the sample kitchen's ground truth (a real site's photos) the redrawn step makes no
+    dataset: each setting of REDRAWN_SETTINGS and REDRAWN_ITEMS is skipped with the reason, neither pooled step
+    runs, no items-rule source is kept, and the stage's own AF dataset of an items setting, which the step
+    generates for the pooled drop only where it can read the ground truth, is byte for byte what it was."""
+    from features.datasets.generate import generate_datasets, settings_for
+    from flows import pipeline
+    con, paths, sample = home["con"], home["paths"], home["sample"]
+    kw = {"seed": 0, "encoder_id": home["enc"], "lance_uri": paths.lance, "progress": False}
+    own = generate_datasets(con, settings_for("visual_cloze", "0-0-0-af"), **kw)[0]
+    did = home["first"]["dataset_id"]
+    before = con.execute("SELECT dataset_id, content_sha256, n_questions FROM datasets ORDER BY 1").fetchall()
+    con.close()
+    away = sample.parent.parent / "sample-away"          # out of MRQA_HOME/sample/
+    shutil.move(sample, away)
+    try:
+        monkeypatch.setattr(pipeline, "REDRAWN_SETTINGS", {"visual_cloze": (SETTING,)})
+        out, con = _pipeline_redrawn(home, monkeypatch, items={"visual_cloze": ("0-0-0-af",)})
+    finally:
+        shutil.move(away, sample)
+    try:
+        assert out["datasets"] == {} and out["items_sources"] == {} and out["pooled_sources"] == {}
+        assert set(out["skipped"]) == {f"visual_cloze {SETTING}", "visual_cloze 0-0-0-af"}, out["skipped"]
+        assert "--twin-rule items" in out["skipped"]["visual_cloze 0-0-0-af"]
+        assert "ground truth" in out["skipped"]["visual_cloze 0-0-0-af"]
+        assert NO_TRUTH in out["skipped"][f"visual_cloze {SETTING}"]
+        assert out["af_pool"] == out["af_pool_items"] == {"visual_cloze": {"skipped": "no redrawn datasets"}}
+        after = con.execute("SELECT dataset_id, content_sha256, n_questions FROM datasets ORDER BY 1").fetchall()
+        assert after == before                               # the redrawn dataset made before it too
+        assert (own["dataset_id"], own["content_sha256"], own["n_questions"]) in after
+        assert any(d == did for d, _, _ in after)
+        assert not [d for d, _, _ in after if d.startswith("vc-0-0-0-redrawn-af-")]
+    finally:
+        for t in ("questions", "datasets", "generation_skips", "bias_metrics"):
+            con.execute(f"DELETE FROM {t} WHERE dataset_id LIKE 'vc-0-0-0-%'")
 
 
 # ----------------------------------------------------------------------------- visual coherence
