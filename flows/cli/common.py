@@ -76,9 +76,48 @@ def bad_value_message(err: typer.BadParameter) -> str:
 USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
+def repeated_option(cmd, args: list[str], ctx, path: str) -> str | None:
+    """What is wrong when `args` give an option of the command they run (`cmd`, through its sub-groups) more
+    than once: a value option twice, or a flag and its other form (Click would keep the last one silently,
+    `mrqa generate --knobs 0-0-1-af --knobs 1-0-1-af` making 1-0-1-af alone); None when none is. An option
+    that takes several (`multiple`) is left alone."""
+    while hasattr(cmd, "get_command"):                 # a group: on to the command it runs
+        name = next((a for a in args if not a.startswith("-")), None)
+        sub = cmd.get_command(ctx, name) if name is not None else None
+        if sub is None:
+            return None                                # Click names the missing or unknown command
+        args, cmd, path = args[args.index(name) + 1:], sub, f"{path} {name}"
+    by_name = {n: p for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+               and not p.multiple and not getattr(p, "count", False) for n in [*p.opts, *p.secondary_opts]}
+    seen: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        name, eq, _ = args[i].partition("=")
+        p = by_name.get(name) if args[i].startswith("-") else None
+        if p is not None:
+            takes = 0 if p.is_flag or eq else p.nargs
+            seen.setdefault(p.name, []).append(" ".join(args[i:i + 1 + takes]))
+            i += takes
+        i += 1
+    for forms in seen.values():
+        if len(forms) > 1:
+            return (f"{' and '.join(forms)}: `{path}` takes one of these and would keep only the last; give it "
+                    "once (repeat a command to run it for several values)")
+    return None
+
+
 class OneLineErrors(TyperGroup):
     """The root command group: a value an option of any command refuses ends the command with
-    one `error: ...` line and rc 2, like every other bad input, instead of a usage box."""
+    one `error: ...` line and rc 2, like every other bad input, instead of a usage box. An option given
+    twice (`repeated_option`) is refused the same way, before the command starts."""
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            msg = repeated_option(cmd, rest, ctx, f"mrqa {name}")
+            if msg:
+                fail(msg)
+        return name, cmd, rest
 
     def invoke(self, ctx):
         try:

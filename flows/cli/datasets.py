@@ -16,11 +16,11 @@ app = typer.Typer()
 @app.command("generate")
 def generate_cmd(
         task: Optional[Task] = typer.Option(None, "--task", help="The question family (one task)."),
-        knobs_given: Optional[list[str]] = typer.Option(None, "--knobs", "--setting", help="The knob setting by name: "
+        knobs: Optional[str] = typer.Option(None, "--knobs", "--setting", help="The knob setting by name: "
                                             "K1-K2-K3 (each 0 or 1), then -all/-balanced, then -matched (visual "
                                             "coherence) or -kitchen (visual cloze) at K2 = K3 = 0, then -af, e.g. "
                                             "0-1-0, 0-0-1-balanced, 0-1-1-af, 0-0-0-kitchen-af (docs/knobs.md); "
-                                            "0,1,0 and 0-0-1:balanced are read too; one per run."),
+                                            "0,1,0 and 0-0-1:balanced are read too."),
         preset: Optional[Preset] = typer.Option(None, "--preset", help="recipeqa: the biased RecipeQA-style "
                                                 "reference."),
         all_: bool = typer.Option(False, "--all", help="Every knob setting of every task, the knob-3 balanced "
@@ -69,10 +69,6 @@ def generate_cmd(
     """Generate Meta-RecipeQA datasets and register them (re-running replaces a dataset)."""
     from features.datasets.generate import POOLED_DROP_TASKS
     from flows.generate import generate_flow
-    if knobs_given and len(knobs_given) > 1:
-        fail(f"--knobs was given {len(knobs_given)} times ({', '.join(knobs_given)}): `mrqa generate` makes one "
-             "setting per run; run it once per setting, or use --all")
-    knobs = knobs_given[0] if knobs_given else None
     if af_drop is AfDrop.pooled and adversarial is False:
         fail("--af-drop pooled is about the AF datasets; leave out --no-adversarial")
     if knobs is not None and not knobs.strip():

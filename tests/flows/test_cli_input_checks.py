@@ -1,6 +1,6 @@
 """Bad input to `mrqa` commands through the real Typer app: one `error:` line with rc 2 (or a recorded
 reject), never a traceback, and nothing deleted or registered on the way (audit D4, D5, D7, D8, D9,
-D13-D15, D20, D21)."""
+D13-D15, D20, D21); an option given twice is refused, not read as its last value."""
 from __future__ import annotations
 
 import json
@@ -144,12 +144,31 @@ def test_sample_build_replaces_its_own_build_and_an_interrupted_one(tmp_path):
     (["--knobs", "0-1-0", "--ball-lo-sd", "-inf"], "ball_lo_sd (--ball-lo-sd) must be a finite number, got -inf"),
     (["--seed", "-1"], "--seed must be an integer in 0..4294967295 (2**32 - 1), got -1"),
     (["--seed", str(2**32)], "--seed must be an integer in 0..4294967295"),
-    (["--knobs", "0-0-1-af", "--knobs", "1-0-1-af"], "--knobs was given 2 times (0-0-1-af, 1-0-1-af): `mrqa "
-     "generate` makes one setting per run"),   # not the last one alone, silently
+    (["--knobs", "0-0-1-af", "--knobs", "1-0-1-af"], "--knobs 0-0-1-af and --knobs 1-0-1-af: `mrqa generate` "
+     "takes one of these and would keep only the last"),   # not the last one alone, silently
 ])
 def test_generate_refuses_bad_parameters_before_any_work(home, args, needle):
     refused(run("generate", "--task", "visual_cloze", *args), needle)
     assert not (home / "warehouse.duckdb").exists()            # nothing opened, nothing registered
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["af-pool", "--linear", "--no-linear"], "--linear and --no-linear: `mrqa af-pool` takes one"),
+    (["query", "SELECT 1", "--format", "csv", "--format=json"], "--format csv and --format=json: `mrqa query`"),
+    (["generate", "--task", "visual_cloze", "--setting", "0-1-0", "--knobs", "0-1-0"],
+     "--setting 0-1-0 and --knobs 0-1-0: `mrqa generate`"),                    # one option by its two names
+    (["bench", "train", "--size", "paper", "--size", "small"], "--size paper and --size small: `mrqa bench train`"),
+])
+def test_an_option_given_twice_is_refused_before_any_work(home, args, needle):
+    """Click keeps the last of an option given twice: a run would silently do less than asked."""
+    refused(run(*args), needle, "would keep only the last")
+    assert not (home / "warehouse.duckdb").exists()
+
+
+def test_an_option_that_takes_several_values_may_be_repeated(home):
+    r = run("redraw", "--knobs", "0-1-1-af", "--knobs", "0-1-0-af")
+    refused(r, "no warehouse")                     # past the check: the command itself refuses the empty home
+    refused(run("generate", "--task", "visual_cloze", "--knobs", "0-1-0", "--", "--knobs"), "extra argument")
 
 
 def test_generate_refuses_a_non_finite_ordering_weight_power(home):
