@@ -106,9 +106,14 @@ REDRAWN_POOL = {"rounds": 1, "tau": 0.35, "min_kept": 0.4, "linear": True, "tree
 # words rule amounts to "the same action": docs/knobs.md, "The items twin rule"), those settings generated again as
 # the stage made them, then filtered in a pooled step of their own after REDRAWN_POOL's, which leaves the redrawn
 # datasets filtered already as they are: REDRAWN_POOL's options with REDRAWN_ITEMS_POOL's over them (the minimax
-# drop order: with the votes order the trees read 36.8% of 0-0-0)
-REDRAWN_ITEMS = {"visual_cloze": ("0-0-0-af", "1-0-0-af")}
-REDRAWN_ITEMS_POOL = {"drop_order": "minimax"}
+# drop order: with the votes order the trees read 36.8% of 0-0-0; the centre rule's list in the drop too). The
+# redraw draws 100 of the answer's neighbours as candidates (REDRAWN_ITEMS_REDRAW; `mrqa redraw --candidate-sample
+# 100`): with the default 16 the knob-3 pair kept 38.8-39.8% of the plain setting, under the floor with the centre
+# rule at 40.9-42.7%; with 100 the four keep 56-61% and the drop has room (docs/results.md, "The knob-3 settings at
+# knob 2 = 0")
+REDRAWN_ITEMS = {"visual_cloze": ("0-0-0-af", "1-0-0-af", "0-0-1-af", "1-0-1-af")}
+REDRAWN_ITEMS_REDRAW = {"candidate_sample": 100}
+REDRAWN_ITEMS_POOL = {"drop_order": "minimax", "rules": True}
 # `adversary_size` "paper": the pooled steps beyond the paper (author coherence, redrawn visual cloze) aim at the
 # paper-size GM3C question-only model (4 layers x 512; 2 adversaries a pass instead of their small ones), and the
 # train stage's independent check is that size too, so what the reading benchmark admits holds against the stronger
@@ -367,7 +372,7 @@ def build_stages(p: dict, paths: Paths) -> list[Stage]:
                                      "pooled_sources": {t: list(s) for t, s in REDRAWN_POOLED_SOURCES.items()},
                                      **pool_for(REDRAWN_POOL, size),
                                      "items": {"settings": {t: list(s) for t, s in REDRAWN_ITEMS.items()},
-                                               **redrawn_items_pool(size)}}}
+                                               **REDRAWN_ITEMS_REDRAW, **redrawn_items_pool(size)}}}
                          if p.get("redrawn") else {})}
         stages.append(Stage("generate", lambda: _generate(p, paths, af_params), gen_params,
                             [Tab("recipes", ("url", "fetched_at")), _STEPS_CLEAN, Tab("step_tokens"), _IMAGES,
@@ -564,7 +569,8 @@ def _redrawn(paths: Paths, p: dict, af_pooled_drop: tuple[str, ...] = ()) -> dic
                                     **pool_for(REDRAWN_POOL, size)) if done else {"skipped": "no redrawn datasets"}
         made += done
     for task, settings in REDRAWN_ITEMS.items():
-        done, drawn = _redraw_settings(paths, task, settings, list(settings), "items", p, af_pooled_drop, skipped)
+        done, drawn = _redraw_settings(paths, task, settings, list(settings), "items", p, af_pooled_drop, skipped,
+                                       REDRAWN_ITEMS_REDRAW)
         if drawn:
             items[task] = drawn
         items_pooled[task] = _pooled_step(task, p["seed"], f"redrawn {task} (items rule)", distractors="redrawn",
@@ -578,9 +584,11 @@ def _redrawn(paths: Paths, p: dict, af_pooled_drop: tuple[str, ...] = ()) -> dic
 
 
 def _redraw_settings(paths: Paths, task: str, settings: tuple[str, ...] | list[str], own: list[str], twin_rule: str,
-                     p: dict, af_pooled_drop: tuple[str, ...], skipped: dict) -> tuple[list[dict], list[str]]:
-    """`task`'s AF `settings` drawn again (redraw.py, redraw_coherence.py), those of `own` from sources generated
-    first for the pooled drop with AF's twin rule `twin_rule` and, after, generated again as the stage made them.
+                     p: dict, af_pooled_drop: tuple[str, ...], skipped: dict,
+                     redraw_kw: dict | None = None) -> tuple[list[dict], list[str]]:
+    """`task`'s AF `settings` drawn again (redraw.py, redraw_coherence.py; `redraw_kw`: the redraw's options),
+    those of `own` from sources generated first for the pooled drop with AF's twin rule `twin_rule` and, after,
+    generated again as the stage made them.
     A setting that cannot be drawn goes to `skipped` with the reason. Returns (the redraws' summaries, the
     settings of `own` drawn from such a source)."""
     from features.datasets.redraw import redraw
@@ -594,7 +602,7 @@ def _redraw_settings(paths: Paths, task: str, settings: tuple[str, ...] | list[s
             if f"{task} {setting}" in skipped:
                 continue
             try:
-                done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths))
+                done.append(make(con, setting, p["seed"], p.get("encoder_id"), paths, **(redraw_kw or {})))
             except (ValueError, LookupError) as e:
                 log.warning("redrawn %s %s: not made: %s", task, setting, e)
                 skipped[f"{task} {setting}"] = str(e)
@@ -837,8 +845,8 @@ def pipeline_flow(listing: str | None = None, sitemap: str | None = None, urls_f
     `redrawn`: generate also draws the AF settings REDRAWN_SETTINGS (visual cloze) again in each question's
     kitchen (sample kitchen homes only; features/datasets/redraw.py) and runs their pooled step per task
     (REDRAWN_POOL); the balanced ones from sources made for the pooled drop (REDRAWN_POOLED_SOURCES); then the
-    knob 2 = 0 settings REDRAWN_ITEMS from sources made by AF's items twin rule, with a pooled step of their own
-    (REDRAWN_ITEMS_POOL).
+    knob 2 = 0 settings REDRAWN_ITEMS from sources made by AF's items twin rule, drawn with a larger candidate
+    sample (REDRAWN_ITEMS_REDRAW), with a pooled step of their own (REDRAWN_ITEMS_POOL).
     `adversary_size` "paper": those two pooled steps aim at the paper-size GM3C question-only model
     (PAPER_ADVERSARIES), and the train stage's independent check is that size too ("small": as they were).
     `force`: stage names to run even when unchanged ("all" for every stage). `dask_address`: run the

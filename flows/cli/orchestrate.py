@@ -42,8 +42,9 @@ def demo_cmd(recipes: int = typer.Option(DEMO_RECIPES, "--recipes", min=5,
              redrawn: bool = typer.Option(False, "--redrawn", help="Generate also draws the AF visual cloze "
                                           "settings 0-1-0, 0-1-1, 1-1-0, 1-1-1 (and the balanced) again in each "
                                           "question's kitchen (`mrqa redraw`, K1-K2-K3-redrawn-af) and filters them "
-                                          "with their own pooled step; then 0-0-0 and 1-0-0 from sources made by "
-                                          "AF's items twin rule, with a pooled step of their own; the train "
+                                          "with their own pooled step; then 0-0-0, 1-0-0, 0-0-1 and 1-0-1 from "
+                                          "sources made by AF's items twin rule, 100 of the answer's neighbours "
+                                          "as candidates, with a pooled step of their own; the train "
                                           "stage's checks read them."),
              adversary_size: AdversarySize = typer.Option(AdversarySize.small, "--adversary-size", help="paper: "
                                                           "the pooled steps of --author-coherence and --redrawn "

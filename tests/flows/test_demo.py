@@ -152,7 +152,8 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
 
     from flows.cli import app
     from flows.demo import demo_flow
-    from flows.pipeline import AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_ITEMS, REDRAWN_ITEMS_POOL, REDRAWN_POOL, pool_for
+    from flows.pipeline import (AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_ITEMS, REDRAWN_ITEMS_POOL,
+                                REDRAWN_ITEMS_REDRAW, REDRAWN_POOL, pool_for)
     params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
     base = {**params, "author_coherence": True, "redrawn": True, "train": True, "train_reading": True}
 
@@ -164,7 +165,9 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
     assert paper["generate"]["author_coherence"] == {**AUTHOR_POOL, "size": "paper", "adversaries": 2}
     red, red_paper = small["generate"]["redrawn"], paper["generate"]["redrawn"]
     assert red["items"] == {"settings": {t: list(s) for t, s in REDRAWN_ITEMS.items()}, **REDRAWN_POOL,
-                            **REDRAWN_ITEMS_POOL} and REDRAWN_ITEMS_POOL == {"drop_order": "minimax"}
+                            **REDRAWN_ITEMS_POOL, "candidate_sample": 100}
+    assert REDRAWN_ITEMS_POOL == {"drop_order": "minimax", "rules": True}
+    assert REDRAWN_ITEMS_REDRAW == {"candidate_sample": 100}
     assert red_paper == {**red, "size": "paper", "adversaries": 2,
                          "items": {**red["items"], "size": "paper", "adversaries": 2}}
     assert paper["train"] == {**small["train"], "check_size": "paper"}

@@ -465,8 +465,9 @@ def test_the_pipelines_balanced_redrawn_setting_is_drawn_from_a_source_made_for_
 def test_the_pipelines_items_rule_settings_are_drawn_from_items_rule_sources_in_a_pooled_step_of_their_own(
         home, monkeypatch):
     """REDRAWN_ITEMS: after REDRAWN_SETTINGS' redraw and pooled step, the redrawn step generates 0-0-0-af for the
-    pooled drop by AF's items twin rule, draws it again, generates it again as the stage made it (byte for byte),
-    and filters the redrawn dataset in a pooled step of its own (the minimax drop order), which leaves the dataset
+    pooled drop by AF's items twin rule, draws it again with 100 of the answer's neighbours as candidates, generates
+    it again as the stage made it (byte for byte), and filters the redrawn dataset in a pooled step of its own (the
+    minimax drop order, the centre rule's list in the drop), which leaves the dataset
     the first step filtered as it was. No distractor of what it keeps shows an item twin of the answer's step, and
     every knob holds."""
     from features.datasets.generate import generate_datasets, settings_for
@@ -491,6 +492,9 @@ def test_the_pipelines_items_rule_settings_are_drawn_from_items_rule_sources_in_
         assert params[did]["adversarial"]["twin_rule"] == "items" and params[did]["adversarial"]["drop"] == "pooled"
         assert params[did]["redraw"]["source_content_sha256"] == items_src["content_sha256"]
         assert params[did]["af_pooled"]["drop_order"].startswith("the list whose adversary")
+        assert params[did]["af_pooled"]["rules"] == "centre" and not params[first[0]]["af_pooled"].get("rules")
+        assert params[did]["redraw"]["candidate_sample"] == 100                  # REDRAWN_ITEMS_REDRAW
+        assert "candidate_sample" not in params[first[0]]["redraw"]
         assert not params[first[0]]["af_pooled"]["drop_order"].startswith("the list whose adversary")
         assert "twin_rule" not in params[first[0]]["adversarial"]
         assert con.execute("SELECT content_sha256, n_questions FROM datasets WHERE dataset_id = ?",
