@@ -152,8 +152,15 @@ def test_the_adversary_size_aims_the_pooled_steps_beyond_the_paper_and_the_check
 
     from flows.cli import app
     from flows.demo import demo_flow
-    from flows.pipeline import (AUTHOR_POOL, PAPER_ADVERSARIES, REDRAWN_ITEMS, REDRAWN_ITEMS_POOL,
-                                REDRAWN_ITEMS_REDRAW, REDRAWN_POOL, pool_for)
+    from flows.pipeline import (
+        AUTHOR_POOL,
+        PAPER_ADVERSARIES,
+        REDRAWN_ITEMS,
+        REDRAWN_ITEMS_POOL,
+        REDRAWN_ITEMS_REDRAW,
+        REDRAWN_POOL,
+        pool_for,
+    )
     params = {k: v.default for k, v in inspect.signature(pipeline_flow.fn).parameters.items()}
     base = {**params, "author_coherence": True, "redrawn": True, "train": True, "train_reading": True}
 
