@@ -220,14 +220,23 @@ class FeatureStore:
         return rows.num_rows
 
     def finish_writes(self, base: str, encoder_id: str) -> dict:
-        """Compact, index new rows (optimize) and build missing indexes; returns what it did."""
+        """Compact, index new rows (optimize) and build missing indexes; returns what it did. The redrawn
+        photos' table is read by id only, never searched by vector: it gets no ANN index, and one an older
+        version built is dropped (optimizing it cost time on every redraw and filled the log with Lance's
+        partition warnings)."""
         tbl = self.find_table(base, encoder_id)
         if tbl is None:
             return {"rows": 0}
+        searched = base != REDRAWN_TABLE
+        if not searched:
+            for ix in tbl.list_indices():
+                if ix.columns[0] == "vector":
+                    tbl.drop_index(ix.name)
         tbl.optimize()
-        return self.ensure_indexes(tbl)
+        return self.ensure_indexes(tbl, ann_index=searched)
 
-    def ensure_indexes(self, tbl, ann: AnnConfig | None = None, force_ann: bool = False) -> dict:
+    def ensure_indexes(self, tbl, ann: AnnConfig | None = None, force_ann: bool = False,
+                       ann_index: bool = True) -> dict:
         ann = ann or self.ann
         n = tbl.count_rows()
         have = {ix.columns[0]: ix for ix in tbl.list_indices()}
@@ -238,7 +247,7 @@ class FeatureStore:
                 tbl.create_scalar_index(col, index_type=kind)
                 done[f"scalar_{col}"] = kind
         vec = have.get("vector")
-        if n >= ANN_MIN_ROWS or force_ann:
+        if ann_index and (n >= ANN_MIN_ROWS or force_ann):
             stale = False
             if vec is not None and not force_ann:
                 stats = tbl.index_stats(vec.name)

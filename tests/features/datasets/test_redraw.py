@@ -184,6 +184,25 @@ def test_the_recipes_own_stages_never_see_the_redrawn_photos(home):
         home["neighbours"]
 
 
+def test_the_redrawn_photos_table_is_read_by_id_and_keeps_no_ann_index(home):
+    """The redrawn photos' vectors are read by id, never searched by vector: finish_writes builds no ANN index on
+    their table and drops one an older version built (optimizing it cost time on each redraw), and the vectors
+    read back are the same; the scalar indexes stay."""
+    from features.vectors.store import REDRAWN_TABLE
+    store = FeatureStore(home["paths"].lance)
+    tbl = store.find_table(REDRAWN_TABLE, home["enc"])
+    ids = sorted(store.keys(REDRAWN_TABLE, home["enc"]))
+    got, before = store.image_vectors(home["enc"], ids=ids)
+    assert got == ids
+    store.ensure_indexes(tbl, force_ann=True)                 # as an older version built it
+    assert any(ix.columns[0] == "vector" for ix in tbl.list_indices())
+    store.finish_writes(REDRAWN_TABLE, home["enc"])
+    tbl = store.find_table(REDRAWN_TABLE, home["enc"])
+    assert {ix.columns[0] for ix in tbl.list_indices()} == {"split", "encoder_id", "recipe_id", "id"}
+    again, after = store.image_vectors(home["enc"], ids=ids)
+    assert again == ids and np.array_equal(before, after)
+
+
 def test_redraw_is_deterministic_and_idempotent(home):
     con, paths, first = home["con"], home["paths"], home["first"]
     victim = con.execute("SELECT path, sha256 FROM redrawn_images ORDER BY image_id LIMIT 1").fetchone()
