@@ -290,22 +290,23 @@ def _draw(con, paths: Paths, truth: Truth, photos: dict[str, dict], progress: bo
 
 
 def sample_candidates(truth: Truth, words, rid: str, answer_item: str, taken: set[str],
-                      sample: list[tuple[str, str]]) -> list[tuple[str, str, str, str]]:
-    """The ball sample's photos that may stand as distractors (`ball_candidates`), in its order, as
-    (new photo, source photo, pool "sample", source recipe): photos of other recipes than the question's and
-    than `taken` (the recipes of its candidates already), one per recipe, never of an intro (step 0), never a
-    twin of the answer's step (`words`: the source's twin rule, twins.py). Whether they lie in the ball and the
-    answer step's text tells them from the answer are checked on the new photos' vectors (`redraw`)."""
+                      sample: list[str]) -> list[tuple[str, str, str]]:
+    """The source photos of the answer's neighbours that may stand as distractors once drawn in the question's
+    kitchen (`ball_candidates`), in `sample`'s order, as (source photo, pool "sample", source recipe): photos of
+    other recipes than the question's and than `taken` (the recipes of its candidates already), one per recipe,
+    never of an intro (step 0), never a twin of the answer's step (`words`: the source's twin rule, twins.py).
+    Whether their new photos lie in the ball and the answer step's text tells them from the answer are checked
+    on the new photos' vectors (`redraw`)."""
     a_rec, a_step, _ = truth.photos[answer_item]
     out, seen = [], set(taken) | {rid}
-    rows = words.rows([truth.photos[src][0] for _, src in sample], [truth.photos[src][1] for _, src in sample])
+    rows = words.rows([truth.photos[src][0] for src in sample], [truth.photos[src][1] for src in sample])
     twin = words.twins(words.rows([a_rec], [a_step])[0], rows) if len(sample) else np.zeros(0, bool)
-    for (nid, src), tw in zip(sample, twin):
+    for src, tw in zip(sample, twin):
         r, step, _ = truth.photos[src]
         if r in seen or int(step) == 0 or tw:
             continue
         seen.add(r)
-        out.append((nid, src, SAMPLE_POOL, r))
+        out.append((src, SAMPLE_POOL, r))
     return out
 
 
@@ -372,8 +373,7 @@ def redraw(con: duckdb.DuckDBPyConnection, setting: str, seed: int = 0, encoder_
             have = {c[1] or c[0] for c in out}
             cand = [item for item in drawn_src if item in truth.photos and item not in have]
             out += [(photo_for(photos, truth, seed, rid, qid, s, split), s, pool, r)     # drawn if it may stand
-                    for _, s, pool, r in sample_candidates(truth, words, rid, p["answer_item"], taken,
-                                                           [(s, s) for s in cand])]
+                    for s, pool, r in sample_candidates(truth, words, rid, p["answer_item"], taken, cand)]
         plan.append((row, p, out, sample_ids, n_source))
     counts, vec = draw_and_embed(con, paths, truth, photos, enc,
                                  [i for row, p, out, smp, _ in plan
